@@ -1,0 +1,80 @@
+// A cereal binary input archive that never trusts a length it reads. Every size tag (the element
+// count before a string or container) is checked against the bytes left in the frame and a fixed
+// cap before cereal allocates, so a malformed or hostile frame costs at most its own size.
+// Decoding errors are thrown as cereal::Exception and turned into kCorrupt by the codec.
+#pragma once
+
+#include <cereal/cereal.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace elastra::proto {
+
+// No decoded container may claim more elements than this, whatever the frame size.
+inline constexpr uint64_t kMaxDecodedElements = 1u << 20;
+
+class BoundedInputArchive
+    : public cereal::InputArchive<BoundedInputArchive, cereal::AllowEmptyClassElision> {
+ public:
+  BoundedInputArchive(const char* data, size_t size)
+      : cereal::InputArchive<BoundedInputArchive, cereal::AllowEmptyClassElision>(this),
+        data_(data),
+        size_(size) {}
+
+  void loadBinary(void* out, size_t n) {
+    if (n > size_ - pos_) {
+      throw cereal::Exception("truncated: need " + std::to_string(n) + " bytes, " +
+                              std::to_string(size_ - pos_) + " left");
+    }
+    std::memcpy(out, data_ + pos_, n);
+    pos_ += n;
+  }
+
+  // Called for every size tag before the container is sized.
+  template <class T>
+  void loadSize(T& size) {
+    uint64_t raw = 0;
+    loadBinary(&raw, sizeof(raw));
+    if (raw > size_ - pos_ || raw > kMaxDecodedElements) {
+      throw cereal::Exception("length " + std::to_string(raw) + " exceeds the " +
+                              std::to_string(size_ - pos_) + " bytes left in the frame");
+    }
+    size = static_cast<T>(raw);
+  }
+
+  size_t remaining() const { return size_ - pos_; }
+
+ private:
+  const char* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+template <class T>
+inline typename std::enable_if<std::is_arithmetic<T>::value, void>::type CEREAL_LOAD_FUNCTION_NAME(
+    BoundedInputArchive& ar, T& t) {
+  ar.loadBinary(std::addressof(t), sizeof(t));
+}
+
+template <class T>
+inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, cereal::NameValuePair<T>& t) {
+  ar(t.value);
+}
+
+template <class T>
+inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, cereal::SizeTag<T>& t) {
+  ar.loadSize(t.size);
+}
+
+template <class T>
+inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, cereal::BinaryData<T>& bd) {
+  ar.loadBinary(bd.data, static_cast<size_t>(bd.size));
+}
+
+}  // namespace elastra::proto
+
+CEREAL_REGISTER_ARCHIVE(elastra::proto::BoundedInputArchive)
+#include <cereal/archives/binary.hpp>
+CEREAL_SETUP_ARCHIVE_TRAITS(elastra::proto::BoundedInputArchive, cereal::BinaryOutputArchive)

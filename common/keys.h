@@ -1,0 +1,46 @@
+// CURVE key pairs and the coordinator's connection file (coordinator.json).
+// Keys are Z85 text (40 characters), as ZeroMQ's zmq_curve_keypair makes them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "elastra/status.h"
+
+namespace elastra {
+
+struct KeyPair {
+  std::string public_key;  // Z85, 40 chars
+  std::string secret_key;  // Z85, 40 chars
+};
+
+// A fresh CURVE key pair. Fails with kInternal when libzmq lacks CURVE.
+StatusOr<KeyPair> GenerateKeyPair();
+
+// True when `key` is 40 characters of Z85.
+bool IsValidZ85Key(const std::string& key);
+
+// Key files: a small JSON object {"public": "...", "secret": "..."} (secret optional), written
+// with mode 0600. `elastra keygen` writes them.
+Status WriteKeyFile(const std::string& path, const KeyPair& keys);
+StatusOr<KeyPair> ReadKeyFile(const std::string& path);
+
+// What a client needs to reach a coordinator; written by the coordinator's host to
+// <state-dir>/coordinator.json with mode 0600.
+struct ConnectionInfo {
+  std::string address;         // "tcp://127.0.0.1:40123"
+  std::string job;             // job name
+  std::string server_public;   // the coordinator's CURVE public key
+  KeyPair admin;               // admin credentials (may resize)
+  KeyPair worker;              // worker credentials (local mode: shared by local workers)
+  int64_t pid = 0;             // coordinator host process
+};
+
+Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info);
+// kNotFound when the file is missing, kCorrupt when it does not parse or a key is malformed.
+StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path);
+
+// Writes `contents` to `path` atomically (temporary file, fsync, rename) with the given mode.
+Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);
+
+}  // namespace elastra

@@ -1,0 +1,271 @@
+// The wire protocol between workers, agents, admin clients and the coordinator: the one place where
+// messages are defined. docs/protocol.md tells the sequences; this file tells the bytes.
+//
+// Every ZeroMQ frame is one Envelope (cereal binary, decoded with BoundedInputArchive): magic,
+// protocol version, message type, job, generation, sender, request id, payload. The payload is the
+// cereal encoding of the struct named by the type. Requests carry a request id that the reply
+// repeats; pushes from the coordinator carry request id 0.
+#pragma once
+
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "elastra/layout.h"
+
+namespace elastra::proto {
+
+inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kMaxFrameBytes = 16u << 20;
+
+enum class MessageType : uint16_t {
+  kError = 1,  // ErrorReply: answer to a request that failed
+
+  // Worker -> coordinator.
+  kJoin = 10,             // JoinRequest -> JoinReply
+  kLeave = 11,            // LeaveRequest -> Ack (graceful leave outside a resize)
+  kHeartbeat = 12,        // Heartbeat (no reply)
+  kPaused = 13,           // PausedReport (no reply): stopped after step, or aborted for recovery
+  kGenerationReady = 14,  // GenerationReady (no reply): communicators built, state moved
+  kFailureReport = 15,    // FailureReport (no reply): a collective failed in this generation
+
+  // Coordinator -> worker pushes.
+  kJoinReply = 20,
+  kPauseRequest = 21,     // PauseRequest: stop at an agreed step and report kPaused
+  kRecoverRequest = 22,   // RecoverRequest: abort communicators now and report kPaused
+  kNewGeneration = 23,    // NewGeneration: the layout to build (or leave)
+
+  // Rendezvous key-value store (any authenticated peer).
+  kKvSet = 30,   // KvSetRequest -> KvReply
+  kKvGet = 31,   // KvGetRequest -> KvReply (blocks until the key exists or timeout)
+  kKvWait = 32,  // KvWaitRequest -> KvReply (blocks until all keys exist or timeout)
+  kKvAdd = 33,   // KvAddRequest -> KvReply (number = new value)
+  kKvReply = 34,
+
+  // Admin (admin key only for kResize).
+  kResize = 40,         // ResizeRequest -> ResizeReply (phase accepted, then done, if wait)
+  kResizeReply = 41,
+  kStatusRequest = 42,  // StatusRequest -> StatusReply
+  kStatusReply = 43,
+
+  // Agent (elastra run) <-> coordinator.
+  kAgentRegister = 50,  // AgentRegister -> Ack
+  kSpawnRequest = 51,   // SpawnRequest: coordinator asks the agent to start workers
+  kProcessExited = 52,  // ProcessExited: agent saw a worker exit (faster than heartbeats)
+  kShutdown = 53,       // Shutdown: coordinator -> agent, the job is over
+
+  kAck = 60,  // Ack: empty success reply
+};
+
+// True for the types above; anything else is refused as unknown.
+bool IsKnownType(uint16_t type);
+const char* TypeName(MessageType type);
+
+struct Envelope {
+  uint32_t magic = kMagic;
+  uint16_t version = kProtocolVersion;
+  MessageType type = MessageType::kError;
+  std::string job;
+  uint64_t generation = 0;
+  std::string sender;
+  uint64_t request_id = 0;
+  std::string payload;
+};
+
+struct ErrorReply {
+  int32_t code = 0;  // elastra::StatusCode
+  std::string message;
+  template <class A> void serialize(A& ar) { ar(code, message); }
+};
+
+struct Ack {
+  template <class A> void serialize(A&) {}
+};
+
+struct JoinRequest {
+  std::string worker_id;  // stable for the process's life; assigned by the launcher
+  std::string host;       // host name, for rank placement
+  int32_t device = -1;    // local GPU index, -1 for CPU
+  int64_t pid = 0;
+  template <class A> void serialize(A& ar) { ar(worker_id, host, device, pid); }
+};
+
+struct JoinReply {
+  std::string worker_id;
+  uint64_t generation = 0;  // the job's current generation
+  int64_t heartbeat_interval_ms = 0;
+  int64_t heartbeat_timeout_ms = 0;
+  template <class A> void serialize(A& ar) {
+    ar(worker_id, generation, heartbeat_interval_ms, heartbeat_timeout_ms);
+  }
+};
+
+struct LeaveRequest {
+  std::string reason;
+  template <class A> void serialize(A& ar) { ar(reason); }
+};
+
+struct Heartbeat {
+  int64_t step = -1;  // the last step this worker applied
+  template <class A> void serialize(A& ar) { ar(step); }
+};
+
+// Coordinator -> members of the current generation: a planned change is pending. Each worker
+// stops after the same step (agreed among the workers with one small collective per step), then
+// sends PausedReport.
+struct PauseRequest {
+  uint64_t target_generation = 0;
+  std::string reason;
+  template <class A> void serialize(A& ar) { ar(target_generation, reason); }
+};
+
+// Coordinator -> survivors: a member was lost. Abort communicators at once (a collective blocked on
+// the lost peer is broken, not waited out) and send PausedReport with the commits held.
+struct RecoverRequest {
+  uint64_t target_generation = 0;
+  std::vector<std::string> lost;  // worker ids
+  template <class A> void serialize(A& ar) { ar(target_generation, lost); }
+};
+
+struct PausedReport {
+  uint64_t target_generation = 0;
+  int64_t step = -1;                  // state held now: steps [0, step) applied
+  std::vector<int64_t> commit_steps;  // in-memory commits held (state after that many steps)
+  bool failed = false;                // true when answering a RecoverRequest
+  template <class A> void serialize(A& ar) { ar(target_generation, step, commit_steps, failed); }
+};
+
+struct Member {
+  std::string worker_id;
+  std::string host;
+  int32_t device = -1;
+  Coordinates coords;
+  bool has_state = true;  // false for a worker that joined and holds no training state yet
+  template <class A> void serialize(A& ar) { ar(worker_id, host, device, coords, has_state); }
+};
+
+// Coordinator -> every worker concerned: the next generation. Members build communicators under
+// kv_prefix, restore the state of `restore_step` (their own commit or current state), receive the
+// state from `source_rank` when they lack it, send GenerationReady, and go on. Workers not in
+// `members` but addressed (leaving) get leave = true and exit 0.
+struct NewGeneration {
+  uint64_t generation = 0;
+  Layout layout;
+  std::vector<Member> members;  // ordered by global rank
+  int64_t restore_step = 0;     // the step all members continue from
+  int32_t source_rank = 0;      // a rank holding the state at restore_step
+  bool leave = false;           // for this recipient: hand off and exit 0
+  std::string kv_prefix;        // rendezvous prefix for this generation's communicators
+  std::string reason;           // "start", "resize", "failure"
+  template <class A> void serialize(A& ar) {
+    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix, reason);
+  }
+};
+
+struct GenerationReady {
+  uint64_t generation = 0;
+  double rebuild_ms = 0;   // communicator build
+  double transfer_ms = 0;  // state transfer and restore
+  int64_t bytes_received = 0;
+  template <class A> void serialize(A& ar) { ar(generation, rebuild_ms, transfer_ms, bytes_received); }
+};
+
+struct FailureReport {
+  uint64_t generation = 0;
+  int32_t code = 0;
+  std::string message;
+  template <class A> void serialize(A& ar) { ar(generation, code, message); }
+};
+
+struct KvSetRequest {
+  std::string key;
+  std::string value;
+  template <class A> void serialize(A& ar) { ar(key, value); }
+};
+
+struct KvGetRequest {
+  std::string key;
+  int64_t timeout_ms = 0;
+  template <class A> void serialize(A& ar) { ar(key, timeout_ms); }
+};
+
+struct KvWaitRequest {
+  std::vector<std::string> keys;
+  int64_t timeout_ms = 0;
+  template <class A> void serialize(A& ar) { ar(keys, timeout_ms); }
+};
+
+struct KvAddRequest {
+  std::string key;
+  int64_t delta = 0;
+  template <class A> void serialize(A& ar) { ar(key, delta); }
+};
+
+struct KvReply {
+  std::string value;   // for get
+  int64_t number = 0;  // for add
+  template <class A> void serialize(A& ar) { ar(value, number); }
+};
+
+struct ResizeRequest {
+  int32_t workers = 0;
+  bool has_layout = false;  // an exact layout was asked for
+  Layout layout;
+  bool wait = false;        // send a second reply when the job runs at the new size
+  template <class A> void serialize(A& ar) { ar(workers, has_layout, layout, wait); }
+};
+
+struct ResizeReply {
+  std::string phase;  // "accepted", "done", "failed"
+  uint64_t generation = 0;
+  int32_t workers = 0;
+  Layout layout;
+  double downtime_ms = 0;   // first worker paused -> last worker ready
+  double agreement_ms = 0;  // pause request -> all paused
+  double rebuild_ms = 0;    // slowest communicator build
+  double transfer_ms = 0;   // slowest state transfer
+  double total_ms = 0;      // request -> done (includes starting new workers)
+  std::string message;
+  template <class A> void serialize(A& ar) {
+    ar(phase, generation, workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms,
+       total_ms, message);
+  }
+};
+
+struct StatusRequest {
+  template <class A> void serialize(A&) {}
+};
+
+struct StatusReply {
+  std::string json;  // the object `elastra status --json` prints
+  template <class A> void serialize(A& ar) { ar(json); }
+};
+
+struct AgentRegister {
+  std::string host;
+  int32_t max_workers = 0;  // how many workers this agent may run at once
+  template <class A> void serialize(A& ar) { ar(host, max_workers); }
+};
+
+struct SpawnRequest {
+  std::vector<std::string> worker_ids;  // start one worker with each of these ids
+  template <class A> void serialize(A& ar) { ar(worker_ids); }
+};
+
+struct ProcessExited {
+  std::string worker_id;
+  int32_t exit_code = 0;  // valid when signal == 0
+  int32_t signal = 0;
+  template <class A> void serialize(A& ar) { ar(worker_id, exit_code, signal); }
+};
+
+struct Shutdown {
+  int32_t exit_code = 0;
+  std::string reason;
+  template <class A> void serialize(A& ar) { ar(exit_code, reason); }
+};
+
+}  // namespace elastra::proto

@@ -1,0 +1,69 @@
+// Communicator: collectives and point-to-point transfers among the ranks of one generation (or one
+// group of it). Backends: Gloo (CPU, TCP), NCCL (GPU buffers on a CUDA stream), MPI (fixed worlds).
+//
+// Every call has a timeout and returns a Status: kPeerLost when a peer process or connection is
+// gone, kTimedOut when the deadline passed, kAborted after Abort(), kInvalidArgument for bad
+// arguments. After any error other than kInvalidArgument the communicator is broken: later calls
+// fail fast with the same code and the owner builds a new one for the next generation.
+// Thread-compatible, except Abort(), which any thread may call at any time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "elastra/status.h"
+
+namespace elastra {
+
+enum class DataType : int { kFloat32 = 0, kFloat64 = 1, kInt64 = 2, kUint8 = 3 };
+enum class ReduceOp : int { kSum = 0, kMax = 1, kMin = 2 };
+
+size_t DataTypeSize(DataType type);
+const char* DataTypeName(DataType type);
+
+class Communicator {
+ public:
+  using Timeout = std::chrono::milliseconds;
+
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "gloo", "nccl", "mpi"
+  virtual const char* backend() const = 0;
+  // The timeout used by the overloads without one.
+  virtual Timeout default_timeout() const = 0;
+
+  // In place: `data` holds `count` elements on every rank; afterwards the reduction of all.
+  virtual Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                           Timeout timeout) = 0;
+  // `data` on `root` is copied to every rank.
+  virtual Status Broadcast(void* data, size_t count, DataType type, int root, Timeout timeout) = 0;
+  // `recv` holds size() * count elements, rank r's `send` at offset r * count.
+  virtual Status Allgather(const void* send, void* recv, size_t count, DataType type,
+                           Timeout timeout) = 0;
+  // `send` holds size() * count elements; rank r receives the reduction of block r in `recv`.
+  virtual Status ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, Timeout timeout) = 0;
+  virtual Status Barrier(Timeout timeout) = 0;
+  // Point-to-point: `bytes` bytes to or from `peer`; a send matches the recv with the same tag.
+  virtual Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
+  virtual Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
+
+  // Breaks every call in flight (they return kAborted or kPeerLost) and every later one.
+  // Thread-safe, never blocks on peers.
+  virtual void Abort() = 0;
+
+  // The same calls with default_timeout().
+  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op) {
+    return Allreduce(data, count, type, op, default_timeout());
+  }
+  Status Broadcast(void* data, size_t count, DataType type, int root) {
+    return Broadcast(data, count, type, root, default_timeout());
+  }
+  Status Barrier() { return Barrier(default_timeout()); }
+};
+
+}  // namespace elastra
