@@ -77,4 +77,11 @@ inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, cereal::BinaryDat
 
 CEREAL_REGISTER_ARCHIVE(elastra::proto::BoundedInputArchive)
 #include <cereal/archives/binary.hpp>
-CEREAL_SETUP_ARCHIVE_TRAITS(elastra::proto::BoundedInputArchive, cereal::BinaryOutputArchive)
+// Tie the input archive to cereal's binary output archive (one direction only: BinaryOutputArchive
+// already maps back to cereal's own BinaryInputArchive).
+namespace cereal::traits::detail {
+template <>
+struct get_output_from_input<elastra::proto::BoundedInputArchive> {
+  using type = cereal::BinaryOutputArchive;
+};
+}  // namespace cereal::traits::detail

@@ -1,0 +1,60 @@
+#include "collectives/kv_store.h"
+
+#include <charconv>
+
+namespace elastra {
+
+Status InMemoryKeyValueStore::Set(const std::string& key, const std::string& value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_[key] = value;
+  }
+  cv_.notify_all();
+  return OkStatus();
+}
+
+StatusOr<std::string> InMemoryKeyValueStore::Get(const std::string& key,
+                                                 std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return data_.count(key) > 0; })) {
+    return TimedOutError("key '" + key + "' did not appear within " +
+                         std::to_string(timeout.count()) + " ms");
+  }
+  return data_[key];
+}
+
+Status InMemoryKeyValueStore::Wait(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto all = [&] {
+    for (const auto& k : keys) {
+      if (data_.count(k) == 0) return false;
+    }
+    return true;
+  };
+  if (!cv_.wait_for(lock, timeout, all)) {
+    return TimedOutError("keys did not appear within " + std::to_string(timeout.count()) + " ms");
+  }
+  return OkStatus();
+}
+
+StatusOr<int64_t> InMemoryKeyValueStore::Add(const std::string& key, int64_t delta) {
+  int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    if (it != data_.end()) {
+      const std::string& s = it->second;
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+      if (ec != std::errc() || ptr != s.data() + s.size()) {
+        return InvalidArgumentError("key '" + key + "' does not hold an integer");
+      }
+    }
+    value += delta;
+    data_[key] = std::to_string(value);
+  }
+  cv_.notify_all();
+  return value;
+}
+
+}  // namespace elastra
