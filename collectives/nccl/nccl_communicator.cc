@@ -1,0 +1,646 @@
+#include "collectives/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "common/logging.h"
+
+namespace elastra {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// CUDA failures: a missing device is kUnavailable, no memory kResourceExhausted, the rest kInternal.
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return OkStatus();
+  std::string msg = std::string(what) + ": " + cudaGetErrorName(err) + " (" +
+                    cudaGetErrorString(err) + ")";
+  switch (err) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorDevicesUnavailable:
+      return UnavailableError(std::move(msg));
+    case cudaErrorInvalidDevice:
+      return InvalidArgumentError(std::move(msg));
+    case cudaErrorMemoryAllocation:
+      return ResourceExhaustedError(std::move(msg));
+    default:
+      return InternalError(std::move(msg));
+  }
+}
+
+#define ELASTRA_CUDA_RETURN(expr) ELASTRA_RETURN_IF_ERROR(CudaStatus((expr), #expr))
+
+std::string NcclMessage(ncclResult_t r, ncclComm_t comm, const char* what) {
+  std::string msg = std::string(what) + ": " + ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') msg += std::string(" (") + last + ")";
+  return msg;
+}
+
+// The status of an NCCL call's immediate return code (nccl-tests' NCCLCHECK, returning Status).
+// ncclInProgress is not an error: the caller polls.
+Status NcclStatus(ncclResult_t r, ncclComm_t comm, const char* what) {
+  switch (r) {
+    case ncclSuccess:
+    case ncclInProgress:
+      return OkStatus();
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return InvalidArgumentError(NcclMessage(r, comm, what));
+    case ncclRemoteError:
+    case ncclSystemError:
+      return PeerLostError(NcclMessage(r, comm, what));
+    default:
+      return InternalError(NcclMessage(r, comm, what));
+  }
+}
+
+#define ELASTRA_NCCL_RETURN(expr, comm) ELASTRA_RETURN_IF_ERROR(NcclStatus((expr), (comm), #expr))
+
+ncclDataType_t ToNccl(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kUint8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+bool ValidType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kInt64:
+    case DataType::kUint8:
+      return true;
+  }
+  return false;
+}
+
+StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return InvalidArgumentError("unknown reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+// Waits, without ever blocking inside NCCL or CUDA, until `comm` is out of ncclInProgress and (when
+// `stream` is given) the stream has drained. kPeerLost on an asynchronous NCCL error, kTimedOut at
+// `deadline`, kAborted as soon as `*abort` is set.
+Status Poll(ncclComm_t comm, cudaStream_t stream, Clock::time_point deadline,
+            const std::atomic<bool>* abort, const char* what) {
+  const Clock::time_point start = Clock::now();
+  std::chrono::microseconds nap(20);
+  while (true) {
+    if (abort != nullptr && abort->load(std::memory_order_acquire)) {
+      return AbortedError(std::string(what) + ": communicator aborted");
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &async);
+    if (r != ncclSuccess) return NcclStatus(r, comm, "ncclCommGetAsyncError").WithContext(what);
+    bool done = false;
+    if (async == ncclSuccess) {
+      if (stream == nullptr) {
+        done = true;
+      } else {
+        cudaError_t q = cudaStreamQuery(stream);
+        if (q == cudaSuccess) {
+          done = true;
+        } else if (q != cudaErrorNotReady) {
+          return CudaStatus(q, "cudaStreamQuery").WithContext(what);
+        }
+      }
+    } else if (async != ncclInProgress) {
+      return PeerLostError(NcclMessage(async, comm, what));
+    }
+    if (done) return OkStatus();
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      return TimedOutError(std::string(what) + ": not done after " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              now - start).count()) +
+                           " ms");
+    }
+    // Spin (yielding) for the first millisecond: short collectives finish there. Then back off
+    // to at most 1 ms between polls so that a hung call costs no CPU.
+    if (now - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+std::string ToHex(const void* data, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+bool FromHex(const std::string& hex, void* data, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    p[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  int rank = 0;
+  int size = 0;
+  int device = 0;
+  Communicator::Timeout timeout{0};
+  Communicator::Timeout connect_timeout{0};
+  cudaStream_t stream = nullptr;
+  void* scratch = nullptr;  // 8 bytes of device memory for Barrier
+
+  // Guards `comm` (its lifetime), `in_call` and `broken`. Never held while polling, so that
+  // Abort() from another thread only waits for bookkeeping, not for NCCL.
+  mutable std::mutex mu;
+  ncclComm_t comm = nullptr;
+  bool in_call = false;
+  Status broken;  // OK while usable
+  std::atomic<bool> abort_requested{false};
+
+  ~Impl();
+
+  // Takes ownership of an initialized `c`: creates the stream and scratch buffer.
+  static StatusOr<std::unique_ptr<Impl>> Wrap(ncclComm_t c, int device, Communicator::Timeout t,
+                                               Communicator::Timeout ct);
+
+  // Marks the owner as inside a call. `allow_broken`: Shrink may run on a broken communicator.
+  Status BeginCall(bool allow_broken);
+  // Leaves the call; records `s` as the reason the communicator is broken (except for
+  // kInvalidArgument) and releases the NCCL handle when an abort was asked for.
+  Status EndCall(Status s);
+  // With `mu` held.
+  void AbortLocked(const std::string& why);
+
+  // Validates, enqueues with `enqueue(comm, stream)` and polls until done or `timeout`.
+  template <typename F>
+  Status Run(const char* what, Communicator::Timeout timeout, F&& enqueue);
+
+  // Split/Shrink: polls the child (and the parent) until the new communicator is ready.
+  StatusOr<std::unique_ptr<NcclCommunicator>> FinishChild(ncclResult_t r, ncclComm_t child,
+                                                          const char* what);
+};
+
+NcclCommunicator::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm != nullptr) {
+      bool clean = false;
+      if (broken.ok() && !abort_requested.load()) {
+        // Finalize flushes outstanding work; bounded by the timeout, then abort.
+        ncclResult_t r = ncclCommFinalize(comm);
+        if (r == ncclSuccess || r == ncclInProgress) {
+          Status s = Poll(comm, nullptr, Clock::now() + timeout, nullptr, "ncclCommFinalize");
+          if (s.ok()) {
+            clean = ncclCommDestroy(comm) == ncclSuccess;
+            if (!clean) LOG(WARNING) << "ncclCommDestroy failed; the handle is lost";
+            comm = nullptr;
+          } else {
+            LOG(WARNING) << "nccl rank " << rank << ": " << s << "; aborting";
+          }
+        }
+      }
+      if (comm != nullptr) {
+        ncclResult_t r = ncclCommAbort(comm);
+        if (r != ncclSuccess) LOG(WARNING) << "ncclCommAbort: " << ncclGetErrorString(r);
+        comm = nullptr;
+      }
+    }
+  }
+  if (scratch != nullptr || stream != nullptr) {
+    if (cudaSetDevice(device) != cudaSuccess) return;
+  }
+  // Stream-ordered free: cudaFree would synchronize the whole device, which hangs while another
+  // communicator's collective is stuck on it.
+  if (scratch != nullptr) {
+    cudaError_t e = cudaFreeAsync(scratch, stream);
+    if (e != cudaSuccess) LOG(WARNING) << "cudaFreeAsync: " << cudaGetErrorString(e);
+  }
+  if (stream != nullptr) {
+    cudaError_t e = cudaStreamDestroy(stream);
+    if (e != cudaSuccess) LOG(WARNING) << "cudaStreamDestroy: " << cudaGetErrorString(e);
+  }
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator::Impl>> NcclCommunicator::Impl::Wrap(
+    ncclComm_t c, int device, Communicator::Timeout t, Communicator::Timeout ct) {
+  auto impl = std::make_unique<Impl>();
+  impl->comm = c;  // from here on the destructor releases it
+  impl->device = device;
+  impl->timeout = t;
+  impl->connect_timeout = ct;
+  ELASTRA_NCCL_RETURN(ncclCommUserRank(c, &impl->rank), c);
+  ELASTRA_NCCL_RETURN(ncclCommCount(c, &impl->size), c);
+  ELASTRA_CUDA_RETURN(cudaSetDevice(device));
+  ELASTRA_CUDA_RETURN(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  ELASTRA_CUDA_RETURN(cudaMallocAsync(&impl->scratch, 8, impl->stream));
+  ELASTRA_CUDA_RETURN(cudaMemsetAsync(impl->scratch, 0, 8, impl->stream));
+  ELASTRA_CUDA_RETURN(cudaStreamSynchronize(impl->stream));
+  return impl;
+}
+
+Status NcclCommunicator::Impl::BeginCall(bool allow_broken) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (abort_requested.load()) {
+    AbortLocked("Abort() was called");
+    return broken;
+  }
+  if (comm == nullptr) return broken.ok() ? AbortedError("communicator released") : broken;
+  if (!broken.ok() && !allow_broken) return broken;
+  in_call = true;
+  return OkStatus();
+}
+
+Status NcclCommunicator::Impl::EndCall(Status s) {
+  std::lock_guard<std::mutex> lock(mu);
+  in_call = false;
+  if (abort_requested.load() || s.code() == StatusCode::kAborted) {
+    AbortLocked(s.ok() ? std::string("Abort() was called") : s.message());
+    return broken;
+  }
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument && broken.ok()) {
+    broken = s;
+    LOG(WARNING) << "nccl rank " << rank << "/" << size << " broken: " << s;
+  }
+  return s;
+}
+
+void NcclCommunicator::Impl::AbortLocked(const std::string& why) {
+  if (comm != nullptr) {
+    ncclResult_t r = ncclCommAbort(comm);
+    if (r != ncclSuccess) LOG(WARNING) << "ncclCommAbort: " << ncclGetErrorString(r);
+    comm = nullptr;
+  }
+  if (broken.code() != StatusCode::kAborted) broken = AbortedError(why);
+}
+
+template <typename F>
+Status NcclCommunicator::Impl::Run(const char* what, Communicator::Timeout t, F&& enqueue) {
+  if (t.count() <= 0) return InvalidArgumentError(std::string(what) + ": timeout must be > 0");
+  const Clock::time_point deadline = Clock::now() + t;
+  ELASTRA_RETURN_IF_ERROR(BeginCall(/*allow_broken=*/false));
+  Status s = [&]() -> Status {
+    ELASTRA_CUDA_RETURN(cudaSetDevice(device));
+    ELASTRA_RETURN_IF_ERROR(enqueue(comm, stream));
+    return Poll(comm, stream, deadline, &abort_requested, what);
+  }();
+  return EndCall(std::move(s));
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Impl::FinishChild(
+    ncclResult_t r, ncclComm_t child, const char* what) {
+  const Clock::time_point deadline = Clock::now() + connect_timeout;
+  Status s = NcclStatus(r, child != nullptr ? child : comm, what);
+  if (s.ok() && child != nullptr) s = Poll(child, nullptr, deadline, &abort_requested, what);
+  // The parent is in progress until the collective part of split/shrink is over.
+  if (s.ok()) s = Poll(comm, nullptr, deadline, &abort_requested, what);
+  if (!s.ok()) {
+    if (child != nullptr) ncclCommAbort(child);  // teardown: the error that matters is `s`
+    if (s.code() == StatusCode::kInvalidArgument) s = PeerLostError(s.message());
+    return EndCall(std::move(s));
+  }
+  if (child == nullptr) {
+    ELASTRA_RETURN_IF_ERROR(EndCall(OkStatus()));
+    return std::unique_ptr<NcclCommunicator>();
+  }
+  auto impl = Wrap(child, device, timeout, connect_timeout);
+  if (!impl.ok()) {
+    // Wrap owns `child` once it got past allocation; a failure there is local (CUDA), the parent
+    // stays as it was.
+    EndCall(OkStatus()).IgnoreError();
+    return impl.status();
+  }
+  ELASTRA_RETURN_IF_ERROR(EndCall(OkStatus()));
+  return std::make_unique<NcclCommunicator>(std::move(impl).value());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NcclCommunicator::~NcclCommunicator() = default;
+
+int NcclCommunicator::rank() const { return impl_->rank; }
+int NcclCommunicator::size() const { return impl_->size; }
+Communicator::Timeout NcclCommunicator::default_timeout() const { return impl_->timeout; }
+CUstream_st* NcclCommunicator::stream() const { return impl_->stream; }
+int NcclCommunicator::device() const { return impl_->device; }
+
+Status NcclCommunicator::health() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->abort_requested.load() && impl_->broken.ok()) return AbortedError("Abort() was called");
+  return impl_->broken;
+}
+
+namespace {
+
+// Device or managed memory on `device`; host pointers are a caller's mistake.
+Status CheckDevicePointer(const void* p, size_t bytes, int device, const char* what) {
+  if (bytes == 0) return OkStatus();
+  if (p == nullptr) return InvalidArgumentError(std::string(what) + ": null buffer");
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the non-sticky error
+    return InvalidArgumentError(std::string(what) + ": not a CUDA pointer (" +
+                                cudaGetErrorString(e) + ")");
+  }
+  if (attr.type == cudaMemoryTypeManaged) return OkStatus();
+  if (attr.type != cudaMemoryTypeDevice) {
+    return InvalidArgumentError(std::string(what) + ": buffer is not device memory");
+  }
+  if (attr.device != device) {
+    return InvalidArgumentError(std::string(what) + ": buffer is on device " +
+                                std::to_string(attr.device) + ", communicator on " +
+                                std::to_string(device));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status NcclCommunicator::Allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                                   Timeout timeout) {
+  if (!ValidType(type)) return InvalidArgumentError("Allreduce: unknown data type");
+  ELASTRA_ASSIGN_OR_RETURN(ncclRedOp_t nop, ToNccl(op));
+  ELASTRA_RETURN_IF_ERROR(
+      CheckDevicePointer(data, count * DataTypeSize(type), impl_->device, "Allreduce"));
+  return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c, cudaStream_t s) {
+    return NcclStatus(ncclAllReduce(data, data, count, ToNccl(type), nop, c, s), c,
+                      "ncclAllReduce");
+  });
+}
+
+Status NcclCommunicator::Broadcast(void* data, size_t count, DataType type, int root,
+                                   Timeout timeout) {
+  if (!ValidType(type)) return InvalidArgumentError("Broadcast: unknown data type");
+  if (root < 0 || root >= size()) {
+    return InvalidArgumentError("Broadcast: root " + std::to_string(root) + " out of range");
+  }
+  ELASTRA_RETURN_IF_ERROR(
+      CheckDevicePointer(data, count * DataTypeSize(type), impl_->device, "Broadcast"));
+  return impl_->Run("ncclBroadcast", timeout, [&](ncclComm_t c, cudaStream_t s) {
+    return NcclStatus(ncclBroadcast(data, data, count, ToNccl(type), root, c, s), c,
+                      "ncclBroadcast");
+  });
+}
+
+Status NcclCommunicator::Allgather(const void* send, void* recv, size_t count, DataType type,
+                                   Timeout timeout) {
+  if (!ValidType(type)) return InvalidArgumentError("Allgather: unknown data type");
+  const size_t bytes = count * DataTypeSize(type);
+  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(send, bytes, impl_->device, "Allgather send"));
+  ELASTRA_RETURN_IF_ERROR(
+      CheckDevicePointer(recv, bytes * size(), impl_->device, "Allgather recv"));
+  return impl_->Run("ncclAllGather", timeout, [&](ncclComm_t c, cudaStream_t s) {
+    return NcclStatus(ncclAllGather(send, recv, count, ToNccl(type), c, s), c, "ncclAllGather");
+  });
+}
+
+Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                       ReduceOp op, Timeout timeout) {
+  if (!ValidType(type)) return InvalidArgumentError("ReduceScatter: unknown data type");
+  ELASTRA_ASSIGN_OR_RETURN(ncclRedOp_t nop, ToNccl(op));
+  const size_t bytes = count * DataTypeSize(type);
+  ELASTRA_RETURN_IF_ERROR(
+      CheckDevicePointer(send, bytes * size(), impl_->device, "ReduceScatter send"));
+  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(recv, bytes, impl_->device, "ReduceScatter recv"));
+  return impl_->Run("ncclReduceScatter", timeout, [&](ncclComm_t c, cudaStream_t s) {
+    return NcclStatus(ncclReduceScatter(send, recv, count, ToNccl(type), nop, c, s), c,
+                      "ncclReduceScatter");
+  });
+}
+
+Status NcclCommunicator::Barrier(Timeout timeout) {
+  return impl_->Run("barrier (ncclAllReduce)", timeout, [&](ncclComm_t c, cudaStream_t s) {
+    return NcclStatus(
+        ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclFloat32, ncclSum, c, s), c,
+        "ncclAllReduce");
+  });
+}
+
+Status NcclCommunicator::SendRecv(const void* send, size_t send_bytes, int send_peer, void* recv,
+                                  size_t recv_bytes, int recv_peer, Timeout timeout) {
+  auto bad_peer = [&](int peer) { return peer < 0 || peer >= size() || peer == rank(); };
+  if (send_bytes > 0 && bad_peer(send_peer)) {
+    return InvalidArgumentError("Send: bad peer " + std::to_string(send_peer));
+  }
+  if (recv_bytes > 0 && bad_peer(recv_peer)) {
+    return InvalidArgumentError("Recv: bad peer " + std::to_string(recv_peer));
+  }
+  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(send, send_bytes, impl_->device, "Send"));
+  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(recv, recv_bytes, impl_->device, "Recv"));
+  if (send_bytes == 0 && recv_bytes == 0) return OkStatus();
+  return impl_->Run("ncclSend/ncclRecv", timeout, [&](ncclComm_t c, cudaStream_t s) -> Status {
+    ELASTRA_NCCL_RETURN(ncclGroupStart(), c);
+    // Every call inside the group is checked, and the group is always closed.
+    Status first;
+    if (send_bytes > 0) {
+      first = NcclStatus(ncclSend(send, send_bytes, ncclUint8, send_peer, c, s), c, "ncclSend");
+    }
+    if (first.ok() && recv_bytes > 0) {
+      first = NcclStatus(ncclRecv(recv, recv_bytes, ncclUint8, recv_peer, c, s), c, "ncclRecv");
+    }
+    Status end = NcclStatus(ncclGroupEnd(), c, "ncclGroupEnd");
+    return first.ok() ? end : first;
+  });
+}
+
+Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t /*tag*/,
+                              Timeout timeout) {
+  if (bytes > 0 && (peer < 0 || peer >= size() || peer == rank())) {
+    return InvalidArgumentError("Send: bad peer " + std::to_string(peer));
+  }
+  return SendRecv(data, bytes, peer, nullptr, 0, -1, timeout);
+}
+
+Status NcclCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t /*tag*/,
+                              Timeout timeout) {
+  if (bytes > 0 && (peer < 0 || peer >= size() || peer == rank())) {
+    return InvalidArgumentError("Recv: bad peer " + std::to_string(peer));
+  }
+  return SendRecv(nullptr, 0, -1, data, bytes, peer, timeout);
+}
+
+void NcclCommunicator::Abort() {
+  impl_->abort_requested.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  // While a call is in flight its polling loop sees the flag and the owner aborts in EndCall:
+  // NCCL calls on one communicator are never made from two threads at once.
+  if (!impl_->in_call) impl_->AbortLocked("Abort() was called");
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, int key) {
+  ELASTRA_RETURN_IF_ERROR(impl_->BeginCall(/*allow_broken=*/false)
+                              .WithContext("Split"));
+  Status dev = CudaStatus(cudaSetDevice(impl_->device), "cudaSetDevice");
+  if (!dev.ok()) return impl_->EndCall(dev);
+  ncclConfig_t config = NonBlockingConfig();
+  ncclComm_t child = nullptr;
+  ncclResult_t r = ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child,
+                                 &config);
+  return impl_->FinishChild(r, child, "ncclCommSplit");
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
+    std::vector<int> exclude_ranks) {
+  // Our own copy: NCCL sorts the list in place.
+  std::vector<int> exclude = std::move(exclude_ranks);
+  std::sort(exclude.begin(), exclude.end());
+  if (std::adjacent_find(exclude.begin(), exclude.end()) != exclude.end()) {
+    return InvalidArgumentError("Shrink: duplicate rank in the exclude list");
+  }
+  for (int r : exclude) {
+    if (r < 0 || r >= size()) {
+      return InvalidArgumentError("Shrink: rank " + std::to_string(r) + " out of range");
+    }
+    if (r == rank()) return InvalidArgumentError("Shrink: an excluded rank may not call Shrink");
+  }
+  if (exclude.empty()) return InvalidArgumentError("Shrink: nothing to exclude");
+  ELASTRA_RETURN_IF_ERROR(impl_->BeginCall(/*allow_broken=*/true).WithContext("Shrink"));
+  bool failure_path;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    failure_path = !impl_->broken.ok();
+  }
+  Status dev = CudaStatus(cudaSetDevice(impl_->device), "cudaSetDevice");
+  if (!dev.ok()) return impl_->EndCall(dev);
+  ncclConfig_t config = NonBlockingConfig();
+  ncclComm_t child = nullptr;
+  ncclResult_t r =
+      ncclCommShrink(impl_->comm, exclude.data(), static_cast<int>(exclude.size()), &child,
+                     &config, failure_path ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  if (!failure_path) return impl_->FinishChild(r, child, "ncclCommShrink");
+
+  // Failure path: the parent's state is an error, so only the child is polled; then the parent is
+  // released, as NCCL asks after an abortive shrink.
+  const Clock::time_point deadline = Clock::now() + impl_->connect_timeout;
+  Status s = NcclStatus(r, child != nullptr ? child : impl_->comm, "ncclCommShrink(ABORT)");
+  if (s.ok() && child == nullptr) s = InternalError("ncclCommShrink returned no communicator");
+  if (s.ok()) s = Poll(child, nullptr, deadline, &impl_->abort_requested, "ncclCommShrink(ABORT)");
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->in_call = false;
+    impl_->AbortLocked("released after an abortive shrink");
+  }
+  if (!s.ok()) {
+    if (child != nullptr) ncclCommAbort(child);
+    if (s.code() == StatusCode::kInvalidArgument) s = PeerLostError(s.message());
+    return s;
+  }
+  ELASTRA_ASSIGN_OR_RETURN(auto impl,
+                           Impl::Wrap(child, impl_->device, impl_->timeout,
+                                      impl_->connect_timeout));
+  return std::make_unique<NcclCommunicator>(std::move(impl));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool NcclDeviceAvailable() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOptions& options) {
+  if (options.store == nullptr) return InvalidArgumentError("NcclOptions.store is null");
+  if (options.size < 1) return InvalidArgumentError("NcclOptions.size must be >= 1");
+  if (options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgumentError("NcclOptions.rank " + std::to_string(options.rank) +
+                                " out of range for size " + std::to_string(options.size));
+  }
+  if (options.device < 0) return InvalidArgumentError("NcclOptions.device must be >= 0");
+  if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return InvalidArgumentError("NcclOptions timeouts must be > 0");
+  }
+  const Clock::time_point deadline = Clock::now() + options.connect_timeout;
+
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return UnavailableError(std::string("no CUDA device: ") +
+                            (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  }
+  if (options.device >= devices) {
+    return InvalidArgumentError("NcclOptions.device " + std::to_string(options.device) +
+                                " but this process sees " + std::to_string(devices) + " devices");
+  }
+  ELASTRA_CUDA_RETURN(cudaSetDevice(options.device));
+
+  // Rank 0's id carries the address of a bootstrap root thread that lives in this process; it
+  // stays up while rank 0 is inside the init below, which ends only when every rank has joined.
+  const std::string key = options.prefix + "nccl_id";
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    ELASTRA_NCCL_RETURN(ncclGetUniqueId(&id), nullptr);
+    ELASTRA_RETURN_IF_ERROR(options.store->Set(key, ToHex(&id, sizeof(id))));
+  } else {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
+    auto hex = options.store->Get(key, remaining);
+    if (!hex.ok()) return hex.status().WithContext("NCCL unique id '" + key + "'");
+    if (!FromHex(*hex, &id, sizeof(id))) {
+      return CorruptError("NCCL unique id at '" + key + "' is malformed");
+    }
+  }
+
+  ncclConfig_t config = NonBlockingConfig();
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+  Status s = NcclStatus(r, comm, "ncclCommInitRankConfig");
+  if (s.ok() && comm == nullptr) s = InternalError("ncclCommInitRankConfig returned no handle");
+  if (s.ok()) s = Poll(comm, nullptr, deadline, nullptr, "ncclCommInitRankConfig");
+  if (!s.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);  // teardown: `s` is the error
+    if (s.code() == StatusCode::kInvalidArgument && r == ncclInProgress) {
+      s = PeerLostError(s.message());
+    }
+    return s.WithContext("nccl rank " + std::to_string(options.rank) + "/" +
+                         std::to_string(options.size));
+  }
+  ELASTRA_ASSIGN_OR_RETURN(auto impl, NcclCommunicator::Impl::Wrap(comm, options.device,
+                                                                   options.timeout,
+                                                                   options.connect_timeout));
+  return std::make_unique<NcclCommunicator>(std::move(impl));
+}
+
+}  // namespace elastra

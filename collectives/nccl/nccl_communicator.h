@@ -1,0 +1,114 @@
+// The NCCL backend: GPU collectives on DEVICE buffers, one non-blocking NCCL communicator
+// (config.blocking = 0) per generation or group, on its own CUDA stream.
+//
+// Every call is polled against a deadline (ncclCommGetAsyncError + cudaStreamQuery), so no call
+// blocks forever: an asynchronous NCCL error gives kPeerLost, a passed deadline gives kTimedOut,
+// Abort() from any thread gives kAborted. After such an error the communicator is broken (later
+// calls fail fast with the same code) but its NCCL handle is kept, so that the survivors can
+// Shrink() it with NCCL_SHRINK_ABORT; the destructor releases it with ncclCommAbort.
+//
+// Growth: NCCL has no grow. A larger world is a fresh CreateNcclCommunicator() with a new key
+// prefix (hence a new unique id) on every member, old and new.
+//
+// This header includes no CUDA or NCCL header. Thread-compatible, except Abort(), which any thread
+// may call at any time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/kv_store.h"
+#include "elastra/communicator.h"
+
+// cudaStream_t is CUstream_st*; declared here so that this header needs no CUDA include.
+struct CUstream_st;
+
+namespace elastra {
+
+struct NcclOptions {
+  KeyValueStore* store = nullptr;  // not owned; must outlive Create()
+  std::string prefix;              // unique per generation and group, e.g. "g3/world/"
+  int rank = 0;                    // 0 <= rank < size
+  int size = 1;                    // ranks in the communicator
+  int device = 0;                  // CUDA device ordinal this rank uses; one rank per device
+  std::chrono::milliseconds timeout{5000};           // default per-call timeout
+  std::chrono::milliseconds connect_timeout{30000};  // rendezvous, init, split and shrink
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  struct Impl;  // NCCL/CUDA state; defined in nccl_communicator.cc
+
+  explicit NcclCommunicator(std::unique_ptr<Impl> impl);
+  // Healthy: ncclCommFinalize (bounded by timeout) then ncclCommDestroy. Broken, aborted or a
+  // finalize that does not finish in time: ncclCommAbort. Never blocks on peers without a bound.
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  const char* backend() const override { return "nccl"; }
+  Timeout default_timeout() const override;
+
+  // All buffers are device (or managed) memory on device(). Calls are synchronous: they return
+  // once the work on stream() finished. The caller makes sure earlier writes to the buffers on
+  // other streams are complete. kInvalidArgument for host pointers, null buffers, bad roots/peers.
+  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) override;
+  Status Broadcast(void* data, size_t count, DataType type, int root, Timeout timeout) override;
+  Status Allgather(const void* send, void* recv, size_t count, DataType type,
+                   Timeout timeout) override;
+  Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                       Timeout timeout) override;
+  // A one-element allreduce on a scratch device buffer (NCCL has no barrier).
+  Status Barrier(Timeout timeout) override;
+  // NCCL matches point-to-point transfers by their order per peer and carries no tag: `tag` is
+  // not transmitted, so issue the sends and recvs between two ranks in the same order on both.
+  Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override;
+  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override;
+
+  // Both at once (ncclGroupStart/End): `send` to `send_peer` and `recv` from `recv_peer`, so that
+  // rings and exchanges do not deadlock. Either side may be skipped with bytes == 0.
+  Status SendRecv(const void* send, size_t send_bytes, int send_peer, void* recv,
+                  size_t recv_bytes, int recv_peer, Timeout timeout);
+
+  void Abort() override;
+
+  // ncclCommSplit: collective over this communicator. Ranks with the same `color` (>= 0) form a
+  // new communicator, ordered by `key`. A negative color takes no part and gets a null pointer.
+  // kTimedOut after connect_timeout (the child is aborted), kPeerLost on an NCCL error,
+  // kFailedPrecondition when this communicator is broken.
+  StatusOr<std::unique_ptr<NcclCommunicator>> Split(int color, int key);
+
+  // ncclCommShrink: the survivors (every rank not in `exclude_ranks`, ranks of this communicator)
+  // call it and get a communicator of size() - |exclude| ranks, renumbered in the old order.
+  // Healthy communicator: NCCL_SHRINK_DEFAULT, this one stays usable. Broken one (after
+  // kPeerLost/kTimedOut): NCCL_SHRINK_ABORT, which first terminates the hung operations, then this
+  // one is released with ncclCommAbort and its calls return kAborted afterwards.
+  // kInvalidArgument for a bad list or when the caller is in it; kTimedOut after connect_timeout.
+  StatusOr<std::unique_ptr<NcclCommunicator>> Shrink(std::vector<int> exclude_ranks);
+
+  // The stream every call runs on (a cudaStream_t), created with cudaStreamNonBlocking.
+  CUstream_st* stream() const;
+  int device() const;
+  // OK while usable; otherwise the error that broke it.
+  Status health() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rank 0 makes a unique id (ncclGetUniqueId) and publishes it at prefix + "nccl_id"; the others
+// read it; then every rank runs ncclCommInitRankConfig (non-blocking) until it completes.
+// kInvalidArgument for a bad store/rank/size/device, kUnavailable when CUDA has no such device,
+// kTimedOut when the id or the peers do not show up within connect_timeout, kPeerLost on an NCCL
+// error during init.
+StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOptions& options);
+
+// Whether this process sees at least one CUDA device (for tests and benchmarks that must skip).
+bool NcclDeviceAvailable();
+
+}  // namespace elastra
