@@ -1,0 +1,498 @@
+// The Gloo backend. Every gloo call runs inside Run(), which turns gloo's exceptions into Status,
+// marks the communicator broken on the first error and shuts down this rank's sockets so that
+// peers blocked on it fail at once instead of waiting out their own timeouts.
+//
+// Breaking a blocked call. In this gloo (Debian 0.0~git20220518) tcp::Pair::close() closes the fd
+// but wakes no thread waiting on an unbound buffer, and the package lacks gloo/common/memory.h,
+// so <gloo/transport/tcp/pair.h> cannot even be included. What does work is shutdown(2) on the
+// pair's connected socket: the device loop reads EOF, signals an IoException to every buffer
+// pending on that pair (waking the blocked thread), and the peer reads EOF too. We find each
+// pair's socket once, right after connecting, by address (see FindPairSockets) and keep a dup()
+// of it, so later shutdowns can never hit a reused fd number. The context is destroyed only after
+// every call has left it.
+#include "collectives/gloo/gloo_communicator.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "collectives/gloo/gloo_store.h"
+#include "common/logging.h"
+
+namespace elastra {
+namespace {
+
+// Slot prefix for Send/Recv: gloo's collectives use 0x01..0x08.
+constexpr uint8_t kPointToPointSlotPrefix = 0x40;
+
+// Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
+class RecordingStore : public gloo::rendezvous::Store {
+ public:
+  explicit RecordingStore(gloo::rendezvous::Store& inner) : inner_(inner) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    inner_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<char> value = inner_.get(key);
+    gets_[key] = value;
+    return value;
+  }
+  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    inner_.wait(keys, timeout);
+  }
+  const std::map<std::string, std::vector<char>>& gets() const { return gets_; }
+
+ private:
+  gloo::rendezvous::Store& inner_;
+  std::map<std::string, std::vector<char>> gets_;
+};
+
+// extractAddress is protected; a pointer to member formed in a derived class may call it.
+struct ContextInternals : gloo::rendezvous::Context {
+  static std::vector<char> ExtractAddress(gloo::rendezvous::Context& context,
+                                          std::vector<char>& all, int peer) {
+    return (context.*(&ContextInternals::extractAddress))(all, peer);
+  }
+};
+
+bool SameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port &&
+           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+  }
+  return false;
+}
+
+sockaddr_storage SockaddrOf(const std::vector<char>& address_bytes) {
+  return gloo::transport::tcp::Address(address_bytes).getSockaddr();
+}
+
+// True when `fd` is a connected socket from `local` (the side that accepted) or to `remote` (the
+// side that connected).
+bool IsPairSocket(int fd, const sockaddr_storage& local, const sockaddr_storage& remote) {
+  sockaddr_storage self{}, peer{};
+  socklen_t len = sizeof(self);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return false;
+  len = sizeof(peer);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
+  return SameEndpoint(self, local) || SameEndpoint(peer, remote);
+}
+
+// For every peer, a dup() of the socket of its pair, or -1 where none was found. Each tcp pair
+// listens on its own address: the accepting side's socket has that address as its local end, the
+// connecting side's socket has the peer pair's listening address (read from the store blob the
+// peer published) as its remote end. Both are unique per connection, even with ranks as threads.
+std::vector<int> FindPairSockets(gloo::rendezvous::Context& context, const RecordingStore& store) {
+  const int rank = context.rank;
+  const int size = context.size;
+  std::vector<sockaddr_storage> local(size), remote(size);
+  std::vector<bool> known(size, false);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    // connectFullMesh publishes rank j's pair addresses under key "j" ("rank_j" holds its
+    // hostname, used for local ranks).
+    auto it = store.gets().find(std::to_string(peer));
+    if (it == store.gets().end()) continue;
+    std::vector<char> blob = it->second;
+    local[peer] = SockaddrOf(context.getPair(peer)->address().bytes());
+    remote[peer] = SockaddrOf(ContextInternals::ExtractAddress(context, blob, peer));
+    known[peer] = true;
+  }
+  std::vector<int> fds(size, -1);
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return fds;
+  const int dir_fd = ::dirfd(dir);
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dir_fd) continue;
+    struct stat st;
+    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    for (int peer = 0; peer < size; ++peer) {
+      if (!known[peer] || fds[peer] >= 0) continue;
+      if (!IsPairSocket(static_cast<int>(fd), local[peer], remote[peer])) continue;
+      // Check again on our own duplicate: the number may have been reused in between.
+      const int dup_fd = ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
+      if (dup_fd < 0) continue;
+      if (IsPairSocket(dup_fd, local[peer], remote[peer])) {
+        fds[peer] = dup_fd;
+      } else {
+        ::close(dup_fd);
+      }
+      break;
+    }
+  }
+  ::closedir(dir);
+  return fds;
+}
+
+bool LooksLikeTimeout(const char* what) {
+  return std::strstr(what, "Timed out") != nullptr || std::strstr(what, "timeout") != nullptr;
+}
+
+Status FromIoException(const char* what, const std::string& op) {
+  if (LooksLikeTimeout(what)) return TimedOutError(op + ": " + what);
+  return PeerLostError(op + ": " + what);
+}
+
+template <typename T>
+gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  switch (op) {
+    case ReduceOp::kSum: return static_cast<Fn>(&gloo::sum<T>);
+    case ReduceOp::kMax: return static_cast<Fn>(&gloo::max<T>);
+    case ReduceOp::kMin: return static_cast<Fn>(&gloo::min<T>);
+  }
+  return nullptr;
+}
+
+bool ValidType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kInt64:
+    case DataType::kUint8: return true;
+  }
+  return false;
+}
+
+bool ValidOp(ReduceOp op) {
+  return op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin;
+}
+
+// Calls f.template operator()<T>() with T the C++ type of `type`.
+template <typename F>
+void DispatchType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kFloat32: f.template operator()<float>(); return;
+    case DataType::kFloat64: f.template operator()<double>(); return;
+    case DataType::kInt64: f.template operator()<int64_t>(); return;
+    case DataType::kUint8: f.template operator()<uint8_t>(); return;
+  }
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Context> context,
+                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> sockets)
+      : rank_(options.rank),
+        size_(options.size),
+        timeout_(options.timeout),
+        prefix_(options.prefix),
+        device_(std::move(device)),
+        context_(std::move(context)),
+        sockets_(std::move(sockets)) {}
+
+  ~GlooCommunicator() override {
+    // Thread-compatible, but the documented pattern "Abort() on one thread, then destroy" must be
+    // safe while a call on another thread is still unwinding: wait for it to leave the context.
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return in_flight_ == 0; });
+    lock.unlock();
+    context_.reset();
+    device_.reset();
+    for (int fd : sockets_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "gloo"; }
+  Timeout default_timeout() const override { return timeout_; }
+
+  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,
+                   Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
+    if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
+    if (count == 0) return OkStatus();
+    return Run("Allreduce", [&] {
+      DispatchType(type, [&]<typename T>() {
+        gloo::AllreduceOptions opts(context_);
+        opts.setOutput(static_cast<T*>(data), count);
+        opts.setReduceFunction(ReduceFunc<T>(op));
+        opts.setTimeout(timeout);
+        gloo::allreduce(opts);
+      });
+    });
+  }
+
+  Status Broadcast(void* data, size_t count, DataType type, int root, Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckCommon("Broadcast", data, count, type, timeout));
+    if (root < 0 || root >= size_) {
+      return InvalidArgumentError("Broadcast: root " + std::to_string(root) + " out of [0, " +
+                                  std::to_string(size_) + ")");
+    }
+    if (count == 0) return OkStatus();
+    return Run("Broadcast", [&] {
+      DispatchType(type, [&]<typename T>() {
+        gloo::BroadcastOptions opts(context_);
+        opts.setOutput(static_cast<T*>(data), count);
+        opts.setRoot(root);
+        opts.setTimeout(timeout);
+        gloo::broadcast(opts);
+      });
+    });
+  }
+
+  Status Allgather(const void* send, void* recv, size_t count, DataType type,
+                   Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckCommon("Allgather", send, count, type, timeout));
+    if (recv == nullptr && count > 0) return InvalidArgumentError("Allgather: recv is null");
+    if (count == 0) return OkStatus();
+    return Run("Allgather", [&] {
+      DispatchType(type, [&]<typename T>() {
+        gloo::AllgatherOptions opts(context_);
+        // gloo's allgather reads its input from `send` (const_cast: it only reads it).
+        opts.setInput(const_cast<T*>(static_cast<const T*>(send)), count);
+        opts.setOutput(static_cast<T*>(recv), count * size_);
+        opts.setTimeout(timeout);
+        gloo::allgather(opts);
+      });
+    });
+  }
+
+  // This gloo has only the old-style ReduceScatterHalvingDoubling, which takes no timeout and
+  // runs over bound buffers that cannot be woken by our abort. We allreduce a copy of the whole
+  // input with the new-style API instead (2x the optimal traffic, same result) and keep block r.
+  Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                       Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckCommon("ReduceScatter", send, count, type, timeout));
+    if (recv == nullptr && count > 0) return InvalidArgumentError("ReduceScatter: recv is null");
+    if (!ValidOp(op)) return InvalidArgumentError("ReduceScatter: unknown reduce op");
+    if (count == 0) return OkStatus();
+    const size_t elem = DataTypeSize(type);
+    std::vector<char> scratch(static_cast<const char*>(send),
+                              static_cast<const char*>(send) + elem * count * size_);
+    return Run("ReduceScatter", [&] {
+      DispatchType(type, [&]<typename T>() {
+        gloo::AllreduceOptions opts(context_);
+        opts.setOutput(reinterpret_cast<T*>(scratch.data()), count * size_);
+        opts.setReduceFunction(ReduceFunc<T>(op));
+        opts.setTimeout(timeout);
+        gloo::allreduce(opts);
+      });
+      std::memcpy(recv, scratch.data() + elem * count * rank_, elem * count);
+    });
+  }
+
+  Status Barrier(Timeout timeout) override {
+    if (timeout.count() <= 0) return InvalidArgumentError("Barrier: timeout must be positive");
+    ELASTRA_RETURN_IF_ERROR(BrokenStatus());
+    return Run("Barrier", [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+    });
+  }
+
+  Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
+    return Run("Send", [&] {
+      auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+      buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      buf->waitSend(timeout);
+    });
+  }
+
+  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
+    return Run("Recv", [&] {
+      auto buf = context_->createUnboundBuffer(data, bytes);
+      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      buf->waitRecv(timeout);
+    });
+  }
+
+  void Abort() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      broken_ = AbortedError("communicator " + prefix_ + " was aborted");
+    }
+    ShutdownAll();
+  }
+
+ private:
+  Status BrokenStatus() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
+
+  Status CheckCommon(const char* op, const void* data, size_t count, DataType type,
+                     Timeout timeout) {
+    if (!ValidType(type)) return InvalidArgumentError(std::string(op) + ": unknown data type");
+    if (data == nullptr && count > 0) return InvalidArgumentError(std::string(op) + ": null data");
+    if (timeout.count() <= 0) {
+      return InvalidArgumentError(std::string(op) + ": timeout must be positive");
+    }
+    return BrokenStatus();
+  }
+
+  Status CheckPointToPoint(const char* op, const void* data, size_t bytes, int peer,
+                           Timeout timeout) {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      return InvalidArgumentError(std::string(op) + ": peer " + std::to_string(peer) +
+                                  " is not another rank of [0, " + std::to_string(size_) + ")");
+    }
+    if (data == nullptr && bytes > 0) return InvalidArgumentError(std::string(op) + ": null data");
+    if (timeout.count() <= 0) {
+      return InvalidArgumentError(std::string(op) + ": timeout must be positive");
+    }
+    return BrokenStatus();
+  }
+
+  // Runs one gloo operation. The in-flight count keeps the context alive for the destructor.
+  Status Run(const char* op, const std::function<void()>& body) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.ok()) return broken_;
+      ++in_flight_;
+    }
+    Status result;
+    try {
+      body();
+    } catch (const gloo::IoException& e) {
+      result = FromIoException(e.what(), op);
+    } catch (const gloo::EnforceNotMet& e) {
+      result = PeerLostError(std::string(op) + ": " + e.what());
+    } catch (const gloo::Exception& e) {
+      result = PeerLostError(std::string(op) + ": " + e.what());
+    } catch (const std::exception& e) {
+      result = InternalError(std::string(op) + ": " + e.what());
+    }
+    bool shutdown = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!result.ok()) {
+        if (aborted_) {
+          // A call that Abort() broke reports the abort, not the EOF it caused.
+          result = broken_;
+        } else if (broken_.ok()) {
+          broken_ = result.WithContext("rank " + std::to_string(rank_) + " " + prefix_);
+          result = broken_;
+          shutdown = true;
+        } else {
+          result = broken_;
+        }
+      }
+    }
+    if (shutdown) {
+      LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
+      ShutdownAll();
+    }
+    // Last touch of `this`: the destructor may run as soon as the count drops to zero.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+      idle_.notify_all();
+    }
+    return result;
+  }
+
+  // Thread-safe: shutdown(2) on our own dup()s; the context itself is not touched.
+  void ShutdownAll() {
+    for (int fd : sockets_) {
+      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const Timeout timeout_;
+  const std::string prefix_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  const std::vector<int> sockets_;  // per peer: our dup() of the pair's socket, -1 for self
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int in_flight_ = 0;   // guarded by mu_
+  bool aborted_ = false;  // guarded by mu_
+  Status broken_;       // guarded by mu_; OK while healthy
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options) {
+  if (options.store == nullptr) return InvalidArgumentError("CreateGlooCommunicator: no store");
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgumentError("CreateGlooCommunicator: rank " + std::to_string(options.rank) +
+                                " size " + std::to_string(options.size));
+  }
+  if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return InvalidArgumentError("CreateGlooCommunicator: timeouts must be positive");
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device =
+        gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(options.connect_timeout);
+    GlooStore store(options.store, options.connect_timeout);
+    gloo::rendezvous::PrefixStore prefixed(options.prefix, store);
+    RecordingStore recording(prefixed);
+    context->connectFullMesh(recording, device);
+    context->setTimeout(options.timeout);
+    std::vector<int> sockets = FindPairSockets(*context, recording);
+    for (int peer = 0; peer < options.size; ++peer) {
+      if (peer != options.rank && sockets[peer] < 0) {
+        for (int fd : sockets) {
+          if (fd >= 0) ::close(fd);
+        }
+        return InternalError("CreateGlooCommunicator " + options.prefix +
+                             ": cannot find the socket to rank " + std::to_string(peer));
+      }
+    }
+    return std::unique_ptr<Communicator>(new GlooCommunicator(
+        options, std::move(context), std::move(device), std::move(sockets)));
+  } catch (const gloo::IoException& e) {
+    return FromIoException(e.what(), "CreateGlooCommunicator " + options.prefix);
+  } catch (const gloo::EnforceNotMet& e) {
+    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
+  } catch (const gloo::Exception& e) {
+    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
+  } catch (const std::exception& e) {
+    return InternalError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
+  }
+}
+
+}  // namespace elastra
