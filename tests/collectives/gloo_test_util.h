@@ -1,0 +1,52 @@
+// Helpers for the Gloo tests: run one function per rank on its own thread (gloo's
+// BaseTest::spawn), each rank with a connected communicator.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "collectives/kv_store.h"
+
+namespace elastra::testing {
+
+inline std::unique_ptr<Communicator> Connect(KeyValueStore* store, const std::string& prefix,
+                                             int rank, int size,
+                                             std::chrono::milliseconds timeout =
+                                                 std::chrono::milliseconds(10000)) {
+  GlooOptions options;
+  options.store = store;
+  options.prefix = prefix;
+  options.rank = rank;
+  options.size = size;
+  options.timeout = timeout;
+  options.connect_timeout = std::chrono::milliseconds(10000);
+  auto comm = CreateGlooCommunicator(options);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  if (!comm.ok()) return nullptr;
+  return std::move(comm).value();
+}
+
+// Connects `size` ranks under `prefix` and runs fn(comm) on each, one thread per rank.
+inline void Spawn(KeyValueStore* store, const std::string& prefix, int size,
+                  const std::function<void(Communicator&)>& fn,
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([=, &fn] {
+      auto comm = Connect(store, prefix, rank, size, timeout);
+      ASSERT_NE(comm, nullptr);
+      EXPECT_EQ(comm->rank(), rank);
+      EXPECT_EQ(comm->size(), size);
+      fn(*comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace elastra::testing
