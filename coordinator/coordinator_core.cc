@@ -1,0 +1,904 @@
+#include "coordinator/coordinator_core.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/codec.h"
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+namespace {
+
+constexpr char kSender[] = "coordinator";
+// Longest a key-value request may block.
+constexpr int64_t kMaxKvTimeoutMs = 3600 * 1000;
+
+Layout DataParallel(size_t n) {
+  Layout l;
+  l.dp = static_cast<int>(n);
+  return l;
+}
+
+double MsBetween(TimePoint from, TimePoint to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+}  // namespace
+
+CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
+      health_(clock_, options.heartbeat_timeout),
+      kv_(clock_),
+      reconf_(clock_) {
+  if (options_.recover_timeout.count() <= 0) options_.recover_timeout = options_.heartbeat_timeout;
+  if (options_.initial_workers < 1) options_.initial_workers = 1;
+  if (options_.max_workers < 1) options_.max_workers = 1;
+  layout_.dp = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output helpers.
+
+template <class T>
+void CoordinatorCore::Send(const std::string& identity, proto::MessageType type, const T& payload,
+                           uint64_t request_id, uint64_t generation) {
+  out_.push_back({identity, proto::MakeFrame(type, payload, options_.job, generation, kSender,
+                                             request_id)});
+}
+
+template <class T>
+void CoordinatorCore::Push(const std::string& worker_id, proto::MessageType type,
+                           const T& payload, uint64_t generation) {
+  const WorkerInfo* w = membership_.Find(worker_id);
+  if (w == nullptr || w->identity.empty()) return;
+  Send(w->identity, type, payload, 0, generation);
+}
+
+void CoordinatorCore::SendError(const std::string& identity, uint64_t request_id,
+                                const Status& status) {
+  proto::ErrorReply err;
+  err.code = static_cast<int32_t>(status.code());
+  err.message = status.message();
+  Send(identity, proto::MessageType::kError, err, request_id, generation_);
+}
+
+void CoordinatorCore::SendKvCompletions(std::vector<KvStore::Completion>& done) {
+  for (auto& c : done) {
+    if (!c.status.ok()) {
+      SendError(c.waiter.identity, c.waiter.request_id, c.status);
+      continue;
+    }
+    proto::KvReply reply;
+    reply.value = c.value;
+    Send(c.waiter.identity, proto::MessageType::kKvReply, reply, c.waiter.request_id,
+         generation_);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points.
+
+std::vector<Outgoing> CoordinatorCore::HandleMalformed(const std::string& identity,
+                                                       const Status& error) {
+  out_.clear();
+  ++malformed_frames_;
+  SendError(identity, 0, error);
+  return std::move(out_);
+}
+
+std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity,
+                                              const std::string& role,
+                                              const proto::Envelope& e) {
+  out_.clear();
+  using T = proto::MessageType;
+  const bool admin = role == "admin";
+  if (!admin && role != "worker") {
+    SendError(identity, e.request_id, UnauthenticatedError("unknown client role '" + role + "'"));
+    return std::move(out_);
+  }
+  if (!e.job.empty() && e.job != options_.job) {
+    SendError(identity, e.request_id,
+              InvalidArgumentError("this coordinator runs job '" + options_.job + "', not '" +
+                                   e.job + "'"));
+    return std::move(out_);
+  }
+  // The latest message from a worker tells where it is now.
+  if (!e.sender.empty() && e.type != T::kJoin) {
+    if (WorkerInfo* w = membership_.Find(e.sender)) w->identity = identity;
+  }
+  switch (e.type) {
+    case T::kJoin: OnJoin(identity, e); break;
+    case T::kLeave: OnLeave(identity, e); break;
+    case T::kHeartbeat: OnHeartbeat(e); break;
+    case T::kPaused: OnPaused(e); break;
+    case T::kGenerationReady: OnGenerationReady(e); break;
+    case T::kFailureReport: OnFailureReport(e); break;
+    case T::kKvSet:
+    case T::kKvGet:
+    case T::kKvWait:
+    case T::kKvAdd: OnKv(identity, e); break;
+    case T::kStatusRequest: {
+      proto::StatusReply reply;
+      reply.json = StatusJson();
+      Send(identity, T::kStatusReply, reply, e.request_id, generation_);
+      break;
+    }
+    case T::kResize:
+    case T::kAgentRegister:
+    case T::kProcessExited:
+      if (!admin) {
+        SendError(identity, e.request_id,
+                  UnauthenticatedError(std::string(proto::TypeName(e.type)) +
+                                       " needs an admin key; this client holds a worker key"));
+        break;
+      }
+      if (e.type == T::kResize) OnResize(identity, e);
+      else if (e.type == T::kAgentRegister) OnAgentRegister(identity, e);
+      else OnProcessExited(e);
+      break;
+    default:
+      SendError(identity, e.request_id,
+                InvalidArgumentError(std::string("the coordinator does not accept ") +
+                                     proto::TypeName(e.type) + " messages"));
+      break;
+  }
+  return std::move(out_);
+}
+
+#define ELASTRA_DECODE_OR_REPLY(Type, var)                                              \
+  auto var##_or = proto::DecodePayload<Type>(e.payload);                                \
+  if (!var##_or.ok()) {                                                                 \
+    ++malformed_frames_;                                                                \
+    SendError(identity, e.request_id, var##_or.status());                               \
+    return;                                                                             \
+  }                                                                                     \
+  const Type& var = *var##_or
+
+// Fire-and-forget messages: a bad payload is counted and answered with request id 0.
+#define ELASTRA_DECODE_OR_DROP(Type, var)                                               \
+  auto var##_or = proto::DecodePayload<Type>(e.payload);                                \
+  if (!var##_or.ok()) {                                                                 \
+    ++malformed_frames_;                                                                \
+    if (const WorkerInfo* w = membership_.Find(e.sender)) SendError(w->identity, 0, var##_or.status()); \
+    return;                                                                             \
+  }                                                                                     \
+  const Type& var = *var##_or
+
+std::vector<Outgoing> CoordinatorCore::Tick() {
+  out_.clear();
+  auto expired_waits = kv_.ExpireWaiters();
+  SendKvCompletions(expired_waits);
+  if (JobOver()) return std::move(out_);
+
+  std::vector<std::string> lost;
+  for (const auto& id : health_.TakeExpired()) {
+    WorkerInfo* w = membership_.Find(id);
+    if (w == nullptr) continue;
+    switch (w->state) {
+      case WorkerState::kMember: lost.push_back(id); break;
+      case WorkerState::kStandby:
+        LOG(WARNING) << "standby worker " << id << " missed its heartbeat deadline";
+        membership_.SetState(id, WorkerState::kLost);
+        break;
+      case WorkerState::kLeaving: membership_.Remove(id); break;
+      default: break;
+    }
+  }
+  if (!lost.empty()) LoseWorkers(lost, "missed heartbeat deadline");
+
+  if (reconf_.DeadlinePassed()) {
+    auto silent = reconf_.Unanswered();
+    if (!silent.empty()) {
+      LOG(WARNING) << silent.size() << " survivor(s) did not answer the recover request in time";
+      LoseWorkers(silent, "did not answer the recover request");
+    }
+  }
+
+  if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle &&
+      clock_->Now() >= resize_->spawn_deadline) {
+    size_t have = membership_.Members().size() + membership_.Standby().size();
+    ReplyResize("failed", "only " + std::to_string(have) + " of " +
+                              std::to_string(resize_->workers) +
+                              " workers were available within spawn_timeout (" +
+                              std::to_string(options_.spawn_timeout.count()) + " ms)");
+    resize_.reset();
+    outstanding_spawns_.clear();
+  }
+  return std::move(out_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers.
+
+void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_REPLY(proto::JoinRequest, req);
+  if (JobOver()) {
+    SendError(identity, e.request_id, FailedPreconditionError("the job is over; not joining"));
+    return;
+  }
+  const WorkerInfo* existing = membership_.Find(req.worker_id);
+  bool known_standby = existing != nullptr && existing->state == WorkerState::kStandby;
+  if (!known_standby && membership_.Standby().size() >= static_cast<size_t>(options_.max_workers)) {
+    SendError(identity, e.request_id,
+              ResourceExhaustedError("already " + std::to_string(options_.max_workers) +
+                                     " standby workers (max_workers)"));
+    return;
+  }
+  Status s = membership_.Join(req, identity, clock_->Now());
+  if (!s.ok()) {
+    SendError(identity, e.request_id, s);
+    return;
+  }
+  outstanding_spawns_.erase(req.worker_id);
+  health_.Beat(req.worker_id);
+  proto::JoinReply reply;
+  reply.worker_id = req.worker_id;
+  reply.generation = generation_;
+  reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
+  reply.heartbeat_timeout_ms = options_.heartbeat_timeout.count();
+  Send(identity, proto::MessageType::kJoinReply, reply, e.request_id, generation_);
+  LOG(INFO) << "worker " << req.worker_id << " joined (host " << req.host << ", pid " << req.pid
+            << ")";
+  MaybeFormFirstGeneration();
+  if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle) {
+    ContinueResize();
+  }
+}
+
+void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_REPLY(proto::LeaveRequest, req);
+  WorkerInfo* w = membership_.Find(e.sender);
+  if (w == nullptr) {
+    SendError(identity, e.request_id, NotFoundError("no worker '" + e.sender + "' in this job"));
+    return;
+  }
+  Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id, generation_);
+  health_.Forget(w->id);
+  switch (w->state) {
+    case WorkerState::kStandby:
+    case WorkerState::kLeaving:
+    case WorkerState::kLost:
+      membership_.Remove(e.sender);
+      return;
+    case WorkerState::kFinished:
+      return;
+    case WorkerState::kMember:
+      break;
+  }
+  if (req.reason == "finished") {
+    w->state = WorkerState::kFinished;  // keeps its rank for status
+    bool all = !current_members_.empty();
+    for (const auto& id : current_members_) {
+      const WorkerInfo* m = membership_.Find(id);
+      if (m != nullptr && m->state != WorkerState::kFinished && m->state != WorkerState::kLost) {
+        all = false;
+      }
+    }
+    if (all && reconf_.phase() == Phase::kIdle) FinishJob();
+    return;
+  }
+  // Any other reason: the member is gone from this generation; the others recover without it.
+  LoseWorkers({e.sender}, "left (" + req.reason + ")");
+}
+
+void CoordinatorCore::OnHeartbeat(const proto::Envelope& e) {
+  WorkerInfo* w = membership_.Find(e.sender);
+  if (w == nullptr) return;
+  auto hb = proto::DecodePayload<proto::Heartbeat>(e.payload);
+  if (!hb.ok()) {
+    ++malformed_frames_;
+    return;
+  }
+  if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
+    health_.Beat(w->id);
+    w->last_heartbeat = clock_->Now();
+  }
+  w->step = std::max(w->step, hb->step);
+}
+
+void CoordinatorCore::OnPaused(const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_DROP(proto::PausedReport, report);
+  Status s = reconf_.RecordPaused(e.sender, report);
+  if (!s.ok()) {
+    ++stale_messages_;
+    return;
+  }
+  if (WorkerInfo* w = membership_.Find(e.sender)) w->step = std::max(w->step, report.step);
+  if (!reconf_.AllPaused()) return;
+  if (reconf_.phase() == Phase::kPausing) {
+    auto step = reconf_.AgreedStep();
+    if (!step.ok()) {
+      StartRecovery({}, step.status().message());
+      return;
+    }
+    FinishPause(*step);
+  } else {
+    FinishRecovery();
+  }
+}
+
+void CoordinatorCore::OnGenerationReady(const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_DROP(proto::GenerationReady, ready);
+  Status s = reconf_.RecordReady(e.sender, ready);
+  if (!s.ok()) {
+    ++stale_messages_;
+    return;
+  }
+  if (reconf_.AllReady()) Commit();
+}
+
+void CoordinatorCore::OnFailureReport(const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_DROP(proto::FailureReport, report);
+  const WorkerInfo* w = membership_.Find(e.sender);
+  // The generation the members run now: the one being built, else the committed one.
+  uint64_t live = reconf_.phase() == Phase::kBuilding ? reconf_.target() : generation_;
+  if (w == nullptr || w->state != WorkerState::kMember || JobOver() ||
+      reconf_.phase() == Phase::kRecovering || report.generation < live) {
+    ++stale_messages_;
+    return;
+  }
+  StartRecovery({}, "a collective failed on " + e.sender + ": " + report.message);
+}
+
+void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
+  auto exited = proto::DecodePayload<proto::ProcessExited>(e.payload);
+  if (!exited.ok()) {
+    ++malformed_frames_;
+    return;
+  }
+  outstanding_spawns_.erase(exited->worker_id);
+  WorkerInfo* w = membership_.Find(exited->worker_id);
+  if (w == nullptr) return;
+  health_.Forget(w->id);
+  switch (w->state) {
+    case WorkerState::kLeaving:
+    case WorkerState::kStandby:
+      membership_.Remove(w->id);
+      return;
+    case WorkerState::kMember:
+      LoseWorkers({w->id}, "process exited (code " + std::to_string(exited->exit_code) +
+                               ", signal " + std::to_string(exited->signal) + ")");
+      return;
+    default:
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key-value store.
+
+void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e) {
+  using T = proto::MessageType;
+  std::vector<KvStore::Completion> done;
+  auto blocking = [&](std::vector<std::string> keys, int64_t timeout_ms, bool is_get) {
+    if (timeout_ms <= 0) {
+      SendError(identity, e.request_id,
+                TimedOutError("key '" + keys[0] + "' does not exist (timeout 0)"));
+      return;
+    }
+    KvStore::Waiter w;
+    w.identity = identity;
+    w.sender = e.sender;
+    w.request_id = e.request_id;
+    w.keys = std::move(keys);
+    w.is_get = is_get;
+    w.deadline = clock_->Now() + Duration(std::min(timeout_ms, kMaxKvTimeoutMs));
+    Status s = kv_.AddWaiter(std::move(w));
+    if (!s.ok()) SendError(identity, e.request_id, s);
+  };
+  switch (e.type) {
+    case T::kKvSet: {
+      ELASTRA_DECODE_OR_REPLY(proto::KvSetRequest, req);
+      Status s = kv_.Set(req.key, req.value, &done);
+      if (!s.ok()) {
+        SendError(identity, e.request_id, s);
+        return;
+      }
+      Send(identity, T::kKvReply, proto::KvReply{}, e.request_id, generation_);
+      break;
+    }
+    case T::kKvGet: {
+      ELASTRA_DECODE_OR_REPLY(proto::KvGetRequest, req);
+      if (auto v = kv_.Get(req.key)) {
+        proto::KvReply reply;
+        reply.value = *v;
+        Send(identity, T::kKvReply, reply, e.request_id, generation_);
+      } else {
+        blocking({req.key}, req.timeout_ms, true);
+      }
+      break;
+    }
+    case T::kKvWait: {
+      ELASTRA_DECODE_OR_REPLY(proto::KvWaitRequest, req);
+      std::vector<std::string> missing;
+      for (const auto& k : req.keys) {
+        if (!kv_.Contains(k)) missing.push_back(k);
+      }
+      if (missing.empty()) {
+        Send(identity, T::kKvReply, proto::KvReply{}, e.request_id, generation_);
+      } else {
+        blocking(std::move(missing), req.timeout_ms, false);
+      }
+      break;
+    }
+    case T::kKvAdd: {
+      ELASTRA_DECODE_OR_REPLY(proto::KvAddRequest, req);
+      auto sum = kv_.Add(req.key, req.delta, &done);
+      if (!sum.ok()) {
+        SendError(identity, e.request_id, sum.status());
+        return;
+      }
+      proto::KvReply reply;
+      reply.number = *sum;
+      Send(identity, T::kKvReply, reply, e.request_id, generation_);
+      break;
+    }
+    default:
+      break;
+  }
+  SendKvCompletions(done);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin and agents.
+
+void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_REPLY(proto::AgentRegister, req);
+  AgentInfo agent;
+  agent.identity = identity;
+  agent.sender = e.sender;
+  agent.host = req.host;
+  agent.max_workers = req.max_workers;
+  membership_.RegisterAgent(agent);
+  Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id, generation_);
+  if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle) {
+    ContinueResize();
+  }
+}
+
+void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelope& e) {
+  ELASTRA_DECODE_OR_REPLY(proto::ResizeRequest, req);
+  auto refuse = [&](Status s) { SendError(identity, e.request_id, s); };
+  if (req.workers < 1) {
+    return refuse(InvalidArgumentError("a job needs at least 1 worker; asked for " +
+                                       std::to_string(req.workers)));
+  }
+  if (req.workers > options_.max_workers) {
+    return refuse(InvalidArgumentError("asked for " + std::to_string(req.workers) +
+                                       " workers; this job allows at most " +
+                                       std::to_string(options_.max_workers) + " (max_workers)"));
+  }
+  if (req.has_layout && req.layout.world() != req.workers) {
+    return refuse(InvalidArgumentError("layout " + req.layout.ToString() + " has " +
+                                       std::to_string(req.layout.world()) + " ranks, not " +
+                                       std::to_string(req.workers)));
+  }
+  if (req.has_layout && (req.layout.pp != 1 || req.layout.tp != 1)) {
+    return refuse(InvalidArgumentError("layout " + req.layout.ToString() +
+                                       ": only data parallelism is supported until 3-D layouts "
+                                       "land (use pp=1,tp=1)"));
+  }
+  if (JobOver()) return refuse(FailedPreconditionError("the job is " + state()));
+  if (generation_ == 0) {
+    return refuse(FailedPreconditionError("no generation has formed yet; wait for the job to "
+                                          "start before resizing"));
+  }
+  if (resize_ || reconf_.phase() != Phase::kIdle) {
+    return refuse(FailedPreconditionError("another reconfiguration is in progress (" + state() +
+                                          "); retry when it is done"));
+  }
+  const size_t members = membership_.Members().size();
+  if (static_cast<size_t>(req.workers) == members) {
+    proto::ResizeReply reply;
+    reply.phase = "done";
+    reply.generation = generation_;
+    reply.workers = req.workers;
+    reply.layout = layout_;
+    reply.message = "the job already runs with " + std::to_string(members) + " workers";
+    Send(identity, proto::MessageType::kResizeReply, reply, e.request_id, generation_);
+    return;
+  }
+  PendingResize p;
+  p.identity = identity;
+  p.request_id = e.request_id;
+  p.workers = req.workers;
+  p.wait = req.wait;
+  p.received = clock_->Now();
+  resize_ = p;
+  proto::ResizeReply accepted;
+  accepted.phase = "accepted";
+  accepted.generation = generation_;
+  accepted.workers = req.workers;
+  accepted.layout = DataParallel(req.workers);
+  Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id, generation_);
+  LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
+  ContinueResize();
+}
+
+void CoordinatorCore::ReplyResize(const std::string& phase, const std::string& message) {
+  if (!resize_) return;
+  if (resize_->wait) {
+    proto::ResizeReply reply;
+    reply.phase = phase;
+    reply.generation = generation_;
+    reply.workers = static_cast<int32_t>(membership_.Members().size());
+    reply.layout = layout_;
+    reply.message = message;
+    if (phase == "done" && !history_.empty()) {
+      const auto& t = history_.back().timings;
+      reply.downtime_ms = t.downtime_ms;
+      reply.agreement_ms = t.agreement_ms;
+      reply.rebuild_ms = t.rebuild_ms;
+      reply.transfer_ms = t.transfer_ms;
+    }
+    reply.total_ms = MsBetween(resize_->received, clock_->Now());
+    Send(resize_->identity, proto::MessageType::kResizeReply, reply, resize_->request_id,
+         generation_);
+  }
+  if (phase != "done") LOG(WARNING) << "resize " << phase << ": " << message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The state machine.
+
+void CoordinatorCore::MaybeFormFirstGeneration() {
+  if (job_state_ != JobState::kForming || reconf_.phase() != Phase::kIdle) return;
+  auto standby = membership_.Standby();
+  if (standby.size() < static_cast<size_t>(options_.initial_workers)) return;
+  standby.resize(options_.initial_workers);
+  GenerationPlan plan;
+  plan.generation = ++highest_generation_;
+  plan.layout = DataParallel(standby.size());
+  plan.members = standby;
+  plan.has_state.assign(standby.size(), false);
+  plan.has_state[0] = true;  // rank 0's initial state is broadcast
+  plan.restore_step = 0;
+  plan.source_rank = 0;
+  plan.reason = "start";
+  reconf_.Reset();
+  StartBuild(std::move(plan));
+}
+
+void CoordinatorCore::ContinueResize() {
+  if (!resize_ || reconf_.phase() != Phase::kIdle || JobOver()) return;
+  const auto members = membership_.Members();
+  const size_t want = static_cast<size_t>(resize_->workers);
+  if (want == members.size()) {
+    ReplyResize("done", "");
+    resize_.reset();
+    outstanding_spawns_.clear();
+    return;
+  }
+  if (want > members.size()) {
+    const size_t have = members.size() + membership_.Standby().size();
+    if (have < want) {
+      if (!resize_->waiting_for_workers) {
+        resize_->waiting_for_workers = true;
+        resize_->spawn_deadline = clock_->Now() + options_.spawn_timeout;
+      }
+      size_t needed = want - have;
+      needed = needed > outstanding_spawns_.size() ? needed - outstanding_spawns_.size() : 0;
+      if (needed > 0 && !membership_.agents().empty()) {
+        proto::SpawnRequest spawn;
+        for (size_t i = 0; i < needed; ++i) {
+          std::string id;
+          do {
+            id = membership_.NextWorkerId();
+          } while (outstanding_spawns_.count(id));
+          outstanding_spawns_.insert(id);
+          spawn.worker_ids.push_back(id);
+        }
+        const AgentInfo& agent = membership_.agents().front();
+        Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0, generation_);
+        LOG(INFO) << "asked agent " << agent.sender << " to start " << needed << " worker(s)";
+      }
+      return;  // wait for joins
+    }
+    resize_->waiting_for_workers = false;
+  }
+  BeginPause();
+}
+
+void CoordinatorCore::BeginPause() {
+  const auto members = membership_.Members();
+  const uint64_t target = ++highest_generation_;
+  reconf_.BeginPause(target, members);
+  proto::PauseRequest pause;
+  pause.target_generation = target;
+  pause.reason = "resize";
+  for (const auto& id : members) Push(id, proto::MessageType::kPauseRequest, pause, generation_);
+  LOG(INFO) << "pausing generation " << generation_ << " for generation " << target;
+}
+
+void CoordinatorCore::FinishPause(int64_t step) {
+  const auto old = reconf_.Answered();  // old members by rank
+  const size_t want = resize_ ? static_cast<size_t>(resize_->workers) : old.size();
+  GenerationPlan plan;
+  plan.generation = reconf_.target();
+  if (want >= old.size()) {
+    plan.members = old;
+    plan.has_state.assign(old.size(), true);
+    for (const auto& id : membership_.Standby()) {
+      if (plan.members.size() >= want) break;
+      plan.members.push_back(id);
+      plan.has_state.push_back(false);
+    }
+  } else {
+    plan.members.assign(old.begin(), old.begin() + want);
+    plan.has_state.assign(want, true);
+    plan.leaving.assign(old.begin() + want, old.end());
+  }
+  plan.layout = DataParallel(plan.members.size());
+  plan.restore_step = step;
+  plan.source_rank = 0;
+  plan.reason = "resize";
+  StartBuild(std::move(plan));
+}
+
+void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std::string& why) {
+  std::vector<std::string> lost;
+  for (const auto& id : ids) {
+    WorkerInfo* w = membership_.Find(id);
+    if (w == nullptr) continue;
+    bool was_member = w->state == WorkerState::kMember;
+    health_.Forget(id);
+    if (w->state == WorkerState::kLost) continue;
+    LOG(WARNING) << "worker " << id << " lost: " << why;
+    membership_.SetState(id, WorkerState::kLost);
+    if (reconf_.phase() == Phase::kRecovering && reconf_.IsParticipant(id)) {
+      lost.push_back(id);
+    } else if (was_member) {
+      lost.push_back(id);
+    }
+  }
+  if (lost.empty()) return;
+  StartRecovery(lost, why);
+}
+
+void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const std::string& why) {
+  if (JobOver()) return;
+  for (const auto& id : lost) {
+    if (membership_.Find(id) != nullptr) membership_.SetState(id, WorkerState::kLost);
+    health_.Forget(id);
+  }
+  if (reconf_.phase() == Phase::kRecovering) {
+    // Already recovering: the dead simply stop being awaited.
+    for (const auto& id : lost) reconf_.DropParticipant(id);
+    if (reconf_.Unanswered().empty()) FinishRecovery();
+    return;
+  }
+  // A change in flight is aborted. Leaving workers of an aborted shrink stay members.
+  if (reconf_.phase() == Phase::kBuilding) {
+    for (const auto& id : reconf_.plan().leaving) {
+      WorkerInfo* w = membership_.Find(id);
+      if (w != nullptr && w->state == WorkerState::kLeaving) {
+        // It was told to leave and will exit; it holds no rank in what follows.
+        membership_.Remove(id);
+      }
+    }
+  }
+  auto survivors = membership_.Members();
+  if (survivors.empty()) {
+    FailJob("every member is lost (" + why + ")");
+    return;
+  }
+  const uint64_t target = ++highest_generation_;
+  reconf_.BeginRecover(target, survivors, clock_->Now() + options_.recover_timeout);
+  proto::RecoverRequest recover;
+  recover.target_generation = target;
+  recover.lost = lost;
+  for (const auto& id : survivors) {
+    Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
+  }
+  LOG(WARNING) << "recovering into generation " << target << ": " << why;
+}
+
+void CoordinatorCore::FinishRecovery() {
+  auto survivors = reconf_.Answered();
+  auto standby = membership_.Standby();
+  if (survivors.empty()) {
+    FailJob("no member survived");
+    return;
+  }
+  GenerationPlan plan;
+  plan.generation = reconf_.target();
+  plan.source_rank = 0;
+  if (generation_ == 0) {
+    // The first generation never committed: start again from rank 0's initial state.
+    plan.members = survivors;
+    plan.has_state.assign(survivors.size(), false);
+    plan.has_state[0] = true;
+    plan.restore_step = 0;
+    plan.reason = "start";
+  } else {
+    auto recovery = reconf_.PlanRecovery();
+    if (!recovery.ok()) {
+      FailJob("cannot recover: " + recovery.status().message());
+      return;
+    }
+    plan.members = recovery->with_state;
+    plan.has_state.assign(plan.members.size(), true);
+    for (const auto& id : recovery->without_state) {
+      plan.members.push_back(id);
+      plan.has_state.push_back(false);
+    }
+    plan.restore_step = recovery->restore_step;
+    plan.reason = "failure";
+  }
+  for (const auto& id : standby) {
+    if (plan.members.size() >= static_cast<size_t>(options_.max_workers)) break;
+    plan.members.push_back(id);
+    plan.has_state.push_back(false);
+  }
+  plan.layout = DataParallel(plan.members.size());
+  StartBuild(std::move(plan));
+}
+
+void CoordinatorCore::StartBuild(GenerationPlan plan) {
+  // Members not in the plan that still hold the member state (aborted survivors that did not
+  // answer were marked lost already) are not part of the new generation.
+  for (const auto& id : membership_.Members()) {
+    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end() &&
+        std::find(plan.leaving.begin(), plan.leaving.end(), id) == plan.leaving.end()) {
+      membership_.SetState(id, WorkerState::kLost);
+      health_.Forget(id);
+    }
+  }
+  membership_.AssignRanks(plan.members);
+  for (const auto& id : plan.leaving) {
+    membership_.SetState(id, WorkerState::kLeaving);
+    health_.Forget(id);
+  }
+  proto::NewGeneration ng;
+  ng.generation = plan.generation;
+  ng.layout = plan.layout;
+  for (size_t r = 0; r < plan.members.size(); ++r) {
+    const WorkerInfo* w = membership_.Find(plan.members[r]);
+    proto::Member m;
+    m.worker_id = plan.members[r];
+    if (w != nullptr) {
+      m.host = w->host;
+      m.device = w->device;
+    }
+    m.coords = CoordinatesOf(plan.layout, static_cast<int>(r));
+    m.has_state = plan.has_state[r];
+    ng.members.push_back(std::move(m));
+  }
+  ng.restore_step = plan.restore_step;
+  ng.source_rank = plan.source_rank;
+  ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
+  ng.reason = plan.reason;
+  for (const auto& id : plan.members) {
+    Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
+  }
+  proto::NewGeneration leave = ng;
+  leave.leave = true;
+  for (const auto& id : plan.leaving) {
+    Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
+  }
+  LOG(INFO) << "building generation " << plan.generation << " (" << plan.reason << ", "
+            << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
+  reconf_.BeginBuild(std::move(plan));
+}
+
+void CoordinatorCore::Commit() {
+  const GenerationPlan plan = reconf_.plan();
+  HistoryEntry entry;
+  entry.generation = plan.generation;
+  entry.reason = plan.reason;
+  entry.workers = plan.members;
+  entry.layout = plan.layout;
+  entry.timings = reconf_.Timings();
+  history_.push_back(entry);
+  generation_ = plan.generation;
+  layout_ = plan.layout;
+  current_members_ = plan.members;
+  job_state_ = JobState::kRunning;
+  reconf_.Reset();
+  if (generation_ >= 2) kv_.DropGenerationsBefore(generation_ - 1);
+  LOG(INFO) << "generation " << generation_ << " committed (" << layout_.ToString() << ")";
+  if (resize_) ContinueResize();
+}
+
+void CoordinatorCore::FinishJob() {
+  job_state_ = JobState::kFinished;
+  proto::Shutdown shutdown;
+  shutdown.exit_code = 0;
+  shutdown.reason = "every member finished";
+  for (const auto& agent : membership_.agents()) {
+    Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+  }
+  ReplyResize("failed", "the job finished");
+  resize_.reset();
+  LOG(INFO) << "job " << options_.job << " finished";
+}
+
+void CoordinatorCore::FailJob(const std::string& why) {
+  job_state_ = JobState::kFailed;
+  reconf_.Reset();
+  proto::Shutdown shutdown;
+  shutdown.exit_code = 1;
+  shutdown.reason = why;
+  for (const auto& agent : membership_.agents()) {
+    Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+  }
+  for (const WorkerInfo* w : membership_.All()) {
+    if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
+      Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    }
+  }
+  ReplyResize("failed", "the job failed: " + why);
+  resize_.reset();
+  LOG(ERROR) << "job " << options_.job << " failed: " << why;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status.
+
+std::string CoordinatorCore::state() const {
+  switch (job_state_) {
+    case JobState::kFinished: return "finished";
+    case JobState::kFailed: return "failed";
+    default: break;
+  }
+  switch (reconf_.phase()) {
+    case Phase::kPausing: return "pausing";
+    case Phase::kRecovering: return "recovering";
+    case Phase::kBuilding: return generation_ == 0 ? "forming" : "building";
+    case Phase::kIdle: break;
+  }
+  return job_state_ == JobState::kForming ? "forming" : "running";
+}
+
+std::string CoordinatorCore::StatusJson() const {
+  using nlohmann::json;
+  auto layout_json = [](const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; };
+  json j;
+  j["job"] = options_.job;
+  j["state"] = state();
+  j["generation"] = generation_;
+  j["layout"] = layout_json(layout_);
+  int64_t step = -1;
+  json workers = json::array();
+  for (const WorkerInfo* w : membership_.All()) {
+    if (w->state == WorkerState::kMember || w->state == WorkerState::kFinished) {
+      step = std::max(step, w->step);
+    }
+    workers.push_back({{"id", w->id},
+                       {"host", w->host},
+                       {"pid", w->pid},
+                       {"device", w->device},
+                       {"state", WorkerStateName(w->state)},
+                       {"rank", w->rank},
+                       {"step", w->step},
+                       {"last_heartbeat_ms_ago", health_.MillisSinceLast(w->id)}});
+  }
+  j["step"] = step;
+  j["workers"] = workers;
+  json history = json::array();
+  for (const auto& h : history_) {
+    history.push_back({{"generation", h.generation},
+                       {"reason", h.reason},
+                       {"workers", h.workers},
+                       {"layout", layout_json(h.layout)},
+                       {"downtime_ms", h.timings.downtime_ms},
+                       {"agreement_ms", h.timings.agreement_ms},
+                       {"rebuild_ms", h.timings.rebuild_ms},
+                       {"transfer_ms", h.timings.transfer_ms}});
+  }
+  j["history"] = history;
+  json agents = json::array();
+  for (const auto& a : membership_.agents()) {
+    agents.push_back({{"id", a.sender}, {"host", a.host}, {"max_workers", a.max_workers}});
+  }
+  j["agents"] = agents;
+  j["counters"] = {{"malformed_frames", malformed_frames_}, {"stale_messages", stale_messages_}};
+  if (resize_) {
+    j["pending_resize"] = {{"workers", resize_->workers},
+                           {"waiting_for_workers", resize_->waiting_for_workers}};
+  }
+  return j.dump();
+}
+
+}  // namespace elastra::coordinator

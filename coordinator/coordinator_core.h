@@ -1,0 +1,133 @@
+// CoordinatorCore: the coordinator's logic with no sockets. The server hands it each decoded
+// envelope with the ROUTER identity and the role its CURVE key was granted ("admin" or "worker"),
+// and calls Tick() periodically; it answers with the frames to send. Time comes from the injected
+// Clock, so tests drive it with FakeClock and no sleeps. Not thread-safe: one loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/messages.h"
+#include "coordinator/health.h"
+#include "coordinator/kv_store.h"
+#include "coordinator/membership.h"
+#include "coordinator/options.h"
+#include "coordinator/reconfiguration.h"
+
+namespace elastra::coordinator {
+
+// One frame to send to one ROUTER identity.
+struct Outgoing {
+  std::string identity;
+  std::string frame;
+};
+
+struct HistoryEntry {
+  uint64_t generation = 0;
+  std::string reason;
+  std::vector<std::string> workers;
+  Layout layout;
+  ReconfigurationTimings timings;
+};
+
+class CoordinatorCore {
+ public:
+  explicit CoordinatorCore(const CoordinatorOptions& options);
+
+  // Handles one decoded envelope. `role` is "admin" or "worker"; anything else is refused.
+  std::vector<Outgoing> Handle(const std::string& identity, const std::string& role,
+                               const proto::Envelope& envelope);
+  // Answers a frame that did not decode (counted in malformed_frames) with an ErrorReply carrying
+  // request id 0.
+  std::vector<Outgoing> HandleMalformed(const std::string& identity, const Status& error);
+  // Heartbeat deadlines, key-value wait deadlines, recovery and spawn deadlines.
+  std::vector<Outgoing> Tick();
+
+  // The object `elastra status --json` prints.
+  std::string StatusJson() const;
+  // "forming", "running", "pausing", "building", "recovering", "finished", "failed".
+  std::string state() const;
+  uint64_t generation() const { return generation_; }
+  const Layout& layout() const { return layout_; }
+  const Membership& membership() const { return membership_; }
+  const std::vector<HistoryEntry>& history() const { return history_; }
+  uint64_t malformed_frames() const { return malformed_frames_; }
+  uint64_t stale_messages() const { return stale_messages_; }
+
+ private:
+  enum class JobState { kForming, kRunning, kFinished, kFailed };
+
+  struct PendingResize {
+    std::string identity;
+    uint64_t request_id = 0;
+    int workers = 0;
+    bool wait = false;
+    TimePoint received{};
+    bool waiting_for_workers = false;
+    TimePoint spawn_deadline{};
+  };
+
+  // Handlers, one per request type.
+  void OnJoin(const std::string& identity, const proto::Envelope& e);
+  void OnLeave(const std::string& identity, const proto::Envelope& e);
+  void OnHeartbeat(const proto::Envelope& e);
+  void OnPaused(const proto::Envelope& e);
+  void OnGenerationReady(const proto::Envelope& e);
+  void OnFailureReport(const proto::Envelope& e);
+  void OnKv(const std::string& identity, const proto::Envelope& e);
+  void OnResize(const std::string& identity, const proto::Envelope& e);
+  void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
+  void OnProcessExited(const proto::Envelope& e);
+
+  // The state machine.
+  void MaybeFormFirstGeneration();
+  void ContinueResize();
+  void BeginPause();
+  void FinishPause(int64_t step);
+  void StartRecovery(const std::vector<std::string>& lost, const std::string& why);
+  void FinishRecovery();
+  void StartBuild(GenerationPlan plan);
+  void Commit();
+  void FinishJob();
+  void FailJob(const std::string& why);
+  void ReplyResize(const std::string& phase, const std::string& message);
+  bool JobOver() const {
+    return job_state_ == JobState::kFinished || job_state_ == JobState::kFailed;
+  }
+  void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
+
+  // Output helpers.
+  template <class T>
+  void Send(const std::string& identity, proto::MessageType type, const T& payload,
+            uint64_t request_id, uint64_t generation);
+  template <class T>
+  void Push(const std::string& worker_id, proto::MessageType type, const T& payload,
+            uint64_t generation);
+  void SendError(const std::string& identity, uint64_t request_id, const Status& status);
+  void SendKvCompletions(std::vector<KvStore::Completion>& done);
+
+  CoordinatorOptions options_;
+  Clock* clock_;
+  Membership membership_;
+  HealthMonitor health_;
+  KvStore kv_;
+  Reconfiguration reconf_;
+
+  JobState job_state_ = JobState::kForming;
+  uint64_t generation_ = 0;          // committed
+  uint64_t highest_generation_ = 0;  // highest number handed out
+  Layout layout_;
+  std::vector<std::string> current_members_;  // committed generation, by rank
+  std::optional<PendingResize> resize_;
+  std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
+  std::vector<HistoryEntry> history_;
+  uint64_t malformed_frames_ = 0;
+  uint64_t stale_messages_ = 0;
+
+  std::vector<Outgoing> out_;
+};
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,43 @@
+// CoordinatorOptions: everything a coordinator needs to run one job. Plain value type.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/keys.h"
+
+namespace elastra::coordinator {
+
+struct CoordinatorOptions {
+  // The job's name; envelopes naming another (non-empty) job are refused.
+  std::string job = "default";
+  // Where the ROUTER socket binds. Port 0 picks a free port; CoordinatorServer::address() reports
+  // the real endpoint.
+  std::string bind_address = "tcp://127.0.0.1:0";
+  // The coordinator's CURVE key pair (required by the server, unused by the core).
+  KeyPair server_keys;
+  // Public keys (Z85) allowed to connect as workers: join, heartbeat, kv, status.
+  std::vector<std::string> worker_public_keys;
+  // Public keys (Z85) allowed to connect as admins: everything workers may do, plus resize,
+  // agent registration and process-exit reports.
+  std::vector<std::string> admin_public_keys;
+  // The first generation forms when this many workers have joined.
+  int initial_workers = 1;
+  // Upper bound on the workers in one generation (resize refuses more).
+  int max_workers = 64;
+  // Told to workers in JoinReply; how often they send heartbeats.
+  std::chrono::milliseconds heartbeat_interval{200};
+  // A worker silent for this long is lost (detection well under 2 s).
+  std::chrono::milliseconds heartbeat_timeout{1500};
+  // How long a grow waits for the extra workers to join before it fails.
+  std::chrono::milliseconds spawn_timeout{60000};
+  // How long survivors have to answer a RecoverRequest; 0 means heartbeat_timeout.
+  std::chrono::milliseconds recover_timeout{0};
+  // Time source for deadlines; nullptr means SystemClock. Not owned.
+  Clock* clock = nullptr;
+};
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,107 @@
+// Reconfiguration: the state of one change of generation in flight. A planned change goes
+// pausing -> building; a failure goes recovering -> building. This class keeps who must answer,
+// what they answered, and the timings; CoordinatorCore decides what to send. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/messages.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+enum class Phase { kIdle, kPausing, kRecovering, kBuilding };
+const char* PhaseName(Phase phase);
+
+// The generation to build: pushed as NewGeneration to every member (and leave=true to `leaving`).
+struct GenerationPlan {
+  uint64_t generation = 0;
+  Layout layout;
+  std::vector<std::string> members;  // by new rank
+  std::vector<bool> has_state;       // parallel to members
+  std::vector<std::string> leaving;
+  int64_t restore_step = 0;
+  int32_t source_rank = 0;
+  std::string reason;  // "start", "resize", "failure"
+};
+
+struct ReconfigurationTimings {
+  double downtime_ms = 0;   // first PausedReport -> last GenerationReady
+  double agreement_ms = 0;  // pause/recover request sent -> last PausedReport
+  double rebuild_ms = 0;    // slowest communicator build reported
+  double transfer_ms = 0;   // slowest state transfer reported
+};
+
+// What survivors of a failure can continue from.
+struct RecoveryPlan {
+  int64_t restore_step = 0;
+  std::vector<std::string> with_state;     // survivors holding restore_step, by old rank
+  std::vector<std::string> without_state;  // survivors with no commit at all
+};
+
+class Reconfiguration {
+ public:
+  explicit Reconfiguration(Clock* clock) : clock_(clock) {}
+
+  Phase phase() const { return phase_; }
+  uint64_t target() const { return target_; }
+
+  // Planned change: `participants` (old members by rank) were sent PauseRequest{target}.
+  void BeginPause(uint64_t target, std::vector<std::string> participants);
+  // Failure: `participants` (survivors by old rank) were sent RecoverRequest{target}; those that
+  // have not answered by `deadline` are lost.
+  void BeginRecover(uint64_t target, std::vector<std::string> participants, TimePoint deadline);
+  // NewGeneration was sent for `plan`. Keeps the pause timings of this change.
+  void BeginBuild(GenerationPlan plan);
+  // Back to idle; timings cleared.
+  void Reset();
+
+  // kStaleGeneration when the report is for another target or we are not pausing/recovering,
+  // kNotFound when `id` was not asked.
+  Status RecordPaused(const std::string& id, const proto::PausedReport& report);
+  // kStaleGeneration when not building this generation, kNotFound when `id` is not a member.
+  Status RecordReady(const std::string& id, const proto::GenerationReady& ready);
+
+  bool AllPaused() const;
+  bool AllReady() const;
+  // Participants that answered / did not answer, by old rank.
+  std::vector<std::string> Answered() const;
+  std::vector<std::string> Unanswered() const;
+  bool IsParticipant(const std::string& id) const;
+  // Forgets a participant that died (recovering).
+  void DropParticipant(const std::string& id);
+  bool DeadlinePassed() const { return phase_ == Phase::kRecovering && clock_->Now() >= deadline_; }
+
+  // Pausing: the step every participant stopped after. kAborted when the steps differ or one of
+  // them reported a failure.
+  StatusOr<int64_t> AgreedStep() const;
+  // Recovering: the largest step every state-holding survivor has a commit of. kAborted when there
+  // is none.
+  StatusOr<RecoveryPlan> PlanRecovery() const;
+
+  const GenerationPlan& plan() const { return plan_; }
+  ReconfigurationTimings Timings() const;
+
+ private:
+  Clock* clock_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t target_ = 0;
+  std::vector<std::string> participants_;
+  std::map<std::string, proto::PausedReport> paused_;
+  std::map<std::string, proto::GenerationReady> ready_;
+  GenerationPlan plan_;
+  TimePoint deadline_{};
+  TimePoint requested_{};
+  TimePoint first_paused_{};
+  TimePoint last_paused_{};
+  TimePoint last_ready_{};
+  bool any_paused_ = false;
+};
+
+}  // namespace elastra::coordinator
