@@ -1,0 +1,122 @@
+// Worker: the API a training loop links. One Worker per process. It joins the job's coordinator,
+// holds the current generation's layout and communicators, owns the TensorCollection, and at
+// StepEnd() agrees with its peers on when to pause for a reconfiguration, moves state to new
+// workers, and rolls back to an in-memory commit after a failure.
+//
+//   auto worker = elastra::Worker::Create(options).value();
+//   worker->state().AddTensor("w", {64, 64}, elastra::DataType::kFloat64);  // ... init values
+//   CHECK_OK(worker->Start());
+//   while (worker->step() < steps) {
+//     elastra::Status s = TrainOneStep(worker->world(), ...);  // uses world() collectives
+//     auto action = worker->StepEnd(s);
+//     if (!action.ok()) return 1;                              // unrecoverable
+//     if (*action == elastra::StepAction::kLeave) return 0;    // removed by a shrink
+//     // kReconfigured: layout, rank or step may have changed; re-fetch views
+//   }
+//   worker->Finish();
+//
+// Not thread-safe: call from the training thread. Internally one I/O thread talks to the
+// coordinator (heartbeats, pushes).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "elastra/communicator.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
+#include "elastra/tensor_collection.h"
+
+namespace elastra {
+
+struct WorkerOptions {
+  // Coordinator endpoint, "tcp://host:port" (ELASTRA_COORDINATOR).
+  std::string coordinator;
+  // Job name (ELASTRA_JOB, default "elastra").
+  std::string job = "elastra";
+  // Stable id for this process (ELASTRA_WORKER_ID, default "<host>-<pid>").
+  std::string worker_id;
+  // The coordinator's CURVE public key (ELASTRA_SERVER_KEY).
+  std::string server_public_key;
+  // This worker's CURVE key pair (ELASTRA_WORKER_PUBLIC_KEY / ELASTRA_WORKER_SECRET_KEY).
+  std::string public_key;
+  std::string secret_key;
+  // Host name reported for placement (default: gethostname()).
+  std::string host;
+  // Local device index, -1 for CPU (ELASTRA_DEVICE, default -1).
+  int device = -1;
+  // Address this worker's collectives bind to (ELASTRA_BIND_HOST, default 127.0.0.1).
+  std::string bind_host = "127.0.0.1";
+  // In-memory commit every this many steps (ELASTRA_COMMIT_EVERY, default 10). A failure rolls
+  // back at most this many steps.
+  int commit_every = 10;
+  // Default timeout of every collective (ELASTRA_COLLECTIVE_TIMEOUT_MS, default 5000).
+  std::chrono::milliseconds collective_timeout{5000};
+  // How long to wait for the coordinator's decisions (first layout, next generation) before
+  // giving up with kUnavailable (ELASTRA_DECISION_TIMEOUT_MS, default 300000).
+  std::chrono::milliseconds decision_timeout{300000};
+  // Heartbeat period (ELASTRA_HEARTBEAT_MS, default 200).
+  std::chrono::milliseconds heartbeat_interval{200};
+  // Test hook: sleep this long before building each generation (ELASTRA_TEST_APPLY_DELAY_MS).
+  std::chrono::milliseconds test_apply_delay{0};
+
+  // Fills the fields above from the environment that `elastra run` (or the mpirun bootstrap)
+  // sets. kInvalidArgument naming the variable when one is missing or malformed. When
+  // ELASTRA_COORDINATOR is unset but ELASTRA_STATE_DIR names a directory with coordinator.json,
+  // the address and keys are read from there.
+  static StatusOr<WorkerOptions> FromEnvironment();
+};
+
+enum class StepAction {
+  kContinue,      // nothing changed; go on with step()
+  kReconfigured,  // a new generation: layout/rank/communicator changed, step() may have rolled back
+  kLeave,         // this worker was removed by a shrink; its state is handed off; exit 0
+};
+
+class Worker {
+ public:
+  // Validates options and connects to the coordinator. kUnauthenticated when the coordinator
+  // refuses our key, kUnavailable when it cannot be reached.
+  static StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // The state to register before Start().
+  TensorCollection& state();
+
+  // Joins the job and returns once this worker holds a layout, communicators and the job's state
+  // (received from a current worker when it joins a running job). Returns kLeave-equivalent
+  // kAborted if the coordinator never admits it, kUnavailable on timeout.
+  Status Start();
+
+  // Ends a step. `step_status` is the outcome of the step's own collectives: an error there
+  // (kPeerLost, kTimedOut, kAborted) starts the failure path. Cheap when nothing is pending: one
+  // small allreduce. Returns an error only when the job cannot go on (no commit to roll back to,
+  // the coordinator gone past decision_timeout, state mismatch).
+  StatusOr<StepAction> StepEnd(const Status& step_status);
+
+  // Tells the coordinator this worker finished training (call after the last step).
+  void Finish();
+
+  // The number of steps applied to state(): the next step to run.
+  int64_t step() const;
+  uint64_t generation() const;
+  const Layout& layout() const;
+  int rank() const;
+  int world_size() const;
+  const std::string& worker_id() const;
+  // The world communicator of the current generation. Valid until the next StepEnd that returns
+  // kReconfigured.
+  Communicator& world();
+
+  class Impl;
+
+ private:
+  explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace elastra

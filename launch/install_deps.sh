@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what Elastra needs to build and test on Debian 12, skipping what is already there.
+# Idempotent; apt-get as root, or through sudo. CUDA and NCCL are optional and never installed
+# here: the build uses them when /usr/local/cuda has them.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libzmq3-dev cppzmq-dev libcereal-dev nlohmann-json3-dev libxxhash-dev
+  libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "install_deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,37 @@
+// elastra: the command-line entry point. See README.md for every subcommand's output.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "launch/commands.h"
+
+namespace {
+
+void PrintUsage() {
+  std::fprintf(stderr,
+               "usage: elastra <command> [flags]\n"
+               "  run         --nproc N [--state-dir DIR] [--max-workers M] -- PROGRAM ARGS...\n"
+               "  coordinator --state-dir DIR --workers N [--bind tcp://HOST:PORT]\n"
+               "  resize      --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] [--wait]\n"
+               "  status      --state-dir DIR [--json]\n"
+               "  keygen      [--out FILE]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    PrintUsage();
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  elastra::launch::Args args(argv + 2, argv + argc);
+  if (command == "run") return elastra::launch::RunCommand(args);
+  if (command == "coordinator") return elastra::launch::CoordinatorCommand(args);
+  if (command == "resize") return elastra::launch::ResizeCommand(args);
+  if (command == "status") return elastra::launch::StatusCommand(args);
+  if (command == "keygen") return elastra::launch::KeygenCommand(args);
+  std::fprintf(stderr, "elastra: unknown command '%s'\n", command.c_str());
+  PrintUsage();
+  return 2;
+}

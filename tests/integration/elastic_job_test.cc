@@ -1,0 +1,189 @@
+// End-to-end: real `elastra run`, real train_mlp worker processes, real sockets, real SIGKILL.
+// Each test checks the run against `train_mlp --reference`: the same loss at every applied step
+// (1e-4 relative) and exact sample accounting.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "examples/log_check.h"
+#include "tests/integration/job_harness.h"
+
+namespace elastra::testing {
+namespace {
+
+using std::chrono::seconds;
+
+std::vector<std::string> TrainArgs(int steps, int step_ms) {
+  return {"--steps", std::to_string(steps), "--step-time-ms", std::to_string(step_ms),
+          "--global-batch", "48", "--hidden", "24", "--commit-every", "5"};
+}
+
+// Checks the job's log against a reference run; returns the run's log.
+examples::TrainLog ExpectMatchesReference(const Job& job, const std::vector<std::string>& args,
+                                          int steps) {
+  std::string ref = job.dir() + "/ref.jsonl";
+  EXPECT_TRUE(RunReference(args, ref));
+  auto run = examples::ReadTrainLog(job.log_path());
+  auto reference = examples::ReadTrainLog(ref);
+  EXPECT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(reference.ok()) << reference.status();
+  if (!run.ok() || !reference.ok()) return {};
+  auto c = examples::Compare(*run, *reference, steps);
+  EXPECT_TRUE(c.accounting_ok) << c.problem;
+  EXPECT_EQ(c.steps, steps);
+  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  return *run;
+}
+
+std::set<int> DpValues(const examples::TrainLog& log) {
+  std::set<int> dps;
+  for (const auto& [step, r] : log.applied) dps.insert(r.dp);
+  return dps;
+}
+
+std::string Launcher(const Job& job) {
+  std::ifstream in(job.dir() + "/launcher.log");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ElasticJob, ResizeDownThenUpMatchesReference) {
+  const int steps = 120;
+  auto args = TrainArgs(steps, 15);
+  Job job(4, args);
+  ASSERT_TRUE(job.WaitForStep(15, seconds(60))) << Launcher(job);
+
+  auto down = job.Resize("--workers 2 --wait");
+  ASSERT_EQ(down.exit_code, 0) << down.out;
+  auto d = nlohmann::json::parse(down.out);
+  EXPECT_EQ(d["workers"], 2);
+  EXPECT_EQ(d["layout"]["dp"], 2);
+  EXPECT_EQ(d["layout"]["pp"], 1);
+  EXPECT_EQ(d["layout"]["tp"], 1);
+  EXPECT_GE(d["generation"].get<int>(), 2);
+  EXPECT_GE(d["downtime_ms"].get<double>(), 0.0);
+
+  int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 10, seconds(60)));
+  auto up = job.Resize("--workers 3 --wait");
+  ASSERT_EQ(up.exit_code, 0) << up.out;
+  auto u = nlohmann::json::parse(up.out);
+  EXPECT_EQ(u["workers"], 3);
+  EXPECT_EQ(u["layout"]["dp"], 3);
+  EXPECT_GT(u["generation"].get<int>(), d["generation"].get<int>());
+
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  auto log = ExpectMatchesReference(job, args, steps);
+  EXPECT_EQ(DpValues(log), (std::set<int>{2, 3, 4}));
+}
+
+TEST(ElasticJob, KilledWorkerIsDetectedAndSurvivorsRollBack) {
+  const int steps = 100;
+  auto args = TrainArgs(steps, 15);
+  Job job(3, args);
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  pid_t victim = job.PidOfRank(1);
+  ASSERT_GT(victim, 0);
+  auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  // Detected within 2 s: the coordinator stops counting the worker as a member.
+  bool detected = job.WaitFor(
+      [&](const nlohmann::json& j) {
+        for (const auto& w : j.value("workers", nlohmann::json::array())) {
+          if (w.value("pid", int64_t{0}) == victim) return w.value("state", std::string()) != "member";
+        }
+        return true;
+      },
+      seconds(10));
+  double detect_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ASSERT_TRUE(detected);
+  EXPECT_LT(detect_s, 2.0);
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        return j.value("state", std::string()) == "running" && j["layout"].value("dp", 0) == 2;
+      },
+      seconds(30)))
+      << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  auto log = ExpectMatchesReference(job, args, steps);
+  EXPECT_EQ(DpValues(log), (std::set<int>{2, 3}));
+}
+
+TEST(ElasticJob, KillDuringReconfigurationRecovers) {
+  const int steps = 100;
+  auto args = TrainArgs(steps, 15);
+  // Widen the window in which workers build the next generation so the kill lands inside it.
+  Job job(3, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  pid_t victim = job.PidOfRank(2);
+  ASSERT_GT(victim, 0);
+  auto grow = job.Resize("--workers 4");
+  ASSERT_EQ(grow.exit_code, 0) << grow.out;
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) { return j.value("state", std::string()) == "building"; },
+      seconds(30)))
+      << Launcher(job);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ExpectMatchesReference(job, args, steps);
+}
+
+TEST(ElasticJob, ImpossibleResizesAreRefusedAndChangeNothing) {
+  const int steps = 60;
+  auto args = TrainArgs(steps, 15);
+  Job job(2, args);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  uint64_t generation = job.Status().value("generation", uint64_t{0});
+
+  auto zero = job.Resize("--workers 0");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.out.find("--workers must be between 1"), std::string::npos) << zero.out;
+  auto junk = job.Resize("--workers 3x");
+  EXPECT_EQ(junk.exit_code, 2);
+  EXPECT_NE(junk.out.find("must be an integer"), std::string::npos) << junk.out;
+  auto too_many = job.Resize("--workers 100");
+  EXPECT_EQ(too_many.exit_code, 1);
+  EXPECT_NE(too_many.out.find("refused"), std::string::npos) << too_many.out;
+  auto bad_layout = job.Resize("--workers 4 --layout dp=2,pp=2,tp=1");
+  EXPECT_EQ(bad_layout.exit_code, 1);
+  EXPECT_NE(bad_layout.out.find("refused"), std::string::npos) << bad_layout.out;
+  auto mismatched = job.Resize("--workers 3 --layout dp=2");
+  EXPECT_EQ(mismatched.exit_code, 1) << mismatched.out;
+
+  auto status = job.Status();
+  EXPECT_EQ(status.value("generation", uint64_t{0}), generation);
+  EXPECT_EQ(status["layout"].value("dp", 0), 2);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ExpectMatchesReference(job, args, steps);
+}
+
+TEST(ElasticJob, ClientWithWrongKeyIsRefusedClearly) {
+  Job job(1, TrainArgs(400, 10));
+  ASSERT_TRUE(job.WaitForStep(1, seconds(60))) << Launcher(job);
+  // A copy of coordinator.json whose admin key pair the coordinator never saw.
+  auto info = nlohmann::json::parse(std::ifstream(job.state_dir() + "/coordinator.json"));
+  auto fresh = nlohmann::json::parse(RunShell(ElastraBinary() + " keygen").out);
+  std::string stranger = job.dir() + "/stranger";
+  std::filesystem::create_directories(stranger);
+  std::string text = info.dump();
+  std::string old_pub = info["admin"]["public"], old_sec = info["admin"]["secret"];
+  text.replace(text.find(old_pub), old_pub.size(), fresh["public"].get<std::string>());
+  text.replace(text.find(old_sec), old_sec.size(), fresh["secret"].get<std::string>());
+  std::ofstream(stranger + "/coordinator.json") << text;
+  auto r = RunShell(ElastraBinary() + " status --state-dir " + stranger);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("refused this client's key"), std::string::npos) << r.out;
+  auto resize = RunShell(ElastraBinary() + " resize --workers 2 --state-dir " + stranger);
+  EXPECT_EQ(resize.exit_code, 1);
+  EXPECT_NE(resize.out.find("refused this client's key"), std::string::npos) << resize.out;
+  // The job itself is untouched.
+  EXPECT_EQ(job.Status().value("generation", uint64_t{0}), 1u);
+}
+
+}  // namespace
+}  // namespace elastra::testing

@@ -1,0 +1,127 @@
+#include "tests/integration/job_harness.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace elastra::testing {
+
+std::string ElastraBinary() { return ELASTRA_BINARY; }
+std::string TrainBinary() { return TRAIN_MLP_BINARY; }
+
+CommandResult RunShell(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env) {
+  char tmpl[] = "/tmp/elastra_it_XXXXXX";
+  dir_ = mkdtemp(tmpl);
+  std::vector<std::string> argv = {ElastraBinary(), "run", "--nproc", std::to_string(nproc),
+                                   "--state-dir", state_dir(), "--max-workers", "8", "--",
+                                   TrainBinary(), "--log", log_path()};
+  argv.insert(argv.end(), train_args.begin(), train_args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    for (const auto& e : env) putenv(strdup(e.c_str()));
+    std::string out = dir_ + "/launcher.log";
+    FILE* f = std::freopen(out.c_str(), "w", stderr);
+    (void)f;
+    dup2(fileno(stderr), fileno(stdout));
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Job::~Job() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    Wait(std::chrono::seconds(10));
+  }
+  if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+nlohmann::json Job::Status() {
+  auto r = RunShell(ElastraBinary() + " status --json --state-dir " + state_dir());
+  if (r.exit_code != 0) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  return j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+bool Job::WaitFor(const std::function<bool(const nlohmann::json&)>& pred,
+                  std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(state_dir() + "/coordinator.json")) {
+      auto j = Status();
+      if (!j.empty() && pred(j)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+bool Job::WaitForStep(int64_t step, std::chrono::seconds timeout) {
+  return WaitFor([&](const nlohmann::json& j) { return j.value("step", int64_t{-1}) >= step; },
+                 timeout);
+}
+
+CommandResult Job::Resize(const std::string& args) {
+  return RunShell(ElastraBinary() + " resize --state-dir " + state_dir() + " " + args);
+}
+
+pid_t Job::PidOfRank(int rank) {
+  auto j = Status();
+  for (const auto& w : j.value("workers", nlohmann::json::array())) {
+    if (w.value("rank", -1) == rank && w.value("state", std::string()) == "member") {
+      return static_cast<pid_t>(w.value("pid", int64_t{-1}));
+    }
+  }
+  return -1;
+}
+
+int Job::Wait(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  return -1;
+}
+
+bool RunReference(const std::vector<std::string>& train_args, const std::string& log) {
+  std::string cmd = TrainBinary() + " --reference --log " + log;
+  for (const auto& a : train_args) cmd += " " + a;
+  return RunShell(cmd).exit_code == 0;
+}
+
+}  // namespace elastra::testing

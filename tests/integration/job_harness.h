@@ -1,0 +1,58 @@
+// A real job for integration tests: `elastra run` as a child process with train_mlp workers, driven
+// through the real `elastra resize` / `elastra status` commands and real signals.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace elastra::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs a shell command, capturing its output.
+CommandResult RunShell(const std::string& command);
+
+class Job {
+ public:
+  // `train_args` are train_mlp's flags; --log is added. `env` entries ("K=V") are set for the
+  // launcher and its workers (short timeouts injected by tests).
+  Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env = {});
+  ~Job();  // kills whatever is left
+
+  const std::string& dir() const { return dir_; }
+  std::string state_dir() const { return dir_ + "/state"; }
+  std::string log_path() const { return dir_ + "/run.jsonl"; }
+
+  // `elastra status --json`, parsed; an empty object when it fails.
+  nlohmann::json Status();
+  // Polls status until the job's step reaches `step` (true) or `timeout` passes (false).
+  bool WaitForStep(int64_t step, std::chrono::seconds timeout);
+  // Polls until status satisfies `pred`.
+  bool WaitFor(const std::function<bool(const nlohmann::json&)>& pred, std::chrono::seconds timeout);
+  // `elastra resize --state-dir ... <args>`.
+  CommandResult Resize(const std::string& args);
+  // The pid of the member with `rank`, or -1.
+  pid_t PidOfRank(int rank);
+  // Waits for `elastra run` to exit; returns its exit code (-1 on timeout, after killing it).
+  int Wait(std::chrono::seconds timeout);
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// Path of a built binary (set by CMake).
+std::string ElastraBinary();
+std::string TrainBinary();
+
+// Runs train_mlp --reference with the same flags into `log`.
+bool RunReference(const std::vector<std::string>& train_args, const std::string& log);
+
+}  // namespace elastra::testing

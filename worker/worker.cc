@@ -1,0 +1,538 @@
+#include "elastra/worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "common/clock.h"
+#include "common/control_client.h"
+#include "common/keys.h"
+#include "common/logging.h"
+#include "worker/coordinator_store.h"
+
+namespace elastra {
+namespace {
+
+using proto::MessageType;
+using std::chrono::milliseconds;
+
+// The step counter travels with the state under this reserved name.
+constexpr const char* kStepScalar = kStepScalarName;
+// Commits kept in memory: two, because after a failure the survivors may differ by one commit.
+constexpr size_t kCommitsKept = 2;
+// Tag base for state transfer messages (tensors use kTransferTag + index).
+constexpr uint32_t kTransferTag = 1u << 20;
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+Status ParseIntEnv(const char* name, int64_t* out) {
+  std::string v = Getenv(name);
+  if (v.empty()) return OkStatus();
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || x < 0) {
+    return InvalidArgumentError(std::string(name) + "='" + v + "' is not a non-negative integer");
+  }
+  *out = x;
+  return OkStatus();
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
+  WorkerOptions o;
+  o.coordinator = Getenv("ELASTRA_COORDINATOR");
+  o.server_public_key = Getenv("ELASTRA_SERVER_KEY");
+  o.public_key = Getenv("ELASTRA_WORKER_PUBLIC_KEY");
+  o.secret_key = Getenv("ELASTRA_WORKER_SECRET_KEY");
+  std::string job = Getenv("ELASTRA_JOB");
+  if (!job.empty()) o.job = job;
+  std::string state_dir = Getenv("ELASTRA_STATE_DIR");
+  if (o.coordinator.empty() && !state_dir.empty()) {
+    auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
+    if (!info.ok()) return info.status().WithContext("ELASTRA_STATE_DIR=" + state_dir);
+    o.coordinator = info->address;
+    o.job = info->job;
+    o.server_public_key = info->server_public;
+    if (o.public_key.empty()) {
+      o.public_key = info->worker.public_key;
+      o.secret_key = info->worker.secret_key;
+    }
+  }
+  if (o.coordinator.empty()) {
+    return InvalidArgumentError(
+        "ELASTRA_COORDINATOR is not set (start workers with `elastra run`, or set it and the key "
+        "variables, or ELASTRA_STATE_DIR)");
+  }
+  if (!IsValidZ85Key(o.server_public_key)) {
+    return InvalidArgumentError("ELASTRA_SERVER_KEY is missing or not a 40-character Z85 key");
+  }
+  if (!IsValidZ85Key(o.public_key) || !IsValidZ85Key(o.secret_key)) {
+    return InvalidArgumentError(
+        "ELASTRA_WORKER_PUBLIC_KEY / ELASTRA_WORKER_SECRET_KEY are missing or malformed");
+  }
+  o.host = HostName();
+  o.worker_id = Getenv("ELASTRA_WORKER_ID");
+  if (o.worker_id.empty()) o.worker_id = o.host + "-" + std::to_string(getpid());
+  std::string bind = Getenv("ELASTRA_BIND_HOST");
+  if (!bind.empty()) o.bind_host = bind;
+  int64_t v = o.device;
+  std::string dev = Getenv("ELASTRA_DEVICE");
+  if (!dev.empty()) {
+    ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DEVICE", &v));
+    o.device = static_cast<int>(v);
+  }
+  v = o.commit_every;
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COMMIT_EVERY", &v));
+  if (v < 1) return InvalidArgumentError("ELASTRA_COMMIT_EVERY must be at least 1");
+  o.commit_every = static_cast<int>(v);
+  v = o.collective_timeout.count();
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COLLECTIVE_TIMEOUT_MS", &v));
+  o.collective_timeout = milliseconds(v);
+  v = o.decision_timeout.count();
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DECISION_TIMEOUT_MS", &v));
+  o.decision_timeout = milliseconds(v);
+  v = o.heartbeat_interval.count();
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_HEARTBEAT_MS", &v));
+  o.heartbeat_interval = milliseconds(v);
+  v = 0;
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
+  o.test_apply_delay = milliseconds(v);
+  return o;
+}
+
+class Worker::Impl {
+ public:
+  explicit Impl(const WorkerOptions& options) : options_(options) {}
+
+  Status Connect() {
+    ControlClientOptions co;
+    co.address = options_.coordinator;
+    co.server_public = options_.server_public_key;
+    co.client_keys = KeyPair{options_.public_key, options_.secret_key};
+    co.job = options_.job;
+    co.sender = options_.worker_id;
+    co.heartbeat_interval = options_.heartbeat_interval;
+    ELASTRA_ASSIGN_OR_RETURN(client_, ControlClient::Connect(co));
+    store_ = std::make_unique<CoordinatorStore>(client_.get());
+    // A RecoverRequest must break a collective blocked on a dead peer right away, so it is acted
+    // on from the I/O thread the moment it lands.
+    client_->SetPushObserver([this](const proto::Envelope& e) {
+      if (e.type != MessageType::kRecoverRequest) return;
+      auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+      if (!req.ok() || req->target_generation <= generation_.load()) return;
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (comm_) comm_->Abort();
+    });
+    return state_.AddScalar(kStepScalar, 0);
+  }
+
+  Status Start() {
+    logging::SetTag("worker " + options_.worker_id);
+    proto::JoinRequest join{options_.worker_id, options_.host, options_.device,
+                            static_cast<int64_t>(getpid())};
+    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+    if (!reply.ok()) return reply.status().WithContext("joining the job");
+    LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
+              << "; waiting for a layout";
+    auto action = AwaitGeneration();
+    if (!action.ok()) return action.status();
+    if (*action == StepAction::kLeave) {
+      return AbortedError("the coordinator removed this worker before it started");
+    }
+    return OkStatus();
+  }
+
+  StatusOr<StepAction> StepEnd(const Status& step_status) {
+    if (left_) return FailedPreconditionError("this worker has left the job");
+    if (!step_status.ok()) return Recover(step_status);
+    SetStep(step() + 1);
+    DrainPushes();
+    if (recover_pending_) return Recover(PeerLostError("the coordinator started a recovery"));
+    // The one small collective per step: agree on whether to pause. Everyone contributes the
+    // newest target generation it was asked to pause for, so all stop after this same step.
+    int64_t flag = static_cast<int64_t>(pending_target_);
+    Status s = world().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
+    if (!s.ok()) return Recover(s);
+    if (flag > 0) return Pause(static_cast<uint64_t>(flag));
+    if (step() % options_.commit_every == 0) Commit();
+    return StepAction::kContinue;
+  }
+
+  void Finish() {
+    if (left_ || client_ == nullptr) return;
+    proto::LeaveRequest req{"finished"};
+    auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(5000),
+                                           generation_.load());
+    if (!reply.ok()) LOG(WARNING) << "finish not acknowledged: " << reply.status();
+    left_ = true;
+    Shutdown();
+  }
+
+  void Shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      comm_.reset();
+    }
+    if (client_) client_->Close();
+  }
+
+  TensorCollection& state() { return state_; }
+  int64_t step() const { return state_.GetScalar(kStepScalar); }
+  uint64_t generation() const { return generation_.load(); }
+  const Layout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  int world_size() const { return layout_.world(); }
+  const std::string& worker_id() const { return options_.worker_id; }
+  Communicator& world() {
+    CHECK(comm_ != nullptr) << "no communicator: call Start() first";
+    return *comm_;
+  }
+
+ private:
+  struct Commit_ {
+    int64_t step = 0;
+    std::vector<std::vector<std::byte>> tensors;
+    std::vector<int64_t> scalars;
+  };
+
+  void SetStep(int64_t s) {
+    state_.SetScalar(kStepScalar, s);
+    client_->SetHeartbeatStep(s);
+  }
+
+  std::vector<int64_t> CommitSteps() const {
+    std::vector<int64_t> out;
+    for (const auto& c : commits_) out.push_back(c.step);
+    return out;
+  }
+
+  void Commit() {
+    if (!commits_.empty() && commits_.back().step == step()) return;
+    Commit_ c;
+    if (commits_.size() >= kCommitsKept) {
+      c = std::move(commits_.front());  // reuse the oldest commit's buffers
+      commits_.pop_front();
+    }
+    c.step = step();
+    const auto& tensors = state_.tensors();
+    c.tensors.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) c.tensors[i] = tensors[i].data;
+    c.scalars.clear();
+    for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
+    commits_.push_back(std::move(c));
+  }
+
+  // Restores the commit of `target_step` and forgets newer ones (they belong to an abandoned
+  // timeline). kFailedPrecondition when no such commit is held.
+  Status RestoreCommit(int64_t target_step) {
+    while (!commits_.empty() && commits_.back().step > target_step) commits_.pop_back();
+    if (commits_.empty() || commits_.back().step != target_step) {
+      return FailedPreconditionError("no in-memory commit of step " +
+                                     std::to_string(target_step) + " to roll back to");
+    }
+    const Commit_& c = commits_.back();
+    auto& tensors = state_.mutable_tensors();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      std::copy(c.tensors[i].begin(), c.tensors[i].end(), tensors[i].data.begin());
+    }
+    auto& scalars = state_.mutable_scalars();
+    for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
+    client_->SetHeartbeatStep(step());
+    return OkStatus();
+  }
+
+  // Reads the pushes that arrived since the last look, without waiting.
+  void DrainPushes() {
+    while (auto e = client_->PollPush(milliseconds(0))) Stash(std::move(*e));
+  }
+
+  void Stash(proto::Envelope e) {
+    switch (e.type) {
+      case MessageType::kPauseRequest: {
+        auto req = proto::DecodePayload<proto::PauseRequest>(e.payload);
+        if (req.ok() && req->target_generation > generation_.load()) {
+          pending_target_ = std::max(pending_target_, req->target_generation);
+        }
+        return;
+      }
+      case MessageType::kRecoverRequest: {
+        auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+        if (req.ok() && req->target_generation > generation_.load()) recover_pending_ = true;
+        inbox_.push_back(std::move(e));
+        return;
+      }
+      default:
+        inbox_.push_back(std::move(e));
+    }
+  }
+
+  StatusOr<StepAction> Pause(uint64_t target) {
+    pending_target_ = std::max(pending_target_, target);
+    Commit();
+    LOG(INFO) << "pausing after step " << step() << " for generation " << target;
+    proto::PausedReport report{target, step(), CommitSteps(), false};
+    answered_target_ = std::max(answered_target_, target);
+    Status s = client_->Send(MessageType::kPaused, proto::EncodePayload(report), generation_.load());
+    if (!s.ok()) return s;
+    return AwaitGeneration();
+  }
+
+  StatusOr<StepAction> Recover(const Status& cause) {
+    LOG(WARNING) << "step " << step() << " failed in generation " << generation_.load() << ": "
+                 << cause << "; recovering";
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (comm_) comm_->Abort();
+    }
+    proto::FailureReport report{generation_.load(), static_cast<int32_t>(cause.code()),
+                                cause.message()};
+    client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), generation_.load())
+        .IgnoreError();
+    return AwaitGeneration();
+  }
+
+  // Waits for the coordinator's decision: answers recovery requests, builds the next generation,
+  // or leaves.
+  StatusOr<StepAction> AwaitGeneration() {
+    auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (inbox_.empty()) {
+        auto e = client_->PollPush(milliseconds(100));
+        if (!e) continue;
+        Stash(std::move(*e));
+        if (inbox_.empty()) continue;  // a pause request; nothing else to do while waiting
+      }
+      proto::Envelope e = std::move(inbox_.front());
+      inbox_.pop_front();
+      if (e.type == MessageType::kRecoverRequest) {
+        auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+        if (!req.ok() || req->target_generation <= generation_.load()) continue;
+        {
+          std::lock_guard<std::mutex> lock(comm_mu_);
+          if (comm_) comm_->Abort();
+        }
+        answered_target_ = std::max(answered_target_, req->target_generation);
+        LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
+                  << CommitSteps().size() << " (newest step "
+                  << (commits_.empty() ? -1 : commits_.back().step) << ")";
+        proto::PausedReport report{req->target_generation, step(), CommitSteps(), true};
+        ELASTRA_RETURN_IF_ERROR(client_->Send(MessageType::kPaused,
+                                              proto::EncodePayload(report), generation_.load()));
+        continue;
+      }
+      if (e.type != MessageType::kNewGeneration) {
+        LOG(DEBUG) << "ignoring " << proto::TypeName(e.type) << " while waiting for a layout";
+        continue;
+      }
+      auto gen = proto::DecodePayload<proto::NewGeneration>(e.payload);
+      if (!gen.ok()) {
+        LOG(ERROR) << "undecodable NewGeneration: " << gen.status();
+        continue;
+      }
+      if (gen->generation <= generation_.load() || gen->generation < answered_target_) {
+        LOG(DEBUG) << "dropping stale generation " << gen->generation;
+        continue;
+      }
+      if (gen->leave) {
+        LOG(INFO) << "leaving the job at generation " << gen->generation << " after step "
+                  << step();
+        left_ = true;
+        Shutdown();
+        return StepAction::kLeave;
+      }
+      Status s = Apply(*gen);
+      if (s.ok()) return StepAction::kReconfigured;
+      LOG(WARNING) << "generation " << gen->generation << " failed to build: " << s;
+      {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        if (comm_) comm_->Abort();
+      }
+      proto::FailureReport report{gen->generation, static_cast<int32_t>(s.code()), s.message()};
+      client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
+          .IgnoreError();
+      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInvalidArgument) {
+        return s;  // this worker cannot take part: nothing to wait for
+      }
+    }
+    return UnavailableError("no decision from the coordinator within " +
+                            std::to_string(options_.decision_timeout.count()) + " ms");
+  }
+
+  Status Apply(const proto::NewGeneration& gen) {
+    auto t0 = std::chrono::steady_clock::now();
+    int my_rank = -1;
+    for (size_t i = 0; i < gen.members.size(); ++i) {
+      if (gen.members[i].worker_id == options_.worker_id) my_rank = static_cast<int>(i);
+    }
+    if (my_rank < 0) return InvalidArgumentError("this worker is not a member of the generation");
+    if (options_.test_apply_delay.count() > 0) {
+      // Test hook (ELASTRA_TEST_APPLY_DELAY_MS): widens the window in which a test kills a worker
+      // during a reconfiguration.
+      std::this_thread::sleep_for(options_.test_apply_delay);
+    }
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      comm_.reset();  // the old generation's context: everyone has left it
+    }
+    GlooOptions go;
+    go.store = store_.get();
+    go.prefix = gen.kv_prefix + "world/";
+    go.rank = my_rank;
+    go.size = static_cast<int>(gen.members.size());
+    go.hostname = options_.bind_host;
+    go.timeout = options_.collective_timeout;
+    go.connect_timeout = options_.collective_timeout * 2;
+    auto comm = CreateGlooCommunicator(go);
+    if (!comm.ok()) return comm.status().WithContext("building generation " +
+                                                     std::to_string(gen.generation));
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      comm_ = std::move(comm).value();
+    }
+    double rebuild_ms = MillisSince(t0);
+    auto t1 = std::chrono::steady_clock::now();
+
+    bool have_state = gen.members[my_rank].has_state;
+    if (have_state && step() != gen.restore_step) {
+      ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
+      LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
+    }
+    int64_t bytes = 0;
+    ELASTRA_ASSIGN_OR_RETURN(bytes, TransferState(gen, my_rank));
+    double transfer_ms = MillisSince(t1);
+
+    generation_ = gen.generation;
+    layout_ = gen.layout;
+    rank_ = my_rank;
+    pending_target_ = 0;
+    recover_pending_ = false;
+    // Every member holds a commit of the step it continues from, so a failure right after this
+    // rolls back here, not further.
+    while (!commits_.empty() && commits_.back().step > step()) commits_.pop_back();
+    Commit();
+    logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
+                    std::to_string(my_rank));
+    LOG(INFO) << "generation " << gen.generation << " (" << gen.reason << "): "
+              << gen.layout.ToString() << ", step " << step() << ", rebuild " << rebuild_ms
+              << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in)";
+    proto::GenerationReady ready{gen.generation, rebuild_ms, transfer_ms, bytes};
+    return client_->Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
+                         gen.generation);
+  }
+
+  // Members without state receive it from members that have it, spread over the holders so no
+  // sender carries more than its share. Returns the bytes this rank received.
+  StatusOr<int64_t> TransferState(const proto::NewGeneration& gen, int my_rank) {
+    std::vector<int> holders, needers;
+    for (size_t i = 0; i < gen.members.size(); ++i) {
+      (gen.members[i].has_state ? holders : needers).push_back(static_cast<int>(i));
+    }
+    if (needers.empty()) return int64_t{0};
+    if (holders.empty()) return FailedPreconditionError("no member holds the job's state");
+    Communicator& comm = world();
+    auto timeout = options_.collective_timeout * 4;
+    int64_t received = 0;
+    for (size_t j = 0; j < needers.size(); ++j) {
+      int dst = needers[j];
+      int src = holders[j % holders.size()];
+      if (my_rank != src && my_rank != dst) continue;
+      // A header first: the state's signature and step, so a mismatch is an error, not garbage.
+      int64_t header[3] = {static_cast<int64_t>(state_.Signature()), step(),
+                           static_cast<int64_t>(state_.bytes())};
+      if (my_rank == src) {
+        ELASTRA_RETURN_IF_ERROR(comm.Send(header, sizeof(header), dst, kTransferTag - 1, timeout));
+        const auto& tensors = state_.tensors();
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          if (tensors[i].bytes() == 0) continue;
+          ELASTRA_RETURN_IF_ERROR(comm.Send(tensors[i].data.data(), tensors[i].bytes(), dst,
+                                            kTransferTag + static_cast<uint32_t>(i), timeout));
+        }
+        std::vector<int64_t> scalars;
+        for (const auto& [n, v] : state_.scalars()) scalars.push_back(v);
+        ELASTRA_RETURN_IF_ERROR(comm.Send(scalars.data(), scalars.size() * sizeof(int64_t), dst,
+                                          kTransferTag - 2, timeout));
+      } else {
+        int64_t theirs[3] = {0, 0, 0};
+        ELASTRA_RETURN_IF_ERROR(comm.Recv(theirs, sizeof(theirs), src, kTransferTag - 1, timeout));
+        if (theirs[0] != header[0] || theirs[2] != header[2]) {
+          return InvalidArgumentError(
+              "this worker registered different tensors than the job's (signature or size "
+              "mismatch): every worker must register the same state before Start()");
+        }
+        auto& tensors = state_.mutable_tensors();
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          if (tensors[i].bytes() == 0) continue;
+          ELASTRA_RETURN_IF_ERROR(comm.Recv(tensors[i].data.data(), tensors[i].bytes(), src,
+                                            kTransferTag + static_cast<uint32_t>(i), timeout));
+          received += static_cast<int64_t>(tensors[i].bytes());
+        }
+        std::vector<int64_t> scalars(state_.scalars().size());
+        ELASTRA_RETURN_IF_ERROR(comm.Recv(scalars.data(), scalars.size() * sizeof(int64_t), src,
+                                          kTransferTag - 2, timeout));
+        auto& mine = state_.mutable_scalars();
+        for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
+        commits_.clear();  // whatever this worker held before belongs to no timeline now
+        client_->SetHeartbeatStep(step());
+      }
+    }
+    return received;
+  }
+
+  WorkerOptions options_;
+  std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<CoordinatorStore> store_;
+  TensorCollection state_;
+
+  std::mutex comm_mu_;  // guards comm_ against Abort() from the I/O thread
+  std::unique_ptr<Communicator> comm_;
+  std::atomic<uint64_t> generation_{0};
+  Layout layout_;
+  int rank_ = -1;
+
+  std::deque<Commit_> commits_;
+  std::deque<proto::Envelope> inbox_;
+  uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
+  uint64_t answered_target_ = 0;  // newest target we reported Paused for
+  bool recover_pending_ = false;
+  bool left_ = false;
+};
+
+StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
+  if (options.commit_every < 1) return InvalidArgumentError("commit_every must be at least 1");
+  auto impl = std::make_unique<Impl>(options);
+  ELASTRA_RETURN_IF_ERROR(impl->Connect());
+  return std::unique_ptr<Worker>(new Worker(std::move(impl)));
+}
+
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Worker::~Worker() { impl_->Shutdown(); }
+TensorCollection& Worker::state() { return impl_->state(); }
+Status Worker::Start() { return impl_->Start(); }
+StatusOr<StepAction> Worker::StepEnd(const Status& s) { return impl_->StepEnd(s); }
+void Worker::Finish() { impl_->Finish(); }
+int64_t Worker::step() const { return impl_->step(); }
+uint64_t Worker::generation() const { return impl_->generation(); }
+const Layout& Worker::layout() const { return impl_->layout(); }
+int Worker::rank() const { return impl_->rank(); }
+int Worker::world_size() const { return impl_->world_size(); }
+const std::string& Worker::worker_id() const { return impl_->worker_id(); }
+Communicator& Worker::world() { return impl_->world(); }
+
+}  // namespace elastra
