@@ -52,6 +52,10 @@ class NcclCommunicator : public Communicator {
   int rank() const override;
   int size() const override;
   const char* backend() const override { return "nccl"; }
+  // The overloads with default_timeout().
+  using Communicator::Allreduce;
+  using Communicator::Barrier;
+  using Communicator::Broadcast;
   Timeout default_timeout() const override;
 
   // All buffers are device (or managed) memory on device(). Calls are synchronous: they return

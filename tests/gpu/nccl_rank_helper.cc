@@ -1,0 +1,574 @@
+// nccl_rank_helper: one rank of a multi-process NCCL test. Started by nccl_communicator_test (one
+// process per rank, see rank_process.h); rendezvous through a FileKeyValueStore.
+//
+//   nccl_rank_helper <scenario> <rank> <size> <store_dir> <prefix> [timeout_ms]
+//
+// Exit code 0 when every check of the scenario passed; a failed check prints "FAIL ..." to stderr
+// and exits non-zero (the test reports the code). Scenarios: collectives, split, hang, kill, leak.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "collectives/nccl/nccl_communicator.h"
+#include "tests/gpu/file_kv_store.h"
+
+namespace elastra {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+struct Args {
+  std::string scenario;
+  int rank = 0;
+  int size = 0;
+  std::string dir;
+  std::string prefix;
+  Ms timeout{3000};
+};
+
+int g_failures = 0;
+int g_rank = -1;
+
+#define EXPECT_TRUE_H(cond, ...)                                                \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      std::fprintf(stderr, "FAIL rank %d %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                        \
+      std::fprintf(stderr, "\n");                                               \
+      ++g_failures;                                                             \
+    }                                                                           \
+  } while (0)
+
+#define REQUIRE_OK(expr)                                                                    \
+  do {                                                                                      \
+    Status _s = (expr);                                                                     \
+    if (!_s.ok()) {                                                                         \
+      std::fprintf(stderr, "FAIL rank %d %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr, \
+                   _s.ToString().c_str());                                                  \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+void CudaCheck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "FAIL rank %d: %s: %s\n", g_rank, what, cudaGetErrorString(e));
+    std::exit(20);
+  }
+}
+#define CUDA_CHECK(expr) CudaCheck((expr), #expr)
+
+// A device buffer of T, filled and read through host copies.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() { return p_; }
+  size_t size() const { return n_; }
+  void Upload(const std::vector<T>& v) {
+    CUDA_CHECK(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> Download() const {
+    std::vector<T> v(n_);
+    CUDA_CHECK(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+template <typename T>
+constexpr DataType TypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
+  if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
+  if constexpr (std::is_same_v<T, int64_t>) return DataType::kInt64;
+  return DataType::kUint8;
+}
+
+// Rank r's element i: exact in every type. int64 values exceed 2^32 to catch a narrowed type.
+template <typename T>
+T ValueOf(int r, size_t i) {
+  const int64_t base = static_cast<int64_t>((r + 1) * ((i % 13) + 1)) * ((i % 2) ? 1 : -1);
+  if constexpr (std::is_same_v<T, int64_t>) return base * (int64_t{1} << 33) + r;
+  return static_cast<T>(base);
+}
+
+template <typename T>
+T Reduce(ReduceOp op, int size, size_t i) {
+  T acc = ValueOf<T>(0, i);
+  for (int r = 1; r < size; ++r) {
+    T v = ValueOf<T>(r, i);
+    if (op == ReduceOp::kSum) acc += v;
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+  }
+  return acc;
+}
+
+template <typename T>
+int CheckAllreduce(NcclCommunicator& comm, ReduceOp op, size_t count) {
+  DeviceBuffer<T> buf(count);
+  std::vector<T> in(count);
+  for (size_t i = 0; i < count; ++i) in[i] = ValueOf<T>(comm.rank(), i);
+  buf.Upload(in);
+  REQUIRE_OK(comm.Allreduce(buf.get(), count, TypeOf<T>(), op, comm.default_timeout()));
+  auto out = buf.Download();
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (out[i] != Reduce<T>(op, comm.size(), i)) ++bad;
+  }
+  EXPECT_TRUE_H(bad == 0, "allreduce %s op %d: %zu of %zu elements wrong (e.g. [1]=%g want %g)",
+                DataTypeName(TypeOf<T>()), static_cast<int>(op), bad, count,
+                static_cast<double>(out[1]), static_cast<double>(Reduce<T>(op, comm.size(), 1)));
+  return 0;
+}
+
+int ScenarioCollectives(const Args& a, KeyValueStore& store) {
+  NcclOptions o{&store, a.prefix, a.rank, a.size, 0, a.timeout, Ms(60000)};
+  auto made = CreateNcclCommunicator(o);
+  REQUIRE_OK(made.status());
+  NcclCommunicator& comm = **made;
+  EXPECT_TRUE_H(comm.rank() == a.rank && comm.size() == a.size, "rank/size %d/%d", comm.rank(),
+                comm.size());
+  EXPECT_TRUE_H(std::string(comm.backend()) == "nccl", "backend %s", comm.backend());
+  const size_t kCount = 4099;  // not a multiple of anything NCCL likes
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    if (CheckAllreduce<float>(comm, op, kCount)) return 1;
+    if (CheckAllreduce<double>(comm, op, kCount)) return 1;
+    if (CheckAllreduce<int64_t>(comm, op, kCount)) return 1;
+  }
+
+  // Broadcast from the last rank.
+  {
+    const int root = a.size - 1;
+    DeviceBuffer<double> buf(kCount);
+    std::vector<double> in(kCount);
+    for (size_t i = 0; i < kCount; ++i) in[i] = a.rank == root ? 0.5 * i + 7 : -1;
+    buf.Upload(in);
+    REQUIRE_OK(comm.Broadcast(buf.get(), kCount, DataType::kFloat64, root));
+    auto out = buf.Download();
+    size_t bad = 0;
+    for (size_t i = 0; i < kCount; ++i) bad += out[i] != 0.5 * i + 7;
+    EXPECT_TRUE_H(bad == 0, "broadcast: %zu wrong", bad);
+  }
+  // Allgather: rank r contributes r*1000 + i.
+  {
+    DeviceBuffer<int64_t> send(kCount), recv(kCount * a.size);
+    std::vector<int64_t> in(kCount);
+    for (size_t i = 0; i < kCount; ++i) in[i] = a.rank * 1000000 + static_cast<int64_t>(i);
+    send.Upload(in);
+    REQUIRE_OK(comm.Allgather(send.get(), recv.get(), kCount, DataType::kInt64, a.timeout));
+    auto out = recv.Download();
+    size_t bad = 0;
+    for (int r = 0; r < a.size; ++r) {
+      for (size_t i = 0; i < kCount; ++i) bad += out[r * kCount + i] != r * 1000000 + int64_t(i);
+    }
+    EXPECT_TRUE_H(bad == 0, "allgather: %zu wrong", bad);
+  }
+  // Reduce-scatter (sum): block b of rank r holds (r+1) * (b*kCount + i).
+  {
+    DeviceBuffer<float> send(kCount * a.size), recv(kCount);
+    std::vector<float> in(kCount * a.size);
+    for (size_t j = 0; j < in.size(); ++j) in[j] = static_cast<float>((a.rank + 1) * (j % 1000));
+    send.Upload(in);
+    REQUIRE_OK(comm.ReduceScatter(send.get(), recv.get(), kCount, DataType::kFloat32,
+                                  ReduceOp::kSum, a.timeout));
+    auto out = recv.Download();
+    const float ranks_sum = a.size * (a.size + 1) / 2.0f;
+    size_t bad = 0;
+    for (size_t i = 0; i < kCount; ++i) {
+      bad += out[i] != ranks_sum * static_cast<float>((a.rank * kCount + i) % 1000);
+    }
+    EXPECT_TRUE_H(bad == 0, "reduce-scatter: %zu wrong", bad);
+  }
+  // Ring shift with SendRecv (needs the group call, or it deadlocks), then plain Send/Recv 0<->1.
+  {
+    const size_t bytes = 1 << 20;
+    DeviceBuffer<uint8_t> send(bytes), recv(bytes);
+    std::vector<uint8_t> in(bytes);
+    for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(a.rank * 31 + i);
+    send.Upload(in);
+    const int next = (a.rank + 1) % a.size, prev = (a.rank + a.size - 1) % a.size;
+    REQUIRE_OK(comm.SendRecv(send.get(), bytes, next, recv.get(), bytes, prev, a.timeout));
+    auto out = recv.Download();
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; ++i) bad += out[i] != static_cast<uint8_t>(prev * 31 + i);
+    EXPECT_TRUE_H(bad == 0, "ring SendRecv: %zu wrong", bad);
+
+    if (a.rank == 0) {
+      REQUIRE_OK(comm.Send(send.get(), 4096, 1, 7, a.timeout));
+      REQUIRE_OK(comm.Recv(recv.get(), 4096, 1, 8, a.timeout));
+      auto back = recv.Download();
+      size_t bad2 = 0;
+      for (size_t i = 0; i < 4096; ++i) bad2 += back[i] != static_cast<uint8_t>(1 * 31 + i);
+      EXPECT_TRUE_H(bad2 == 0, "Recv from 1: %zu wrong", bad2);
+    } else if (a.rank == 1) {
+      REQUIRE_OK(comm.Recv(recv.get(), 4096, 0, 7, a.timeout));
+      auto got = recv.Download();
+      size_t bad2 = 0;
+      for (size_t i = 0; i < 4096; ++i) bad2 += got[i] != static_cast<uint8_t>(i);
+      EXPECT_TRUE_H(bad2 == 0, "Recv from 0: %zu wrong", bad2);
+      REQUIRE_OK(comm.Send(send.get(), 4096, 0, 8, a.timeout));
+    }
+  }
+  // A caller's mistake is kInvalidArgument and leaves the communicator usable.
+  {
+    std::vector<float> host(16);
+    Status s = comm.Allreduce(host.data(), 16, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_TRUE_H(s.code() == StatusCode::kInvalidArgument, "host pointer: %s",
+                  s.ToString().c_str());
+    DeviceBuffer<float> d(16);
+    s = comm.Broadcast(d.get(), 16, DataType::kFloat32, a.size);
+    EXPECT_TRUE_H(s.code() == StatusCode::kInvalidArgument, "bad root: %s", s.ToString().c_str());
+    s = comm.Send(d.get(), 64, a.rank, 0, a.timeout);
+    EXPECT_TRUE_H(s.code() == StatusCode::kInvalidArgument, "send to self: %s",
+                  s.ToString().c_str());
+    REQUIRE_OK(comm.health());
+  }
+  REQUIRE_OK(comm.Barrier());
+  if (CheckAllreduce<float>(comm, ReduceOp::kSum, 1 << 20)) return 1;
+  return g_failures == 0 ? 0 : 1;
+}
+
+// Sum over the ranks of `value` on `comm`, as int64.
+StatusOr<int64_t> SumOf(NcclCommunicator& comm, int64_t value) {
+  DeviceBuffer<int64_t> buf(1);
+  buf.Upload({value});
+  ELASTRA_RETURN_IF_ERROR(comm.Allreduce(buf.get(), 1, DataType::kInt64, ReduceOp::kSum));
+  return buf.Download()[0];
+}
+
+int ScenarioSplit(const Args& a, KeyValueStore& store) {
+  NcclOptions o{&store, a.prefix, a.rank, a.size, 0, a.timeout, Ms(60000)};
+  auto made = CreateNcclCommunicator(o);
+  REQUIRE_OK(made.status());
+  NcclCommunicator& world = **made;
+
+  // Two groups by parity; keys reverse the order inside a group.
+  auto child = world.Split(a.rank % 2, -a.rank);
+  REQUIRE_OK(child.status());
+  EXPECT_TRUE_H(*child != nullptr, "split gave no communicator");
+  if (*child == nullptr) return 1;
+  std::vector<int> members;
+  for (int r = a.size - 1; r >= 0; --r) {
+    if (r % 2 == a.rank % 2) members.push_back(r);
+  }
+  int want_rank = 0;
+  while (members[want_rank] != a.rank) ++want_rank;
+  EXPECT_TRUE_H((*child)->size() == static_cast<int>(members.size()), "child size %d want %zu",
+                (*child)->size(), members.size());
+  EXPECT_TRUE_H((*child)->rank() == want_rank, "child rank %d want %d", (*child)->rank(),
+                want_rank);
+  int64_t want_sum = 0;
+  for (int r : members) want_sum += r + 100;
+  auto sum = SumOf(**child, a.rank + 100);
+  REQUIRE_OK(sum.status());
+  EXPECT_TRUE_H(*sum == want_sum, "child allreduce %" PRId64 " want %" PRId64, *sum, want_sum);
+
+  // A rank with a negative color takes part in the split but gets no communicator.
+  auto partial = world.Split(a.rank == 1 ? -1 : 0, a.rank);
+  REQUIRE_OK(partial.status());
+  if (a.rank == 1) {
+    EXPECT_TRUE_H(*partial == nullptr, "NOCOLOR rank got a communicator");
+  } else {
+    EXPECT_TRUE_H(*partial != nullptr && (*partial)->size() == a.size - 1, "partial split size");
+    if (*partial != nullptr) {
+      auto s2 = SumOf(**partial, 1);
+      REQUIRE_OK(s2.status());
+      EXPECT_TRUE_H(*s2 == a.size - 1, "partial allreduce %" PRId64, *s2);
+    }
+  }
+
+  // Bad shrink lists are the caller's mistake.
+  {
+    auto self = world.Shrink({a.rank});
+    EXPECT_TRUE_H(self.status().code() == StatusCode::kInvalidArgument, "shrink self: %s",
+                  self.status().ToString().c_str());
+    auto none = world.Shrink({});
+    EXPECT_TRUE_H(none.status().code() == StatusCode::kInvalidArgument, "shrink none");
+    auto out = world.Shrink({a.size + 3});
+    EXPECT_TRUE_H(out.status().code() == StatusCode::kInvalidArgument, "shrink out of range");
+    REQUIRE_OK(world.health());
+  }
+
+  // Planned shrink: the last rank leaves; the survivors continue on a healthy parent.
+  const int leaving = a.size - 1;
+  if (a.rank == leaving) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < leaving; ++r) keys.push_back(a.prefix + "shrunk/" + std::to_string(r));
+    REQUIRE_OK(store.Wait(keys, Ms(60000)));
+    world.Abort();  // leaving: nobody will finalize with us
+  } else {
+    // The list is passed unsorted and with the caller's copy kept intact.
+    std::vector<int> exclude = {leaving};
+    auto small = world.Shrink(exclude);
+    REQUIRE_OK(small.status());
+    EXPECT_TRUE_H(exclude.size() == 1 && exclude[0] == leaving, "exclude list changed");
+    EXPECT_TRUE_H((*small)->size() == a.size - 1 && (*small)->rank() == a.rank,
+                  "shrunk rank/size %d/%d", (*small)->rank(), (*small)->size());
+    auto s3 = SumOf(**small, a.rank + 1);
+    REQUIRE_OK(s3.status());
+    EXPECT_TRUE_H(*s3 == (a.size - 1) * a.size / 2, "shrunk allreduce %" PRId64, *s3);
+    REQUIRE_OK(world.health());  // a planned shrink leaves the parent usable
+    REQUIRE_OK(store.Set(a.prefix + "shrunk/" + std::to_string(a.rank), "1"));
+    world.Abort();  // the leaving rank is gone: finalize would wait for it
+  }
+  return g_failures == 0 ? 0 : 1;
+}
+
+// Rank 1 never joins a collective: rank 0 sees kTimedOut on one communicator, then Abort() from
+// another thread breaks a collective that would hang for 30 s on a second one.
+int ScenarioHang(const Args& a, KeyValueStore& store) {
+  NcclOptions o{&store, a.prefix + "a/", a.rank, a.size, 0, a.timeout, Ms(60000)};
+  auto first = CreateNcclCommunicator(o);
+  REQUIRE_OK(first.status());
+  o.prefix = a.prefix + "b/";
+  auto second = CreateNcclCommunicator(o);
+  REQUIRE_OK(second.status());
+  if (a.rank != 0) {
+    REQUIRE_OK(store.Get(a.prefix + "rank0_done", Ms(120000)).status());
+    (*first)->Abort();
+    (*second)->Abort();
+    return 0;
+  }
+  DeviceBuffer<float> buf(1024);
+  auto t0 = Clock::now();
+  Status s = (*first)->Allreduce(buf.get(), 1024, DataType::kFloat32, ReduceOp::kSum, Ms(1000));
+  auto ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
+  EXPECT_TRUE_H(s.code() == StatusCode::kTimedOut, "want kTimedOut, got %s", s.ToString().c_str());
+  EXPECT_TRUE_H(ms >= 950 && ms < 2500, "timeout after %lld ms, want ~1000", (long long)ms);
+  t0 = Clock::now();
+  s = (*first)->Allreduce(buf.get(), 1024, DataType::kFloat32, ReduceOp::kSum, Ms(1000));
+  ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
+  EXPECT_TRUE_H(s.code() == StatusCode::kTimedOut && ms < 200,
+                "broken communicator must fail fast with the same code: %s after %lld ms",
+                s.ToString().c_str(), (long long)ms);
+
+  NcclCommunicator* victim = second->get();
+  std::thread aborter([victim] {
+    std::this_thread::sleep_for(Ms(500));
+    victim->Abort();
+  });
+  t0 = Clock::now();
+  s = victim->Allreduce(buf.get(), 1024, DataType::kFloat32, ReduceOp::kSum, Ms(30000));
+  ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
+  aborter.join();
+  EXPECT_TRUE_H(s.code() == StatusCode::kAborted, "want kAborted, got %s", s.ToString().c_str());
+  EXPECT_TRUE_H(ms < 5000, "Abort() took %lld ms to break the call", (long long)ms);
+  s = victim->Barrier(Ms(1000));
+  EXPECT_TRUE_H(s.code() == StatusCode::kAborted, "after abort: %s", s.ToString().c_str());
+  std::printf("hang: timeout detected, abort broke the hung call after %lld ms\n", (long long)ms);
+  // Release the communicators (ncclCommAbort ends the hung kernel) before `buf` is freed: cudaFree
+  // synchronizes the device and would wait for that kernel forever.
+  first->reset();
+  second->reset();
+  REQUIRE_OK(store.Set(a.prefix + "rank0_done", "1"));
+  return g_failures == 0 ? 0 : 1;
+}
+
+// Allreduces in a loop until the test SIGKILLs the last rank; survivors report the error, shrink
+// (NCCL_SHRINK_ABORT) and continue. Exit 0: shrink worked; 3: shrink failed but abort + re-init
+// worked; other: failure.
+int ScenarioKill(const Args& a, KeyValueStore& store) {
+  NcclOptions o{&store, a.prefix, a.rank, a.size, 0, a.timeout, Ms(60000)};
+  auto made = CreateNcclCommunicator(o);
+  REQUIRE_OK(made.status());
+  std::unique_ptr<NcclCommunicator> world = std::move(made).value();
+  const size_t kCount = 1024;
+  DeviceBuffer<float> buf(kCount);
+  std::vector<float> in(kCount, static_cast<float>(a.rank + 1));
+  const float want = a.size * (a.size + 1) / 2.0f;
+  Status err;
+  for (int i = 0; i < 1000000; ++i) {
+    buf.Upload(in);
+    err = world->Allreduce(buf.get(), kCount, DataType::kFloat32, ReduceOp::kSum);
+    if (!err.ok()) break;
+    auto out = buf.Download();
+    EXPECT_TRUE_H(out[0] == want && out[kCount - 1] == want, "iteration %d: %g", i, out[0]);
+    if (g_failures) return 1;
+    if (i == 3) REQUIRE_OK(store.Set(a.prefix + "looping/" + std::to_string(a.rank), "1"));
+  }
+  std::printf("rank %d: allreduce loop ended with %s\n", a.rank, err.ToString().c_str());
+  REQUIRE_OK(store.Set(a.prefix + "error/" + std::to_string(a.rank),
+                       StatusCodeName(err.code())));
+  if (err.code() != StatusCode::kPeerLost && err.code() != StatusCode::kTimedOut) return 2;
+
+  const int lost = a.size - 1;
+  auto t0 = Clock::now();
+  auto small = world->Shrink({lost});
+  const auto shrink_ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
+  if (small.ok()) {
+    std::printf("rank %d: shrink (abort) took %lld ms\n", a.rank, (long long)shrink_ms);
+    EXPECT_TRUE_H(world->health().code() == StatusCode::kAborted,
+                  "parent after abortive shrink: %s", world->health().ToString().c_str());
+    NcclCommunicator& comm = **small;
+    EXPECT_TRUE_H(comm.size() == a.size - 1 && comm.rank() == a.rank, "shrunk %d/%d",
+                  comm.rank(), comm.size());
+    for (int i = 0; i < 20; ++i) {
+      auto sum = SumOf(comm, a.rank + 1);
+      REQUIRE_OK(sum.status());
+      EXPECT_TRUE_H(*sum == (a.size - 1) * a.size / 2, "after shrink: %" PRId64, *sum);
+    }
+    return g_failures == 0 ? 0 : 1;
+  }
+  std::fprintf(stderr, "FAIL rank %d: Shrink after the loss: %s (after %lld ms); trying re-init\n",
+               a.rank, small.status().ToString().c_str(), (long long)shrink_ms);
+  world->Abort();
+  world.reset();
+  NcclOptions again{&store, a.prefix + "reinit/", a.rank, a.size - 1, 0, a.timeout, Ms(60000)};
+  auto fresh = CreateNcclCommunicator(again);
+  REQUIRE_OK(fresh.status());
+  auto sum = SumOf(**fresh, a.rank + 1);
+  REQUIRE_OK(sum.status());
+  EXPECT_TRUE_H(*sum == (a.size - 1) * a.size / 2, "after re-init: %" PRId64, *sum);
+  return g_failures == 0 ? 3 : 1;
+}
+
+size_t RssBytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+Status StoreBarrier(KeyValueStore& store, const std::string& name, int rank, int size) {
+  ELASTRA_RETURN_IF_ERROR(store.Set(name + "/" + std::to_string(rank), "1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(name + "/" + std::to_string(r));
+  return store.Wait(keys, Ms(60000));
+}
+
+// Cycles of init / split / (planned shrink | abort) / teardown. After warm-up, host RSS and the
+// device's free memory must stay flat. Env: ELASTRA_LEAK_CYCLES (200), ELASTRA_LEAK_BUDGET_S (100).
+int ScenarioLeak(const Args& a, KeyValueStore& store) {
+  const int kWarmup = 5;
+  const int max_cycles = getenv("ELASTRA_LEAK_CYCLES") ? atoi(getenv("ELASTRA_LEAK_CYCLES")) : 200;
+  const double budget_s =
+      getenv("ELASTRA_LEAK_BUDGET_S") ? atof(getenv("ELASTRA_LEAK_BUDGET_S")) : 100.0;
+  const size_t kRssTolerance = 32u << 20, kDeviceTolerance = 64u << 20;
+  CUDA_CHECK(cudaSetDevice(0));
+  DeviceBuffer<int64_t> probe(1);  // the context exists before the baseline
+  size_t base_rss = 0, base_free = 0, worst_rss = 0, worst_dev = 0;
+  auto start = Clock::now(), measured_start = start;
+  int cycle = 0;
+  for (; cycle < max_cycles; ++cycle) {
+    const std::string p = a.prefix + "c" + std::to_string(cycle) + "/";
+    {
+      NcclOptions o{&store, p, a.rank, a.size, 0, a.timeout, Ms(60000)};
+      auto made = CreateNcclCommunicator(o);
+      REQUIRE_OK(made.status());
+      NcclCommunicator& world = **made;
+      auto sum = SumOf(world, a.rank + 1);
+      REQUIRE_OK(sum.status());
+      EXPECT_TRUE_H(*sum == a.size * (a.size + 1) / 2, "cycle %d world sum %" PRId64, cycle, *sum);
+      auto child = world.Split(0, a.size - 1 - a.rank);
+      REQUIRE_OK(child.status());
+      EXPECT_TRUE_H((*child)->rank() == a.size - 1 - a.rank, "cycle %d child rank", cycle);
+      auto csum = SumOf(**child, a.rank + 1);
+      REQUIRE_OK(csum.status());
+      EXPECT_TRUE_H(*csum == *sum, "cycle %d child sum", cycle);
+      if (cycle % 2 == 0) {
+        // Planned shrink: rank 1 leaves once rank 0 has its new communicator.
+        if (a.rank == 0) {
+          auto small = world.Shrink({1});
+          REQUIRE_OK(small.status());
+          auto ssum = SumOf(**small, 5);
+          REQUIRE_OK(ssum.status());
+          EXPECT_TRUE_H(*ssum == 5, "cycle %d shrunk sum", cycle);
+        }
+        REQUIRE_OK(StoreBarrier(store, p + "shrunk", a.rank, a.size));
+        world.Abort();
+      } else {
+        (*child)->Abort();
+        world.Abort();
+      }
+    }
+    REQUIRE_OK(StoreBarrier(store, p + "end", a.rank, a.size));
+    if (g_failures) return 1;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t rss = RssBytes();
+    if (cycle == kWarmup - 1) {
+      base_rss = rss;
+      base_free = free_b;
+      measured_start = Clock::now();
+    } else if (cycle >= kWarmup) {
+      worst_rss = std::max(worst_rss, rss > base_rss ? rss - base_rss : 0);
+      worst_dev = std::max(worst_dev, base_free > free_b ? base_free - free_b : 0);
+    }
+    // Rank 0 decides whether to go on, so that both ranks stop after the same cycle.
+    const std::string go = p + "go";
+    if (a.rank == 0) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      REQUIRE_OK(store.Set(go, elapsed < budget_s ? "1" : "0"));
+    }
+    auto decision = store.Get(go, Ms(60000));
+    REQUIRE_OK(decision.status());
+    if (*decision != "1") {
+      ++cycle;
+      break;
+    }
+  }
+  const int measured = cycle - kWarmup;
+  const double secs = std::chrono::duration<double>(Clock::now() - measured_start).count();
+  const double per_cycle = measured > 0 ? secs / measured : 0;
+  std::printf(
+      "{\"leak\":{\"rank\":%d,\"cycles\":%d,\"measured_cycles\":%d,\"sec_per_cycle\":%.3f,"
+      "\"rss_growth_bytes\":%zu,\"device_growth_bytes\":%zu,\"est_sec_for_200\":%.1f}}\n",
+      a.rank, cycle, measured, per_cycle, worst_rss, worst_dev, per_cycle * 200);
+  std::fflush(stdout);
+  EXPECT_TRUE_H(measured >= 20, "only %d measured cycles within the budget", measured);
+  EXPECT_TRUE_H(worst_rss <= kRssTolerance, "host RSS grew by %zu bytes", worst_rss);
+  EXPECT_TRUE_H(worst_dev <= kDeviceTolerance, "device memory grew by %zu bytes", worst_dev);
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace elastra
+
+int main(int argc, char** argv) {
+  using namespace elastra;
+  if (argc < 6) {
+    std::fprintf(stderr,
+                 "usage: %s <collectives|split|hang|kill|leak> <rank> <size> <store_dir> "
+                 "<prefix> [timeout_ms]\n",
+                 argv[0]);
+    return 64;
+  }
+  Args a;
+  a.scenario = argv[1];
+  a.rank = std::atoi(argv[2]);
+  a.size = std::atoi(argv[3]);
+  a.dir = argv[4];
+  a.prefix = argv[5];
+  if (argc > 6) a.timeout = Ms(std::atoi(argv[6]));
+  g_rank = a.rank;
+  testing::FileKeyValueStore store(a.dir);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (a.scenario == "collectives") return ScenarioCollectives(a, store);
+  if (a.scenario == "split") return ScenarioSplit(a, store);
+  if (a.scenario == "hang") return ScenarioHang(a, store);
+  if (a.scenario == "kill") return ScenarioKill(a, store);
+  if (a.scenario == "leak") return ScenarioLeak(a, store);
+  std::fprintf(stderr, "unknown scenario %s\n", a.scenario.c_str());
+  return 64;
+}
