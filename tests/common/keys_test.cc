@@ -1,0 +1,161 @@
+#include "common/keys.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace elastra {
+namespace {
+
+namespace fs = std::filesystem;
+
+class KeysTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "elastra-keys-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) { return (fs::path(dir_) / name).string(); }
+  void WriteRaw(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+  int Mode(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(stat(path.c_str(), &st), 0);
+    return st.st_mode & 0777;
+  }
+  std::string dir_;
+};
+
+TEST_F(KeysTest, GeneratedKeysAreValidAndDistinct) {
+  auto a = GenerateKeyPair();
+  auto b = GenerateKeyPair();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(IsValidZ85Key(a->public_key));
+  EXPECT_TRUE(IsValidZ85Key(a->secret_key));
+  EXPECT_NE(a->public_key, b->public_key);
+  EXPECT_NE(a->public_key, a->secret_key);
+}
+
+TEST_F(KeysTest, Z85Validation) {
+  auto k = GenerateKeyPair();
+  ASSERT_TRUE(k.ok());
+  EXPECT_FALSE(IsValidZ85Key(""));
+  EXPECT_FALSE(IsValidZ85Key(k->public_key.substr(0, 39)));
+  EXPECT_FALSE(IsValidZ85Key(k->public_key + "0"));
+  std::string bad = k->public_key;
+  bad[3] = '"';  // not in the Z85 alphabet
+  EXPECT_FALSE(IsValidZ85Key(bad));
+  bad[3] = ' ';
+  EXPECT_FALSE(IsValidZ85Key(bad));
+  // "#####" is 85^5 - 1 > 2^32 - 1: does not decode to four bytes.
+  EXPECT_FALSE(IsValidZ85Key(std::string(40, '#')));
+  EXPECT_TRUE(IsValidZ85Key(std::string(40, '0')));
+}
+
+TEST_F(KeysTest, KeyFileRoundTripWithMode0600) {
+  auto k = GenerateKeyPair();
+  ASSERT_TRUE(k.ok());
+  const std::string path = Path("worker.key");
+  ASSERT_TRUE(WriteKeyFile(path, *k).ok());
+  EXPECT_EQ(Mode(path), 0600);
+  auto back = ReadKeyFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->public_key, k->public_key);
+  EXPECT_EQ(back->secret_key, k->secret_key);
+  // Public-only key files are allowed.
+  ASSERT_TRUE(WriteKeyFile(Path("pub.key"), KeyPair{k->public_key, ""}).ok());
+  auto pub = ReadKeyFile(Path("pub.key"));
+  ASSERT_TRUE(pub.ok());
+  EXPECT_TRUE(pub->secret_key.empty());
+  // Refuses to write malformed keys.
+  EXPECT_EQ(WriteKeyFile(Path("x.key"), KeyPair{"short", ""}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(KeysTest, KeyFileErrors) {
+  EXPECT_EQ(ReadKeyFile(Path("missing.key")).status().code(), StatusCode::kNotFound);
+  WriteRaw(Path("garbage.key"), "{not json");
+  EXPECT_EQ(ReadKeyFile(Path("garbage.key")).status().code(), StatusCode::kCorrupt);
+  WriteRaw(Path("badkey.key"), R"({"public": "tooshort"})");
+  EXPECT_EQ(ReadKeyFile(Path("badkey.key")).status().code(), StatusCode::kCorrupt);
+}
+
+ConnectionInfo SampleInfo() {
+  ConnectionInfo info;
+  info.address = "tcp://127.0.0.1:40123";
+  info.job = "mlp";
+  info.server_public = GenerateKeyPair()->public_key;
+  info.admin = *GenerateKeyPair();
+  info.worker = *GenerateKeyPair();
+  info.pid = 1234;
+  return info;
+}
+
+TEST_F(KeysTest, ConnectionInfoRoundTripAtomicAndPrivate) {
+  const ConnectionInfo info = SampleInfo();
+  const std::string path = Path("coordinator.json");
+  ASSERT_TRUE(WriteConnectionInfo(path, info).ok());
+  EXPECT_EQ(Mode(path), 0600);
+  // Overwrite: still one file, no temporaries left behind.
+  ConnectionInfo second = info;
+  second.address = "tcp://127.0.0.1:40124";
+  ASSERT_TRUE(WriteConnectionInfo(path, second).ok());
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+  auto back = ReadConnectionInfo(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->address, second.address);
+  EXPECT_EQ(back->job, "mlp");
+  EXPECT_EQ(back->server_public, info.server_public);
+  EXPECT_EQ(back->admin.public_key, info.admin.public_key);
+  EXPECT_EQ(back->admin.secret_key, info.admin.secret_key);
+  EXPECT_EQ(back->worker.secret_key, info.worker.secret_key);
+  EXPECT_EQ(back->pid, 1234);
+}
+
+TEST_F(KeysTest, ConnectionInfoErrorsAreClear) {
+  auto missing = ReadConnectionInfo(Path("coordinator.json"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("coordinator.json"), std::string::npos);
+
+  WriteRaw(Path("a.json"), "");
+  EXPECT_EQ(ReadConnectionInfo(Path("a.json")).status().code(), StatusCode::kCorrupt);
+  WriteRaw(Path("b.json"), "[1,2]");
+  EXPECT_EQ(ReadConnectionInfo(Path("b.json")).status().code(), StatusCode::kCorrupt);
+  WriteRaw(Path("c.json"), R"({"address": "tcp://x:1", "job": "j"})");
+  auto no_key = ReadConnectionInfo(Path("c.json"));
+  EXPECT_EQ(no_key.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(no_key.status().message().find("server_public"), std::string::npos);
+
+  ConnectionInfo info = SampleInfo();
+  ASSERT_TRUE(WriteConnectionInfo(Path("d.json"), info).ok());
+  std::ifstream in(Path("d.json"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto pos = text.find(info.admin.secret_key);
+  ASSERT_NE(pos, std::string::npos);
+  text.replace(pos, 40, "not-a-key");
+  WriteRaw(Path("d.json"), text);
+  auto bad_admin = ReadConnectionInfo(Path("d.json"));
+  EXPECT_EQ(bad_admin.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(bad_admin.status().message().find("admin"), std::string::npos);
+}
+
+TEST_F(KeysTest, AtomicWriteFailsCleanlyInMissingDirectory) {
+  Status s = WriteFileAtomically(Path("no/such/dir/file"), "x", 0600);
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace elastra
