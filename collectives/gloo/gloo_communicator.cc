@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -160,6 +161,23 @@ std::vector<int> FindPairSockets(gloo::rendezvous::Context& context, const Recor
   }
   ::closedir(dir);
   return fds;
+}
+
+// gloo writes to its sockets with writev(2), without MSG_NOSIGNAL: a write to a peer that just
+// died raises SIGPIPE, whose default action kills this process (seen in the SIGKILL test). The
+// whole point of this backend is to turn that into kPeerLost, so SIGPIPE is ignored process-wide
+// (write then fails with EPIPE) unless the program already installed its own disposition.
+void IgnoreSigpipeOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      ::sigemptyset(&ignore.sa_mask);
+      ::sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
 }
 
 bool LooksLikeTimeout(const char* what) {
@@ -460,6 +478,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
   if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return InvalidArgumentError("CreateGlooCommunicator: timeouts must be positive");
   }
+  IgnoreSigpipeOnce();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
