@@ -1,5 +1,17 @@
 // The Gloo backend: CPU collectives over TCP, one gloo context per generation (or group), connected
 // full-mesh through a KeyValueStore under a per-generation key prefix.
+//
+// Thread-compatible; Abort() may be called from any thread at any time.
+// Failures: a lost peer or connection is kPeerLost, a passed deadline kTimedOut. After the first
+// such error the communicator is broken: it shuts its sockets down at once (so peers blocked on
+// this rank fail with kPeerLost instead of waiting out their own timeouts) and every later call
+// returns the same status without touching the network.
+// Abort(): shuts every socket down and returns without waiting. A call blocked on another thread
+// at that moment returns kAborted (within milliseconds; the device thread sees the shutdown and
+// wakes it); every later call returns kAborted; peers see kPeerLost. Destroying the communicator
+// after Abort() is safe while such a call is still unwinding: the destructor waits for it.
+// Process-wide side effect: the first Create sets SIGPIPE to SIG_IGN if it was SIG_DFL (gloo
+// writes without MSG_NOSIGNAL, so a dead peer would otherwise kill this process).
 #pragma once
 
 #include <chrono>
@@ -22,7 +34,8 @@ struct GlooOptions {
 };
 
 // Builds and connects the context. kTimedOut when peers do not show up within connect_timeout,
-// kPeerLost when a connection fails, kInvalidArgument for a bad rank/size/store.
+// kPeerLost when a connection fails, kInvalidArgument for a bad rank/size/store or a
+// non-positive timeout. Every rank of one prefix must call it; a prefix must not be reused.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
 
 }  // namespace elastra
