@@ -1,0 +1,643 @@
+// The coordinator's state machine, driven message by message with a FakeClock: no sockets, no
+// sleeps.
+#include "coordinator/coordinator_core.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/codec.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using proto::MessageType;
+using T = proto::MessageType;
+
+struct Sent {
+  std::string identity;
+  proto::Envelope envelope;
+};
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void Make(int initial_workers, int max_workers = 64) {
+    options_.job = "job";
+    options_.initial_workers = initial_workers;
+    options_.max_workers = max_workers;
+    options_.heartbeat_interval = Duration(200);
+    options_.heartbeat_timeout = Duration(1500);
+    options_.spawn_timeout = Duration(1000);
+    options_.clock = &clock_;
+    core_ = std::make_unique<CoordinatorCore>(options_);
+  }
+
+  static std::vector<Sent> DecodeAll(const std::vector<Outgoing>& out) {
+    std::vector<Sent> sent;
+    for (const auto& o : out) {
+      auto e = proto::DecodeEnvelope(o.frame);
+      EXPECT_TRUE(e.ok()) << e.status();
+      if (e.ok()) sent.push_back({o.identity, *e});
+    }
+    return sent;
+  }
+
+  template <class P>
+  std::vector<Sent> From(const std::string& sender, const std::string& role, T type,
+                         const P& payload, uint64_t request_id = 0, uint64_t generation = 0) {
+    proto::Envelope e;
+    e.type = type;
+    e.job = "job";
+    e.sender = sender;
+    e.request_id = request_id;
+    e.generation = generation;
+    e.payload = proto::EncodePayload(payload);
+    return DecodeAll(core_->Handle("id-" + sender, role, e));
+  }
+  template <class P>
+  std::vector<Sent> Worker(const std::string& id, T type, const P& payload, uint64_t rid = 0) {
+    return From(id, "worker", type, payload, rid);
+  }
+  template <class P>
+  std::vector<Sent> Admin(T type, const P& payload, uint64_t rid = 1) {
+    return From("admin", "admin", type, payload, rid);
+  }
+  std::vector<Sent> Tick() { return DecodeAll(core_->Tick()); }
+
+  std::vector<Sent> Join(const std::string& id) {
+    return Worker(id, T::kJoin, proto::JoinRequest{id, "host-" + id, 0, 100}, ++rid_);
+  }
+
+  static std::vector<Sent> OfType(const std::vector<Sent>& sent, T type) {
+    std::vector<Sent> out;
+    for (const auto& s : sent) {
+      if (s.envelope.type == type) out.push_back(s);
+    }
+    return out;
+  }
+  template <class P>
+  static P Payload(const Sent& s) {
+    auto p = proto::DecodePayload<P>(s.envelope.payload);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return *p;
+  }
+  static elastra::Status ErrorOf(const Sent& s) {
+    EXPECT_EQ(s.envelope.type, T::kError);
+    auto e = Payload<proto::ErrorReply>(s);
+    return elastra::Status(static_cast<StatusCode>(e.code), e.message);
+  }
+
+  // Joins ids and commits the first generation.
+  void Start(const std::vector<std::string>& ids) {
+    Make(static_cast<int>(ids.size()));
+    std::vector<Sent> last;
+    for (const auto& id : ids) last = Join(id);
+    auto gens = OfType(last, T::kNewGeneration);
+    ASSERT_EQ(gens.size(), ids.size());
+    for (const auto& id : ids) Ready(id, 1);
+    ASSERT_EQ(core_->state(), "running");
+    ASSERT_EQ(core_->generation(), 1u);
+  }
+
+  std::vector<Sent> Ready(const std::string& id, uint64_t generation, double rebuild = 1,
+                          double transfer = 2) {
+    return Worker(id, T::kGenerationReady, proto::GenerationReady{generation, rebuild, transfer, 0});
+  }
+  std::vector<Sent> PausedMsg(const std::string& id, uint64_t target, int64_t step,
+                              std::vector<int64_t> commits, bool failed) {
+    return Worker(id, T::kPaused, proto::PausedReport{target, step, std::move(commits), failed});
+  }
+  void Beat(const std::vector<std::string>& ids, int64_t step = 0) {
+    for (const auto& id : ids) Worker(id, T::kHeartbeat, proto::Heartbeat{step});
+  }
+  nlohmann::json JsonStatus() { return nlohmann::json::parse(core_->StatusJson()); }
+
+  FakeClock clock_;
+  CoordinatorOptions options_;
+  std::unique_ptr<CoordinatorCore> core_;
+  uint64_t rid_ = 100;
+};
+
+TEST_F(CoreTest, FirstGenerationFormsWhenInitialWorkersJoined) {
+  Make(3);
+  auto r = Join("a");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].envelope.type, T::kJoinReply);
+  EXPECT_EQ(r[0].identity, "id-a");
+  auto jr = Payload<proto::JoinReply>(r[0]);
+  EXPECT_EQ(jr.worker_id, "a");
+  EXPECT_EQ(jr.generation, 0u);
+  EXPECT_EQ(jr.heartbeat_interval_ms, 200);
+  EXPECT_EQ(jr.heartbeat_timeout_ms, 1500);
+  EXPECT_EQ(r[0].envelope.request_id, rid_);
+  EXPECT_TRUE(OfType(Join("b"), T::kNewGeneration).empty());
+  EXPECT_EQ(core_->state(), "forming");
+
+  auto gens = OfType(Join("c"), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 3u);
+  const std::vector<std::string> order = {"a", "b", "c"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(gens[i].identity, "id-" + order[i]);
+    EXPECT_EQ(gens[i].envelope.generation, 1u);
+    EXPECT_EQ(gens[i].envelope.request_id, 0u);
+    auto g = Payload<proto::NewGeneration>(gens[i]);
+    EXPECT_EQ(g.generation, 1u);
+    EXPECT_EQ(g.layout, (Layout{3, 1, 1}));
+    ASSERT_EQ(g.members.size(), 3u);
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_EQ(g.members[rank].worker_id, order[rank]);
+      EXPECT_EQ(g.members[rank].coords, CoordinatesOf(g.layout, rank));
+      EXPECT_EQ(g.members[rank].has_state, rank == 0);
+      EXPECT_EQ(g.members[rank].host, "host-" + order[rank]);
+    }
+    EXPECT_EQ(g.restore_step, 0);
+    EXPECT_EQ(g.source_rank, 0);
+    EXPECT_EQ(g.kv_prefix, "g1/");
+    EXPECT_EQ(g.reason, "start");
+    EXPECT_FALSE(g.leave);
+  }
+  Ready("a", 1);
+  Ready("b", 1);
+  EXPECT_EQ(core_->generation(), 0u);
+  Ready("c", 1);
+  EXPECT_EQ(core_->generation(), 1u);
+  EXPECT_EQ(core_->state(), "running");
+  auto s = JsonStatus();
+  EXPECT_EQ(s["history"].size(), 1u);
+  EXPECT_EQ(s["history"][0]["reason"], "start");
+  EXPECT_EQ(s["layout"]["dp"], 3);
+}
+
+TEST_F(CoreTest, JoinOfALiveMemberIdIsRefused) {
+  Start({"a"});
+  auto r = Join("a");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(ErrorOf(r[0]).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r[0].envelope.request_id, rid_);
+}
+
+TEST_F(CoreTest, ResizeIsRefusedClearlyAndChangesNothing) {
+  Make(2, 8);
+  auto early = Admin(T::kResize, proto::ResizeRequest{2, false, {}, false});
+  EXPECT_EQ(ErrorOf(early[0]).code(), StatusCode::kFailedPrecondition);
+  Join("a");
+  Join("b");
+  Ready("a", 1);
+  Ready("b", 1);
+  auto by_worker = Worker("a", T::kResize, proto::ResizeRequest{3, false, {}, false}, 5);
+  EXPECT_EQ(ErrorOf(by_worker[0]).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(by_worker[0].envelope.request_id, 5u);
+  EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{0, false, {}, false})[0]).code(),
+            StatusCode::kInvalidArgument);
+  auto too_many = Admin(T::kResize, proto::ResizeRequest{9, false, {}, false});
+  EXPECT_EQ(ErrorOf(too_many[0]).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ErrorOf(too_many[0]).message().find("max_workers"), std::string::npos);
+  EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 1, 1}, false})[0])
+                .code(),
+            StatusCode::kInvalidArgument);
+  auto three_d = Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 2, 1}, false});
+  EXPECT_EQ(ErrorOf(three_d[0]).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ErrorOf(three_d[0]).message().find("only data parallelism"), std::string::npos);
+  // Same size: done at once.
+  auto same = Admin(T::kResize, proto::ResizeRequest{2, false, {}, true}, 77);
+  ASSERT_EQ(same.size(), 1u);
+  auto done = Payload<proto::ResizeReply>(same[0]);
+  EXPECT_EQ(done.phase, "done");
+  EXPECT_EQ(done.generation, 1u);
+  EXPECT_EQ(same[0].envelope.request_id, 77u);
+  EXPECT_EQ(core_->generation(), 1u);
+  EXPECT_EQ(core_->state(), "running");
+}
+
+TEST_F(CoreTest, GrowWithAgentPausesBuildsAndReportsDone) {
+  Start({"a", "b"});
+  ASSERT_EQ(Admin(T::kAgentRegister, proto::AgentRegister{"node", 8}, 3)[0].envelope.type, T::kAck);
+  auto accepted = Admin(T::kResize, proto::ResizeRequest{4, false, {}, true}, 9);
+  auto replies = OfType(accepted, T::kResizeReply);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(Payload<proto::ResizeReply>(replies[0]).phase, "accepted");
+  auto spawn = OfType(accepted, T::kSpawnRequest);
+  ASSERT_EQ(spawn.size(), 1u);
+  EXPECT_EQ(spawn[0].identity, "id-admin");
+  auto ids = Payload<proto::SpawnRequest>(spawn[0]).worker_ids;
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_NE(ids[0], ids[1]);
+  // A second resize while this one runs is refused.
+  EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{3, false, {}, false}, 10)[0]).code(),
+            StatusCode::kFailedPrecondition);
+
+  EXPECT_TRUE(OfType(Join(ids[0]), T::kPauseRequest).empty());
+  clock_.Advance(Duration(100));
+  auto pauses = OfType(Join(ids[1]), T::kPauseRequest);
+  ASSERT_EQ(pauses.size(), 2u);
+  EXPECT_EQ(core_->state(), "pausing");
+  for (const auto& p : pauses) {
+    EXPECT_EQ(p.envelope.generation, 1u);
+    EXPECT_EQ(Payload<proto::PauseRequest>(p).target_generation, 2u);
+    EXPECT_EQ(Payload<proto::PauseRequest>(p).reason, "resize");
+  }
+  clock_.Advance(Duration(10));
+  PausedMsg("a", 2, 7, {6, 7}, false);
+  clock_.Advance(Duration(20));
+  auto gens = OfType(PausedMsg("b", 2, 7, {6, 7}, false), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 4u);
+  EXPECT_EQ(core_->state(), "building");
+  auto g = Payload<proto::NewGeneration>(gens[0]);
+  EXPECT_EQ(g.generation, 2u);
+  EXPECT_EQ(g.layout, (Layout{4, 1, 1}));
+  ASSERT_EQ(g.members.size(), 4u);
+  EXPECT_EQ(g.members[0].worker_id, "a");
+  EXPECT_EQ(g.members[1].worker_id, "b");
+  EXPECT_EQ(g.members[2].worker_id, ids[0]);
+  EXPECT_EQ(g.members[3].worker_id, ids[1]);
+  EXPECT_TRUE(g.members[1].has_state);
+  EXPECT_FALSE(g.members[2].has_state);
+  EXPECT_EQ(g.restore_step, 7);
+  EXPECT_EQ(g.kv_prefix, "g2/");
+  EXPECT_EQ(g.reason, "resize");
+
+  clock_.Advance(Duration(40));
+  Ready("a", 2, 3, 4);
+  Ready("b", 2, 5, 1);
+  Ready(ids[0], 2, 1, 9);
+  // A duplicate or stale ready changes nothing.
+  Ready("a", 1);
+  EXPECT_EQ(core_->stale_messages(), 1u);
+  auto last = Ready(ids[1], 2, 1, 1);
+  auto done = OfType(last, T::kResizeReply);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].identity, "id-admin");
+  EXPECT_EQ(done[0].envelope.request_id, 9u);
+  auto reply = Payload<proto::ResizeReply>(done[0]);
+  EXPECT_EQ(reply.phase, "done");
+  EXPECT_EQ(reply.generation, 2u);
+  EXPECT_EQ(reply.workers, 4);
+  EXPECT_EQ(reply.layout, (Layout{4, 1, 1}));
+  EXPECT_DOUBLE_EQ(reply.agreement_ms, 30);  // pause sent -> last paused
+  EXPECT_DOUBLE_EQ(reply.downtime_ms, 60);   // first paused -> last ready
+  EXPECT_DOUBLE_EQ(reply.rebuild_ms, 5);
+  EXPECT_DOUBLE_EQ(reply.transfer_ms, 9);
+  EXPECT_DOUBLE_EQ(reply.total_ms, 170);
+  EXPECT_EQ(core_->generation(), 2u);
+  EXPECT_EQ(core_->state(), "running");
+  auto s = JsonStatus();
+  EXPECT_EQ(s["history"].size(), 2u);
+  EXPECT_EQ(s["history"][1]["downtime_ms"], 60.0);
+}
+
+TEST_F(CoreTest, ShrinkTellsHighestRanksToLeave) {
+  Start({"a", "b", "c"});
+  auto acc = Admin(T::kResize, proto::ResizeRequest{2, false, {}, true}, 4);
+  EXPECT_EQ(OfType(acc, T::kPauseRequest).size(), 3u);
+  PausedMsg("a", 2, 3, {3}, false);
+  PausedMsg("b", 2, 3, {3}, false);
+  auto gens = OfType(PausedMsg("c", 2, 3, {3}, false), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 3u);
+  for (const auto& s : gens) {
+    auto g = Payload<proto::NewGeneration>(s);
+    EXPECT_EQ(g.layout.dp, 2);
+    EXPECT_EQ(g.leave, s.identity == "id-c") << s.identity;
+  }
+  Ready("a", 2);
+  auto done = OfType(Ready("b", 2), T::kResizeReply);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(Payload<proto::ResizeReply>(done[0]).workers, 2);
+  // The leaver's exit and silence are normal.
+  Admin(T::kProcessExited, proto::ProcessExited{"c", 0, 0}, 0);
+  clock_.Advance(Duration(1000));
+  Beat({"a", "b"});
+  clock_.Advance(Duration(1000));
+  Beat({"a", "b"});
+  EXPECT_TRUE(OfType(Tick(), T::kRecoverRequest).empty());
+  EXPECT_EQ(core_->state(), "running");
+}
+
+TEST_F(CoreTest, GrowWithoutWorkersFailsAfterSpawnTimeout) {
+  Start({"a"});
+  auto acc = Admin(T::kResize, proto::ResizeRequest{2, false, {}, true}, 6);
+  EXPECT_TRUE(OfType(acc, T::kSpawnRequest).empty());  // no agent: wait for external joins
+  clock_.Advance(Duration(999));
+  Beat({"a"});
+  EXPECT_TRUE(Tick().empty());
+  clock_.Advance(Duration(1));
+  auto failed = OfType(Tick(), T::kResizeReply);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].envelope.request_id, 6u);
+  auto r = Payload<proto::ResizeReply>(failed[0]);
+  EXPECT_EQ(r.phase, "failed");
+  EXPECT_NE(r.message.find("spawn_timeout"), std::string::npos);
+  EXPECT_EQ(core_->generation(), 1u);
+  // A new resize is accepted afterwards.
+  auto again = Admin(T::kResize, proto::ResizeRequest{2, false, {}, false}, 7);
+  EXPECT_EQ(Payload<proto::ResizeReply>(again[0]).phase, "accepted");
+}
+
+TEST_F(CoreTest, MissedHeartbeatRecoversFromLargestCommonCommit) {
+  Start({"a", "b", "c"});
+  Join("s");  // a standby worker joins the recovered generation
+  clock_.Advance(Duration(1000));
+  Beat({"a", "b", "s"}, 8);
+  EXPECT_TRUE(Tick().empty());
+  clock_.Advance(Duration(501));
+  auto rec = OfType(Tick(), T::kRecoverRequest);
+  ASSERT_EQ(rec.size(), 2u);
+  EXPECT_EQ(core_->state(), "recovering");
+  auto rr = Payload<proto::RecoverRequest>(rec[0]);
+  EXPECT_EQ(rr.target_generation, 2u);
+  EXPECT_EQ(rr.lost, (std::vector<std::string>{"c"}));
+  PausedMsg("b", 2, 9, {6, 8}, true);
+  auto gens = OfType(PausedMsg("a", 2, 9, {4, 6, 8, 9}, true), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 3u);
+  auto g = Payload<proto::NewGeneration>(gens[0]);
+  EXPECT_EQ(g.reason, "failure");
+  EXPECT_EQ(g.restore_step, 8);
+  EXPECT_EQ(g.layout.dp, 3);
+  EXPECT_EQ(g.members[0].worker_id, "a");
+  EXPECT_EQ(g.members[1].worker_id, "b");
+  EXPECT_EQ(g.members[2].worker_id, "s");
+  EXPECT_FALSE(g.members[2].has_state);
+  EXPECT_EQ(g.source_rank, 0);
+  Ready("a", 2);
+  Ready("b", 2);
+  Ready("s", 2);
+  EXPECT_EQ(core_->generation(), 2u);
+  auto s = JsonStatus();
+  EXPECT_EQ(s["history"][1]["reason"], "failure");
+  bool saw_lost = false;
+  for (const auto& w : s["workers"]) {
+    if (w["id"] == "c") saw_lost = w["state"] == "lost";
+  }
+  EXPECT_TRUE(saw_lost);
+}
+
+TEST_F(CoreTest, SurvivorsThatDoNotAnswerAreLostAtTheRecoverDeadline) {
+  Start({"a", "b", "c"});
+  Admin(T::kProcessExited, proto::ProcessExited{"c", 0, 9}, 0);
+  EXPECT_EQ(core_->state(), "recovering");
+  PausedMsg("a", 2, 5, {5}, true);
+  clock_.Advance(Duration(1499));
+  Beat({"a"});
+  EXPECT_TRUE(OfType(Tick(), T::kNewGeneration).empty());
+  clock_.Advance(Duration(1));
+  auto gens = OfType(Tick(), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 1u);
+  auto g = Payload<proto::NewGeneration>(gens[0]);
+  EXPECT_EQ(g.layout.dp, 1);
+  EXPECT_EQ(g.members[0].worker_id, "a");
+}
+
+TEST_F(CoreTest, NoCommonCommitFailsTheJob) {
+  Start({"a", "b", "c"});
+  Admin(T::kAgentRegister, proto::AgentRegister{"node", 4}, 2);
+  Admin(T::kProcessExited, proto::ProcessExited{"c", 1, 0}, 0);
+  PausedMsg("a", 2, 5, {4}, true);
+  auto out = PausedMsg("b", 2, 5, {5}, true);
+  EXPECT_EQ(core_->state(), "failed");
+  auto shutdowns = OfType(out, T::kShutdown);
+  ASSERT_FALSE(shutdowns.empty());
+  bool agent_told = false;
+  for (const auto& s : shutdowns) {
+    EXPECT_EQ(Payload<proto::Shutdown>(s).exit_code, 1);
+    agent_told |= s.identity == "id-admin";
+  }
+  EXPECT_TRUE(agent_told);
+}
+
+TEST_F(CoreTest, FailureDuringPauseAbortsAndTheResizeStillCompletes) {
+  Start({"a", "b"});
+  Join("s1");
+  Join("s2");
+  Admin(T::kResize, proto::ResizeRequest{3, false, {}, true}, 11);
+  EXPECT_EQ(core_->state(), "pausing");
+  PausedMsg("a", 2, 4, {4}, false);
+  auto rec = OfType(Admin(T::kProcessExited, proto::ProcessExited{"b", 0, 9}, 0),
+                    T::kRecoverRequest);
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].identity, "id-a");
+  EXPECT_EQ(Payload<proto::RecoverRequest>(rec[0]).target_generation, 3u);  // fresh number
+  // A report for the aborted target is stale.
+  PausedMsg("a", 2, 4, {4}, false);
+  EXPECT_EQ(core_->stale_messages(), 1u);
+  auto gens = OfType(PausedMsg("a", 3, 4, {4}, true), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 3u);  // a + both standby
+  EXPECT_EQ(Payload<proto::NewGeneration>(gens[0]).generation, 3u);
+  Ready("a", 3);
+  Ready("s1", 3);
+  auto done = OfType(Ready("s2", 3), T::kResizeReply);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].envelope.request_id, 11u);
+  EXPECT_EQ(Payload<proto::ResizeReply>(done[0]).phase, "done");
+  EXPECT_EQ(Payload<proto::ResizeReply>(done[0]).workers, 3);
+}
+
+TEST_F(CoreTest, FailureDuringBuildRecoversWithFreshGeneration) {
+  Start({"a", "b"});
+  Join("s");
+  Admin(T::kResize, proto::ResizeRequest{3, false, {}, true}, 12);
+  PausedMsg("a", 2, 4, {4}, false);
+  PausedMsg("b", 2, 4, {4}, false);
+  EXPECT_EQ(core_->state(), "building");
+  // A stale failure report (old generation) is dropped; a current one triggers recovery.
+  Worker("a", T::kFailureReport, proto::FailureReport{1, 2, "old"});
+  EXPECT_EQ(core_->stale_messages(), 1u);
+  EXPECT_EQ(core_->state(), "building");
+  auto rec = OfType(Worker("a", T::kFailureReport, proto::FailureReport{2, 2, "peer lost"}),
+                    T::kRecoverRequest);
+  ASSERT_EQ(rec.size(), 3u);  // every member; nobody known dead yet
+  EXPECT_TRUE(Payload<proto::RecoverRequest>(rec[0]).lost.empty());
+  EXPECT_EQ(Payload<proto::RecoverRequest>(rec[0]).target_generation, 3u);
+  PausedMsg("a", 3, 4, {4}, true);
+  PausedMsg("b", 3, 4, {4}, true);
+  auto gens = OfType(PausedMsg("s", 3, -1, {}, true), T::kNewGeneration);
+  ASSERT_EQ(gens.size(), 3u);
+  auto g = Payload<proto::NewGeneration>(gens[0]);
+  EXPECT_EQ(g.restore_step, 4);
+  EXPECT_FALSE(g.members[2].has_state);
+  Ready("a", 3);
+  Ready("b", 3);
+  auto done = OfType(Ready("s", 3), T::kResizeReply);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(Payload<proto::ResizeReply>(done[0]).phase, "done");
+}
+
+TEST_F(CoreTest, DifferentPauseStepsGoToRecovery) {
+  Start({"a", "b"});
+  Join("s");
+  Admin(T::kResize, proto::ResizeRequest{3, false, {}, false}, 12);
+  PausedMsg("a", 2, 4, {4}, false);
+  auto rec = OfType(PausedMsg("b", 2, 5, {4, 5}, false), T::kRecoverRequest);
+  EXPECT_EQ(rec.size(), 2u);  // members only; the standby worker joins the next generation
+  EXPECT_EQ(core_->state(), "recovering");
+}
+
+TEST_F(CoreTest, EveryMemberFinishingEndsTheJob) {
+  Start({"a", "b"});
+  Admin(T::kAgentRegister, proto::AgentRegister{"node", 4}, 2);
+  auto ack = Worker("a", T::kLeave, proto::LeaveRequest{"finished"}, 3);
+  ASSERT_EQ(ack[0].envelope.type, T::kAck);
+  EXPECT_EQ(core_->state(), "running");
+  // A finished worker's silence is not a failure.
+  clock_.Advance(Duration(1000));
+  Beat({"b"});
+  clock_.Advance(Duration(1000));
+  Beat({"b"});
+  EXPECT_TRUE(OfType(Tick(), T::kRecoverRequest).empty());
+  auto out = Worker("b", T::kLeave, proto::LeaveRequest{"finished"}, 4);
+  EXPECT_EQ(core_->state(), "finished");
+  auto sd = OfType(out, T::kShutdown);
+  ASSERT_EQ(sd.size(), 1u);
+  EXPECT_EQ(sd[0].identity, "id-admin");
+  EXPECT_EQ(Payload<proto::Shutdown>(sd[0]).exit_code, 0);
+}
+
+TEST_F(CoreTest, StandbyLeaveAndStandbyLossDoNotDisturbTheJob) {
+  Start({"a"});
+  Join("s");
+  Worker("s", T::kLeave, proto::LeaveRequest{"bye"}, 3);
+  EXPECT_EQ(core_->membership().Find("s"), nullptr);
+  Join("t");
+  clock_.Advance(Duration(1000));
+  Beat({"a"});
+  clock_.Advance(Duration(600));
+  EXPECT_TRUE(OfType(Tick(), T::kRecoverRequest).empty());
+  EXPECT_EQ(core_->membership().Find("t")->state, WorkerState::kLost);
+}
+
+TEST_F(CoreTest, KeyValueStore) {
+  Make(1);
+  auto set = Worker("a", T::kKvSet, proto::KvSetRequest{"g1/x", "1"}, 1);
+  EXPECT_EQ(set[0].envelope.type, T::kKvReply);
+  auto get = Worker("a", T::kKvGet, proto::KvGetRequest{"g1/x", 0}, 2);
+  EXPECT_EQ(Payload<proto::KvReply>(get[0]).value, "1");
+  // A blocking get completes when the key is set by someone else.
+  EXPECT_TRUE(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/y", 1000}, 3).empty());
+  EXPECT_TRUE(Worker("b", T::kKvWait, proto::KvWaitRequest{{"g1/x", "g1/y", "z"}, 1000}, 4).empty());
+  auto out = Admin(T::kKvSet, proto::KvSetRequest{"g1/y", "2"}, 5);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].identity, "id-admin");
+  EXPECT_EQ(out[1].identity, "id-a");
+  EXPECT_EQ(out[1].envelope.request_id, 3u);
+  EXPECT_EQ(Payload<proto::KvReply>(out[1]).value, "2");
+  auto add = Worker("a", T::kKvAdd, proto::KvAddRequest{"z", 3}, 6);
+  ASSERT_EQ(add.size(), 2u);  // the reply and the completed wait
+  EXPECT_EQ(Payload<proto::KvReply>(add[0]).number, 3);
+  EXPECT_EQ(add[1].identity, "id-b");
+  EXPECT_EQ(add[1].envelope.request_id, 4u);
+  // Timeouts.
+  auto now = Worker("a", T::kKvGet, proto::KvGetRequest{"nope", 0}, 7);
+  EXPECT_EQ(ErrorOf(now[0]).code(), StatusCode::kTimedOut);
+  EXPECT_TRUE(Worker("a", T::kKvGet, proto::KvGetRequest{"nope", 50}, 8).empty());
+  clock_.Advance(Duration(49));
+  EXPECT_TRUE(Tick().empty());
+  clock_.Advance(Duration(1));
+  auto late = Tick();
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(ErrorOf(late[0]).code(), StatusCode::kTimedOut);
+  EXPECT_EQ(late[0].envelope.request_id, 8u);
+  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvAdd, proto::KvAddRequest{"g1/x", 1}, 9)[0])
+                .number,
+            2);
+  Worker("a", T::kKvSet, proto::KvSetRequest{"word", "abc"}, 10);
+  EXPECT_EQ(ErrorOf(Worker("a", T::kKvAdd, proto::KvAddRequest{"word", 1}, 11)[0]).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, OldGenerationKeysAreDroppedOnCommit) {
+  Start({"a", "b", "c"});
+  Worker("a", T::kKvSet, proto::KvSetRequest{"g1/r0", "addr"}, 1);
+  Worker("a", T::kKvSet, proto::KvSetRequest{"keep", "v"}, 2);
+  // Generation 2: g1 is current-1 and stays.
+  Admin(T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
+  for (auto id : {"a", "b", "c"}) PausedMsg(id, 2, 1, {1}, false);
+  Ready("a", 2);
+  Ready("b", 2);
+  EXPECT_EQ(core_->generation(), 2u);
+  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/r0", 0}, 4)[0])
+                .value,
+            "addr");
+  // Generation 3: g1 goes.
+  Admin(T::kResize, proto::ResizeRequest{1, false, {}, false}, 5);
+  PausedMsg("a", 3, 2, {2}, false);
+  PausedMsg("b", 3, 2, {2}, false);
+  Ready("a", 3);
+  EXPECT_EQ(core_->generation(), 3u);
+  EXPECT_EQ(ErrorOf(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/r0", 0}, 6)[0]).code(),
+            StatusCode::kTimedOut);
+  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"keep", 0}, 7)[0])
+                .value,
+            "v");
+}
+
+TEST_F(CoreTest, BadInputIsAnsweredAndCounted) {
+  Make(1);
+  auto bad = core_->HandleMalformed("x", CorruptError("truncated"));
+  ASSERT_EQ(bad.size(), 1u);
+  auto e = DecodeAll(bad);
+  EXPECT_EQ(e[0].envelope.request_id, 0u);
+  EXPECT_EQ(ErrorOf(e[0]).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(core_->malformed_frames(), 1u);
+
+  proto::Envelope env;
+  env.type = T::kJoin;
+  env.job = "job";
+  env.sender = "a";
+  env.request_id = 3;
+  env.payload = "\x01\x02";
+  auto r = DecodeAll(core_->Handle("x", "worker", env));
+  EXPECT_EQ(ErrorOf(r[0]).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(r[0].envelope.request_id, 3u);
+  EXPECT_EQ(core_->malformed_frames(), 2u);
+
+  env.type = T::kJoinReply;  // a coordinator-to-worker message sent to the coordinator
+  EXPECT_EQ(ErrorOf(DecodeAll(core_->Handle("x", "worker", env))[0]).code(),
+            StatusCode::kInvalidArgument);
+  env.type = T::kStatusRequest;
+  env.payload = "";
+  env.job = "other";
+  EXPECT_EQ(ErrorOf(DecodeAll(core_->Handle("x", "worker", env))[0]).code(),
+            StatusCode::kInvalidArgument);
+  env.job = "job";
+  EXPECT_EQ(ErrorOf(DecodeAll(core_->Handle("x", "", env))[0]).code(),
+            StatusCode::kUnauthenticated);
+  // Fire-and-forget messages from unknown senders change nothing.
+  Worker("ghost", T::kPaused, proto::PausedReport{5, 1, {}, false});
+  Worker("ghost", T::kHeartbeat, proto::Heartbeat{3});
+  EXPECT_EQ(core_->stale_messages(), 1u);
+  EXPECT_EQ(core_->state(), "forming");
+}
+
+TEST_F(CoreTest, StatusJsonHasTheDocumentedFields) {
+  Start({"a", "b"});
+  Beat({"a"}, 12);
+  Beat({"b"}, 11);
+  clock_.Advance(Duration(30));
+  auto reply = Worker("a", T::kStatusRequest, proto::StatusRequest{}, 9);
+  ASSERT_EQ(reply[0].envelope.type, T::kStatusReply);
+  auto s = nlohmann::json::parse(Payload<proto::StatusReply>(reply[0]).json);
+  EXPECT_EQ(s["job"], "job");
+  EXPECT_EQ(s["state"], "running");
+  EXPECT_EQ(s["generation"], 1);
+  EXPECT_EQ(s["layout"]["dp"], 2);
+  EXPECT_EQ(s["layout"]["pp"], 1);
+  EXPECT_EQ(s["layout"]["tp"], 1);
+  EXPECT_EQ(s["step"], 12);
+  ASSERT_EQ(s["workers"].size(), 2u);
+  auto w = s["workers"][1];
+  EXPECT_EQ(w["id"], "b");
+  EXPECT_EQ(w["host"], "host-b");
+  EXPECT_EQ(w["pid"], 100);
+  EXPECT_EQ(w["state"], "member");
+  EXPECT_EQ(w["rank"], 1);
+  EXPECT_EQ(w["step"], 11);
+  EXPECT_EQ(w["last_heartbeat_ms_ago"], 30);
+  ASSERT_EQ(s["history"].size(), 1u);
+  for (auto key : {"generation", "reason", "workers", "layout", "downtime_ms", "agreement_ms",
+                   "rebuild_ms", "transfer_ms"}) {
+    EXPECT_TRUE(s["history"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(s["counters"]["malformed_frames"], 0);
+  EXPECT_EQ(s["counters"]["stale_messages"], 0);
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
