@@ -148,9 +148,11 @@ int StatusCommand(const Args& args) {
       char lay[64];
       std::snprintf(lay, sizeof(lay), "dp=%d,pp=%d,tp=%d", l.value("dp", 0), l.value("pp", 0),
                     l.value("tp", 0));
+      auto members = h.value("workers", nlohmann::json::array());
+      int count = members.is_array() ? static_cast<int>(members.size()) : members.get<int>();
       std::printf("%-10llu %-8s %7d %-16s %8.1f ms\n",
                   static_cast<unsigned long long>(h.value("generation", 0ULL)),
-                  h.value("reason", std::string()).c_str(), h.value("workers", 0), lay,
+                  h.value("reason", std::string()).c_str(), count, lay,
                   h.value("downtime_ms", 0.0));
     }
   }

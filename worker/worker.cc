@@ -137,6 +137,10 @@ class Worker::Impl {
       if (e.type != MessageType::kRecoverRequest) return;
       auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
       if (!req.ok() || req->target_generation <= generation_.load()) return;
+      uint64_t seen = recover_seen_.load();
+      while (seen < req->target_generation &&
+             !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
+      }
       std::lock_guard<std::mutex> lock(comm_mu_);
       if (comm_) comm_->Abort();
     });
@@ -399,6 +403,8 @@ class Worker::Impl {
     go.hostname = options_.bind_host;
     go.timeout = options_.collective_timeout;
     go.connect_timeout = options_.collective_timeout * 2;
+    // A recovery announced for a later generation dooms this one: stop waiting for its peers.
+    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
     auto comm = CreateGlooCommunicator(go);
     if (!comm.ok()) return comm.status().WithContext("building generation " +
                                                      std::to_string(gen.generation));
@@ -437,6 +443,85 @@ class Worker::Impl {
                          gen.generation);
   }
 
+  // The state as one byte stream: every tensor's bytes in order, then the scalars. It travels in
+  // chunks of at most kChunkBytes; a chunk inside one tensor goes straight from (or into) the
+  // tensor's memory, and only chunks that straddle tensors are packed, so memory stays under the
+  // state size plus one chunk.
+  static constexpr size_t kChunkBytes = 64u << 20;
+
+  template <class Fn>  // fn(byte* data, size_t bytes) over the stream's pieces, in order
+  void ForEachPiece(Fn&& fn) {
+    for (auto& t : state_.mutable_tensors()) {
+      if (t.bytes() > 0) fn(t.data.data(), t.bytes());
+    }
+    // The scalars travel through scalar_buffer_, which the caller fills (sender) or sizes
+    // (receiver) first.
+    fn(reinterpret_cast<std::byte*>(scalar_buffer_.data()), scalar_buffer_.size() * sizeof(int64_t));
+  }
+
+  // Calls fn(chunk_index, pieces) for each chunk, where pieces are (pointer, bytes) spans.
+  template <class Fn>
+  Status ForEachChunk(Fn&& fn) {
+    std::vector<std::pair<std::byte*, size_t>> pieces;
+    size_t in_chunk = 0;
+    uint32_t index = 0;
+    Status status;
+    auto flush = [&] {
+      if (status.ok() && !pieces.empty()) status = fn(index++, pieces);
+      pieces.clear();
+      in_chunk = 0;
+    };
+    ForEachPiece([&](std::byte* data, size_t bytes) {
+      while (bytes > 0) {
+        size_t take = std::min(bytes, kChunkBytes - in_chunk);
+        pieces.emplace_back(data, take);
+        in_chunk += take;
+        data += take;
+        bytes -= take;
+        if (in_chunk == kChunkBytes) flush();
+      }
+    });
+    flush();
+    return status;
+  }
+
+  Status SendState(Communicator& comm, int dst, milliseconds timeout) {
+    scalar_buffer_.clear();
+    for (const auto& [name, value] : state_.scalars()) scalar_buffer_.push_back(value);
+    return ForEachChunk([&](uint32_t index, const auto& pieces) -> Status {
+      if (pieces.size() == 1) {
+        return comm.Send(pieces[0].first, pieces[0].second, dst, kTransferTag + index, timeout);
+      }
+      pack_buffer_.clear();
+      for (const auto& [p, n] : pieces) pack_buffer_.insert(pack_buffer_.end(), p, p + n);
+      return comm.Send(pack_buffer_.data(), pack_buffer_.size(), dst, kTransferTag + index,
+                       timeout);
+    });
+  }
+
+  Status RecvState(Communicator& comm, int src, milliseconds timeout) {
+    scalar_buffer_.assign(state_.scalars().size(), 0);
+    ELASTRA_RETURN_IF_ERROR(ForEachChunk([&](uint32_t index, const auto& pieces) -> Status {
+      if (pieces.size() == 1) {
+        return comm.Recv(pieces[0].first, pieces[0].second, src, kTransferTag + index, timeout);
+      }
+      size_t total = 0;
+      for (const auto& piece : pieces) total += piece.second;
+      pack_buffer_.resize(total);
+      ELASTRA_RETURN_IF_ERROR(
+          comm.Recv(pack_buffer_.data(), total, src, kTransferTag + index, timeout));
+      size_t offset = 0;
+      for (const auto& [p, n] : pieces) {
+        std::copy(pack_buffer_.begin() + offset, pack_buffer_.begin() + offset + n, p);
+        offset += n;
+      }
+      return OkStatus();
+    }));
+    auto& mine = state_.mutable_scalars();
+    for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalar_buffer_[i];
+    return OkStatus();
+  }
+
   // Members without state receive it from members that have it, spread over the holders so no
   // sender carries more than its share. Returns the bytes this rank received.
   StatusOr<int64_t> TransferState(const proto::NewGeneration& gen, int my_rank) {
@@ -458,16 +543,7 @@ class Worker::Impl {
                            static_cast<int64_t>(state_.bytes())};
       if (my_rank == src) {
         ELASTRA_RETURN_IF_ERROR(comm.Send(header, sizeof(header), dst, kTransferTag - 1, timeout));
-        const auto& tensors = state_.tensors();
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          if (tensors[i].bytes() == 0) continue;
-          ELASTRA_RETURN_IF_ERROR(comm.Send(tensors[i].data.data(), tensors[i].bytes(), dst,
-                                            kTransferTag + static_cast<uint32_t>(i), timeout));
-        }
-        std::vector<int64_t> scalars;
-        for (const auto& [n, v] : state_.scalars()) scalars.push_back(v);
-        ELASTRA_RETURN_IF_ERROR(comm.Send(scalars.data(), scalars.size() * sizeof(int64_t), dst,
-                                          kTransferTag - 2, timeout));
+        ELASTRA_RETURN_IF_ERROR(SendState(comm, dst, timeout));
       } else {
         int64_t theirs[3] = {0, 0, 0};
         ELASTRA_RETURN_IF_ERROR(comm.Recv(theirs, sizeof(theirs), src, kTransferTag - 1, timeout));
@@ -476,18 +552,8 @@ class Worker::Impl {
               "this worker registered different tensors than the job's (signature or size "
               "mismatch): every worker must register the same state before Start()");
         }
-        auto& tensors = state_.mutable_tensors();
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          if (tensors[i].bytes() == 0) continue;
-          ELASTRA_RETURN_IF_ERROR(comm.Recv(tensors[i].data.data(), tensors[i].bytes(), src,
-                                            kTransferTag + static_cast<uint32_t>(i), timeout));
-          received += static_cast<int64_t>(tensors[i].bytes());
-        }
-        std::vector<int64_t> scalars(state_.scalars().size());
-        ELASTRA_RETURN_IF_ERROR(comm.Recv(scalars.data(), scalars.size() * sizeof(int64_t), src,
-                                          kTransferTag - 2, timeout));
-        auto& mine = state_.mutable_scalars();
-        for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
+        ELASTRA_RETURN_IF_ERROR(RecvState(comm, src, timeout));
+        received += static_cast<int64_t>(state_.bytes());
         commits_.clear();  // whatever this worker held before belongs to no timeline now
         client_->SetHeartbeatStep(step());
       }
@@ -503,10 +569,13 @@ class Worker::Impl {
   std::mutex comm_mu_;  // guards comm_ against Abort() from the I/O thread
   std::unique_ptr<Communicator> comm_;
   std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> recover_seen_{0};  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
 
   std::deque<Commit_> commits_;
+  std::vector<int64_t> scalar_buffer_;  // scalars in transit
+  std::vector<std::byte> pack_buffer_;  // one chunk that straddles tensors
   std::deque<proto::Envelope> inbox_;
   uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
