@@ -313,3 +313,22 @@ TEST_F(ServerTest, HeartbeatsCarryTheStepAndBlockingKvGetCompletes) {
 
 }  // namespace
 }  // namespace elastra::coordinator
+
+namespace elastra::coordinator {
+namespace {
+
+TEST_F(ServerTest, WrongServerKeyFailsClearlyWithinTheTimeout) {
+  StartServer(1);
+  ControlClientOptions o = ClientOptions(worker_keys_, "w0");
+  o.server_public = GenerateKeyPair()->public_key;
+  o.connect_timeout = 1000ms;
+  auto start = std::chrono::steady_clock::now();
+  auto c = ControlClient::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnauthenticated) << c.status();
+  EXPECT_NE(c.status().message().find("wrong server public key"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
