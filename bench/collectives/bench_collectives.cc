@@ -300,7 +300,7 @@ Json RunNccl(const Flags& flags) {
     if (flags.quick) args.push_back("--quick");
     pids.push_back(testing::SpawnRank(self, args, r));
   }
-  auto codes = testing::WaitRanks(pids, Clock::now() + std::chrono::seconds(240));
+  auto codes = testing::WaitRanks(pids, Clock::now() + std::chrono::seconds(120));
   Json result;
   testing::FileKeyValueStore store(dir);
   auto got = store.Get("nccl_result", std::chrono::milliseconds(0));

@@ -195,7 +195,7 @@ TEST(NcclSingleRankTest, MissingRankZeroTimesOut) {
   auto t0 = Clock::now();
   auto made = CreateNcclCommunicator(o);
   EXPECT_EQ(made.status().code(), StatusCode::kTimedOut) << made.status();
-  EXPECT_LT(Clock::now() - t0, Ms(2000));
+  EXPECT_LT(Clock::now() - t0, Ms(5000));  // includes CUDA context creation when run alone
 }
 
 // --- Several ranks, one process each ------------------------------------------------------------
@@ -210,22 +210,22 @@ class NcclMultiProcessTest : public ::testing::Test {
 };
 
 TEST_F(NcclMultiProcessTest, CollectivesTwoRanks) {
-  auto codes = RunRanks("collectives", 2, dir_.path(), Ms(90000));
+  auto codes = RunRanks("collectives", 2, dir_.path(), Ms(60000));
   EXPECT_EQ(codes, std::vector<int>({0, 0}));
 }
 
 TEST_F(NcclMultiProcessTest, CollectivesThreeRanks) {
-  auto codes = RunRanks("collectives", 3, dir_.path(), Ms(90000));
+  auto codes = RunRanks("collectives", 3, dir_.path(), Ms(60000));
   EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
 }
 
 TEST_F(NcclMultiProcessTest, SplitAndPlannedShrinkThreeRanks) {
-  auto codes = RunRanks("split", 3, dir_.path(), Ms(90000));
+  auto codes = RunRanks("split", 3, dir_.path(), Ms(60000));
   EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
 }
 
 TEST_F(NcclMultiProcessTest, TimeoutAndAbortBreakHungCollectives) {
-  auto codes = RunRanks("hang", 2, dir_.path(), Ms(90000));
+  auto codes = RunRanks("hang", 2, dir_.path(), Ms(50000));
   EXPECT_EQ(codes, std::vector<int>({0, 0}));
 }
 
@@ -246,7 +246,7 @@ TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
   }
   std::vector<std::string> looping;
   for (int r = 0; r < kSize; ++r) looping.push_back(prefix + "looping/" + std::to_string(r));
-  Status started = store.Wait(looping, Ms(60000));
+  Status started = store.Wait(looping, Ms(40000));
   if (!started.ok()) {
     auto codes = testing::WaitRanks(pids, Clock::now());
     FAIL() << "ranks did not start looping: " << started << " exit codes " << codes[0] << ","
@@ -266,7 +266,7 @@ TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
                       std::chrono::duration_cast<Ms>(Clock::now() - killed_at).count()));
     }
   }
-  auto codes = testing::WaitRanks(pids, Clock::now() + Ms(90000));
+  auto codes = testing::WaitRanks(pids, Clock::now() + Ms(40000));
   EXPECT_EQ(codes[kSize - 1], 128 + SIGKILL);
   // 0: shrink worked. 3: shrink failed, abort + re-init worked (reported, but a failure).
   for (int r = 0; r < kSize - 1; ++r) EXPECT_EQ(codes[r], 0) << "survivor " << r;
@@ -275,7 +275,9 @@ TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
 // Leak check: cycles of init/split/shrink-or-abort on two ranks keep host RSS and device memory
 // flat (the helper checks and prints its figures; ELASTRA_LEAK_CYCLES / ELASTRA_LEAK_BUDGET_S).
 TEST_F(NcclMultiProcessTest, InitSplitShrinkCyclesDoNotLeak) {
-  auto codes = RunRanks("leak", 2, dir_.path(), Ms(170000));
+  const char* budget = getenv("ELASTRA_LEAK_BUDGET_S");
+  const int budget_s = budget != nullptr ? atoi(budget) : 100;
+  auto codes = RunRanks("leak", 2, dir_.path(), Ms(1000 * (budget_s + 60)));
   EXPECT_EQ(codes, std::vector<int>({0, 0}));
 }
 
