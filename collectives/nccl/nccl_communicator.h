@@ -83,8 +83,8 @@ class NcclCommunicator : public Communicator {
 
   // ncclCommSplit: collective over this communicator. Ranks with the same `color` (>= 0) form a
   // new communicator, ordered by `key`. A negative color takes no part and gets a null pointer.
-  // kTimedOut after connect_timeout (the child is aborted), kPeerLost on an NCCL error,
-  // kFailedPrecondition when this communicator is broken.
+  // kTimedOut after connect_timeout (the child is aborted), kPeerLost on an NCCL error; on a
+  // broken communicator, the status that broke it.
   StatusOr<std::unique_ptr<NcclCommunicator>> Split(int color, int key);
 
   // ncclCommShrink: the survivors (every rank not in `exclude_ranks`, ranks of this communicator)
