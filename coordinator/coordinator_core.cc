@@ -484,6 +484,13 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
     return refuse(FailedPreconditionError("no generation has formed yet; wait for the job to "
                                           "start before resizing"));
   }
+  for (const auto& id : current_members_) {
+    const WorkerInfo* w = membership_.Find(id);
+    if (w != nullptr && w->state == WorkerState::kFinished) {
+      return refuse(FailedPreconditionError("worker " + id +
+                                            " has finished training; the job is ending"));
+    }
+  }
   if (resize_ || reconf_.phase() != Phase::kIdle) {
     return refuse(FailedPreconditionError("another reconfiguration is in progress (" + state() +
                                           "); retry when it is done"));
@@ -645,6 +652,12 @@ void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std
     health_.Forget(id);
     if (w->state == WorkerState::kLost) continue;
     LOG(WARNING) << "worker " << id << " lost: " << why;
+    // If the process is in fact alive (stalled, partitioned), it is out of the job: tell it to
+    // exit rather than let it wait on communicators its peers have abandoned.
+    proto::Shutdown shutdown;
+    shutdown.exit_code = 1;
+    shutdown.reason = "declared lost: " + why;
+    Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
     membership_.SetState(id, WorkerState::kLost);
     if (reconf_.phase() == Phase::kRecovering && reconf_.IsParticipant(id)) {
       lost.push_back(id);

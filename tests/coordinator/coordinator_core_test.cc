@@ -339,9 +339,15 @@ TEST_F(CoreTest, MissedHeartbeatRecoversFromLargestCommonCommit) {
   Beat({"a", "b", "s"}, 8);
   EXPECT_TRUE(Tick().empty());
   clock_.Advance(Duration(501));
-  auto rec = OfType(Tick(), T::kRecoverRequest);
+  auto tick = Tick();
+  auto rec = OfType(tick, T::kRecoverRequest);
   ASSERT_EQ(rec.size(), 2u);
   EXPECT_EQ(core_->state(), "recovering");
+  // The silent worker, should it be alive after all, is told to exit.
+  auto told = OfType(tick, T::kShutdown);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].identity, "id-c");
+  EXPECT_EQ(Payload<proto::Shutdown>(told[0]).exit_code, 1);
   auto rr = Payload<proto::RecoverRequest>(rec[0]);
   EXPECT_EQ(rr.target_generation, 2u);
   EXPECT_EQ(rr.lost, (std::vector<std::string>{"c"}));
@@ -476,6 +482,8 @@ TEST_F(CoreTest, EveryMemberFinishingEndsTheJob) {
   auto ack = Worker("a", T::kLeave, proto::LeaveRequest{"finished"}, 3);
   ASSERT_EQ(ack[0].envelope.type, T::kAck);
   EXPECT_EQ(core_->state(), "running");
+  EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{1, false, {}, false}, 9)[0]).code(),
+            StatusCode::kFailedPrecondition);
   // A finished worker's silence is not a failure.
   clock_.Advance(Duration(1000));
   Beat({"b"});

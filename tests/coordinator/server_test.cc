@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <atomic>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -93,12 +94,17 @@ TEST_F(ServerTest, WorkerKeyJoinsAndTheFirstGenerationForms) {
   StartServer(1);
   auto c = Connect(worker_keys_, "w0");
   ASSERT_NE(c, nullptr);
+  std::atomic<int> observed{0};
+  c->SetPushObserver([&](const proto::Envelope& e) {
+    if (e.type == MessageType::kNewGeneration) ++observed;
+  });
   auto join = Join(*c, "w0");
   ASSERT_TRUE(join.ok()) << join.status();
   EXPECT_EQ(join->worker_id, "w0");
   EXPECT_EQ(join->heartbeat_timeout_ms, 1500);
   auto gen = Expect(*c, MessageType::kNewGeneration);
   ASSERT_TRUE(gen.has_value());
+  EXPECT_EQ(observed.load(), 1);  // the observer ran before the push was queued
   auto g = proto::DecodePayload<proto::NewGeneration>(gen->payload);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->generation, 1u);
