@@ -64,7 +64,8 @@ st = json.load(open(sys.argv[1]))
 print(f"{'generation':>10}  {'reason':<8} {'workers':>7}  {'layout':<16} {'downtime':>12}")
 for h in st.get("history", []):
     l = h["layout"]
-    print(f"{h['generation']:>10}  {h['reason']:<8} {h['workers']:>7}  "
+    n = len(h["workers"]) if isinstance(h["workers"], list) else h["workers"]
+    print(f"{h['generation']:>10}  {h['reason']:<8} {n:>7}  "
           f"dp={l['dp']},pp={l['pp']},tp={l['tp']:<6} {h['downtime_ms']:>9.1f} ms")
 PY
 CMP=$("$COMPARE" "$OUT/run.jsonl" "$OUT/ref.jsonl" "$STEPS") && OK=1 || OK=0
