@@ -43,6 +43,7 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   } else {
     info.join_order = next_join_order_++;
   }
+  ever_seen_.insert(info.id);
   workers_[info.id] = info;
   return OkStatus();
 }
@@ -108,7 +109,10 @@ void Membership::Remove(const std::string& id) { workers_.erase(id); }
 std::string Membership::NextWorkerId() {
   for (;;) {
     std::string id = "w" + std::to_string(next_worker_number_++);
-    if (!workers_.count(id)) return id;
+    if (!ever_seen_.count(id)) {
+      ever_seen_.insert(id);
+      return id;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,8 @@ class Membership {
   void SetState(const std::string& id, WorkerState state);
   void Remove(const std::string& id);
 
-  // A fresh worker id "w<k>", k counting up over the job's life and skipping ids in use.
+  // A fresh worker id "w<k>", k counting up over the job's life and skipping every id this job has
+  // seen (removed ones included), so an id never names two processes.
   std::string NextWorkerId();
 
   void RegisterAgent(const AgentInfo& agent);
@@ -75,6 +77,7 @@ class Membership {
  private:
   std::map<std::string, WorkerInfo> workers_;
   std::vector<AgentInfo> agents_;
+  std::set<std::string> ever_seen_;
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;
 };

@@ -53,6 +53,10 @@ TEST(MembershipTest, FreshWorkerIdsCountUpAndSkipIdsInUse) {
   EXPECT_EQ(m.NextWorkerId(), "w0");
   EXPECT_EQ(m.NextWorkerId(), "w2");
   EXPECT_EQ(m.NextWorkerId(), "w3");
+  // Removed ids are never handed out again.
+  ASSERT_TRUE(m.Join(Req("w4"), "x", TimePoint{}).ok());
+  m.Remove("w4");
+  EXPECT_EQ(m.NextWorkerId(), "w5");
 }
 
 TEST(MembershipTest, AgentsAreReplacedBySameIdentityOrSender) {
