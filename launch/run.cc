@@ -3,19 +3,18 @@
 // once, starts more when a resize asks, and exits with the job's status.
 // elastra coordinator: the same coordinator without an agent, for workers started elsewhere.
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/control_client.h"
 #include "common/keys.h"
 #include "common/logging.h"
+#include "coordinator/embedded.h"
 #include "coordinator/server.h"
 #include "launch/commands.h"
 #include "launch/process.h"
@@ -29,55 +28,24 @@ using std::chrono::milliseconds;
 std::atomic<int> g_stop_signal{0};
 void OnSignal(int sig) { g_stop_signal = sig; }
 
-long long EnvInt(const char* name, long long fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return (end != v && *end == '\0' && x >= 0) ? x : fallback;
-}
-
 std::string HostName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
 }
 
-struct Embedded {
-  std::unique_ptr<coordinator::CoordinatorServer> server;
-  ConnectionInfo info;
-};
+using Embedded = coordinator::EmbeddedCoordinator;
 
 // Makes the state directory and the job's keys, starts the coordinator, writes coordinator.json.
 StatusOr<Embedded> StartEmbedded(const std::string& state_dir, const std::string& job,
                                  const std::string& bind, int initial_workers, int max_workers) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) return InvalidArgumentError("cannot create state directory " + state_dir + ": " +
-                                      ec.message());
-  chmod(state_dir.c_str(), 0700);
-  Embedded e;
-  ELASTRA_ASSIGN_OR_RETURN(KeyPair server_keys, GenerateKeyPair());
-  ELASTRA_ASSIGN_OR_RETURN(e.info.admin, GenerateKeyPair());
-  ELASTRA_ASSIGN_OR_RETURN(e.info.worker, GenerateKeyPair());
-  coordinator::CoordinatorOptions o;
+  coordinator::EmbeddedOptions o;
+  o.state_dir = state_dir;
   o.job = job;
-  o.bind_address = bind;
-  o.server_keys = server_keys;
-  o.worker_public_keys = {e.info.worker.public_key};
-  o.admin_public_keys = {e.info.admin.public_key};
+  o.bind = bind;
   o.initial_workers = initial_workers;
   o.max_workers = max_workers;
-  o.heartbeat_interval = milliseconds(EnvInt("ELASTRA_HEARTBEAT_MS", 200));
-  o.heartbeat_timeout = milliseconds(EnvInt("ELASTRA_HEARTBEAT_TIMEOUT_MS", 1500));
-  o.spawn_timeout = milliseconds(EnvInt("ELASTRA_SPAWN_TIMEOUT_MS", 60000));
-  ELASTRA_ASSIGN_OR_RETURN(e.server, coordinator::CoordinatorServer::Start(o));
-  e.info.address = e.server->address();
-  e.info.job = job;
-  e.info.server_public = server_keys.public_key;
-  e.info.pid = getpid();
-  ELASTRA_RETURN_IF_ERROR(WriteConnectionInfo(state_dir + "/coordinator.json", e.info));
-  return e;
+  return coordinator::StartEmbeddedCoordinator(o);
 }
 
 std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const std::string& id,
