@@ -1,0 +1,193 @@
+// The on-disk format of a checkpoint: one shard file per rank and one manifest, in a directory
+// named after the step and generation. The manifest (cereal binary inside a versioned, checksummed
+// frame) is the commit record: a directory without one does not exist for loading. See
+// docs/checkpoints.md. Plain value types and pure functions; thread-compatible.
+//
+//   ROOT/ckpt-000000001200-g000007/
+//     shard-00000.bin   4 KiB header, then each region's bytes (row-major), 4 KiB aligned
+//     shard-00001.bin
+//     MANIFEST          magic, version, payload size, XXH3-64 of payload, cereal payload
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "elastra/communicator.h"  // DataType
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra::checkpoint {
+
+// The version this build writes and the only one it reads.
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kManifestName[] = "MANIFEST";
+inline constexpr uint64_t kShardHeaderBytes = 4096;
+inline constexpr uint64_t kRegionAlignment = 4096;
+// Bounds applied to everything read from a file before anything is allocated.
+inline constexpr int kMaxDims = 8;
+inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+inline constexpr uint64_t kMaxTensorBytes = 1ull << 40;
+inline constexpr uint64_t kMinChunkBytes = 4096;
+inline constexpr uint64_t kDefaultChunkBytes = 4ull << 20;
+
+// A box of a tensor: [begin[d], end[d]) in every dimension d of the global shape.
+struct Box {
+  std::vector<int64_t> begin;
+  std::vector<int64_t> end;
+
+  // The whole of a tensor of `shape`.
+  static Box Whole(const std::vector<int64_t>& shape);
+  uint64_t volume() const;  // elements; 0 for an empty box
+  bool empty() const { return volume() == 0; }
+  bool operator==(const Box&) const = default;
+  std::string ToString() const;  // "[0:4,2:8]"
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(begin, end);
+  }
+};
+
+// The intersection of two boxes of the same rank (may be empty).
+Box Intersect(const Box& a, const Box& b);
+
+// How a tensor is split over ranks. `kind` carries elastra::Sharding's value (0 = replicated);
+// `dim` the split dimension where the rule has one; `text` a human-readable form of combined
+// rules (TP x ZeRO, ...). The engine does not interpret the rule: regions are explicit boxes.
+struct ShardingRule {
+  int32_t kind = 0;
+  int32_t dim = -1;
+  std::string text = "replicated";
+
+  bool operator==(const ShardingRule&) const = default;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(kind, dim, text);
+  }
+};
+
+// Where the bytes of one box of a tensor are: file `file` (an index into Manifest::files), `bytes`
+// bytes at `offset`, row-major inside the box, with an XXH3-64 checksum per `chunk_bytes` chunk
+// (the last chunk may be shorter), so a partial read verifies only the chunks it touches.
+struct RegionEntry {
+  Box box;
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+  std::vector<uint64_t> chunk_checksums;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(box, file, offset, bytes, chunk_bytes, chunk_checksums);
+  }
+};
+
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;  // global
+  int32_t dtype = 0;           // elastra::DataType
+  ShardingRule rule;
+  std::vector<RegionEntry> regions;  // replicas of the same box may appear more than once
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(name, shape, dtype, rule, regions);
+  }
+};
+
+struct FileEntry {
+  std::string name;  // relative to the checkpoint directory
+  int32_t rank = 0;
+  uint64_t size = 0;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(name, rank, size);
+  }
+};
+
+struct Manifest {
+  uint32_t version = kFormatVersion;
+  std::string job;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  Layout layout;
+  // The small state: step, data cursor, seeds, optimizer scalars (TensorCollection's scalars).
+  std::vector<std::pair<std::string, int64_t>> scalars;
+  std::vector<FileEntry> files;
+  std::vector<TensorEntry> tensors;
+  int64_t created_unix_ms = 0;
+
+  const TensorEntry* FindTensor(const std::string& name) const;
+  uint64_t total_file_bytes() const;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(version, job, generation, step, layout, scalars, files, tensors, created_unix_ms);
+  }
+};
+
+// What one rank reports after its shard file is durable: everything the committer needs to write
+// the manifest. The regions' `file` fields are 0 (this rank's file). Travels to the committer as
+// EncodeShardDescriptor() bytes.
+struct ShardDescriptor {
+  int32_t rank = 0;
+  std::string file;  // name inside the checkpoint directory
+  uint64_t file_size = 0;
+  std::vector<std::pair<std::string, int64_t>> scalars;  // as snapshotted
+  std::vector<TensorEntry> tensors;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(rank, file, file_size, scalars, tensors);
+  }
+};
+
+// Bytes per element of a dtype; 0 for a value no DataType has (bad input).
+size_t ElementSize(int32_t dtype);
+
+// "ckpt-000000001200-g000007" and back (false when `name` is not one).
+std::string CheckpointDirName(int64_t step, uint64_t generation);
+bool ParseCheckpointDirName(const std::string& name, int64_t* step, uint64_t* generation);
+// "shard-00003.bin"
+std::string ShardFileName(int rank);
+
+// The fixed 4 KiB header at the start of every shard file.
+struct ShardHeader {
+  uint32_t version = kFormatVersion;
+  int32_t rank = 0;
+  int64_t step = 0;
+  uint64_t generation = 0;
+};
+void EncodeShardHeader(const ShardHeader& h, std::byte* out /* kShardHeaderBytes */);
+// kCorrupt (bad magic or checksum) or kProtocolMismatch (unknown version), naming `path`.
+StatusOr<ShardHeader> DecodeShardHeader(std::span<const std::byte> in, const std::string& path);
+
+std::string EncodeManifest(const Manifest& m);
+// Checks the frame (magic, version, size, checksum), decodes with every size bounded, then
+// ValidateManifest(). kProtocolMismatch for an unknown version, kCorrupt otherwise; the message
+// names `path` and the reason.
+StatusOr<Manifest> DecodeManifest(std::span<const std::byte> in, const std::string& path);
+// The consistency rules: known dtypes, at most kMaxDims dimensions, boxes inside their shapes,
+// region bytes = volume x element size, one checksum per chunk, regions inside their files and not
+// overlapping there, and the distinct boxes of a tensor tiling it exactly (sizes that add up).
+Status ValidateManifest(const Manifest& m);
+
+std::string EncodeShardDescriptor(const ShardDescriptor& d);
+StatusOr<ShardDescriptor> DecodeShardDescriptor(std::span<const std::byte> in);
+
+// XXH3-64 of a buffer.
+uint64_t Checksum(const void* data, size_t n);
+// One XXH3-64 per `chunk_bytes` chunk of `data`.
+std::vector<uint64_t> ChunkChecksums(std::span<const std::byte> data, uint64_t chunk_bytes);
+
+inline std::span<const std::byte> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace elastra::checkpoint

@@ -1,0 +1,384 @@
+#include "worker/checkpoint/writer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <tuple>
+
+#include "common/logging.h"
+
+namespace elastra::checkpoint {
+namespace {
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+Status ValidateView(const StateView& state) {
+  std::set<std::string> names;
+  for (const TensorShard& t : state.tensors) {
+    const std::string where = "tensor '" + t.name + "'";
+    if (t.name.empty() || !names.insert(t.name).second) {
+      return InvalidArgumentError("empty or duplicate tensor name '" + t.name + "'");
+    }
+    const size_t esize = ElementSize(static_cast<int32_t>(t.dtype));
+    if (esize == 0) return InvalidArgumentError(where + ": unknown dtype");
+    if (t.shape.size() > static_cast<size_t>(kMaxDims)) {
+      return InvalidArgumentError(where + ": more than " + std::to_string(kMaxDims) +
+                                  " dimensions");
+    }
+    if (t.region.begin.size() != t.shape.size() || t.region.end.size() != t.shape.size()) {
+      return InvalidArgumentError(where + ": region " + t.region.ToString() +
+                                  " does not match the shape's rank");
+    }
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.region.begin[d] < 0 || t.region.begin[d] > t.region.end[d] ||
+          t.region.end[d] > t.shape[d]) {
+        return InvalidArgumentError(where + ": region " + t.region.ToString() +
+                                    " lies outside the shape");
+      }
+    }
+    if (t.data.size() != t.region.volume() * esize) {
+      return InvalidArgumentError(where + ": " + std::to_string(t.data.size()) +
+                                  " bytes for region " + t.region.ToString() + " (" +
+                                  std::to_string(t.region.volume() * esize) + " expected)");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StateView ViewOf(const TensorCollection& state) {
+  StateView view;
+  for (const TensorCollection::Tensor& t : state.tensors()) {
+    TensorShard s;
+    s.name = t.name;
+    s.shape = t.shape;
+    s.dtype = t.dtype;
+    s.rule.kind = static_cast<int32_t>(t.sharding);
+    s.rule.text = "replicated";
+    s.region = Box::Whole(t.shape);
+    s.data = std::span<const std::byte>(t.data.data(), t.data.size());
+    view.tensors.push_back(std::move(s));
+  }
+  view.scalars = state.scalars();
+  return view;
+}
+
+std::string CheckpointDir(const std::string& root, const CheckpointId& id) {
+  return JoinPath(root, CheckpointDirName(id.step, id.generation));
+}
+
+void CheckpointWriter::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+CheckpointWriter::CheckpointWriter(WriterOptions options)
+    : options_(std::move(options)), env_(options_.env ? options_.env : Env::Default()) {}
+
+StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(WriterOptions options) {
+  if (options.root.empty()) return InvalidArgumentError("checkpoint root is empty");
+  if (options.chunk_bytes < kMinChunkBytes) {
+    return InvalidArgumentError("chunk_bytes below " + std::to_string(kMinChunkBytes));
+  }
+  if (options.write_block_bytes == 0) return InvalidArgumentError("write_block_bytes is 0");
+  if (options.rank < 0) return InvalidArgumentError("negative rank");
+  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter(std::move(options)));
+  ELASTRA_RETURN_IF_ERROR(w->env_->CreateDir(w->options_.root));
+  if (w->options_.reserve_bytes > 0) {
+    ELASTRA_RETURN_IF_ERROR(w->EnsureCapacity(w->options_.reserve_bytes));
+    std::memset(w->image_.get(), 0, w->capacity_);  // touch every page now, not in a step
+  }
+  w->thread_ = std::thread([p = w.get()] { p->Loop(); });
+  return w;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !in_flight_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status CheckpointWriter::EnsureCapacity(size_t bytes) {
+  if (bytes <= capacity_) return OkStatus();
+  const size_t want = AlignUp(bytes, kRegionAlignment);
+  image_.reset();
+  capacity_ = 0;
+  void* p = std::aligned_alloc(kRegionAlignment, want);
+  if (p == nullptr) {
+    return ResourceExhaustedError("cannot allocate " + std::to_string(want) +
+                                  " bytes of checkpoint staging memory");
+  }
+  image_.reset(static_cast<std::byte*>(p));
+  capacity_ = want;
+  return OkStatus();
+}
+
+StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const CheckpointId& id,
+                                                                      const StateView& state) {
+  ELASTRA_RETURN_IF_ERROR(ValidateView(state));
+  std::unique_lock<std::mutex> l(mu_);
+  if (in_flight_) {
+    if (options_.when_busy == WriterOptions::WhenBusy::kSkip) {
+      LOG(WARNING) << "checkpoint of step " << id.step << " skipped on rank " << options_.rank
+                   << ": the previous checkpoint is still being written (when_busy=skip)";
+      return SnapshotResult::kSkipped;
+    }
+    LOG(INFO) << "checkpoint of step " << id.step << " waits on rank " << options_.rank
+              << " for the previous checkpoint's write (when_busy=wait)";
+    cv_.wait(l, [&] { return !in_flight_; });
+  }
+  // Lay out the file image: the header, then every region at a 4 KiB-aligned offset.
+  ShardDescriptor d;
+  d.rank = options_.rank;
+  d.file = ShardFileName(options_.rank);
+  d.scalars = state.scalars;
+  uint64_t offset = kShardHeaderBytes;
+  for (const TensorShard& t : state.tensors) {
+    TensorEntry e;
+    e.name = t.name;
+    e.shape = t.shape;
+    e.dtype = static_cast<int32_t>(t.dtype);
+    e.rule = t.rule;
+    RegionEntry r;
+    r.box = t.region;
+    r.file = 0;
+    r.offset = offset;
+    r.bytes = t.data.size();
+    r.chunk_bytes = options_.chunk_bytes;
+    offset = AlignUp(offset + r.bytes, kRegionAlignment);
+    e.regions.push_back(std::move(r));
+    d.tensors.push_back(std::move(e));
+  }
+  const size_t total = d.tensors.empty()
+                           ? kShardHeaderBytes
+                           : d.tensors.back().regions[0].offset + d.tensors.back().regions[0].bytes;
+  ELASTRA_RETURN_IF_ERROR(EnsureCapacity(total));
+  const auto start = std::chrono::steady_clock::now();
+  std::byte* image = image_.get();
+  EncodeShardHeader({kFormatVersion, options_.rank, id.step, id.generation}, image);
+  uint64_t pos = kShardHeaderBytes;
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const RegionEntry& r = d.tensors[i].regions[0];
+    if (r.offset > pos) std::memset(image + pos, 0, r.offset - pos);  // padding
+    std::memcpy(image + r.offset, state.tensors[i].data.data(), r.bytes);
+    pos = r.offset + r.bytes;
+  }
+  last_copy_seconds_ = SecondsSince(start);
+  d.file_size = total;
+  image_bytes_ = total;
+  staged_ = std::move(d);
+  pending_ = id;
+  in_flight_ = true;
+  l.unlock();
+  cv_.notify_all();
+  return SnapshotResult::kStarted;
+}
+
+StatusOr<ShardDescriptor> CheckpointWriter::WaitForWrite() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return !in_flight_; });
+  if (!last_result_) return FailedPreconditionError("no checkpoint write was started");
+  return *last_result_;
+}
+
+StatusOr<ShardDescriptor> CheckpointWriter::Write(const CheckpointId& id,
+                                                  const StateView& state) {
+  ELASTRA_ASSIGN_OR_RETURN(SnapshotResult r, Snapshot(id, state));
+  (void)r;  // with kSkip and a write in flight WaitForWrite() reports the earlier one
+  return WaitForWrite();
+}
+
+bool CheckpointWriter::in_flight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_flight_;
+}
+
+double CheckpointWriter::last_copy_seconds() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return last_copy_seconds_;
+}
+
+void CheckpointWriter::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || pending_.has_value(); });
+    if (!pending_) return;
+    CheckpointId id = *pending_;
+    pending_.reset();
+    l.unlock();
+    StatusOr<ShardDescriptor> result = WriteShard(id);
+    if (!result.ok()) {
+      LOG(ERROR) << "checkpoint of step " << id.step << " failed on rank " << options_.rank
+                 << ": " << result.status();
+    }
+    l.lock();
+    last_result_ = result;
+    in_flight_ = false;
+    l.unlock();
+    cv_.notify_all();
+    if (options_.on_written) options_.on_written(id, result);
+    l.lock();
+  }
+}
+
+StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
+  const std::string dir = CheckpointDir(options_.root, id);
+  const std::string final_path = JoinPath(dir, staged_.file);
+  const std::string tmp_path = final_path + ".tmp";
+  const std::string context =
+      "checkpoint step " + std::to_string(id.step) + " rank " + std::to_string(options_.rank);
+  ELASTRA_RETURN_IF_ERROR(env_->CreateDir(dir).WithContext(context));
+  ELASTRA_RETURN_IF_ERROR(env_->SyncDir(options_.root).WithContext(context));
+
+  ShardDescriptor d = staged_;
+  const std::byte* image = image_.get();
+  for (TensorEntry& t : d.tensors) {
+    RegionEntry& r = t.regions[0];
+    r.chunk_checksums = ChunkChecksums({image + r.offset, r.bytes}, r.chunk_bytes);
+  }
+  auto file = env_->NewWritableFile(tmp_path);
+  if (!file.ok()) return file.status().WithContext(context);
+  Status s;
+  for (size_t off = 0; off < image_bytes_ && s.ok(); off += options_.write_block_bytes) {
+    s = (*file)->Append({image + off, std::min(options_.write_block_bytes, image_bytes_ - off)});
+  }
+  if (s.ok()) s = (*file)->Sync();
+  Status closed = (*file)->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env_->RenameFile(tmp_path, final_path);
+  if (!s.ok()) {
+    env_->RemoveFile(tmp_path).IgnoreError();
+    return s.WithContext(context);
+  }
+  ELASTRA_RETURN_IF_ERROR(env_->SyncDir(dir).WithContext(context));
+  return d;
+}
+
+StatusOr<std::string> CommitCheckpoint(const CommitOptions& options, const CheckpointId& id,
+                                       const Layout& layout,
+                                       std::vector<ShardDescriptor> shards) {
+  Env* env = options.env ? options.env : Env::Default();
+  if (options.keep_last < 1) return InvalidArgumentError("keep_last must be at least 1");
+  if (shards.empty()) return InvalidArgumentError("no shard descriptors to commit");
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardDescriptor& a, const ShardDescriptor& b) { return a.rank < b.rank; });
+  const std::string dir = CheckpointDir(options.root, id);
+  Manifest m;
+  m.job = id.job;
+  m.generation = id.generation;
+  m.step = id.step;
+  m.layout = layout;
+  m.scalars = shards.front().scalars;
+  m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardDescriptor& s = shards[i];
+    if (i > 0 && s.rank == shards[i - 1].rank) {
+      return InvalidArgumentError("rank " + std::to_string(s.rank) + " reported twice");
+    }
+    if (s.file.empty() || s.file.find('/') != std::string::npos) {
+      return InvalidArgumentError("rank " + std::to_string(s.rank) + " reported a bad file name");
+    }
+    const std::string path = JoinPath(dir, s.file);
+    auto size = env->GetFileSize(path);
+    if (!size.ok()) return size.status().WithContext("committing step " + std::to_string(id.step));
+    if (*size != s.file_size) {
+      return CorruptError(path + ": " + std::to_string(*size) + " bytes on disk, rank " +
+                          std::to_string(s.rank) + " reported " + std::to_string(s.file_size));
+    }
+    m.files.push_back({s.file, s.rank, s.file_size});
+    for (const TensorEntry& t : s.tensors) {
+      TensorEntry* e = nullptr;
+      for (TensorEntry& x : m.tensors) {
+        if (x.name == t.name) e = &x;
+      }
+      if (e == nullptr) {
+        m.tensors.push_back(t);
+        e = &m.tensors.back();
+        e->regions.clear();
+      } else if (e->shape != t.shape || e->dtype != t.dtype || !(e->rule == t.rule)) {
+        return InvalidArgumentError("tensor '" + t.name + "': rank " + std::to_string(s.rank) +
+                                    " disagrees on its shape, dtype or sharding rule");
+      }
+      for (RegionEntry r : t.regions) {
+        r.file = static_cast<uint32_t>(i);
+        e->regions.push_back(std::move(r));
+      }
+    }
+  }
+  if (Status v = ValidateManifest(m); !v.ok()) {
+    return InvalidArgumentError("cannot commit step " + std::to_string(id.step) + ": " +
+                                v.message());
+  }
+  const std::string manifest = EncodeManifest(m);
+  ELASTRA_RETURN_IF_ERROR(env->WriteFileAtomically(JoinPath(dir, kManifestName), AsBytes(manifest))
+                              .WithContext("committing step " + std::to_string(id.step)));
+  LOG(INFO) << "committed checkpoint " << dir << " (step " << id.step << ", generation "
+            << id.generation << ", " << shards.size() << " shard files, "
+            << m.total_file_bytes() << " bytes)";
+  Status pruned = PruneCheckpoints(env, options.root, options.keep_last);
+  if (!pruned.ok()) LOG(WARNING) << "pruning old checkpoints: " << pruned;
+  return dir;
+}
+
+Status PruneCheckpoints(Env* env, const std::string& root, int keep_last) {
+  if (keep_last < 1) return InvalidArgumentError("keep_last must be at least 1");
+  ELASTRA_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(root));
+  struct Entry {
+    int64_t step;
+    uint64_t generation;
+    std::string name;
+    bool committed;
+  };
+  std::vector<Entry> entries;
+  for (const std::string& n : names) {
+    Entry e{0, 0, n, false};
+    if (!ParseCheckpointDirName(n, &e.step, &e.generation)) continue;
+    e.committed = env->FileExists(JoinPath(JoinPath(root, n), kManifestName));
+    entries.push_back(e);
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.step, a.generation) > std::tie(b.step, b.generation);
+  });
+  int kept = 0;
+  bool seen_committed = false;
+  Status first_error;
+  for (const Entry& e : entries) {
+    const std::string dir = JoinPath(root, e.name);
+    bool remove = false;
+    if (e.committed) {
+      seen_committed = true;
+      remove = ++kept > keep_last;
+    } else {
+      remove = seen_committed;  // older than a committed one: a failed attempt
+    }
+    if (!remove) continue;
+    Status s;
+    if (e.committed) {
+      // The manifest goes first, so a crash half-way leaves an uncommitted directory, never a
+      // committed one with files missing.
+      s = env->RemoveFile(JoinPath(dir, kManifestName));
+      if (s.ok()) s = env->SyncDir(dir);
+    }
+    if (s.ok()) s = env->RemoveDirRecursively(dir);
+    if (s.ok()) {
+      LOG(INFO) << "removed " << (e.committed ? "old checkpoint " : "uncommitted checkpoint ")
+                << dir;
+    } else if (first_error.ok()) {
+      first_error = s;
+    }
+  }
+  if (first_error.ok()) first_error = env->SyncDir(root);
+  return first_error;
+}
+
+}  // namespace elastra::checkpoint

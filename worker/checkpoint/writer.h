@@ -1,0 +1,166 @@
+// CheckpointWriter: a rank's asynchronous, atomic checkpoint of its shards; CommitCheckpoint: the
+// one manifest that makes a checkpoint exist, written after every rank reported success.
+//
+//   step loop:   writer->Snapshot(id, ViewOf(state))   // waits only for the copy to host memory
+//   background:  shard file -> tmp name, fsync, rename, fsync dir -> on_written(descriptor)
+//   committer:   CommitCheckpoint(options, id, layout, descriptors of all ranks)
+//
+// CheckpointWriter is thread-safe; one background thread per writer, at most one write in flight.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "elastra/layout.h"
+#include "elastra/status.h"
+#include "elastra/tensor_collection.h"
+#include "worker/checkpoint/env.h"
+#include "worker/checkpoint/format.h"
+
+namespace elastra::checkpoint {
+
+// One tensor's bytes as a rank saves them: the box `region` of the global tensor, row-major.
+struct TensorShard {
+  std::string name;
+  std::vector<int64_t> shape;  // global shape
+  DataType dtype = DataType::kFloat32;
+  ShardingRule rule;
+  Box region;
+  std::span<const std::byte> data;  // region.volume() x element size bytes
+};
+
+// What a rank saves: its shards and the scalars (step, data cursor, seeds, ...).
+struct StateView {
+  std::vector<TensorShard> tensors;
+  std::vector<std::pair<std::string, int64_t>> scalars;
+};
+
+// The view of a TensorCollection whose tensors are all replicated (whole boxes). The spans point
+// into `state`: keep it alive and unchanged until Snapshot() returns.
+StateView ViewOf(const TensorCollection& state);
+
+struct CheckpointId {
+  std::string job;
+  int64_t step = 0;
+  uint64_t generation = 0;
+};
+
+// The checkpoint directory of `id` under `root`.
+std::string CheckpointDir(const std::string& root, const CheckpointId& id);
+
+struct WriterOptions {
+  // The filesystem. nullptr = Env::Default().
+  Env* env = nullptr;
+  // The checkpoint root; created if missing.
+  std::string root;
+  // This rank's number; names its shard file.
+  int rank = 0;
+  // What Snapshot() does while the previous write is still in flight.
+  enum class WhenBusy { kWait, kSkip };
+  WhenBusy when_busy = WhenBusy::kWait;
+  // Checksum granularity: a partial read verifies only the chunks it touches.
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+  // Bytes per write(2) call.
+  size_t write_block_bytes = 64u << 20;
+  // Host staging memory allocated and touched up front, so the first Snapshot() does not pay
+  // page faults. 0 = allocate on the first Snapshot(). The buffer is reused by later snapshots.
+  size_t reserve_bytes = 0;
+  // Called on the background thread when a write finished (the descriptor, or why it failed).
+  // Report the descriptor to the committer from here. May be empty.
+  std::function<void(const CheckpointId&, const StatusOr<ShardDescriptor>&)> on_written;
+};
+
+class CheckpointWriter {
+ public:
+  enum class SnapshotResult { kStarted, kSkipped };
+
+  // kInvalidArgument for an empty root or a chunk size below kMinChunkBytes; the Env's error when
+  // the root cannot be created.
+  static StatusOr<std::unique_ptr<CheckpointWriter>> Create(WriterOptions options);
+  // Waits for the write in flight.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Copies `state` into host memory and hands the write to the background thread; returns as
+  // soon as the copy is done (the caller may then change its tensors). When a write is in flight
+  // it first waits (kWait) or returns kSkipped without copying (kSkip); either is logged.
+  // kInvalidArgument for a malformed view (a region outside its shape, a size that does not
+  // match, a duplicate name); kResourceExhausted when the staging memory cannot be allocated.
+  StatusOr<SnapshotResult> Snapshot(const CheckpointId& id, const StateView& state);
+
+  // Waits for the write in flight and returns its outcome: the descriptor to report, or why it
+  // failed (the Env's error; nothing of it is visible under its final name).
+  // kFailedPrecondition when no write was ever started.
+  StatusOr<ShardDescriptor> WaitForWrite();
+
+  // Snapshot() then WaitForWrite().
+  StatusOr<ShardDescriptor> Write(const CheckpointId& id, const StateView& state);
+
+  bool in_flight() const;
+  // Seconds the last Snapshot() spent copying.
+  double last_copy_seconds() const;
+
+ private:
+  explicit CheckpointWriter(WriterOptions options);
+  void Loop();
+  StatusOr<ShardDescriptor> WriteShard(const CheckpointId& id);
+  Status EnsureCapacity(size_t bytes);
+
+  WriterOptions options_;
+  Env* env_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_flight_ = false;
+  bool stop_ = false;
+  std::optional<CheckpointId> pending_;
+  std::optional<StatusOr<ShardDescriptor>> last_result_;
+  double last_copy_seconds_ = 0;
+
+  // The staging image of the shard file (header, then the regions at their offsets), owned by the
+  // background thread while a write is in flight.
+  struct FreeDeleter {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, FreeDeleter> image_;
+  size_t capacity_ = 0;
+  size_t image_bytes_ = 0;
+  ShardDescriptor staged_;  // regions with offsets, checksums filled by the background thread
+
+  std::thread thread_;
+};
+
+struct CommitOptions {
+  // The filesystem. nullptr = Env::Default().
+  Env* env = nullptr;
+  std::string root;
+  // Committed checkpoints kept; older ones are removed after a commit. At least 1.
+  int keep_last = 3;
+};
+
+// Writes the manifest of checkpoint `id` from the descriptors every rank reported (call it once,
+// on the designated rank or the coordinator, after all ranks succeeded). Checks that every shard
+// file is present with its reported size, the shapes agree and the regions tile every tensor; then
+// writes MANIFEST atomically and prunes to keep_last. Returns the checkpoint directory.
+// kInvalidArgument for inconsistent descriptors, kCorrupt/kNotFound for a missing or wrong file,
+// the Env's error when writing fails (the checkpoint then does not exist).
+StatusOr<std::string> CommitCheckpoint(const CommitOptions& options, const CheckpointId& id,
+                                       const Layout& layout,
+                                       std::vector<ShardDescriptor> shards);
+
+// Removes committed checkpoints beyond the newest `keep_last`, and uncommitted directories older
+// than the newest committed one (leftovers of failed attempts). Newer uncommitted directories are
+// left alone: their write may be in flight.
+Status PruneCheckpoints(Env* env, const std::string& root, int keep_last);
+
+}  // namespace elastra::checkpoint
