@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "worker/coordinator_store.h"
+#include "worker/mpi_bootstrap.h"
 
 namespace elastra {
 namespace {
@@ -57,12 +59,26 @@ std::string HostName() {
 
 StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   WorkerOptions o;
+  ELASTRA_ASSIGN_OR_RETURN(std::optional<MpirunEnvironment> mpirun, DetectMpirun());
+  if (mpirun) {
+    ELASTRA_ASSIGN_OR_RETURN(o.mpi, MpiBootstrap::Create(*mpirun));
+    o.park_when_removed = true;
+    o.local_rank = mpirun->local_rank;
+  }
   o.coordinator = Getenv("ELASTRA_COORDINATOR");
   o.server_public_key = Getenv("ELASTRA_SERVER_KEY");
   o.public_key = Getenv("ELASTRA_WORKER_PUBLIC_KEY");
   o.secret_key = Getenv("ELASTRA_WORKER_SECRET_KEY");
   std::string job = Getenv("ELASTRA_JOB");
   if (!job.empty()) o.job = job;
+  if (o.mpi != nullptr && o.coordinator.empty()) {  // MPI rank 0's embedded coordinator
+    const ConnectionInfo& info = o.mpi->connection();
+    o.coordinator = info.address;
+    o.job = info.job;
+    o.server_public_key = info.server_public;
+    o.public_key = info.worker.public_key;
+    o.secret_key = info.worker.secret_key;
+  }
   std::string state_dir = Getenv("ELASTRA_STATE_DIR");
   if (o.coordinator.empty() && !state_dir.empty()) {
     auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
@@ -89,12 +105,22 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   }
   o.host = HostName();
   o.worker_id = Getenv("ELASTRA_WORKER_ID");
+  if (o.mpi != nullptr) o.worker_id = o.mpi->worker_id();  // one environment for all ranks
   if (o.worker_id.empty()) o.worker_id = o.host + "-" + std::to_string(getpid());
   std::string bind = Getenv("ELASTRA_BIND_HOST");
-  if (!bind.empty()) o.bind_host = bind;
+  if (!bind.empty()) {
+    o.bind_host = bind;
+  } else if (o.mpi != nullptr) {
+    o.bind_host = o.mpi->bind_host();
+  }
   int64_t v = o.device;
   std::string dev = Getenv("ELASTRA_DEVICE");
-  if (!dev.empty()) {
+  if (dev == "local") {
+    if (o.local_rank < 0) {
+      return InvalidArgumentError("ELASTRA_DEVICE=local needs mpirun (OMPI_COMM_WORLD_LOCAL_RANK)");
+    }
+    o.device = o.local_rank;
+  } else if (!dev.empty()) {
     ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DEVICE", &v));
     o.device = static_cast<int>(v);
   }
@@ -168,6 +194,7 @@ class Worker::Impl {
     if (!step_status.ok()) return Recover(step_status);
     SetStep(step() + 1);
     DrainPushes();
+    if (shutdown_) return *shutdown_;
     if (recover_pending_) return Recover(PeerLostError("the coordinator started a recovery"));
     // The one small collective per step: agree on whether to pause. Everyone contributes the
     // newest target generation it was asked to pause for, so all stop after this same step.
@@ -282,6 +309,13 @@ class Worker::Impl {
         inbox_.push_back(std::move(e));
         return;
       }
+      case MessageType::kShutdown: {
+        // The coordinator declared this worker lost (or the job failed): it must not go on.
+        auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
+        shutdown_ = AbortedError("the coordinator stopped this worker: " +
+                                 (req.ok() ? req->reason : std::string("(unreadable reason)")));
+        return;
+      }
       default:
         inbox_.push_back(std::move(e));
     }
@@ -316,9 +350,14 @@ class Worker::Impl {
   // or leaves.
   StatusOr<StepAction> AwaitGeneration() {
     auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    while (parked_ || std::chrono::steady_clock::now() < deadline) {
       if (inbox_.empty()) {
         auto e = client_->PollPush(milliseconds(100));
+        if (!e && parked_) {
+          auto over = CheckJobWhileParked();
+          if (!over.ok()) return over.status();
+          if (*over) return LeaveParked();
+        }
         if (!e) continue;
         Stash(std::move(*e));
         if (inbox_.empty()) continue;  // a pause request; nothing else to do while waiting
@@ -341,6 +380,12 @@ class Worker::Impl {
                                               proto::EncodePayload(report), generation_.load()));
         continue;
       }
+      if (parked_ && e.type == MessageType::kShutdown) {
+        auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
+        if (req.ok() && req->exit_code == 0) return LeaveParked();
+        return AbortedError("the job ended while this worker was parked: " +
+                            (req.ok() ? req->reason : std::string("shutdown")));
+      }
       if (e.type != MessageType::kNewGeneration) {
         LOG(DEBUG) << "ignoring " << proto::TypeName(e.type) << " while waiting for a layout";
         continue;
@@ -354,6 +399,10 @@ class Worker::Impl {
         LOG(DEBUG) << "dropping stale generation " << gen->generation;
         continue;
       }
+      if (gen->leave && options_.park_when_removed) {
+        ELASTRA_RETURN_IF_ERROR(Park(gen->generation));
+        continue;
+      }
       if (gen->leave) {
         LOG(INFO) << "leaving the job at generation " << gen->generation << " after step "
                   << step();
@@ -362,7 +411,10 @@ class Worker::Impl {
         return StepAction::kLeave;
       }
       Status s = Apply(*gen);
-      if (s.ok()) return StepAction::kReconfigured;
+      if (s.ok()) {
+        parked_ = false;
+        return StepAction::kReconfigured;
+      }
       LOG(WARNING) << "generation " << gen->generation << " failed to build: " << s;
       {
         std::lock_guard<std::mutex> lock(comm_mu_);
@@ -377,6 +429,59 @@ class Worker::Impl {
     }
     return UnavailableError("no decision from the coordinator within " +
                             std::to_string(options_.decision_timeout.count()) + " ms");
+  }
+
+  // Out of the job's generations but still in the job: the communicators and commits go (the
+  // state comes back from the members at a later grow), and the worker joins again as standby
+  // under its own id, so the coordinator uses it first when the job grows.
+  Status Park(uint64_t generation) {
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      comm_.reset();
+    }
+    commits_.clear();
+    pack_buffer_ = {};
+    proto::JoinRequest join{options_.worker_id, options_.host, options_.device,
+                            static_cast<int64_t>(getpid())};
+    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+    if (!reply.ok()) return reply.status().WithContext("parking as standby");
+    parked_ = true;
+    parked_since_check_ = std::chrono::steady_clock::now();
+    status_failures_ = 0;
+    logging::SetTag("worker " + options_.worker_id + " parked");
+    LOG(INFO) << "parked after step " << step() << " (removed by generation " << generation
+              << "); waiting to be brought back";
+    return OkStatus();
+  }
+
+  // While parked, about once a second: true when the job finished (nothing to come back to),
+  // kAborted when it failed, kUnavailable when the coordinator stopped answering.
+  StatusOr<bool> CheckJobWhileParked() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - parked_since_check_ < milliseconds(1000)) return false;
+    parked_since_check_ = now;
+    auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
+                                                milliseconds(2000));
+    if (!st.ok()) {
+      if (++status_failures_ >= 5) {
+        return UnavailableError("the coordinator stopped answering while this worker was parked: " +
+                                st.status().ToString());
+      }
+      return false;
+    }
+    status_failures_ = 0;
+    auto j = nlohmann::json::parse(st->json, nullptr, false);
+    std::string state = j.is_object() ? j.value("state", std::string()) : std::string();
+    if (state == "failed") return AbortedError("the job failed while this worker was parked");
+    return state == "finished";
+  }
+
+  StatusOr<StepAction> LeaveParked() {
+    LOG(INFO) << "the job finished while this worker was parked; leaving";
+    parked_ = false;
+    left_ = true;
+    Shutdown();
+    return StepAction::kLeave;
   }
 
   Status Apply(const proto::NewGeneration& gen) {
@@ -581,6 +686,10 @@ class Worker::Impl {
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
   bool recover_pending_ = false;
   bool left_ = false;
+  std::optional<Status> shutdown_;  // set when the coordinator told this worker to stop
+  bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
+  std::chrono::steady_clock::time_point parked_since_check_;
+  int status_failures_ = 0;  // status requests in a row that got no answer while parked
 };
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {

@@ -31,6 +31,8 @@
 
 namespace elastra {
 
+class MpiBootstrap;  // the mpirun bootstrap, internal to the worker library
+
 struct WorkerOptions {
   // Coordinator endpoint, "tcp://host:port" (ELASTRA_COORDINATOR).
   std::string coordinator;
@@ -61,11 +63,26 @@ struct WorkerOptions {
   std::chrono::milliseconds heartbeat_interval{200};
   // Test hook: sleep this long before building each generation (ELASTRA_TEST_APPLY_DELAY_MS).
   std::chrono::milliseconds test_apply_delay{0};
+  // When a shrink takes this worker out, park instead of leaving: release the communicators, stay
+  // in the job as standby (heartbeating), and come back with the members' state at a later grow.
+  // StepEnd() blocks while parked and returns kReconfigured when back, or kLeave when the job
+  // ends meanwhile. Default false; true under mpirun, where a rank cannot be started again.
+  bool park_when_removed = false;
+  // This process's rank on its host under mpirun (OMPI_COMM_WORLD_LOCAL_RANK), -1 otherwise.
+  // ELASTRA_DEVICE=local sets `device` to it.
+  int local_rank = -1;
+  // Set by FromEnvironment under mpirun: the bootstrap (MPI rank 0 hosts the job's coordinator in
+  // it). The Worker keeps it alive; MPI is finalized when the last copy goes.
+  std::shared_ptr<MpiBootstrap> mpi;
 
   // Fills the fields above from the environment that `elastra run` (or the mpirun bootstrap)
   // sets. kInvalidArgument naming the variable when one is missing or malformed. When
   // ELASTRA_COORDINATOR is unset but ELASTRA_STATE_DIR names a directory with coordinator.json,
   // the address and keys are read from there.
+  // Under mpirun (OMPI_COMM_WORLD_SIZE set) without ELASTRA_COORDINATOR, MPI rank 0 starts an
+  // embedded coordinator and shares it over MPI (collective: every rank must call this); worker
+  // ids are "mpi-<world rank>" and park_when_removed is true. kUnavailable when the bootstrap
+  // fails (the reason is carried to every rank).
   static StatusOr<WorkerOptions> FromEnvironment();
 };
 

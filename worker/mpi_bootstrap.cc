@@ -1,0 +1,313 @@
+#include "worker/mpi_bootstrap.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "coordinator/embedded.h"
+#include "coordinator/server.h"
+#include "elastra/config.h"
+
+#if ELASTRA_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace elastra {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+StatusOr<long long> EnvNumber(const char* name, long long fallback, long long min, long long max) {
+  std::string v = Getenv(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || x < min || x > max) {
+    return InvalidArgumentError(std::string(name) + "='" + v + "' is not an integer in [" +
+                                std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return x;
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// The first IPv4 address of this host's name that is not loopback; empty when there is none.
+std::string HostAddress() {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(HostName().c_str(), nullptr, &hints, &res) != 0) return "";
+  std::string out;
+  for (addrinfo* a = res; a != nullptr && out.empty(); a = a->ai_next) {
+    char buf[INET_ADDRSTRLEN] = {0};
+    auto* sin = reinterpret_cast<sockaddr_in*>(a->ai_addr);
+    if (inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) == nullptr) continue;
+    if (std::strncmp(buf, "127.", 4) != 0) out = buf;
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+// One bootstrap per process: a second FromEnvironment() shares the first's.
+std::mutex g_mu;
+std::weak_ptr<MpiBootstrap> g_current;
+std::atomic<bool> g_finalized{false};
+
+#if ELASTRA_HAVE_MPI
+// What rank 0 sends: an error, or the connection. Fields are length-prefixed strings.
+void PutField(std::string* out, const std::string& s) {
+  uint32_t n = static_cast<uint32_t>(s.size());
+  out->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out->append(s);
+}
+
+bool GetField(const std::string& in, size_t* pos, std::string* s) {
+  uint32_t n = 0;
+  if (*pos + sizeof(n) > in.size()) return false;
+  std::memcpy(&n, in.data() + *pos, sizeof(n));
+  *pos += sizeof(n);
+  if (*pos + n > in.size()) return false;
+  s->assign(in.data() + *pos, n);
+  *pos += n;
+  return true;
+}
+
+// Waits for `request` until `deadline`; false on timeout (the request stays pending).
+bool WaitUntil(MPI_Request* request, SteadyClock::time_point deadline) {
+  int done = 0;
+  while (true) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (SteadyClock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+#endif
+
+}  // namespace
+
+StatusOr<std::optional<MpirunEnvironment>> DetectMpirun() {
+  if (Getenv("OMPI_COMM_WORLD_SIZE").empty()) return std::optional<MpirunEnvironment>();
+  MpirunEnvironment env;
+  ELASTRA_ASSIGN_OR_RETURN(long long size, EnvNumber("OMPI_COMM_WORLD_SIZE", 0, 1, 1 << 20));
+  ELASTRA_ASSIGN_OR_RETURN(long long rank, EnvNumber("OMPI_COMM_WORLD_RANK", -1, 0, size - 1));
+  if (rank < 0) return InvalidArgumentError("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
+  ELASTRA_ASSIGN_OR_RETURN(long long local_size,
+                           EnvNumber("OMPI_COMM_WORLD_LOCAL_SIZE", size, 1, size));
+  ELASTRA_ASSIGN_OR_RETURN(long long local_rank,
+                           EnvNumber("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, local_size - 1));
+  env.world_size = static_cast<int>(size);
+  env.world_rank = static_cast<int>(rank);
+  env.local_size = static_cast<int>(local_size);
+  env.local_rank = static_cast<int>(local_rank);
+  env.job_id = Getenv("OMPI_MCA_ess_base_jobid");
+  return std::optional<MpirunEnvironment>(env);
+}
+
+std::string MpirunRecoveryFlag() {
+  if (Getenv("OMPI_MCA_orte_enable_recovery") == "1") return "--enable-recovery";
+  if (Getenv("OMPI_MCA_orte_abort_on_non_zero_status") == "0") {
+    return "--mca orte_abort_on_non_zero_status 0";
+  }
+  return "";
+}
+
+StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnvironment& env) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (auto current = g_current.lock()) return current;
+  if (env.world_size < 1 || env.world_rank < 0 || env.world_rank >= env.world_size) {
+    return InvalidArgumentError("MPI rank " + std::to_string(env.world_rank) +
+                                " is outside a world of " + std::to_string(env.world_size));
+  }
+  if (env.world_rank == 0 && MpirunRecoveryFlag().empty()) {
+    LOG(WARNING) << "mpirun was started without --enable-recovery (or --mca "
+                    "orte_abort_on_non_zero_status 0): one failed rank will make mpirun kill "
+                    "the whole job; add --mca orte_abort_on_non_zero_status 0 to keep it alive";
+  }
+  std::shared_ptr<MpiBootstrap> b(new MpiBootstrap(env));
+  std::string bind = Getenv("ELASTRA_BIND_HOST");
+  if (!bind.empty()) {
+    b->bind_host_ = bind;
+  } else if (env.local_size < env.world_size) {
+    b->bind_host_ = HostAddress();
+    if (b->bind_host_.empty()) {
+      return FailedPreconditionError(
+          "this mpirun job spans hosts, but host name " + HostName() +
+          " resolves to no non-loopback IPv4 address; set ELASTRA_BIND_HOST to this host's "
+          "address");
+    }
+  }
+
+  if (!Getenv("ELASTRA_COORDINATOR").empty()) {
+    // Join the named coordinator; WorkerOptions::FromEnvironment reads its keys.
+    b->info_.address = Getenv("ELASTRA_COORDINATOR");
+    b->worker_id_ = "mpi-" + (env.job_id.empty() ? HostName() + "-" + std::to_string(getpid())
+                                                 : env.job_id) +
+                    "-" + std::to_string(env.world_rank);
+    g_current = b;
+    return b;
+  }
+
+#if ELASTRA_HAVE_MPI
+  if (g_finalized) {
+    return FailedPreconditionError("MPI was already finalized in this process; create one Worker");
+  }
+  ELASTRA_ASSIGN_OR_RETURN(long long timeout_ms,
+                           EnvNumber("ELASTRA_MPI_BOOTSTRAP_TIMEOUT_MS", 120000, 1, 1LL << 40));
+  ELASTRA_ASSIGN_OR_RETURN(long long max_workers,
+                           EnvNumber("ELASTRA_MAX_WORKERS", std::max(env.world_size, 64), 1, 4096));
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      return InternalError("MPI_Init_thread failed");
+    }
+    b->finalize_mpi_ = true;
+  }
+  int mpi_size = 0, mpi_rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  if (mpi_size != env.world_size || mpi_rank != env.world_rank) {
+    return InternalError("MPI reports rank " + std::to_string(mpi_rank) + " of " +
+                         std::to_string(mpi_size) + " but the environment says " +
+                         std::to_string(env.world_rank) + " of " +
+                         std::to_string(env.world_size));
+  }
+
+  std::string payload;
+  if (env.world_rank == 0) {
+    coordinator::EmbeddedOptions o;
+    o.state_dir = Getenv("ELASTRA_STATE_DIR");
+    if (o.state_dir.empty()) o.state_dir = ".elastra";
+    std::string job = Getenv("ELASTRA_JOB");
+    if (!job.empty()) o.job = job;
+    o.bind = "tcp://" + b->bind_host_ + ":0";
+    o.initial_workers = env.world_size;
+    o.max_workers = static_cast<int>(max_workers);
+    auto started = coordinator::StartEmbeddedCoordinator(o);
+    if (started.ok()) {
+      b->server_ = std::move(started->server);
+      b->info_ = started->info;
+      b->state_dir_ = o.state_dir;
+      PutField(&payload, "ok");
+      PutField(&payload, b->info_.address);
+      PutField(&payload, b->info_.job);
+      PutField(&payload, b->info_.server_public);
+      PutField(&payload, b->info_.worker.public_key);
+      PutField(&payload, b->info_.worker.secret_key);
+      LOG(INFO) << "mpirun: rank 0 hosts the coordinator of job '" << o.job << "' at "
+                << b->info_.address << " for " << env.world_size << " ranks; state in "
+                << o.state_dir;
+    } else {
+      PutField(&payload, "error");
+      PutField(&payload, started.status().ToString());
+    }
+  }
+  // Non-blocking broadcasts polled against a deadline: a rank 0 that never gets here (crashed,
+  // stuck) is an error on every other rank, not a hang.
+  auto deadline = SteadyClock::now() + milliseconds(timeout_ms);
+  uint64_t length = payload.size();
+  MPI_Request request;
+  MPI_Ibcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &request);
+  bool ok = WaitUntil(&request, deadline);
+  if (ok) {
+    payload.resize(length);
+    MPI_Ibcast(payload.data(), static_cast<int>(length), MPI_CHAR, 0, MPI_COMM_WORLD, &request);
+    ok = WaitUntil(&request, deadline);
+  }
+  if (!ok) {
+    b->finalize_mpi_ = false;  // a broadcast is still pending: MPI_Finalize could hang
+    return UnavailableError("mpirun bootstrap: no coordinator address from MPI rank 0 within " +
+                            std::to_string(timeout_ms) + " ms (ELASTRA_MPI_BOOTSTRAP_TIMEOUT_MS)");
+  }
+  size_t pos = 0;
+  std::string kind, message;
+  if (!GetField(payload, &pos, &kind)) return InternalError("mpirun bootstrap: empty broadcast");
+  if (kind != "ok") {
+    GetField(payload, &pos, &message);
+    return UnavailableError("mpirun bootstrap: MPI rank 0 could not start the coordinator: " +
+                            message);
+  }
+  if (env.world_rank != 0) {
+    bool parsed = GetField(payload, &pos, &b->info_.address) &&
+                  GetField(payload, &pos, &b->info_.job) &&
+                  GetField(payload, &pos, &b->info_.server_public) &&
+                  GetField(payload, &pos, &b->info_.worker.public_key) &&
+                  GetField(payload, &pos, &b->info_.worker.secret_key);
+    if (!parsed) return InternalError("mpirun bootstrap: truncated broadcast from rank 0");
+  }
+  b->worker_id_ = "mpi-" + std::to_string(env.world_rank);
+  g_current = b;
+  return b;
+#else
+  return FailedPreconditionError(
+      "started by mpirun without ELASTRA_COORDINATOR, but this Elastra build has no MPI "
+      "(rebuild with libopenmpi-dev installed, or set ELASTRA_COORDINATOR / ELASTRA_STATE_DIR)");
+#endif
+}
+
+MpiBootstrap::MpiBootstrap(const MpirunEnvironment& env) : env_(env) {}
+
+MpiBootstrap::~MpiBootstrap() {
+  if (server_) {
+    // The other ranks may still be training, parked, or finishing: keep the coordinator up until
+    // the job is over or no worker is left, within a bound.
+    long long timeout_ms = 60000;
+    auto t = EnvNumber("ELASTRA_MPI_FINISH_TIMEOUT_MS", timeout_ms, 0, 1LL << 40);
+    if (t.ok()) timeout_ms = *t;
+    auto deadline = SteadyClock::now() + milliseconds(timeout_ms);
+    while (SteadyClock::now() < deadline) {
+      std::string state = server_->state();
+      if (state == "finished" || state == "failed") break;
+      auto j = nlohmann::json::parse(server_->StatusJson(), nullptr, false);
+      bool anyone = false;
+      if (!j.is_discarded() && j.contains("workers")) {
+        for (const auto& w : j["workers"]) {
+          std::string s = w.value("state", std::string());
+          if (s == "member" || s == "standby") anyone = true;
+        }
+      }
+      if (!anyone) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    if (SteadyClock::now() >= deadline) {
+      LOG(WARNING) << "mpirun: stopping the coordinator with the job still " << server_->state()
+                   << " after " << timeout_ms << " ms (ELASTRA_MPI_FINISH_TIMEOUT_MS)";
+    }
+    server_->Stop();
+    server_.reset();
+  }
+#if ELASTRA_HAVE_MPI
+  if (finalize_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    g_finalized = true;
+  }
+#endif
+}
+
+}  // namespace elastra

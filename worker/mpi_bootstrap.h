@@ -1,0 +1,87 @@
+// The mpirun bootstrap (internal to the worker library). Under `mpirun` (Open MPI's
+// OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK in the environment) a training program needs no
+// other set-up:
+//   - without ELASTRA_COORDINATOR, MPI is initialized, MPI rank 0 starts an embedded coordinator
+//     (initial workers = the MPI world size), writes <ELASTRA_STATE_DIR or .elastra>/coordinator.json
+//     as `elastra run` does, and broadcasts the address, job and worker keys to every rank over MPI;
+//   - with ELASTRA_COORDINATOR set, the ranks join that coordinator (keys from the environment or
+//     ELASTRA_STATE_DIR); MPI is not initialized for this.
+// Worker ids are "mpi-<world rank>" (embedded coordinator) or "mpi-<mpirun job id>-<world rank>"
+// (external coordinator, so two mpirun jobs can share one coordinator).
+//
+// The object must outlive the Worker's use of the coordinator: rank 0's coordinator runs inside
+// it. Its destructor on rank 0 waits (up to ELASTRA_MPI_FINISH_TIMEOUT_MS, default 60000) for the
+// job to finish or fail, so that the other ranks can still reach the coordinator, then stops it;
+// every rank then calls MPI_Finalize if this object initialized MPI.
+// Thread-compatible: create and destroy from one thread.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/keys.h"
+#include "elastra/status.h"
+
+namespace elastra {
+
+namespace coordinator {
+class CoordinatorServer;
+}
+
+// What mpirun tells a rank about its place.
+struct MpirunEnvironment {
+  int world_size = 0;
+  int world_rank = 0;
+  int local_rank = 0;
+  int local_size = 0;
+  std::string job_id;  // OMPI_MCA_ess_base_jobid, may be empty
+};
+
+// nullopt when the process was not started by mpirun; kInvalidArgument naming the variable when
+// one of them is malformed (rank outside the world, not a number).
+StatusOr<std::optional<MpirunEnvironment>> DetectMpirun();
+
+// The Open MPI flag that keeps a job alive when one rank dies, or an empty string when the
+// environment shows neither OMPI_MCA_orte_enable_recovery=1 nor
+// OMPI_MCA_orte_abort_on_non_zero_status=0.
+std::string MpirunRecoveryFlag();
+
+class MpiBootstrap {
+ public:
+  // Sets the job up as described above. Collective over the MPI world when no coordinator is
+  // named: every rank must call it. kUnavailable when rank 0's broadcast does not arrive within
+  // ELASTRA_MPI_BOOTSTRAP_TIMEOUT_MS (default 120000), the coordinator's own error (carried to
+  // every rank) when rank 0 cannot start it, kFailedPrecondition when this build has no MPI and
+  // no coordinator is named, kInvalidArgument for a malformed environment.
+  static StatusOr<std::shared_ptr<MpiBootstrap>> Create(const MpirunEnvironment& env);
+
+  ~MpiBootstrap();
+  MpiBootstrap(const MpiBootstrap&) = delete;
+  MpiBootstrap& operator=(const MpiBootstrap&) = delete;
+
+  const MpirunEnvironment& environment() const { return env_; }
+  // Address, job, coordinator public key and the worker key pair (admin keys only on the host).
+  const ConnectionInfo& connection() const { return info_; }
+  const std::string& worker_id() const { return worker_id_; }
+  // The address this rank's collectives bind to: 127.0.0.1 for a single-host job, the host's
+  // address otherwise (ELASTRA_BIND_HOST overrides).
+  const std::string& bind_host() const { return bind_host_; }
+  // True on the rank whose process runs the embedded coordinator.
+  bool hosts_coordinator() const { return server_ != nullptr; }
+  // Where coordinator.json was written (empty when joining an external coordinator).
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  explicit MpiBootstrap(const MpirunEnvironment& env);
+
+  MpirunEnvironment env_;
+  ConnectionInfo info_;
+  std::string worker_id_;
+  std::string bind_host_ = "127.0.0.1";
+  std::string state_dir_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  bool finalize_mpi_ = false;
+};
+
+}  // namespace elastra
