@@ -1,0 +1,57 @@
+// Executes one worker's part of a ReshardPlan over a Communicator's Send/Recv.
+//
+// The state is a plain map tensor name -> the worker's local shard bytes (the layout of
+// sharding.h: the region's elements in row-major order). On entry it holds the shards of the
+// old layout, on success those of the new one (tensors the worker no longer holds are erased).
+// The worker's communicator rank must equal its worker id in the plan, and every worker of the
+// plan must call ExecuteReshard with the same plan at the same time.
+//
+// Memory: tensors are processed in groups of consecutive tensors (at most group_bytes of full
+// tensor size, or one tensor when larger); a group's new shards are allocated, filled, and the
+// old shards of the group freed before the next group starts. Peak use is the worker's state,
+// plus the new shards of one group, plus two chunk buffers.
+// Schedule: per group, pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
+// a chunk first, the higher receives first, so blocking Send/Recv cannot deadlock.
+// Thread-compatible.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "elastra/communicator.h"
+#include "elastra/status.h"
+#include "worker/reshard_plan.h"
+
+namespace elastra {
+
+using ShardMap = std::map<std::string, std::vector<uint8_t>>;
+
+struct ReshardExecutorOptions {
+  // Largest single message; also the size of each of the two staging buffers.
+  size_t chunk_bytes = 4 << 20;
+  // Full-tensor bytes processed together (see the memory note above).
+  int64_t group_bytes = 64 << 20;
+  // Per Send/Recv.
+  std::chrono::milliseconds timeout{60000};
+};
+
+struct ReshardExecutorStats {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_copied = 0;  // local copies
+  int64_t messages_sent = 0;
+  int64_t peak_new_shard_bytes = 0;  // largest group of new shards alive at once
+};
+
+// Runs this worker's part of `plan`. kInvalidArgument (before any communication) when the
+// communicator is smaller than the plan's workers or a shard the plan reads is missing or has
+// the wrong size; the communicator's error (kTimedOut, kPeerLost, kAborted) when a transfer fails,
+// in which case `shards` is left partly converted and must be restored from a commit.
+Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* shards,
+                      const ReshardExecutorOptions& options = {},
+                      ReshardExecutorStats* stats = nullptr);
+
+}  // namespace elastra

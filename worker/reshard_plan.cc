@@ -1,0 +1,201 @@
+// The reshard planner: see reshard_plan.h and docs/resharding.md.
+#include "worker/reshard_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace elastra {
+namespace {
+
+Status CheckPlacement(const char* which, const Placement& p, size_t num_workers) {
+  const std::string who = std::string(which) + " placement " + p.layout.ToString() + ": ";
+  if (p.layout.dp < 1 || p.layout.pp < 1 || p.layout.tp < 1) {
+    return InvalidArgumentError(who + "every degree must be >= 1");
+  }
+  if (static_cast<int>(p.worker_of_rank.size()) != p.layout.world()) {
+    return InvalidArgumentError(who + "has " + std::to_string(p.worker_of_rank.size()) +
+                                " workers for " + std::to_string(p.layout.world()) + " ranks");
+  }
+  std::vector<bool> seen(num_workers, false);
+  for (int w : p.worker_of_rank) {
+    if (w < 0 || static_cast<size_t>(w) >= num_workers) {
+      return InvalidArgumentError(who + "names unknown worker " + std::to_string(w));
+    }
+    if (seen[w]) return InvalidArgumentError(who + "names worker " + std::to_string(w) + " twice");
+    seen[w] = true;
+  }
+  return OkStatus();
+}
+
+int64_t OverlapElements(const Region& a, const Region& b) {
+  if (a.empty() || b.empty() || Intersect(a.box, b.box).empty()) return 0;
+  int64_t n = 0;
+  for (const Rect& p : a.Pieces()) {
+    for (const Rect& q : b.Pieces()) n += Intersect(p, q).volume();
+  }
+  return n;
+}
+
+// Splits `r` into `parts` nearly equal rectangles along rows (columns when it has one row).
+std::vector<Rect> SplitRect(const Rect& r, int parts) {
+  std::vector<Rect> out;
+  const bool by_rows = r.row_end - r.row_begin > 1;
+  const int64_t n = by_rows ? r.row_end - r.row_begin : r.col_end - r.col_begin;
+  parts = static_cast<int>(std::min<int64_t>(parts, n));
+  for (int i = 0; i < parts; ++i) {
+    Rect p = r;
+    const int64_t b = i * n / parts, e = (i + 1) * n / parts;
+    if (by_rows) {
+      p.row_begin = r.row_begin + b;
+      p.row_end = r.row_begin + e;
+    } else {
+      p.col_begin = r.col_begin + b;
+      p.col_end = r.col_begin + e;
+    }
+    if (!p.empty()) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+int Placement::RankOfWorker(int worker) const {
+  for (size_t r = 0; r < worker_of_rank.size(); ++r) {
+    if (worker_of_rank[r] == worker) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+int64_t KeptBytes(const StateSpec& state, const Layout& from, const Coordinates* from_coords,
+                  const Layout& to, const Coordinates& to_coords) {
+  if (from_coords == nullptr) return 0;
+  int64_t kept = 0;
+  for (const auto& t : state.tensors) {
+    const Region a = LocalRegion(t, state.num_layers, from, *from_coords);
+    const Region b = LocalRegion(t, state.num_layers, to, to_coords);
+    kept += OverlapElements(a, b) * static_cast<int64_t>(t.element_size);
+  }
+  return kept;
+}
+
+StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& from,
+                                       const Placement& to, const std::vector<int>& host_of_worker,
+                                       const ReshardPlanOptions& options) {
+  const size_t num_workers = host_of_worker.size();
+  ELASTRA_RETURN_IF_ERROR(CheckPlacement("from", from, num_workers));
+  ELASTRA_RETURN_IF_ERROR(CheckPlacement("to", to, num_workers));
+  for (const auto& t : state.tensors) {
+    ELASTRA_RETURN_IF_ERROR(ValidateTensor(t, state.num_layers, from.layout));
+    ELASTRA_RETURN_IF_ERROR(ValidateTensor(t, state.num_layers, to.layout));
+  }
+
+  ReshardPlan plan;
+  plan.state = state;
+  plan.from = from;
+  plan.to = to;
+  plan.host_of_worker = host_of_worker;
+
+  std::vector<int> from_rank_of_worker(num_workers, -1);
+  for (int r = 0; r < from.layout.world(); ++r) from_rank_of_worker[from.worker_of_rank[r]] = r;
+  std::vector<Coordinates> from_coords(from.layout.world()), to_coords(to.layout.world());
+  for (int r = 0; r < from.layout.world(); ++r) from_coords[r] = CoordinatesOf(from.layout, r);
+  for (int r = 0; r < to.layout.world(); ++r) to_coords[r] = CoordinatesOf(to.layout, r);
+
+  std::vector<int64_t> sent(num_workers, 0), received(num_workers, 0);
+
+  for (size_t ti = 0; ti < state.tensors.size(); ++ti) {
+    const TensorSpec& t = state.tensors[ti];
+    const int64_t esize = static_cast<int64_t>(t.element_size);
+    // Distinct non-empty regions of the old layout and the workers holding each (replicas).
+    // Two distinct regions of one tensor in one layout are disjoint (see sharding.h).
+    std::vector<Region> from_region(from.layout.world());
+    std::vector<std::pair<Region, std::vector<int>>> groups;
+    {
+      std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, size_t> index;
+      for (int r = 0; r < from.layout.world(); ++r) {
+        from_region[r] = LocalRegion(t, state.num_layers, from.layout, from_coords[r]);
+        const Region& g = from_region[r];
+        if (g.empty()) continue;
+        auto key = std::make_tuple(g.box.row_begin, g.box.row_end, g.box.col_begin,
+                                   g.box.col_end, g.flat_begin, g.flat_end);
+        auto [it, added] = index.emplace(key, groups.size());
+        if (added) groups.push_back({g, {}});
+        groups[it->second].second.push_back(from.worker_of_rank[r]);
+      }
+    }
+    std::vector<std::vector<Rect>> group_pieces;
+    for (const auto& g : groups) group_pieces.push_back(g.first.Pieces());
+
+    for (int b = 0; b < to.layout.world(); ++b) {
+      const Region need = LocalRegion(t, state.num_layers, to.layout, to_coords[b]);
+      if (need.empty()) continue;
+      const int dst = to.worker_of_rank[b];
+      const int own_rank = from_rank_of_worker[dst];
+      std::vector<Rect> own;
+      if (own_rank >= 0) own = from_region[own_rank].Pieces();
+
+      // The lower bound, counted independently of the transfers below.
+      plan.bytes_lower_bound +=
+          (need.elements() - (own_rank >= 0 ? OverlapElements(need, from_region[own_rank]) : 0)) *
+          esize;
+
+      for (const Rect& piece : need.Pieces()) {
+        std::vector<Rect> rest{piece};
+        for (const Rect& o : own) {
+          const Rect keep = Intersect(piece, o);
+          if (!keep.empty()) {
+            plan.copies.push_back({static_cast<int>(ti), dst, dst, keep, keep.volume() * esize});
+            plan.bytes_local += keep.volume() * esize;
+          }
+          std::vector<Rect> next;
+          for (const Rect& r : rest) {
+            for (const Rect& s : Subtract(r, o)) next.push_back(s);
+          }
+          rest.swap(next);
+        }
+        for (const Rect& x : rest) {
+          for (size_t gi = 0; gi < groups.size(); ++gi) {
+            if (Intersect(x, groups[gi].first.box).empty()) continue;
+            const std::vector<int>& replicas = groups[gi].second;
+            std::vector<int> near;
+            for (int w : replicas) {
+              if (host_of_worker[w] == host_of_worker[dst]) near.push_back(w);
+            }
+            const std::vector<int>& pool = near.empty() ? replicas : near;
+            for (const Rect& q : group_pieces[gi]) {
+              const Rect y = Intersect(x, q);
+              if (y.empty()) continue;
+              const int64_t bytes = y.volume() * esize;
+              int parts = 1;
+              if (pool.size() > 1 && bytes > options.split_bytes) {
+                parts = static_cast<int>(std::min<int64_t>(
+                    pool.size(), (bytes + options.split_bytes - 1) / options.split_bytes));
+              }
+              for (const Rect& part : SplitRect(y, parts)) {
+                // Least-loaded sender of the pool (ties: lowest worker id).
+                int src = pool[0];
+                for (int w : pool) {
+                  if (sent[w] < sent[src]) src = w;
+                }
+                const int64_t pb = part.volume() * esize;
+                plan.transfers.push_back({static_cast<int>(ti), src, dst, part, pb});
+                plan.bytes_moved += pb;
+                if (host_of_worker[src] == host_of_worker[dst]) plan.bytes_same_host += pb;
+                sent[src] += pb;
+                received[dst] += pb;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (size_t w = 0; w < num_workers; ++w) {
+    plan.max_sent = std::max(plan.max_sent, sent[w]);
+    plan.max_received = std::max(plan.max_received, received[w]);
+  }
+  return plan;
+}
+
+}  // namespace elastra
