@@ -1,0 +1,111 @@
+// Planner: picks the (dp, pp, tp) layout with the best modelled step time for a set of workers
+// and a model, then assigns workers to the layout's ranks so that as little state as possible
+// moves from the current placement. The cost model and the assignment method are described in
+// docs/resharding.md. Pure computation: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "coordinator/model_description.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra {
+
+// The cost model's constants, in one place. Defaults describe an A100-class cluster.
+struct CostConstants {
+  double device_flops = 312e12;           // peak dense FLOP/s of one device
+  double flops_efficiency = 0.45;         // fraction of peak the compute kernels reach
+  double intra_host_bytes_per_s = 150e9;  // per-device bandwidth inside a host (NVLink)
+  double inter_host_bytes_per_s = 12.5e9; // per-device bandwidth across hosts (100 Gb/s)
+  double collective_latency_s = 20e-6;    // fixed cost of one collective or p2p message
+  double memory_reserve_gib = 2.0;        // kept free for the runtime and fragmentation
+};
+
+// Optional restrictions on the layout.
+struct PlannerPins {
+  int tp = 0;            // 0: free; else the only allowed tp
+  int pp = 0;            // 0: free; else the only allowed pp
+  bool only_dp = false;  // keep the current tp and pp (needs a current placement)
+};
+
+// A layout with its modelled costs (seconds per training step).
+struct LayoutScore {
+  Layout layout;
+  int64_t micro_batches = 0;  // per pipeline per step: global_batch / (dp * micro_batch)
+  double step_time_s = 0;     // the score: compute + bubble + tp + pp + dp
+  double compute_s = 0;       // ideal compute of one rank
+  double bubble_s = 0;        // pipeline bubble: (pp-1)/(m+pp-1) of the pipelined part
+  double tp_comm_s = 0;       // TP activation allreduces on the critical path
+  double pp_comm_s = 0;       // stage-boundary activation sends
+  double dp_comm_s = 0;       // gradient allreduce (reduce-scatter + allgather with ZeRO-1)
+  double memory_gib = 0;      // per-device estimate on the fullest stage
+  bool tp_in_host = true;     // every TP group fits inside one host
+};
+
+// The workers, in worker-id order (ids 0..N-1): host_of_worker[w] is worker w's host.
+// The current placement: worker_of_rank of the current layout (empty when there is none).
+struct CurrentPlacement {
+  Layout layout;
+  std::vector<int> worker_of_rank;
+};
+
+// Bytes worker-at-`from_rank` of the current layout already holds of what `to_rank` of `to`
+// needs. The planner's default is an analytic estimate from the model description; callers
+// that link the worker's region math pass the exact count (elastra plan does).
+using KeptBytesFn = std::function<int64_t(int from_rank, const Layout& to, int to_rank)>;
+
+struct PlannerOptions {
+  CostConstants cost;
+  int alternatives = 4;  // how many next-best layouts to return
+  // Rank assignment: solved exactly (Hungarian algorithm over TP groups x host blocks) when
+  // there are at most this many host blocks; above it, ranks keep their workers where the rank
+  // exists in both layouts and the rest fill free blocks in order (see docs/resharding.md).
+  int exact_assignment_max_blocks = 256;
+  KeptBytesFn kept_bytes;  // empty: the analytic estimate
+};
+
+struct PlanResult {
+  LayoutScore best;
+  std::vector<LayoutScore> alternatives;  // next best, best first
+  std::vector<int> worker_of_rank;        // the assignment for best.layout
+  int64_t kept_bytes = 0;                 // state the assigned workers keep (per KeptBytesFn)
+  int64_t layouts_considered = 0;
+  bool exact_assignment = true;
+};
+
+// Scores one layout; kInvalidArgument with the reason when it is not valid for the model and
+// the workers (divisibility, pipeline depth, batch, memory).
+StatusOr<LayoutScore> ScoreLayout(const ModelDescription& model, const Layout& layout,
+                                  const std::vector<int>& host_of_worker,
+                                  const CostConstants& cost = {});
+
+// Chooses the layout and assigns workers. kInvalidArgument when there are no workers, a pin
+// cannot be met (only_dp without a current placement), or no layout is valid (with the reason
+// the closest candidates failed).
+StatusOr<PlanResult> PlanLayout(const ModelDescription& model,
+                                const std::vector<int>& host_of_worker, const PlannerPins& pins,
+                                const CurrentPlacement& current,
+                                const PlannerOptions& options = {});
+
+// Assigns the workers to the ranks of `layout` (TP groups inside one host, then PP, then DP),
+// keeping as much state as possible from `current`. kInvalidArgument when there are fewer
+// workers than ranks or the current placement is malformed.
+StatusOr<std::vector<int>> AssignRanks(const ModelDescription& model, const Layout& layout,
+                                       const std::vector<int>& host_of_worker,
+                                       const CurrentPlacement& current,
+                                       const PlannerOptions& options = {},
+                                       bool* exact = nullptr, int64_t* kept = nullptr);
+
+// The analytic kept-bytes estimate used when PlannerOptions::kept_bytes is empty.
+int64_t EstimateKeptBytes(const ModelDescription& model, const Layout& from, int from_rank,
+                          const Layout& to, int to_rank);
+
+// Solves min sum cost[i][assign[i]] with distinct columns, rows <= cols (Hungarian algorithm,
+// O(rows^2 * cols)). Returns assign (size rows).
+std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& cost);
+
+}  // namespace elastra
