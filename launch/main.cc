@@ -14,7 +14,8 @@ void PrintUsage() {
                "  coordinator --state-dir DIR --workers N [--bind tcp://HOST:PORT]\n"
                "  resize      --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] [--wait]\n"
                "  status      --state-dir DIR [--json]\n"
-               "  keygen      [--out FILE]\n");
+               "  keygen      [--out FILE]\n"
+               "  ckpt        list|verify|inspect DIR\n");
 }
 
 }  // namespace
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   if (command == "resize") return elastra::launch::ResizeCommand(args);
   if (command == "status") return elastra::launch::StatusCommand(args);
   if (command == "keygen") return elastra::launch::KeygenCommand(args);
+  if (command == "ckpt") return elastra::launch::CkptCommand(args);
   std::fprintf(stderr, "elastra: unknown command '%s'\n", command.c_str());
   PrintUsage();
   return 2;
