@@ -38,6 +38,7 @@ void Reconfiguration::BeginRecover(uint64_t target, std::vector<std::string> par
   participants_ = std::move(participants);
   requested_ = clock_->Now();
   deadline_ = deadline;
+  recovering_ = true;
 }
 
 void Reconfiguration::BeginBuild(GenerationPlan plan) {
@@ -55,6 +56,7 @@ void Reconfiguration::Reset() {
   ready_.clear();
   plan_ = GenerationPlan();
   any_paused_ = false;
+  recovering_ = false;
   requested_ = first_paused_ = last_paused_ = last_ready_ = TimePoint{};
 }
 
@@ -181,7 +183,12 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery() const {
 
 ReconfigurationTimings Reconfiguration::Timings() const {
   ReconfigurationTimings t;
-  if (any_paused_) {
+  if (recovering_) {
+    // After a failure training stopped when the failure was detected, not when a survivor
+    // answered: count from the recovery's start.
+    t.downtime_ms = Ms(requested_, last_ready_);
+    t.agreement_ms = Ms(requested_, last_paused_);
+  } else if (any_paused_) {
     t.downtime_ms = Ms(first_paused_, last_ready_);
     t.agreement_ms = Ms(requested_, last_paused_);
   }

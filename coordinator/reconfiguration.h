@@ -32,7 +32,7 @@ struct GenerationPlan {
 };
 
 struct ReconfigurationTimings {
-  double downtime_ms = 0;   // first PausedReport -> last GenerationReady
+  double downtime_ms = 0;   // first PausedReport (recovery: its start) -> last GenerationReady
   double agreement_ms = 0;  // pause/recover request sent -> last PausedReport
   double rebuild_ms = 0;    // slowest communicator build reported
   double transfer_ms = 0;   // slowest state transfer reported
@@ -102,6 +102,7 @@ class Reconfiguration {
   TimePoint last_paused_{};
   TimePoint last_ready_{};
   bool any_paused_ = false;
+  bool recovering_ = false;  // this change started as a recovery from a failure
 };
 
 }  // namespace elastra::coordinator
