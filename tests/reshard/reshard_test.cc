@@ -1,0 +1,428 @@
+// Tests of the region math (sharding.h), the reshard planner and the executor.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "collectives/kv_store.h"
+#include "elastra/sharding.h"
+#include "worker/reshard_executor.h"
+#include "worker/reshard_plan.h"
+
+namespace elastra {
+namespace {
+
+// Byte `k` of element `e` of tensor `t` in the global tensors.
+uint8_t GlobalByte(int t, int64_t e, size_t k) {
+  uint64_t x = (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(e) * 0x9E3779B97F4A7C15ULL) ^ k;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 32;
+  return static_cast<uint8_t>(x);
+}
+
+// The local shard of `tensor` (index t) for `region`, cut from the global tensor.
+std::vector<uint8_t> MakeShard(int t, const TensorSpec& tensor, const Region& region) {
+  const size_t es = tensor.element_size;
+  std::vector<uint8_t> out(region.elements() * es);
+  const int64_t cols = FullRect(tensor.shape).col_end;
+  for (const Rect& p : region.Pieces()) {
+    for (int64_t r = p.row_begin; r < p.row_end; ++r) {
+      for (int64_t c = p.col_begin; c < p.col_end; ++c) {
+        for (size_t k = 0; k < es; ++k) {
+          out[region.LocalOffset(r, c) * es + k] = GlobalByte(t, r * cols + c, k);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
+  ShardMap shards;
+  const int rank = p.RankOfWorker(worker);
+  if (rank < 0) return shards;
+  for (size_t t = 0; t < state.tensors.size(); ++t) {
+    const Region region = LocalRegion(state.tensors[t], state.num_layers, p.layout,
+                                      CoordinatesOf(p.layout, rank));
+    if (!region.empty()) shards[state.tensors[t].name] = MakeShard(t, state.tensors[t], region);
+  }
+  return shards;
+}
+
+TEST(Region, PiecesCoverTheFlatRangeInLocalOrder) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t rows = 1 + rng() % 6, cols = 1 + rng() % 7;
+    Region region;
+    region.box = Rect{2, 2 + rows, 3, 3 + cols};
+    const int64_t n = rows * cols;
+    region.flat_begin = rng() % (n + 1);
+    region.flat_end = region.flat_begin + rng() % (n - region.flat_begin + 1);
+    std::vector<int> seen(region.elements(), 0);
+    int64_t volume = 0;
+    for (const Rect& p : region.Pieces()) {
+      volume += p.volume();
+      for (int64_t r = p.row_begin; r < p.row_end; ++r) {
+        for (int64_t c = p.col_begin; c < p.col_end; ++c) {
+          const int64_t off = region.LocalOffset(r, c);
+          ASSERT_GE(off, 0);
+          ASSERT_LT(off, region.elements());
+          ++seen[off];
+        }
+      }
+    }
+    EXPECT_EQ(volume, region.elements());
+    for (int s : seen) EXPECT_EQ(s, 1);
+    EXPECT_LE(region.Pieces().size(), 3u);
+  }
+}
+
+TEST(Region, SubtractLeavesExactlyTheDifference) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    auto rect = [&] {
+      int64_t r0 = rng() % 6, c0 = rng() % 6;
+      return Rect{r0, r0 + rng() % 5, c0, c0 + rng() % 5};
+    };
+    const Rect a = rect(), b = rect();
+    const auto parts = Subtract(a, b);
+    int64_t v = 0;
+    for (const Rect& p : parts) {
+      v += p.volume();
+      EXPECT_TRUE(Intersect(p, b).empty());
+      EXPECT_EQ(Intersect(p, a), p);
+    }
+    EXPECT_EQ(v, a.volume() - Intersect(a, b).volume());
+  }
+}
+
+TEST(Sharding, StagesSplitLayersBalancedAndContiguous) {
+  for (int layers = 1; layers <= 13; ++layers) {
+    for (int pp = 1; pp <= layers; ++pp) {
+      int next = 0;
+      for (int s = 0; s < pp; ++s) {
+        const LayerRange r = StageLayers(layers, pp, s);
+        EXPECT_EQ(r.first, next);
+        const int n = r.last - r.first;
+        EXPECT_TRUE(n == layers / pp || n == layers / pp + 1);
+        for (int l = r.first; l < r.last; ++l) EXPECT_EQ(StageOfLayer(layers, pp, l), s);
+        next = r.last;
+      }
+      EXPECT_EQ(next, layers);
+    }
+  }
+}
+
+// Every element is held by exactly the ranks the rule says: tp split -> one TP rank, zero ->
+// one DP rank, layer -> one stage; otherwise replicated.
+TEST(Sharding, RanksCoverEveryElementWithTheRuleReplication) {
+  const GptConfig config{/*layers=*/3, /*hidden=*/8, /*ffn_hidden=*/12, /*vocab=*/11,
+                         /*seq_len=*/5, /*param_size=*/2, /*adam=*/true, /*zero=*/true};
+  const StateSpec state = GptState(config);
+  for (Layout l : {Layout{2, 3, 2}, Layout{3, 1, 4}, Layout{1, 2, 3}}) {
+    for (const auto& t : state.tensors) {
+      ASSERT_TRUE(ValidateTensor(t, state.num_layers, l).ok()) << t.name;
+      const Rect full = FullRect(t.shape);
+      std::vector<int> count(full.volume(), 0);
+      for (int r = 0; r < l.world(); ++r) {
+        const Region region = LocalRegion(t, state.num_layers, l, CoordinatesOf(l, r));
+        for (const Rect& p : region.Pieces()) {
+          for (int64_t i = p.row_begin; i < p.row_end; ++i) {
+            for (int64_t j = p.col_begin; j < p.col_end; ++j) ++count[i * full.col_end + j];
+          }
+        }
+      }
+      const int stages = t.rule.layer >= 0 ? 1 : l.pp;
+      const int tps = t.rule.tp_split_dim >= 0 ? 1 : l.tp;
+      const int dps = t.rule.zero ? 1 : l.dp;
+      for (int c : count) ASSERT_EQ(c, stages * tps * dps) << t.name << " " << l.ToString();
+    }
+  }
+}
+
+TEST(Sharding, ValidateRefusesBadSpecs) {
+  const Layout l{1, 2, 4};
+  EXPECT_FALSE(ValidateTensor({"a", {}, 4, {}}, 2, l).ok());
+  EXPECT_FALSE(ValidateTensor({"a", {2, 2, 2}, 4, {}}, 2, l).ok());
+  EXPECT_FALSE(ValidateTensor({"a", {3, 0}, 4, {}}, 2, l).ok());
+  EXPECT_FALSE(ValidateTensor({"a", {3, 8}, 4, {2, -1, false}}, 2, l).ok());
+  EXPECT_FALSE(ValidateTensor({"a", {3, 8}, 4, {0, -1, false}}, 2, l).ok());  // 3 rows < tp=4
+  EXPECT_FALSE(ValidateTensor({"a", {8, 8}, 4, {0, 5, false}}, 2, l).ok());   // no layer 5
+  EXPECT_FALSE(ValidateTensor({"a", {8, 8}, 4, {}}, 1, l).ok());              // pp > layers
+  EXPECT_TRUE(ValidateTensor({"a", {8, 8}, 4, {1, 1, true}}, 2, l).ok());
+}
+
+// Placement of `layout` on workers: a random subset of 0..num_workers-1 in random order.
+Placement RandomPlacement(const Layout& layout, int num_workers, std::mt19937* rng) {
+  std::vector<int> workers(num_workers);
+  std::iota(workers.begin(), workers.end(), 0);
+  std::shuffle(workers.begin(), workers.end(), *rng);
+  workers.resize(layout.world());
+  return Placement{layout, workers};
+}
+
+TEST(ReshardPlan, GrowingTpMovesOnlyTheNewRanksHalf) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"w", {4, 6}, 4, {1, -1, false}});
+  state.tensors.push_back({"b", {6}, 4, {}});
+  auto plan = BuildReshardPlan(state, Placement{{1, 1, 1}, {0}}, Placement{{1, 1, 2}, {0, 1}},
+                               {0, 0});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Worker 1 needs w[:, 3:6] (48 bytes) and all of b (24 bytes); worker 0 keeps its part.
+  EXPECT_EQ(plan->bytes_lower_bound, 48 + 24);
+  EXPECT_EQ(plan->bytes_moved, 48 + 24);
+  EXPECT_EQ(plan->bytes_local, 48 + 24);
+  EXPECT_EQ(plan->max_sent, 72);
+  EXPECT_EQ(plan->max_received, 72);
+  for (const Transfer& t : plan->transfers) {
+    EXPECT_EQ(t.src, 0);
+    EXPECT_EQ(t.dst, 1);
+  }
+}
+
+TEST(ReshardPlan, PrefersASenderOnTheSameHost) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"w", {64, 64}, 4, {}});
+  // dp=2 on workers 0 (host 0) and 1 (host 1) -> dp=3 adding worker 2 on host 1.
+  auto plan = BuildReshardPlan(state, Placement{{2, 1, 1}, {0, 1}},
+                               Placement{{3, 1, 1}, {0, 1, 2}}, {0, 1, 1});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_FALSE(plan->transfers.empty());
+  for (const Transfer& t : plan->transfers) EXPECT_EQ(t.src, 1);
+  EXPECT_EQ(plan->bytes_same_host, plan->bytes_moved);
+}
+
+TEST(ReshardPlan, SpreadsOverReplicasAcrossHosts) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"w", {1024, 256}, 4, {}});  // 1 MiB, replicated
+  // dp=4 on hosts 0..3 -> dp=8: four new workers on host 4 each need the whole tensor.
+  std::vector<int> hosts{0, 1, 2, 3, 4, 4, 4, 4};
+  auto plan = BuildReshardPlan(state, Placement{{4, 1, 1}, {0, 1, 2, 3}},
+                               Placement{{8, 1, 1}, {0, 1, 2, 3, 4, 5, 6, 7}}, hosts);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->bytes_moved, 4 << 20);
+  EXPECT_EQ(plan->bytes_lower_bound, 4 << 20);
+  EXPECT_EQ(plan->max_sent, 1 << 20);  // each replica carries exactly its quarter
+  EXPECT_EQ(plan->max_received, 1 << 20);
+}
+
+TEST(ReshardPlan, RefusesMalformedPlacements) {
+  StateSpec state;
+  state.num_layers = 2;
+  state.tensors.push_back({"w", {8, 8}, 4, {0, 1, false}});
+  EXPECT_FALSE(BuildReshardPlan(state, {{2, 1, 1}, {0}}, {{1, 1, 1}, {0}}, {0, 0}).ok());
+  EXPECT_FALSE(BuildReshardPlan(state, {{2, 1, 1}, {0, 0}}, {{1, 1, 1}, {0}}, {0, 0}).ok());
+  EXPECT_FALSE(BuildReshardPlan(state, {{2, 1, 1}, {0, 5}}, {{1, 1, 1}, {0}}, {0, 0}).ok());
+  EXPECT_FALSE(BuildReshardPlan(state, {{1, 3, 1}, {0, 1, 2}}, {{1, 1, 1}, {0}}, {0, 0, 0}).ok());
+  EXPECT_FALSE(BuildReshardPlan(state, {{1, 1, 16}, std::vector<int>(16)}, {{1, 1, 1}, {0}},
+                                std::vector<int>(16, 0))
+                   .ok());
+}
+
+TEST(ReshardPlan, KeptBytesMatchesThePlanForTheSameWorker) {
+  const StateSpec state = GptState({4, 16, 48, 40, 8, 2, true, true});
+  const Layout a{2, 2, 2}, b{1, 2, 4};
+  const Placement pa{a, {0, 1, 2, 3, 4, 5, 6, 7}}, pb{b, {0, 1, 2, 3, 4, 5, 6, 7}};
+  auto plan = BuildReshardPlan(state, pa, pb, std::vector<int>(8, 0));
+  ASSERT_TRUE(plan.ok());
+  int64_t kept = 0;
+  for (int w = 0; w < 8; ++w) {
+    const Coordinates ca = CoordinatesOf(a, w);
+    kept += KeptBytes(state, a, &ca, b, CoordinatesOf(b, w));
+  }
+  EXPECT_EQ(kept, plan->bytes_local);
+  EXPECT_EQ(KeptBytes(state, a, nullptr, b, CoordinatesOf(b, 0)), 0);
+}
+
+// Connects n ranks (threads) under `prefix`. The Gloo backend's socket discovery scans
+// /proc/self/fd and, with every rank in one process, now and then misses a socket
+// ("cannot find the socket to rank r"); then every rank retries under a fresh prefix.
+std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
+                                                      const std::string& prefix, int n) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::vector<std::unique_ptr<Communicator>> comms(n);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n; ++w) {
+      threads.emplace_back([&, w] {
+        GlooOptions o;
+        o.store = store;
+        o.prefix = prefix + "a" + std::to_string(attempt) + "/";
+        o.rank = w;
+        o.size = n;
+        o.timeout = std::chrono::milliseconds(20000);
+        o.connect_timeout = std::chrono::milliseconds(20000);
+        auto comm = CreateGlooCommunicator(o);
+        if (comm.ok()) comms[w] = std::move(comm).value();
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (std::all_of(comms.begin(), comms.end(), [](const auto& c) { return c != nullptr; })) {
+      return comms;
+    }
+  }
+  ADD_FAILURE() << "could not connect " << n << " ranks under " << prefix;
+  return {};
+}
+
+// Runs the plan on every worker as a thread over Gloo and returns each worker's final shards.
+std::vector<ShardMap> Execute(const ReshardPlan& plan, const std::string& prefix,
+                              const ReshardExecutorOptions& options,
+                              std::vector<ReshardExecutorStats>* stats) {
+  const int n = static_cast<int>(plan.host_of_worker.size());
+  InMemoryKeyValueStore store;
+  std::vector<ShardMap> shards(n);
+  stats->assign(n, {});
+  for (int w = 0; w < n; ++w) shards[w] = ShardsOf(plan.state, plan.from, w);
+  auto comms = ConnectAll(&store, prefix, n);
+  if (comms.empty()) return shards;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      const Status s = ExecuteReshard(plan, *comms[w], &shards[w], options, &(*stats)[w]);
+      EXPECT_TRUE(s.ok()) << "worker " << w << ": " << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return shards;
+}
+
+// A random state: 1-2 dim tensors of random sizes, element sizes and rules.
+StateSpec RandomState(std::mt19937* rng) {
+  StateSpec state;
+  state.num_layers = 4 + (*rng)() % 5;  // >= pp for pp <= 8... checked per layout below
+  const int count = 3 + (*rng)() % 6;
+  for (int i = 0; i < count; ++i) {
+    TensorSpec t;
+    t.name = "t" + std::to_string(i);
+    const bool two = (*rng)() % 4 != 0;
+    if (two) {
+      t.shape = {8 + static_cast<int64_t>((*rng)() % 40), 8 + static_cast<int64_t>((*rng)() % 40)};
+    } else {
+      t.shape = {8 + static_cast<int64_t>((*rng)() % 300)};
+    }
+    const size_t sizes[] = {1, 2, 4, 8};
+    t.element_size = sizes[(*rng)() % 4];
+    const int split = static_cast<int>((*rng)() % (t.shape.size() + 1)) - 1;
+    t.rule.tp_split_dim = split;
+    t.rule.layer = (*rng)() % 3 == 0 ? -1 : static_cast<int>((*rng)() % state.num_layers);
+    t.rule.zero = (*rng)() % 2 == 0;
+    state.tensors.push_back(t);
+  }
+  return state;
+}
+
+Layout RandomLayout(std::mt19937* rng, int num_layers) {
+  while (true) {
+    Layout l{1 + static_cast<int>((*rng)() % 8), 1 + static_cast<int>((*rng)() % 8),
+             1 + static_cast<int>((*rng)() % 8)};
+    if (l.world() <= 8 && l.pp <= num_layers) return l;
+  }
+}
+
+void CheckAgainstGlobal(const ReshardPlan& plan, const std::vector<ShardMap>& shards) {
+  for (size_t w = 0; w < shards.size(); ++w) {
+    const ShardMap expected = ShardsOf(plan.state, plan.to, static_cast<int>(w));
+    ASSERT_EQ(shards[w].size(), expected.size()) << "worker " << w;
+    for (const auto& [name, bytes] : expected) {
+      auto it = shards[w].find(name);
+      ASSERT_NE(it, shards[w].end()) << "worker " << w << " lacks " << name;
+      ASSERT_TRUE(it->second == bytes) << "worker " << w << " tensor " << name << " differs";
+    }
+  }
+}
+
+TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
+  std::mt19937 rng(20261130);
+  int executed = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const StateSpec state = RandomState(&rng);
+    const Layout a = RandomLayout(&rng, state.num_layers);
+    const Layout b = RandomLayout(&rng, state.num_layers);
+    bool fits = true;
+    for (const auto& t : state.tensors) {
+      fits = fits && ValidateTensor(t, state.num_layers, a).ok() &&
+             ValidateTensor(t, state.num_layers, b).ok();
+    }
+    if (!fits) continue;
+    const int n = std::max(a.world(), b.world()) + static_cast<int>(rng() % 2);
+    std::vector<int> hosts(n);
+    for (int w = 0; w < n; ++w) hosts[w] = w / 2;
+    const Placement pa = RandomPlacement(a, n, &rng), pb = RandomPlacement(b, n, &rng);
+    ReshardPlanOptions plan_options;
+    plan_options.split_bytes = 64;  // exercise replica splitting on small tensors
+    auto plan = BuildReshardPlan(state, pa, pb, hosts, plan_options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound) << a.ToString() << " -> " << b.ToString();
+
+    ReshardExecutorOptions options;
+    options.chunk_bytes = 1 + rng() % 700;  // chunks cut rows and rectangles anywhere
+    options.group_bytes = static_cast<int64_t>(rng() % 3000);
+    std::vector<ReshardExecutorStats> stats;
+    const auto shards = Execute(*plan, "t" + std::to_string(trial) + "/", options, &stats);
+    CheckAgainstGlobal(*plan, shards);
+    int64_t sent = 0, received = 0;
+    for (const auto& s : stats) {
+      sent += s.bytes_sent;
+      received += s.bytes_received;
+    }
+    EXPECT_EQ(sent, plan->bytes_moved);
+    EXPECT_EQ(received, plan->bytes_moved);
+    ++executed;
+  }
+  EXPECT_GE(executed, 10);
+}
+
+TEST(ReshardProperty, GptStateThroughEveryDimension) {
+  const StateSpec state = GptState({4, 16, 40, 30, 8, 2, true, true});
+  // (dp,pp,tp): (2,1,2) -> (1,2,2) -> (4,1,1) -> (1,2,4), the end-to-end sequence.
+  const std::vector<Layout> seq{{2, 1, 2}, {1, 2, 2}, {4, 1, 1}, {1, 2, 4}, {2, 2, 2}};
+  std::vector<int> hosts(8);
+  for (int w = 0; w < 8; ++w) hosts[w] = w / 4;
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    Placement pa{seq[i], {}}, pb{seq[i + 1], {}};
+    for (int r = 0; r < seq[i].world(); ++r) pa.worker_of_rank.push_back(r);
+    for (int r = 0; r < seq[i + 1].world(); ++r) pb.worker_of_rank.push_back(r);
+    auto plan = BuildReshardPlan(state, pa, pb, hosts);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound);
+    std::vector<ReshardExecutorStats> stats;
+    ReshardExecutorOptions options;
+    options.chunk_bytes = 4096;
+    const auto shards = Execute(*plan, "gpt" + std::to_string(i) + "/", options, &stats);
+    CheckAgainstGlobal(*plan, shards);
+  }
+}
+
+TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"w", {4, 4}, 4, {}});
+  auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{1, 1, 1}, {0}}, {0});
+  ASSERT_TRUE(plan.ok());
+  InMemoryKeyValueStore store;
+  GlooOptions o;
+  o.store = &store;
+  o.prefix = "single/";
+  auto comm = CreateGlooCommunicator(o);
+  ASSERT_TRUE(comm.ok());
+  ShardMap none;
+  EXPECT_EQ(ExecuteReshard(*plan, **comm, &none).code(), StatusCode::kInvalidArgument);
+  ShardMap wrong{{"w", std::vector<uint8_t>(63)}};
+  EXPECT_EQ(ExecuteReshard(*plan, **comm, &wrong).code(), StatusCode::kInvalidArgument);
+  ShardMap right{{"w", std::vector<uint8_t>(64, 7)}};
+  EXPECT_TRUE(ExecuteReshard(*plan, **comm, &right).ok());
+  EXPECT_EQ(right["w"], std::vector<uint8_t>(64, 7));
+}
+
+}  // namespace
+}  // namespace elastra
