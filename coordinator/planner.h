@@ -64,7 +64,7 @@ struct PlannerOptions {
   // Rank assignment: solved exactly (Hungarian algorithm over TP groups x host blocks) when
   // there are at most this many host blocks; above it, ranks keep their workers where the rank
   // exists in both layouts and the rest fill free blocks in order (see docs/resharding.md).
-  int exact_assignment_max_blocks = 256;
+  int exact_assignment_max_blocks = 128;
   KeptBytesFn kept_bytes;  // empty: the analytic estimate
 };
 

@@ -101,8 +101,42 @@ inline int StageOfLayer(int num_layers, int pp, int layer) {
 
 // Checks a tensor's spec and that `layout` can hold it (kInvalidArgument with the reason):
 // 1-2 dims, sizes >= 1, split dim exists and has at least tp elements, layer in range,
-// pp <= num_layers.
-Status ValidateTensor(const TensorSpec& tensor, int num_layers, const Layout& layout);
+// pp <= num_layers. Inline so the coordinator can check layouts without linking the worker.
+inline Status ValidateTensor(const TensorSpec& t, int num_layers, const Layout& layout) {
+  const std::string who = "tensor '" + t.name + "': ";
+  if (t.shape.empty() || t.shape.size() > 2) {
+    return InvalidArgumentError(who + "must have 1 or 2 dimensions, has " +
+                                std::to_string(t.shape.size()));
+  }
+  for (int64_t d : t.shape) {
+    if (d < 1) return InvalidArgumentError(who + "every dimension must be >= 1");
+  }
+  if (t.element_size == 0) return InvalidArgumentError(who + "element size must be >= 1");
+  if (layout.dp < 1 || layout.pp < 1 || layout.tp < 1) {
+    return InvalidArgumentError("layout " + layout.ToString() + " has a degree below 1");
+  }
+  if (num_layers < 1 || layout.pp > num_layers) {
+    return InvalidArgumentError("pp=" + std::to_string(layout.pp) + " exceeds the " +
+                                std::to_string(num_layers) + " layers");
+  }
+  const auto& r = t.rule;
+  if (r.tp_split_dim != -1) {
+    if (r.tp_split_dim < 0 || r.tp_split_dim >= static_cast<int>(t.shape.size())) {
+      return InvalidArgumentError(who + "split dimension " + std::to_string(r.tp_split_dim) +
+                                  " does not exist");
+    }
+    if (t.shape[r.tp_split_dim] < layout.tp) {
+      return InvalidArgumentError(who + "dimension " + std::to_string(r.tp_split_dim) + " of " +
+                                  std::to_string(t.shape[r.tp_split_dim]) +
+                                  " elements cannot be split over tp=" +
+                                  std::to_string(layout.tp));
+    }
+  }
+  if (r.layer < -1 || r.layer >= num_layers) {
+    return InvalidArgumentError(who + "layer " + std::to_string(r.layer) + " out of range");
+  }
+  return OkStatus();
+}
 
 // The region of `tensor` held by the rank at `coords` of `layout`. Assumes ValidateTensor passed.
 Region LocalRegion(const TensorSpec& tensor, int num_layers, const Layout& layout,
