@@ -14,6 +14,7 @@ int CoordinatorCommand(const Args& args);  // elastra coordinator
 int ResizeCommand(const Args& args);       // elastra resize
 int StatusCommand(const Args& args);       // elastra status
 int KeygenCommand(const Args& args);       // elastra keygen
+int PlanCommand(const Args& args);         // elastra plan (launch/plan_command.cc)
 int CkptCommand(const Args& args);         // elastra ckpt list|verify|inspect DIR
 
 // Small flag parser shared by the subcommands: --name value, --name=value, and boolean --flag.

@@ -15,7 +15,8 @@ void PrintUsage() {
                "  resize      --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] [--wait]\n"
                "  status      --state-dir DIR [--json]\n"
                "  keygen      [--out FILE]\n"
-               "  ckpt        list|verify|inspect DIR\n");
+               "  ckpt        list|verify|inspect DIR\n"
+               "  plan        --model FILE (--workers N | --from LAYOUT --to LAYOUT) [--json]\n");
 }
 
 }  // namespace
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (command == "status") return elastra::launch::StatusCommand(args);
   if (command == "keygen") return elastra::launch::KeygenCommand(args);
   if (command == "ckpt") return elastra::launch::CkptCommand(args);
+  if (command == "plan") return elastra::launch::PlanCommand(args);
   std::fprintf(stderr, "elastra: unknown command '%s'\n", command.c_str());
   PrintUsage();
   return 2;
