@@ -1,0 +1,47 @@
+// The MPI backend: CPU collectives in a fixed mpirun world. Groups come from MPI_Comm_split of the
+// world (or of a group), so a planned shrink inside the world is a split to a smaller
+// communicator. Every call is non-blocking MPI polled with MPI_Test against its deadline: a peer
+// that does not show up is kTimedOut, never a hang. Buffers pass through staging memory owned by
+// the library, so a call abandoned at its deadline never writes into (or reads from) the caller's
+// buffer later; the abandoned request is progressed in the background until it completes.
+//
+// What it cannot do (use the Gloo backend, the default, for these): grow past the mpirun world
+// (no new process can join an MPI communicator), and survive a killed rank: with Open MPI 4 a dead
+// peer shows as kTimedOut at best, and the job's MPI state is not usable afterwards.
+//
+// Needs MPI initialized with at least MPI_THREAD_SERIALIZED (the mpirun bootstrap does that).
+// Thread-compatible; Abort() may be called from any thread (it only sets a flag the polling loop
+// reads, so no MPI call is made from that thread). After the first error other than
+// kInvalidArgument the communicator is broken and every later call returns the same status.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "elastra/communicator.h"
+#include "elastra/status.h"
+
+namespace elastra {
+
+class MpiCommunicator : public Communicator {
+ public:
+  // A group of this communicator: collective over all its ranks. Ranks passing the same
+  // `color` (>= 0) form one group, ordered by `key` then by rank here; color < 0 means "in no
+  // group" and returns nullptr. kTimedOut when a rank does not take part within `timeout` (the
+  // colors are exchanged with a polled allgather first, so MPI_Comm_split itself only runs once
+  // every rank is known to be there).
+  virtual StatusOr<std::unique_ptr<MpiCommunicator>> Split(int color, int key,
+                                                           Timeout timeout) = 0;
+};
+
+// A communicator over MPI_COMM_WORLD (duplicated). kFailedPrecondition when MPI is not
+// initialized (or already finalized) or provides less than MPI_THREAD_SERIALIZED,
+// kInvalidArgument for a non-positive timeout.
+StatusOr<std::unique_ptr<MpiCommunicator>> CreateMpiWorldCommunicator(
+    std::chrono::milliseconds default_timeout);
+
+// Progresses the requests left behind by calls that timed out or were aborted; returns how many
+// are still pending. Call before MPI_Finalize (which would otherwise wait for them).
+int ProgressAbandonedMpiRequests();
+
+}  // namespace elastra

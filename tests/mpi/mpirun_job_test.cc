@@ -1,0 +1,303 @@
+// A train_mlp job started by the real `mpirun --oversubscribe -np 4` with no other set-up: MPI
+// rank 0 hosts the coordinator and writes .elastra/coordinator.json in the working directory; the
+// real `elastra resize --state-dir .elastra --wait` shrinks it to 2 (the two removed ranks park)
+// and grows it back to 4 (the parked ranks come back, no process is started); the log matches
+// `train_mlp --reference`.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "examples/log_check.h"
+
+namespace elastra {
+namespace {
+
+using std::chrono::seconds;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CommandResult RunShell(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool HaveMpirun() { return access(MPIRUN_BINARY, X_OK) == 0; }
+
+std::vector<std::string> TrainArgs(int steps, int step_ms) {
+  return {"--steps", std::to_string(steps), "--step-time-ms", std::to_string(step_ms),
+          "--global-batch", "48", "--hidden", "24", "--commit-every", "5"};
+}
+
+// `mpirun ... train_mlp ARGS --log run.jsonl` in a fresh directory, as a child process group.
+class MpirunJob {
+ public:
+  MpirunJob(int np, const std::vector<std::string>& mpirun_flags,
+            const std::vector<std::string>& train_args) {
+    char tmpl[] = "/tmp/elastra-mpirun-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      if (chdir(dir_.c_str()) != 0) _exit(127);
+      FILE* out = std::freopen("mpirun.out", "w", stdout);
+      if (out == nullptr) _exit(127);
+      dup2(fileno(stdout), 2);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+      // Nothing from the test's own environment may point the job elsewhere.
+      unsetenv("ELASTRA_COORDINATOR");
+      unsetenv("ELASTRA_STATE_DIR");
+      std::vector<std::string> args = {MPIRUN_BINARY, "--oversubscribe", "-np",
+                                       std::to_string(np)};
+      args.insert(args.end(), mpirun_flags.begin(), mpirun_flags.end());
+      args.push_back(TRAIN_MLP_BINARY);
+      args.insert(args.end(), train_args.begin(), train_args.end());
+      args.push_back("--log");
+      args.push_back(dir_ + "/run.jsonl");
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    setpgid(pid_, pid_);
+  }
+
+  ~MpirunJob() {
+    if (pid_ > 0) {
+      kill(-pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    RunShell("rm -rf " + dir_);
+  }
+
+  const std::string& dir() const { return dir_; }
+  std::string state_dir() const { return dir_ + "/.elastra"; }
+  std::string output() const { return ReadFile(dir_ + "/mpirun.out"); }
+
+  nlohmann::json Status() {
+    auto r = RunShell(std::string(ELASTRA_BINARY) + " status --json --state-dir " + state_dir());
+    if (r.exit_code != 0) return nlohmann::json::object();
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? nlohmann::json::object() : j;
+  }
+
+  bool WaitFor(const std::function<bool(const nlohmann::json&)>& pred, seconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Exited()) return false;
+      auto j = Status();
+      if (!j.empty() && pred(j)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  bool WaitForStep(int64_t step, seconds timeout) {
+    return WaitFor([&](const nlohmann::json& j) { return j.value("step", int64_t{0}) >= step; },
+                   timeout);
+  }
+
+  CommandResult Resize(const std::string& args) {
+    return RunShell(std::string(ELASTRA_BINARY) + " resize --state-dir " + state_dir() + " " +
+                    args);
+  }
+
+  // mpirun's exit code, or -1 after killing it at the timeout.
+  int Wait(seconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Exited()) return exit_code_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pid_ = -1;
+    return true;
+  }
+
+  std::string dir_;
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+};
+
+std::map<std::string, nlohmann::json> WorkersById(const nlohmann::json& status) {
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& w : status.value("workers", nlohmann::json::array())) {
+    out[w.value("id", std::string())] = w;
+  }
+  return out;
+}
+
+const std::vector<std::string> kKeepAlive = {"--mca", "orte_abort_on_non_zero_status", "0"};
+
+TEST(MpirunJob, ShrinkParksGrowBringsBackAndMatchesReference) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  const int steps = 240;
+  auto args = TrainArgs(steps, 15);
+  MpirunJob job(4, kKeepAlive, args);
+  ASSERT_TRUE(job.WaitForStep(15, seconds(40))) << job.output();
+  auto start = job.Status();
+  auto ids = WorkersById(start);
+  ASSERT_EQ(ids.size(), 4u) << start.dump();
+  std::set<int64_t> pids;
+  for (int r = 0; r < 4; ++r) {
+    auto it = ids.find("mpi-" + std::to_string(r));
+    ASSERT_NE(it, ids.end()) << start.dump();
+    EXPECT_EQ(it->second.value("state", std::string()), "member");
+    pids.insert(it->second.value("pid", int64_t{0}));
+  }
+  EXPECT_EQ(start["layout"].value("dp", 0), 4);
+
+  auto down = job.Resize("--workers 2 --wait --timeout 30");
+  ASSERT_EQ(down.exit_code, 0) << down.out << job.output();
+  auto d = nlohmann::json::parse(down.out);
+  EXPECT_EQ(d["workers"], 2);
+  EXPECT_EQ(d["layout"]["dp"], 2);
+  // The two removed ranks stay in the job as standby (parked), their processes alive.
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        int standby = 0;
+        for (const auto& w : j["workers"]) standby += w.value("state", std::string()) == "standby";
+        return standby == 2;
+      },
+      seconds(10)))
+      << job.Status().dump();
+  for (const auto& [id, w] : WorkersById(job.Status())) {
+    if (w.value("state", std::string()) == "standby") {
+      EXPECT_EQ(kill(static_cast<pid_t>(w.value("pid", int64_t{0})), 0), 0) << id;
+    }
+  }
+
+  int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 15, seconds(30))) << job.output();
+  auto up = job.Resize("--workers 4 --wait --timeout 30");
+  ASSERT_EQ(up.exit_code, 0) << up.out << job.output();
+  auto u = nlohmann::json::parse(up.out);
+  EXPECT_EQ(u["workers"], 4);
+  EXPECT_EQ(u["layout"]["dp"], 4);
+  EXPECT_GT(u["generation"].get<int>(), d["generation"].get<int>());
+  // The same four processes: the parked ranks came back, nothing was started.
+  auto after = job.Status();
+  std::set<int64_t> pids_after;
+  for (const auto& [id, w] : WorkersById(after)) {
+    if (w.value("state", std::string()) == "member") pids_after.insert(w.value("pid", int64_t{0}));
+  }
+  EXPECT_EQ(pids_after, pids) << after.dump();
+
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
+  std::string out = job.output();
+  EXPECT_EQ(out.find("orte_abort_on_non_zero_status 0 to keep"), std::string::npos)
+      << "warned although the flag was given";
+  EXPECT_NE(out.find("parked after step"), std::string::npos);
+
+  std::string ref = job.dir() + "/ref.jsonl";
+  std::string cmd = std::string(TRAIN_MLP_BINARY) + " --reference --log " + ref;
+  for (const auto& a : args) cmd += " " + a;
+  auto r = RunShell(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto run = examples::ReadTrainLog(job.dir() + "/run.jsonl");
+  auto reference = examples::ReadTrainLog(ref);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto c = examples::Compare(*run, *reference, steps);
+  EXPECT_TRUE(c.accounting_ok) << c.problem;
+  EXPECT_EQ(c.steps, steps);
+  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  std::set<int> dps;
+  for (const auto& [step, rec] : run->applied) dps.insert(rec.dp);
+  EXPECT_EQ(dps, (std::set<int>{2, 4}));
+}
+
+TEST(MpirunJob, ParkedRanksLeaveWhenTheJobFinishes) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  const int steps = 120;
+  auto args = TrainArgs(steps, 10);
+  MpirunJob job(3, kKeepAlive, args);
+  ASSERT_TRUE(job.WaitForStep(10, seconds(40))) << job.output();
+  auto down = job.Resize("--workers 1 --wait --timeout 30");
+  ASSERT_EQ(down.exit_code, 0) << down.out << job.output();
+  // Two ranks stay parked to the end; they leave when the job finishes, and mpirun exits 0.
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
+  std::string out = job.output();
+  size_t left = 0;
+  for (size_t p = out.find("finished while this worker was parked"); p != std::string::npos;
+       p = out.find("finished while this worker was parked", p + 1)) {
+    ++left;
+  }
+  EXPECT_EQ(left, 2u) << out;
+  auto run = examples::ReadTrainLog(job.dir() + "/run.jsonl");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->applied.size(), static_cast<size_t>(steps));
+}
+
+TEST(MpirunJob, WarnsWithoutTheKeepAliveFlagAndStillTrains) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  MpirunJob job(2, {}, TrainArgs(20, 0));
+  ASSERT_EQ(job.Wait(seconds(40)), 0) << job.output();
+  std::string out = job.output();
+  EXPECT_NE(out.find("add --mca orte_abort_on_non_zero_status 0 to keep it alive"),
+            std::string::npos)
+      << out;
+  // coordinator.json went to .elastra in the working directory, as with `elastra run`.
+  struct stat st;
+  EXPECT_EQ(stat((job.dir() + "/.elastra/coordinator.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(MpirunJob, UnusableStateDirIsAClearErrorOnEveryRank) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  MpirunJob job(2, {"-x", "ELASTRA_STATE_DIR=/proc/elastra-cannot-be-here"}, TrainArgs(20, 0));
+  int code = job.Wait(seconds(40));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(code, -1) << "hung: " << job.output();
+  std::string out = job.output();
+  // Rank 0 cannot start the coordinator; every rank says why and exits.
+  size_t n = 0;
+  for (size_t p = out.find("could not start the coordinator"); p != std::string::npos;
+       p = out.find("could not start the coordinator", p + 1)) {
+    ++n;
+  }
+  EXPECT_EQ(n, 2u) << out;
+}
+
+}  // namespace
+}  // namespace elastra
