@@ -279,18 +279,27 @@ MpiBootstrap::~MpiBootstrap() {
     auto t = EnvNumber("ELASTRA_MPI_FINISH_TIMEOUT_MS", timeout_ms, 0, 1LL << 40);
     if (t.ok()) timeout_ms = *t;
     auto deadline = SteadyClock::now() + milliseconds(timeout_ms);
+    // Parked workers look at the job's state about once a second and then say they leave; give
+    // them a few seconds after the job is over.
+    std::optional<SteadyClock::time_point> over_since;
     while (SteadyClock::now() < deadline) {
       std::string state = server_->state();
-      if (state == "finished" || state == "failed") break;
       auto j = nlohmann::json::parse(server_->StatusJson(), nullptr, false);
-      bool anyone = false;
+      int live = 0, standby = 0;
       if (!j.is_discarded() && j.contains("workers")) {
         for (const auto& w : j["workers"]) {
           std::string s = w.value("state", std::string());
-          if (s == "member" || s == "standby") anyone = true;
+          live += (s == "member" || s == "standby");
+          standby += (s == "standby");
         }
       }
-      if (!anyone) break;
+      if (state == "finished" || state == "failed") {
+        if (standby == 0) break;
+        if (!over_since) over_since = SteadyClock::now();
+        if (SteadyClock::now() - *over_since > milliseconds(5000)) break;
+      } else if (live == 0) {
+        break;
+      }
       std::this_thread::sleep_for(milliseconds(50));
     }
     if (SteadyClock::now() >= deadline) {

@@ -383,6 +383,7 @@ class Worker::Impl {
       if (parked_ && e.type == MessageType::kShutdown) {
         auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
         if (req.ok() && req->exit_code == 0) return LeaveParked();
+        SayLeavingParked("job ended");
         return AbortedError("the job ended while this worker was parked: " +
                             (req.ok() ? req->reason : std::string("shutdown")));
       }
@@ -472,12 +473,25 @@ class Worker::Impl {
     status_failures_ = 0;
     auto j = nlohmann::json::parse(st->json, nullptr, false);
     std::string state = j.is_object() ? j.value("state", std::string()) : std::string();
-    if (state == "failed") return AbortedError("the job failed while this worker was parked");
+    if (state == "failed") {
+      SayLeavingParked("job failed");
+      return AbortedError("the job failed while this worker was parked");
+    }
     return state == "finished";
+  }
+
+  // Tells the coordinator this standby worker is gone, so a host waiting for the job's workers
+  // to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
+  void SayLeavingParked(const std::string& why) {
+    proto::LeaveRequest req{"parked: " + why};
+    client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), generation_.load())
+        .status()
+        .IgnoreError();
   }
 
   StatusOr<StepAction> LeaveParked() {
     LOG(INFO) << "the job finished while this worker was parked; leaving";
+    SayLeavingParked("job finished");
     parked_ = false;
     left_ = true;
     Shutdown();
