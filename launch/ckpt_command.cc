@@ -165,7 +165,7 @@ int Inspect(Env* env, std::string dir) {
   std::printf("tensors:\n");
   for (const checkpoint::TensorEntry& t : m.tensors) {
     std::printf("  %s %s %s sharding=%s\n", t.name.c_str(), DtypeName(t.dtype),
-                ShapeText(t.shape).c_str(), t.rule.text.c_str());
+                ShapeText(t.shape).c_str(), t.rule.ToString().c_str());
     for (const checkpoint::RegionEntry& r : t.regions) {
       std::printf("    region %-24s %s @%llu +%llu bytes, %zu chunks of %llu\n",
                   r.box.ToString().c_str(), m.files[r.file].name.c_str(),

@@ -133,6 +133,36 @@ Box Intersect(const Box& a, const Box& b) {
   return r;
 }
 
+std::string RuleEntry::ToString() const {
+  std::string s;
+  if (tp_split_dim >= 0) s += "tp_split_dim=" + std::to_string(tp_split_dim);
+  if (layer >= 0) s += std::string(s.empty() ? "" : ",") + "layer=" + std::to_string(layer);
+  if (zero) s += std::string(s.empty() ? "" : ",") + "zero";
+  return s.empty() ? "replicated" : s;
+}
+
+std::vector<Box> FlatRangePieces(const Box& box, int64_t flat_begin, int64_t flat_end) {
+  std::vector<Box> out;
+  if (box.begin.size() != 2 || box.end.size() != 2 || flat_end <= flat_begin) return out;
+  const int64_t rb = box.begin[0], cb = box.begin[1];
+  const int64_t cols = box.end[1] - cb;
+  if (cols <= 0) return out;
+  int64_t r0 = flat_begin / cols, c0 = flat_begin % cols;
+  const int64_t r1 = (flat_end - 1) / cols, c1 = (flat_end - 1) % cols;  // last element
+  if (r0 == r1) {
+    out.push_back({{rb + r0, cb + c0}, {rb + r0 + 1, cb + c1 + 1}});
+    return out;
+  }
+  if (c0 > 0) {  // partial first row
+    out.push_back({{rb + r0, cb + c0}, {rb + r0 + 1, cb + cols}});
+    ++r0;
+  }
+  const int64_t full_end = c1 == cols - 1 ? r1 + 1 : r1;  // rows [r0, full_end) are whole
+  if (full_end > r0) out.push_back({{rb + r0, cb}, {rb + full_end, cb + cols}});
+  if (c1 != cols - 1) out.push_back({{rb + r1, cb}, {rb + r1 + 1, cb + c1 + 1}});
+  return out;
+}
+
 const TensorEntry* Manifest::FindTensor(const std::string& name) const {
   for (const TensorEntry& t : tensors) {
     if (t.name == name) return &t;

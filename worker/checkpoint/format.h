@@ -55,18 +55,24 @@ struct Box {
 // The intersection of two boxes of the same rank (may be empty).
 Box Intersect(const Box& a, const Box& b);
 
-// How a tensor is split over ranks. `kind` carries elastra::Sharding's value (0 = replicated);
-// `dim` the split dimension where the rule has one; `text` a human-readable form of combined
-// rules (TP x ZeRO, ...). The engine does not interpret the rule: regions are explicit boxes.
-struct ShardingRule {
-  int32_t kind = 0;
-  int32_t dim = -1;
-  std::string text = "replicated";
+// The elements of 2-D box `box` whose row-major flat index inside the box lies in
+// [flat_begin, flat_end) (a ZeRO shard), as at most 3 boxes in flat order: a partial first row,
+// full middle rows, a partial last row. Concatenated row-major they are the flat range.
+std::vector<Box> FlatRangePieces(const Box& box, int64_t flat_begin, int64_t flat_end);
 
-  bool operator==(const ShardingRule&) const = default;
+// The sharding rule a tensor was saved under (elastra::ShardingRule's fields, see
+// <elastra/sharding.h>). Recorded for tools and for loaders that want to re-derive regions; the
+// engine itself never interprets it: the regions in the manifest are explicit boxes.
+struct RuleEntry {
+  int32_t tp_split_dim = -1;  // -1: replicated over TP
+  int32_t layer = -1;         // -1: held by every pipeline stage
+  bool zero = false;          // ZeRO-1 flat split over DP
+
+  std::string ToString() const;  // "replicated", "tp_split_dim=1,layer=3,zero"
+  bool operator==(const RuleEntry&) const = default;
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(kind, dim, text);
+    ar(tp_split_dim, layer, zero);
   }
 };
 
@@ -91,7 +97,7 @@ struct TensorEntry {
   std::string name;
   std::vector<int64_t> shape;  // global
   int32_t dtype = 0;           // elastra::DataType
-  ShardingRule rule;
+  RuleEntry rule;
   std::vector<RegionEntry> regions;  // replicas of the same box may appear more than once
 
   template <class Archive>

@@ -277,12 +277,27 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
                                   " in the checkpoint, " + ShapeText(q.shape) + " dtype " +
                                   std::to_string(static_cast<int>(q.dtype)) + " expected");
     }
-    if (q.region.begin.size() != t->shape.size()) {
-      return InvalidArgumentError("box " + q.region.ToString() + " does not match tensor '" +
-                                  q.tensor + "'");
+    const size_t esize = ElementSize(t->dtype);
+    uint64_t total = 0;
+    for (const Box& b : q.pieces) {
+      bool inside = b.begin.size() == t->shape.size() && b.end.size() == t->shape.size();
+      for (size_t d = 0; inside && d < t->shape.size(); ++d) {
+        inside = b.begin[d] >= 0 && b.begin[d] <= b.end[d] && b.end[d] <= t->shape[d];
+      }
+      if (!inside) {  // checked before the volume is trusted for an allocation
+        return InvalidArgumentError("box " + b.ToString() + " does not fit tensor '" + q.tensor +
+                                    "' of shape " + ShapeText(t->shape));
+      }
+      total += b.volume() * esize;
     }
-    std::vector<std::byte> bytes(q.region.volume() * ElementSize(t->dtype));
-    ELASTRA_RETURN_IF_ERROR(reader->ReadRegion(q.tensor, q.region, bytes));
+    std::vector<uint8_t> bytes(total);
+    uint64_t at = 0;
+    for (const Box& b : q.pieces) {
+      const uint64_t n = b.volume() * esize;
+      ELASTRA_RETURN_IF_ERROR(
+          reader->ReadRegion(q.tensor, b, {reinterpret_cast<std::byte*>(bytes.data()) + at, n}));
+      at += n;
+    }
     out.regions.push_back(std::move(bytes));
   }
   return out;
@@ -312,34 +327,5 @@ StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
   return CorruptError("no committed checkpoint under " + root + " loads:" + all);
 }
 
-std::vector<RegionRequest> RequestsFor(const TensorCollection& state) {
-  std::vector<RegionRequest> out;
-  for (const TensorCollection::Tensor& t : state.tensors()) {
-    out.push_back({t.name, Box::Whole(t.shape), t.shape, t.dtype});
-  }
-  return out;
-}
-
-Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
-  auto& tensors = state->mutable_tensors();
-  if (loaded.regions.size() != tensors.size()) {
-    return InvalidArgumentError("the load holds " + std::to_string(loaded.regions.size()) +
-                                " tensors, the collection " + std::to_string(tensors.size()));
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (loaded.regions[i].size() != tensors[i].data.size()) {
-      return InvalidArgumentError("tensor '" + tensors[i].name + "': the load holds " +
-                                  std::to_string(loaded.regions[i].size()) + " bytes, " +
-                                  std::to_string(tensors[i].data.size()) + " expected");
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data.swap(loaded.regions[i]);
-  for (auto& [name, value] : state->mutable_scalars()) {
-    for (const auto& [n, v] : loaded.scalars) {
-      if (n == name) value = v;
-    }
-  }
-  return OkStatus();
-}
 
 }  // namespace elastra::checkpoint

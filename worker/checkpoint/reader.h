@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "elastra/status.h"
-#include "elastra/tensor_collection.h"
 #include "worker/checkpoint/env.h"
 #include "worker/checkpoint/format.h"
 
@@ -78,16 +77,18 @@ class CheckpointReader {
   uint64_t bytes_read_ = 0;
 };
 
-// One region a rank needs: box `region` of tensor `tensor`. When `shape` is not empty the
-// checkpoint's tensor must have this global shape and dtype (else the checkpoint is refused).
+// What a rank needs of one tensor: the boxes `pieces` (one box for a TP/PP shard, up to three for
+// a ZeRO flat range, see FlatRangePieces), loaded one after the other into one buffer. When
+// `shape` is not empty the checkpoint's tensor must have this global shape and dtype (else the
+// checkpoint is refused).
 struct RegionRequest {
   std::string tensor;
-  Box region;
+  std::vector<Box> pieces;
   std::vector<int64_t> shape;
   DataType dtype = DataType::kFloat32;
 };
 
-// A verified load: the scalars and the bytes of every requested region, in request order.
+// A verified load: the scalars and, for every request in order, the bytes of its pieces.
 struct LoadedState {
   std::string dir;
   std::string job;
@@ -95,7 +96,7 @@ struct LoadedState {
   uint64_t generation = 0;
   Layout layout;
   std::vector<std::pair<std::string, int64_t>> scalars;
-  std::vector<std::vector<std::byte>> regions;
+  std::vector<std::vector<uint8_t>> regions;
   // Newer committed checkpoints that were tried and refused, each "DIR: reason".
   std::vector<std::string> skipped;
 };
@@ -110,13 +111,5 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
 // committed checkpoint exists; kCorrupt listing every fault when none loads.
 StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
                                  const std::vector<RegionRequest>& requests);
-
-// The requests for every tensor of a replicated TensorCollection (whole boxes, shapes checked).
-std::vector<RegionRequest> RequestsFor(const TensorCollection& state);
-
-// Moves a load made with RequestsFor(*state) into *state: tensor bytes (no copy) and the scalars
-// the checkpoint has. kInvalidArgument when the load does not match the collection (nothing is
-// changed then).
-Status RestoreInto(LoadedState&& loaded, TensorCollection* state);
 
 }  // namespace elastra::checkpoint

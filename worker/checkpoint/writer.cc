@@ -19,11 +19,14 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 }
 
 Status ValidateView(const StateView& state) {
-  std::set<std::string> names;
+  std::set<std::pair<std::string, std::vector<int64_t>>> seen;
   for (const TensorShard& t : state.tensors) {
     const std::string where = "tensor '" + t.name + "'";
-    if (t.name.empty() || !names.insert(t.name).second) {
-      return InvalidArgumentError("empty or duplicate tensor name '" + t.name + "'");
+    if (t.name.empty()) return InvalidArgumentError("empty tensor name");
+    std::vector<int64_t> key = t.region.begin;
+    key.insert(key.end(), t.region.end.begin(), t.region.end.end());
+    if (!seen.insert({t.name, key}).second) {
+      return InvalidArgumentError(where + ": region " + t.region.ToString() + " given twice");
     }
     const size_t esize = ElementSize(static_cast<int32_t>(t.dtype));
     if (esize == 0) return InvalidArgumentError(where + ": unknown dtype");
@@ -52,23 +55,6 @@ Status ValidateView(const StateView& state) {
 }
 
 }  // namespace
-
-StateView ViewOf(const TensorCollection& state) {
-  StateView view;
-  for (const TensorCollection::Tensor& t : state.tensors()) {
-    TensorShard s;
-    s.name = t.name;
-    s.shape = t.shape;
-    s.dtype = t.dtype;
-    s.rule.kind = static_cast<int32_t>(t.sharding);
-    s.rule.text = "replicated";
-    s.region = Box::Whole(t.shape);
-    s.data = std::span<const std::byte>(t.data.data(), t.data.size());
-    view.tensors.push_back(std::move(s));
-  }
-  view.scalars = state.scalars();
-  return view;
-}
 
 std::string CheckpointDir(const std::string& root, const CheckpointId& id) {
   return JoinPath(root, CheckpointDirName(id.step, id.generation));
@@ -142,6 +128,7 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
   d.scalars = state.scalars;
   uint64_t offset = kShardHeaderBytes;
   for (const TensorShard& t : state.tensors) {
+    // One descriptor entry per shard (CommitCheckpoint merges entries of the same tensor).
     TensorEntry e;
     e.name = t.name;
     e.shape = t.shape;

@@ -22,31 +22,30 @@
 
 #include "elastra/layout.h"
 #include "elastra/status.h"
-#include "elastra/tensor_collection.h"
 #include "worker/checkpoint/env.h"
 #include "worker/checkpoint/format.h"
 
 namespace elastra::checkpoint {
 
-// One tensor's bytes as a rank saves them: the box `region` of the global tensor, row-major.
+// Bytes of one box of a tensor as a rank saves them: the box `region` of the global tensor,
+// row-major. A rank may save several boxes of the same tensor (a ZeRO shard is up to 3 boxes, see
+// FlatRangePieces); boxes of one tensor must be distinct.
 struct TensorShard {
   std::string name;
   std::vector<int64_t> shape;  // global shape
   DataType dtype = DataType::kFloat32;
-  ShardingRule rule;
+  RuleEntry rule;
   Box region;
   std::span<const std::byte> data;  // region.volume() x element size bytes
 };
 
-// What a rank saves: its shards and the scalars (step, data cursor, seeds, ...).
+// What a rank saves: its shards and the scalars (step, data cursor, seeds, ...). The spans must
+// stay valid and unchanged until Snapshot() returns. See collection_adapter.h for the view of a
+// TensorCollection.
 struct StateView {
   std::vector<TensorShard> tensors;
   std::vector<std::pair<std::string, int64_t>> scalars;
 };
-
-// The view of a TensorCollection whose tensors are all replicated (whole boxes). The spans point
-// into `state`: keep it alive and unchanged until Snapshot() returns.
-StateView ViewOf(const TensorCollection& state);
 
 struct CheckpointId {
   std::string job;
@@ -95,7 +94,7 @@ class CheckpointWriter {
   // soon as the copy is done (the caller may then change its tensors). When a write is in flight
   // it first waits (kWait) or returns kSkipped without copying (kSkip); either is logged.
   // kInvalidArgument for a malformed view (a region outside its shape, a size that does not
-  // match, a duplicate name); kResourceExhausted when the staging memory cannot be allocated.
+  // match, the same box of a tensor twice); kResourceExhausted when the staging memory cannot be allocated.
   StatusOr<SnapshotResult> Snapshot(const CheckpointId& id, const StateView& state);
 
   // Waits for the write in flight and returns its outcome: the descriptor to report, or why it
