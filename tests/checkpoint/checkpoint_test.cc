@@ -581,6 +581,10 @@ class GateEnv : public FaultInjectionEnv {
     ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewWritableFile(path));
     return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
   }
+  StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
+    ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewDirectWritableFile(path));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
+  }
   void Open() {
     std::lock_guard<std::mutex> l(mu_);
     open_ = true;

@@ -49,6 +49,14 @@ class Env {
 
   // Creates or truncates `path`. kInternal (with the path and errno text) on failure.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // The same, bypassing the page cache (O_DIRECT) where the filesystem allows it: appends whose
+  // address and size are multiples of 4 KiB go straight to the device; any other append, or a
+  // filesystem without O_DIRECT, silently uses the page cache. Large checkpoints neither evict
+  // the training job's page cache nor wait behind dirty-page throttling. Defaults to
+  // NewWritableFile().
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) {
+    return NewWritableFile(path);
+  }
   // kNotFound when `path` does not exist, kInternal on other errors.
   virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
@@ -110,6 +118,7 @@ class FaultInjectionEnv : public Env {
   int renames() const;  // RenameFile calls seen
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override;
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
     return base_->NewRandomAccessFile(path);
@@ -141,6 +150,8 @@ class FaultInjectionEnv : public Env {
   void AfterAppend(const std::string& path, size_t n);
   void AfterSync(const std::string& path);
   Status CheckPower() const;
+  StatusOr<std::unique_ptr<WritableFile>> Wrap(const std::string& path,
+                                               StatusOr<std::unique_ptr<WritableFile>> base);
 
   Env* base_;
   mutable std::mutex mu_;

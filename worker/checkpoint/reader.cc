@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -255,7 +257,7 @@ Status CheckpointReader::VerifyAll(uint64_t* bytes) {
 }
 
 StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
-                                     const std::vector<RegionRequest>& requests) {
+                                     const std::vector<RegionRequest>& requests, int threads) {
   ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                            CheckpointReader::Open(env, dir));
   const Manifest& m = reader->manifest();
@@ -266,7 +268,8 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
   out.generation = m.generation;
   out.layout = m.layout;
   out.scalars = m.scalars;
-  out.regions.reserve(requests.size());
+  // First every request is checked against the manifest (cheap), then the reads run in parallel.
+  std::vector<uint64_t> totals;
   for (const RegionRequest& q : requests) {
     const TensorEntry* t = m.FindTensor(q.tensor);
     if (t == nullptr) return CorruptError(dir + ": has no tensor '" + q.tensor + "'");
@@ -290,26 +293,53 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
       }
       total += b.volume() * esize;
     }
-    std::vector<uint8_t> bytes(total);
-    uint64_t at = 0;
-    for (const Box& b : q.pieces) {
-      const uint64_t n = b.volume() * esize;
-      ELASTRA_RETURN_IF_ERROR(
-          reader->ReadRegion(q.tensor, b, {reinterpret_cast<std::byte*>(bytes.data()) + at, n}));
-      at += n;
-    }
-    out.regions.push_back(std::move(bytes));
+    totals.push_back(total);
   }
+  out.regions.resize(requests.size());
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first_error;
+  auto work = [&] {
+    for (size_t i = next++; i < requests.size(); i = next++) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (!first_error.ok()) return;
+      }
+      const RegionRequest& q = requests[i];
+      const size_t esize = ElementSize(reader->manifest().FindTensor(q.tensor)->dtype);
+      std::vector<uint8_t>& bytes = out.regions[i];
+      bytes.resize(totals[i]);
+      uint64_t at = 0;
+      for (const Box& b : q.pieces) {
+        const uint64_t n = b.volume() * esize;
+        Status s =
+            reader->ReadRegion(q.tensor, b, {reinterpret_cast<std::byte*>(bytes.data()) + at, n});
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> l(mu);
+          if (first_error.ok()) first_error = s;
+          return;
+        }
+        at += n;
+      }
+    }
+  };
+  const size_t n_threads =
+      std::min<size_t>(std::max(threads, 1), std::max<size_t>(requests.size(), 1));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (!first_error.ok()) return first_error;
   return out;
 }
 
 StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
-                                 const std::vector<RegionRequest>& requests) {
+                                 const std::vector<RegionRequest>& requests, int threads) {
   std::vector<std::string> faults;
   ELASTRA_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> list, ListCheckpoints(env, root, &faults));
   for (const std::string& f : faults) LOG(WARNING) << "refusing checkpoint: " << f;
   for (const CheckpointInfo& info : list) {
-    auto loaded = LoadCheckpoint(env, info.dir, requests);
+    auto loaded = LoadCheckpoint(env, info.dir, requests, threads);
     if (loaded.ok()) {
       if (!faults.empty()) {
         LOG(WARNING) << "loaded the older checkpoint " << info.dir << " (step " << info.step

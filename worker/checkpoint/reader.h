@@ -1,9 +1,11 @@
 // Reading checkpoints: list the committed ones, verify them, and load the regions a rank needs
 // with seek-and-read (no whole-file load), every byte checked against its checksum before it is
 // handed over, falling back to the previous committed checkpoint on any fault.
-// CheckpointReader is thread-compatible; the free functions are thread-safe.
+// CheckpointReader: ReadRegion() may be called from several threads at once (reads are pread);
+// the free functions are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -59,7 +61,7 @@ class CheckpointReader {
   Status VerifyAll(uint64_t* bytes = nullptr);
 
   // Bytes read from shard files so far.
-  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t bytes_read() const { return bytes_read_.load(); }
 
  private:
   CheckpointReader(Env* env, std::string dir, Manifest m);
@@ -74,7 +76,7 @@ class CheckpointReader {
   std::string dir_;
   Manifest manifest_;
   std::vector<std::unique_ptr<RandomAccessFile>> files_;
-  uint64_t bytes_read_ = 0;
+  std::atomic<uint64_t> bytes_read_{0};
 };
 
 // What a rank needs of one tensor: the boxes `pieces` (one box for a TP/PP shard, up to three for
@@ -101,15 +103,16 @@ struct LoadedState {
   std::vector<std::string> skipped;
 };
 
-// Loads the requested regions of the checkpoint in `dir`; all reads and checks happen before
-// anything is returned. Errors as CheckpointReader::Open and ReadRegion.
+// Loads the requested regions of the checkpoint in `dir`, `threads` requests at a time (reads of
+// different regions overlap on the device); all reads and checks happen before anything is
+// returned. Errors as CheckpointReader::Open and ReadRegion.
 StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
-                                     const std::vector<RegionRequest>& requests);
+                                     const std::vector<RegionRequest>& requests, int threads = 4);
 
 // Tries the committed checkpoints under `root`, newest first, and returns the first that loads
 // cleanly; every refused one is logged and listed in LoadedState::skipped. kNotFound when no
 // committed checkpoint exists; kCorrupt listing every fault when none loads.
 StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
-                                 const std::vector<RegionRequest>& requests);
+                                 const std::vector<RegionRequest>& requests, int threads = 4);
 
 }  // namespace elastra::checkpoint

@@ -144,9 +144,11 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
     e.regions.push_back(std::move(r));
     d.tensors.push_back(std::move(e));
   }
-  const size_t total = d.tensors.empty()
-                           ? kShardHeaderBytes
-                           : d.tensors.back().regions[0].offset + d.tensors.back().regions[0].bytes;
+  // The file ends on a 4 KiB boundary, so every write can bypass the page cache.
+  const size_t total = AlignUp(d.tensors.empty() ? kShardHeaderBytes
+                                                 : d.tensors.back().regions[0].offset +
+                                                       d.tensors.back().regions[0].bytes,
+                               kRegionAlignment);
   ELASTRA_RETURN_IF_ERROR(EnsureCapacity(total));
   const auto start = std::chrono::steady_clock::now();
   std::byte* image = image_.get();
@@ -158,6 +160,7 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
     std::memcpy(image + r.offset, state.tensors[i].data.data(), r.bytes);
     pos = r.offset + r.bytes;
   }
+  if (total > pos) std::memset(image + pos, 0, total - pos);
   last_copy_seconds_ = SecondsSince(start);
   d.file_size = total;
   image_bytes_ = total;
@@ -231,7 +234,8 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
     RegionEntry& r = t.regions[0];
     r.chunk_checksums = ChunkChecksums({image + r.offset, r.bytes}, r.chunk_bytes);
   }
-  auto file = env_->NewWritableFile(tmp_path);
+  auto file = options_.direct_io ? env_->NewDirectWritableFile(tmp_path)
+                                 : env_->NewWritableFile(tmp_path);
   if (!file.ok()) return file.status().WithContext(context);
   Status s;
   for (size_t off = 0; off < image_bytes_ && s.ok(); off += options_.write_block_bytes) {

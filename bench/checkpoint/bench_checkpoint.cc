@@ -1,0 +1,217 @@
+// bench_checkpoint: save and load throughput of a checkpoint beside dd writing and reading the
+// same bytes in the same directory, and the training stall of an asynchronous checkpoint (the
+// Snapshot() call) beside a plain memcpy of the same bytes. Ends with one JSON line.
+//
+// dd writes the same bytes as the checkpoint (copied from a tmpfs file holding the state), not
+// /dev/zero: on thin-provisioned or compressing storage zeros are written and read far faster
+// than real data, which would compare different work. A dd from /dev/zero is reported beside it.
+//
+// Page cache, the same way for both sides: writes bypass it (O_DIRECT: our writer's default,
+// dd oflag=direct) and end with fsync (dd conv=fsync); reads go through it after its pages for
+// the file were dropped (fdatasync, then posix_fadvise(DONTNEED)) for both.
+//
+//   bench_checkpoint [--bytes N] [--tensors T] [--reps R] [--dir DIR]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/env.h"
+#include "worker/checkpoint/reader.h"
+#include "worker/checkpoint/writer.h"
+
+namespace ck = elastra::checkpoint;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_checkpoint: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  ::fdatasync(fd);
+  if (::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) Die("posix_fadvise " + path);
+  ::close(fd);
+}
+
+void DropCacheDir(const std::string& dir) {
+  auto names = ck::Env::Default()->GetChildren(dir);
+  if (!names.ok()) Die(names.status().ToString());
+  for (const std::string& n : *names) DropCache(ck::JoinPath(dir, n));
+}
+
+double RunDd(const std::string& cmd) {
+  auto t = Clock::now();
+  if (std::system((cmd + " 2>/dev/null").c_str()) != 0) Die("failed: " + cmd);
+  return Since(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t bytes = 1ull << 30;
+  int tensors = 16;
+  int reps = 3;
+  std::string dir = "/tmp/elastra_bench_checkpoint_" + std::to_string(::getpid());
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string f = argv[i], v = argv[i + 1];
+    if (f == "--bytes") bytes = std::strtoull(v.c_str(), nullptr, 10);
+    else if (f == "--tensors") tensors = std::atoi(v.c_str());
+    else if (f == "--reps") reps = std::atoi(v.c_str());
+    else if (f == "--dir") dir = v;
+    else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR)");
+  }
+  if (argc % 2 == 0) Die("every flag takes a value");
+  const uint64_t block = 64ull << 20;
+  if (tensors < 1 || reps < 1 || bytes < block || bytes % (block) != 0) {
+    Die("--bytes must be a multiple of 64 MiB, --tensors and --reps at least 1");
+  }
+  const uint64_t per_tensor = bytes / tensors / 8 * 8;
+  bytes = per_tensor * tensors;
+  ck::Env* env = ck::Env::Default();
+  if (!env->CreateDir(dir).ok()) Die("cannot create " + dir);
+  const std::string root = ck::JoinPath(dir, "ckpt");
+  const std::string dd_file = ck::JoinPath(dir, "dd.bin");
+
+  // The training state: `tensors` float64 tensors, filled (so every page is real).
+  std::vector<std::vector<double>> state(tensors, std::vector<double>(per_tensor / 8));
+  for (int t = 0; t < tensors; ++t) {
+    for (size_t i = 0; i < state[t].size(); ++i) state[t][i] = t * 1e9 + static_cast<double>(i);
+  }
+  ck::StateView view;
+  std::vector<ck::RegionRequest> requests;
+  for (int t = 0; t < tensors; ++t) {
+    ck::TensorShard s;
+    s.name = "layer" + std::to_string(t) + ".weight";
+    s.shape = {static_cast<int64_t>(per_tensor / 8)};
+    s.dtype = elastra::DataType::kFloat64;
+    s.region = ck::Box::Whole(s.shape);
+    s.data = {reinterpret_cast<const std::byte*>(state[t].data()), per_tensor};
+    view.tensors.push_back(s);
+    requests.push_back({s.name, {s.region}, s.shape, s.dtype});
+  }
+  view.scalars = {{"elastra.step", 0}, {"data.cursor", 0}};
+
+  ck::WriterOptions wo;
+  wo.root = root;
+  wo.reserve_bytes = bytes + ck::kShardHeaderBytes + tensors * ck::kRegionAlignment;
+  auto writer = ck::CheckpointWriter::Create(wo);
+  if (!writer.ok()) Die(writer.status().ToString());
+
+  // dd's source: the state's bytes in tmpfs (memory), so dd writes exactly what we write.
+  const std::string dd_source =
+      (env->IsDirectory("/dev/shm") ? std::string("/dev/shm") : dir) + "/elastra_bench_src_" +
+      std::to_string(::getpid());
+  {
+    auto f = env->NewWritableFile(dd_source);
+    if (!f.ok()) Die(f.status().ToString());
+    for (int t = 0; t < tensors; ++t) {
+      if (!(*f)->Append({reinterpret_cast<const std::byte*>(state[t].data()), per_tensor}).ok()) {
+        Die("cannot write " + dd_source);
+      }
+    }
+    if (!(*f)->Close().ok()) Die("cannot write " + dd_source);
+  }
+
+  std::vector<double> dd_zero_s;
+  std::vector<double> save_s, dd_write_s, load_s, dd_read_s, stall_s, memcpy_s;
+  // memcpy baseline: the same bytes into a destination that is already touched, as the
+  // writer's reserved staging buffer is.
+  std::vector<std::byte> dst(bytes);
+  std::memset(dst.data(), 1, bytes);
+
+  for (int r = 0; r < reps; ++r) {
+    const int64_t step = r + 1;
+    view.scalars[0].second = step;
+    // Save: the stall (Snapshot) + the background write + the commit, as seen by a caller that
+    // waits for it.
+    auto t0 = Clock::now();
+    auto started = (*writer)->Snapshot({"bench", step, 1}, view);
+    const double stall = Since(t0);
+    if (!started.ok()) Die(started.status().ToString());
+    auto desc = (*writer)->WaitForWrite();
+    if (!desc.ok()) Die(desc.status().ToString());
+    auto committed =
+        ck::CommitCheckpoint({nullptr, root, 1}, {"bench", step, 1}, {}, {*desc});
+    if (!committed.ok()) Die(committed.status().ToString());
+    save_s.push_back(Since(t0));
+    stall_s.push_back(stall);
+    DropCacheDir(*committed);
+
+    dd_zero_s.push_back(RunDd("dd if=/dev/zero of=" + dd_file + " bs=64M count=" +
+                              std::to_string(bytes / block) + " oflag=direct conv=fsync"));
+    DropCache(dd_file);
+    dd_write_s.push_back(
+        RunDd("dd if=" + dd_source + " of=" + dd_file + " bs=64M oflag=direct conv=fsync"));
+    DropCache(dd_file);
+
+    // Load: manifest, seek-and-read every region, verify every checksum.
+    DropCacheDir(*committed);
+    auto t1 = Clock::now();
+    auto loaded = ck::LoadLatest(env, root, requests);
+    load_s.push_back(Since(t1));
+    if (!loaded.ok()) Die(loaded.status().ToString());
+    if (loaded->step != step ||
+        std::memcmp(loaded->regions.back().data(), state.back().data(), per_tensor) != 0) {
+      Die("the loaded state differs from the saved one");
+    }
+    loaded = elastra::NotFoundError("released");
+
+    DropCache(dd_file);
+    dd_read_s.push_back(RunDd("dd if=" + dd_file + " of=/dev/null bs=64M"));
+
+    auto t2 = Clock::now();
+    for (int t = 0; t < tensors; ++t) {
+      std::memcpy(dst.data() + t * per_tensor, state[t].data(), per_tensor);
+    }
+    memcpy_s.push_back(Since(t2));
+    std::fprintf(stderr,
+                 "rep %d: save %.3f s (stall %.1f ms), dd write %.3f s (from /dev/zero %.3f s), "
+                 "load %.3f s, dd read %.3f s, memcpy %.1f ms\n",
+                 r, save_s.back(), stall * 1e3, dd_write_s.back(), dd_zero_s.back(), load_s.back(),
+                 dd_read_s.back(), memcpy_s.back() * 1e3);
+  }
+  writer->reset();
+  env->RemoveFile(dd_source).IgnoreError();
+  if (!env->RemoveFile(dd_file).ok()) std::fprintf(stderr, "could not remove %s\n", dd_file.c_str());
+  std::error_code ec;
+  auto list = ck::ListCheckpoints(env, root);
+  if (list.ok()) {
+    for (const auto& c : *list) env->RemoveDirRecursively(c.dir).IgnoreError();
+  }
+  env->RemoveDir(root).IgnoreError();
+  env->RemoveDir(dir).IgnoreError();
+
+  const double gib = static_cast<double>(bytes) / (1ull << 30);
+  const double save = Median(save_s), ddw = Median(dd_write_s), load = Median(load_s),
+               ddr = Median(dd_read_s), stall = Median(stall_s), mc = Median(memcpy_s);
+  std::printf(
+      "{\"bench\":\"checkpoint\",\"bytes\":%llu,\"tensors\":%d,\"reps\":%d,\"dir\":\"%s\","
+      "\"cache\":\"writes O_DIRECT+fsync for both, reads after posix_fadvise(DONTNEED) for both\",\"dd_source\":\"the same bytes, from tmpfs\","
+      "\"save_gib_s\":%.3f,\"dd_write_gib_s\":%.3f,\"dd_zero_write_gib_s\":%.3f,\"load_gib_s\":%.3f,\"dd_read_gib_s\":%.3f,"
+      "\"stall_ms\":%.2f,\"memcpy_ms\":%.2f,"
+      "\"save_vs_dd\":%.3f,\"load_vs_dd\":%.3f,\"stall_vs_memcpy\":%.3f}\n",
+      static_cast<unsigned long long>(bytes), tensors, reps, dir.c_str(), gib / save, gib / ddw,
+      gib / Median(dd_zero_s),
+      gib / load, gib / ddr, stall * 1e3, mc * 1e3, ddw / save, ddr / load, stall / mc);
+  return 0;
+}
