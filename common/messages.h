@@ -14,6 +14,25 @@
 #include <vector>
 
 #include "elastra/layout.h"
+#include "elastra/sharding.h"
+
+namespace elastra {
+// Wire forms of the sharding types (they live in the public headers without cereal).
+template <class A>
+void serialize(A& ar, ShardingRule& r) {
+  ar(r.tp_split_dim, r.layer, r.zero);
+}
+template <class A>
+void serialize(A& ar, TensorSpec& t) {
+  uint64_t element_size = t.element_size;
+  ar(t.name, t.shape, element_size, t.rule);
+  t.element_size = static_cast<size_t>(element_size);
+}
+template <class A>
+void serialize(A& ar, StateSpec& s) {
+  ar(s.num_layers, s.tensors);
+}
+}  // namespace elastra
 
 namespace elastra::proto {
 
@@ -90,7 +109,11 @@ struct JoinRequest {
   std::string host;       // host name, for rank placement
   int32_t device = -1;    // local GPU index, -1 for CPU
   int64_t pid = 0;
-  template <class A> void serialize(A& ar) { ar(worker_id, host, device, pid); }
+  StateSpec state;         // the tensors this worker registered: layouts are checked against it
+  std::string model_json;  // optional model description for the planner (docs/resharding.md)
+  template <class A> void serialize(A& ar) {
+    ar(worker_id, host, device, pid, state, model_json);
+  }
 };
 
 struct JoinReply {
@@ -160,8 +183,15 @@ struct NewGeneration {
   bool leave = false;           // for this recipient: hand off and exit 0
   std::string kv_prefix;        // rendezvous prefix for this generation's communicators
   std::string reason;           // "start", "resize", "failure"
+  // Where the state is now: the previous generation's layout and members by old global rank
+  // (has_state = false for a rank whose worker is lost or holds no usable commit). For the first
+  // generation: layout dp=pp=tp=1 held by members[0]. Members and leaving workers compute the
+  // same reshard plan from (prev_layout, prev_members) to (layout, members).
+  Layout prev_layout;
+  std::vector<Member> prev_members;
   template <class A> void serialize(A& ar) {
-    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix, reason);
+    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix, reason,
+       prev_layout, prev_members);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_core.h"
 
+#include "elastra/sharding.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -232,6 +234,8 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   }
   outstanding_spawns_.erase(req.worker_id);
   health_.Beat(req.worker_id);
+  if (state_spec_.tensors.empty() && !req.state.tensors.empty()) state_spec_ = req.state;
+  if (model_json_.empty() && !req.model_json.empty()) model_json_ = req.model_json;
   proto::JoinReply reply;
   reply.worker_id = req.worker_id;
   reply.generation = generation_;
@@ -474,10 +478,9 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
                                        std::to_string(req.layout.world()) + " ranks, not " +
                                        std::to_string(req.workers)));
   }
-  if (req.has_layout && (req.layout.pp != 1 || req.layout.tp != 1)) {
-    return refuse(InvalidArgumentError("layout " + req.layout.ToString() +
-                                       ": only data parallelism is supported until 3-D layouts "
-                                       "land (use pp=1,tp=1)"));
+  if (req.has_layout) {
+    Status valid = ValidateLayout(req.layout);
+    if (!valid.ok()) return refuse(valid);
   }
   if (JobOver()) return refuse(FailedPreconditionError("the job is " + state()));
   if (generation_ == 0) {
@@ -496,7 +499,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
                                           "); retry when it is done"));
   }
   const size_t members = membership_.Members().size();
-  if (static_cast<size_t>(req.workers) == members) {
+  if (static_cast<size_t>(req.workers) == members && (!req.has_layout || req.layout == layout_)) {
     proto::ResizeReply reply;
     reply.phase = "done";
     reply.generation = generation_;
@@ -510,6 +513,8 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   p.identity = identity;
   p.request_id = e.request_id;
   p.workers = req.workers;
+  p.has_layout = req.has_layout;
+  p.layout = req.layout;
   p.wait = req.wait;
   p.received = clock_->Now();
   resize_ = p;
@@ -517,7 +522,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   accepted.phase = "accepted";
   accepted.generation = generation_;
   accepted.workers = req.workers;
-  accepted.layout = DataParallel(req.workers);
+  accepted.layout = req.has_layout ? req.layout : DefaultLayout(req.workers);
   Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id, generation_);
   LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
   ContinueResize();
@@ -546,6 +551,27 @@ void CoordinatorCore::ReplyResize(const std::string& phase, const std::string& m
   if (phase != "done") LOG(WARNING) << "resize " << phase << ": " << message;
 }
 
+Status CoordinatorCore::ValidateLayout(const Layout& layout) const {
+  for (const auto& t : state_spec_.tensors) {
+    Status s = ValidateTensor(t, state_spec_.num_layers, layout);
+    if (!s.ok()) {
+      return InvalidArgumentError("layout " + layout.ToString() + " does not fit the job's state: " +
+                                  s.message());
+    }
+  }
+  return OkStatus();
+}
+
+Layout CoordinatorCore::DefaultLayout(size_t workers) const {
+  const int n = static_cast<int>(workers);
+  const int k = layout_.pp * layout_.tp;
+  if (k > 1 && n % k == 0) {
+    Layout keep{n / k, layout_.pp, layout_.tp};
+    if (ValidateLayout(keep).ok()) return keep;
+  }
+  return DataParallel(workers);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The state machine.
 
@@ -563,6 +589,9 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   plan.restore_step = 0;
   plan.source_rank = 0;
   plan.reason = "start";
+  plan.prev_layout = Layout{};
+  plan.prev_members = {standby[0]};
+  plan.prev_has_state = {true};
   reconf_.Reset();
   StartBuild(std::move(plan));
 }
@@ -571,7 +600,7 @@ void CoordinatorCore::ContinueResize() {
   if (!resize_ || reconf_.phase() != Phase::kIdle || JobOver()) return;
   const auto members = membership_.Members();
   const size_t want = static_cast<size_t>(resize_->workers);
-  if (want == members.size()) {
+  if (want == members.size() && (!resize_->has_layout || resize_->layout == layout_)) {
     ReplyResize("done", "");
     resize_.reset();
     outstanding_spawns_.clear();
@@ -636,10 +665,14 @@ void CoordinatorCore::FinishPause(int64_t step) {
     plan.has_state.assign(want, true);
     plan.leaving.assign(old.begin() + want, old.end());
   }
-  plan.layout = DataParallel(plan.members.size());
+  plan.layout = resize_ && resize_->has_layout ? resize_->layout
+                                               : DefaultLayout(plan.members.size());
   plan.restore_step = step;
   plan.source_rank = 0;
   plan.reason = "resize";
+  plan.prev_layout = layout_;
+  plan.prev_members = current_members_;
+  plan.prev_has_state.assign(current_members_.size(), true);
   StartBuild(std::move(plan));
 }
 
@@ -724,6 +757,9 @@ void CoordinatorCore::FinishRecovery() {
     plan.has_state[0] = true;
     plan.restore_step = 0;
     plan.reason = "start";
+    plan.prev_layout = Layout{};
+    plan.prev_members = {survivors[0]};
+    plan.prev_has_state = {true};
   } else {
     auto recovery = reconf_.PlanRecovery();
     if (!recovery.ok()) {
@@ -738,13 +774,20 @@ void CoordinatorCore::FinishRecovery() {
     }
     plan.restore_step = recovery->restore_step;
     plan.reason = "failure";
+    plan.prev_layout = layout_;
+    plan.prev_members = current_members_;
+    for (const auto& id : current_members_) {
+      plan.prev_has_state.push_back(std::find(recovery->with_state.begin(),
+                                              recovery->with_state.end(),
+                                              id) != recovery->with_state.end());
+    }
   }
   for (const auto& id : standby) {
     if (plan.members.size() >= static_cast<size_t>(options_.max_workers)) break;
     plan.members.push_back(id);
     plan.has_state.push_back(false);
   }
-  plan.layout = DataParallel(plan.members.size());
+  plan.layout = DefaultLayout(plan.members.size());
   StartBuild(std::move(plan));
 }
 
@@ -782,6 +825,19 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   ng.source_rank = plan.source_rank;
   ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
   ng.reason = plan.reason;
+  ng.prev_layout = plan.prev_layout;
+  for (size_t r = 0; r < plan.prev_members.size(); ++r) {
+    const WorkerInfo* w = membership_.Find(plan.prev_members[r]);
+    proto::Member m;
+    m.worker_id = plan.prev_members[r];
+    if (w != nullptr) {
+      m.host = w->host;
+      m.device = w->device;
+    }
+    m.coords = CoordinatesOf(plan.prev_layout, static_cast<int>(r));
+    m.has_state = r < plan.prev_has_state.size() && plan.prev_has_state[r];
+    ng.prev_members.push_back(std::move(m));
+  }
   for (const auto& id : plan.members) {
     Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
   }

@@ -60,15 +60,29 @@ class CoordinatorCore {
  private:
   enum class JobState { kForming, kRunning, kFinished, kFailed };
 
+  // The state the workers registered (from the first join that carried one), and the model
+  // description they gave, if any.
+  StateSpec state_spec_;
+  std::string model_json_;
+
   struct PendingResize {
     std::string identity;
     uint64_t request_id = 0;
     int workers = 0;
+    bool has_layout = false;  // an exact layout was asked for
+    Layout layout;
     bool wait = false;
     TimePoint received{};
     bool waiting_for_workers = false;
     TimePoint spawn_deadline{};
   };
+
+  // The layout for `workers` workers when none was asked for: keep the current pipeline and
+  // tensor degrees when they divide the count and the state allows it, else pure data
+  // parallelism.
+  Layout DefaultLayout(size_t workers) const;
+  // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`.
+  Status ValidateLayout(const Layout& layout) const;
 
   // Handlers, one per request type.
   void OnJoin(const std::string& identity, const proto::Envelope& e);

@@ -29,6 +29,11 @@ struct GenerationPlan {
   int64_t restore_step = 0;
   int32_t source_rank = 0;
   std::string reason;  // "start", "resize", "failure"
+  // Where the state is now (see proto::NewGeneration): the previous layout and its workers by old
+  // rank, with whether each still holds its part of the state at restore_step.
+  Layout prev_layout;
+  std::vector<std::string> prev_members;
+  std::vector<bool> prev_has_state;
 };
 
 struct ReconfigurationTimings {

@@ -8,7 +8,8 @@
 namespace elastra {
 namespace {
 
-Status CheckPlacement(const char* which, const Placement& p, size_t num_workers) {
+Status CheckPlacement(const char* which, const Placement& p, size_t num_workers,
+                      bool allow_lost = false) {
   const std::string who = std::string(which) + " placement " + p.layout.ToString() + ": ";
   if (p.layout.dp < 1 || p.layout.pp < 1 || p.layout.tp < 1) {
     return InvalidArgumentError(who + "every degree must be >= 1");
@@ -19,6 +20,7 @@ Status CheckPlacement(const char* which, const Placement& p, size_t num_workers)
   }
   std::vector<bool> seen(num_workers, false);
   for (int w : p.worker_of_rank) {
+    if (w < 0 && allow_lost) continue;  // a lost rank: its shards have no holder here
     if (w < 0 || static_cast<size_t>(w) >= num_workers) {
       return InvalidArgumentError(who + "names unknown worker " + std::to_string(w));
     }
@@ -83,7 +85,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
                                        const Placement& to, const std::vector<int>& host_of_worker,
                                        const ReshardPlanOptions& options) {
   const size_t num_workers = host_of_worker.size();
-  ELASTRA_RETURN_IF_ERROR(CheckPlacement("from", from, num_workers));
+  ELASTRA_RETURN_IF_ERROR(CheckPlacement("from", from, num_workers, /*allow_lost=*/true));
   ELASTRA_RETURN_IF_ERROR(CheckPlacement("to", to, num_workers));
   for (const auto& t : state.tensors) {
     ELASTRA_RETURN_IF_ERROR(ValidateTensor(t, state.num_layers, from.layout));
@@ -97,7 +99,9 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
   plan.host_of_worker = host_of_worker;
 
   std::vector<int> from_rank_of_worker(num_workers, -1);
-  for (int r = 0; r < from.layout.world(); ++r) from_rank_of_worker[from.worker_of_rank[r]] = r;
+  for (int r = 0; r < from.layout.world(); ++r) {
+    if (from.worker_of_rank[r] >= 0) from_rank_of_worker[from.worker_of_rank[r]] = r;
+  }
   std::vector<Coordinates> from_coords(from.layout.world()), to_coords(to.layout.world());
   for (int r = 0; r < from.layout.world(); ++r) from_coords[r] = CoordinatesOf(from.layout, r);
   for (int r = 0; r < to.layout.world(); ++r) to_coords[r] = CoordinatesOf(to.layout, r);
@@ -116,7 +120,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
       for (int r = 0; r < from.layout.world(); ++r) {
         from_region[r] = LocalRegion(t, state.num_layers, from.layout, from_coords[r]);
         const Region& g = from_region[r];
-        if (g.empty()) continue;
+        if (g.empty() || from.worker_of_rank[r] < 0) continue;
         auto key = std::make_tuple(g.box.row_begin, g.box.row_end, g.box.col_begin,
                                    g.box.col_end, g.flat_begin, g.flat_end);
         auto [it, added] = index.emplace(key, groups.size());
@@ -155,6 +159,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
           rest.swap(next);
         }
         for (const Rect& x : rest) {
+          int64_t covered = 0;
           for (size_t gi = 0; gi < groups.size(); ++gi) {
             if (Intersect(x, groups[gi].first.box).empty()) continue;
             const std::vector<int>& replicas = groups[gi].second;
@@ -166,6 +171,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
             for (const Rect& q : group_pieces[gi]) {
               const Rect y = Intersect(x, q);
               if (y.empty()) continue;
+              covered += y.volume();
               const int64_t bytes = y.volume() * esize;
               int parts = 1;
               if (pool.size() > 1 && bytes > options.split_bytes) {
@@ -186,6 +192,12 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
                 received[dst] += pb;
               }
             }
+          }
+          if (covered < x.volume()) {
+            return FailedPreconditionError(
+                "tensor '" + t.name + "': rows [" + std::to_string(x.row_begin) + ", " +
+                std::to_string(x.row_end) + ") x cols [" + std::to_string(x.col_begin) + ", " +
+                std::to_string(x.col_end) + ") have no live holder (lost with a failed worker)");
           }
         }
       }

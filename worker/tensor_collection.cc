@@ -23,32 +23,45 @@ uint64_t HashString(const std::string& s) {
 
 }  // namespace
 
-size_t TensorCollection::Tensor::elements() const {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 Status TensorCollection::AddTensor(const std::string& name, std::vector<int64_t> shape,
-                                   DataType dtype, Sharding sharding) {
+                                   DataType dtype, ShardingRule rule) {
   if (name.empty()) return InvalidArgumentError("tensor name is empty");
   if (index_.count(name) > 0) return InvalidArgumentError("tensor '" + name + "' already exists");
+  if (shape.empty() || shape.size() > 2) {
+    return InvalidArgumentError("tensor '" + name + "' must have 1 or 2 dimensions");
+  }
   uint64_t bytes = DataTypeSize(dtype);
   for (int64_t d : shape) {
-    if (d < 0) return InvalidArgumentError("tensor '" + name + "' has a negative dimension");
-    if (d != 0 && bytes > kMaxTensorBytes / static_cast<uint64_t>(d)) {
+    if (d < 1) return InvalidArgumentError("tensor '" + name + "' has a dimension below 1");
+    if (bytes > kMaxTensorBytes / static_cast<uint64_t>(d)) {
       return InvalidArgumentError("tensor '" + name + "' is larger than 2^40 bytes");
     }
     bytes *= static_cast<uint64_t>(d);
   }
   Tensor t;
-  t.name = name;
-  t.shape = std::move(shape);
+  t.spec.name = name;
+  t.spec.shape = std::move(shape);
+  t.spec.element_size = DataTypeSize(dtype);
+  t.spec.rule = rule;
   t.dtype = dtype;
-  t.sharding = sharding;
-  t.data.assign(bytes, std::byte{0});
+  // Held whole until Start(): validate against the trivial layout.
+  ELASTRA_RETURN_IF_ERROR(ValidateTensor(t.spec, num_layers_, Layout{}));
+  t.region = LocalRegion(t.spec, num_layers_, Layout{}, Coordinates{});
+  t.data.assign(bytes, 0);
   index_[name] = tensors_.size();
   tensors_.push_back(std::move(t));
+  return OkStatus();
+}
+
+Status TensorCollection::SetNumLayers(int layers) {
+  if (layers < 1) return InvalidArgumentError("the number of layers must be at least 1");
+  for (const auto& t : tensors_) {
+    if (t.spec.rule.layer >= layers) {
+      return InvalidArgumentError("tensor '" + t.name() + "' belongs to layer " +
+                                  std::to_string(t.spec.rule.layer));
+    }
+  }
+  num_layers_ = layers;
   return OkStatus();
 }
 
@@ -78,6 +91,13 @@ void TensorCollection::SetScalar(const std::string& name, int64_t value) {
   LOG(FATAL) << "unknown scalar '" << name << "'";
 }
 
+StateSpec TensorCollection::Spec() const {
+  StateSpec spec;
+  spec.num_layers = num_layers_;
+  for (const auto& t : tensors_) spec.tensors.push_back(t.spec);
+  return spec;
+}
+
 size_t TensorCollection::bytes() const {
   size_t total = 0;
   for (const auto& t : tensors_) total += t.bytes();
@@ -85,12 +105,14 @@ size_t TensorCollection::bytes() const {
 }
 
 uint64_t TensorCollection::Signature() const {
-  uint64_t h = 0;
+  uint64_t h = static_cast<uint64_t>(num_layers_);
   for (const auto& t : tensors_) {
-    h = Mix(h, HashString(t.name));
+    h = Mix(h, HashString(t.name()));
     h = Mix(h, static_cast<uint64_t>(t.dtype));
-    h = Mix(h, static_cast<uint64_t>(t.sharding));
-    for (int64_t d : t.shape) h = Mix(h, static_cast<uint64_t>(d));
+    h = Mix(h, static_cast<uint64_t>(t.spec.rule.tp_split_dim + 1));
+    h = Mix(h, static_cast<uint64_t>(t.spec.rule.layer + 1));
+    h = Mix(h, static_cast<uint64_t>(t.spec.rule.zero));
+    for (int64_t d : t.spec.shape) h = Mix(h, static_cast<uint64_t>(d));
   }
   for (const auto& [n, v] : scalars_) h = Mix(h, HashString(n));
   return h;
@@ -103,7 +125,7 @@ TensorCollection::Tensor& TensorCollection::tensor(const std::string& name) {
 }
 
 void TensorCollection::CheckType(const Tensor& t, size_t element_size) const {
-  CHECK_EQ(DataTypeSize(t.dtype), element_size) << "tensor '" << t.name << "' is "
+  CHECK_EQ(DataTypeSize(t.dtype), element_size) << "tensor '" << t.name() << "' is "
                                                  << DataTypeName(t.dtype);
 }
 

@@ -17,6 +17,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "worker/coordinator_store.h"
+#include "worker/generation.h"
 #include "worker/mpi_bootstrap.h"
 
 namespace elastra {
@@ -29,8 +30,6 @@ using std::chrono::milliseconds;
 constexpr const char* kStepScalar = kStepScalarName;
 // Commits kept in memory: two, because after a failure the survivors may differ by one commit.
 constexpr size_t kCommitsKept = 2;
-// Tag base for state transfer messages (tensors use kTransferTag + index).
-constexpr uint32_t kTransferTag = 1u << 20;
 
 std::string Getenv(const char* name) {
   const char* v = std::getenv(name);
@@ -168,15 +167,14 @@ class Worker::Impl {
              !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
       }
       std::lock_guard<std::mutex> lock(comm_mu_);
-      if (comm_) comm_->Abort();
+      AbortLocked();
     });
     return state_.AddScalar(kStepScalar, 0);
   }
 
   Status Start() {
     logging::SetTag("worker " + options_.worker_id);
-    proto::JoinRequest join{options_.worker_id, options_.host, options_.device,
-                            static_cast<int64_t>(getpid())};
+    proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("joining the job");
     LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
@@ -219,7 +217,7 @@ class Worker::Impl {
   void Shutdown() {
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      comm_.reset();
+      groups_ = GroupSet{};
     }
     if (client_) client_->Close();
   }
@@ -231,15 +229,38 @@ class Worker::Impl {
   int rank() const { return rank_; }
   int world_size() const { return layout_.world(); }
   const std::string& worker_id() const { return options_.worker_id; }
+  Communicator& dp_group() { return *groups_.dp; }
+  Communicator& pp_group() { return *groups_.pp; }
+  Communicator& tp_group() { return *groups_.tp; }
+  const Coordinates& coordinates() const { return coords_; }
+
   Communicator& world() {
-    CHECK(comm_ != nullptr) << "no communicator: call Start() first";
-    return *comm_;
+    CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
+    return *groups_.world;
   }
 
  private:
+  proto::JoinRequest MakeJoin() const {
+    proto::JoinRequest join;
+    join.worker_id = options_.worker_id;
+    join.host = options_.host;
+    join.device = options_.device;
+    join.pid = static_cast<int64_t>(getpid());
+    join.state = state_.Spec();
+    join.model_json = options_.model_json;
+    return join;
+  }
+
+  // Breaks every call in flight on this worker's communicators. Call with comm_mu_ held.
+  void AbortLocked() {
+    groups_.Abort();
+    if (handoff_ != nullptr) handoff_->Abort();
+  }
+
   struct Commit_ {
     int64_t step = 0;
-    std::vector<std::vector<std::byte>> tensors;
+    std::vector<std::vector<uint8_t>> tensors;  // local shards
+    std::vector<Region> regions;                // and what they are
     std::vector<int64_t> scalars;
   };
 
@@ -264,7 +285,11 @@ class Worker::Impl {
     c.step = step();
     const auto& tensors = state_.tensors();
     c.tensors.resize(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) c.tensors[i] = tensors[i].data;
+    c.regions.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      c.tensors[i].assign(tensors[i].data.begin(), tensors[i].data.end());
+      c.regions[i] = tensors[i].region;
+    }
     c.scalars.clear();
     for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
     commits_.push_back(std::move(c));
@@ -281,7 +306,8 @@ class Worker::Impl {
     const Commit_& c = commits_.back();
     auto& tensors = state_.mutable_tensors();
     for (size_t i = 0; i < tensors.size(); ++i) {
-      std::copy(c.tensors[i].begin(), c.tensors[i].end(), tensors[i].data.begin());
+      tensors[i].data.assign(c.tensors[i].begin(), c.tensors[i].end());
+      tensors[i].region = c.regions[i];
     }
     auto& scalars = state_.mutable_scalars();
     for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
@@ -337,7 +363,7 @@ class Worker::Impl {
                  << cause << "; recovering";
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      if (comm_) comm_->Abort();
+      AbortLocked();
     }
     proto::FailureReport report{generation_.load(), static_cast<int32_t>(cause.code()),
                                 cause.message()};
@@ -369,7 +395,7 @@ class Worker::Impl {
         if (!req.ok() || req->target_generation <= generation_.load()) continue;
         {
           std::lock_guard<std::mutex> lock(comm_mu_);
-          if (comm_) comm_->Abort();
+          AbortLocked();
         }
         answered_target_ = std::max(answered_target_, req->target_generation);
         LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
@@ -400,6 +426,11 @@ class Worker::Impl {
         LOG(DEBUG) << "dropping stale generation " << gen->generation;
         continue;
       }
+      if (gen->leave) {
+        // Shards that only this worker holds go to their new owners before it leaves.
+        Status handed = HandOff(*gen);
+        if (!handed.ok()) LOG(WARNING) << "hand-off before leaving failed: " << handed;
+      }
       if (gen->leave && options_.park_when_removed) {
         ELASTRA_RETURN_IF_ERROR(Park(gen->generation));
         continue;
@@ -419,7 +450,7 @@ class Worker::Impl {
       LOG(WARNING) << "generation " << gen->generation << " failed to build: " << s;
       {
         std::lock_guard<std::mutex> lock(comm_mu_);
-        if (comm_) comm_->Abort();
+        AbortLocked();
       }
       proto::FailureReport report{gen->generation, static_cast<int32_t>(s.code()), s.message()};
       client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
@@ -438,12 +469,10 @@ class Worker::Impl {
   Status Park(uint64_t generation) {
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      comm_.reset();
+      groups_ = GroupSet{};
     }
     commits_.clear();
-    pack_buffer_ = {};
-    proto::JoinRequest join{options_.worker_id, options_.host, options_.device,
-                            static_cast<int64_t>(getpid())};
+    proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
     parked_ = true;
@@ -512,45 +541,56 @@ class Worker::Impl {
     }
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      comm_.reset();  // the old generation's context: everyone has left it
+      groups_ = GroupSet{};  // the old generation's contexts: everyone has left them
     }
-    GlooOptions go;
-    go.store = store_.get();
-    go.prefix = gen.kv_prefix + "world/";
-    go.rank = my_rank;
-    go.size = static_cast<int>(gen.members.size());
-    go.hostname = options_.bind_host;
-    go.timeout = options_.collective_timeout;
-    go.connect_timeout = options_.collective_timeout * 2;
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
-    auto comm = CreateGlooCommunicator(go);
-    if (!comm.ok()) return comm.status().WithContext("building generation " +
-                                                     std::to_string(gen.generation));
+    auto groups = BuildGroups(GroupOptionsFor(gen), gen.layout, my_rank);
+    if (!groups.ok()) {
+      return groups.status().WithContext("building generation " + std::to_string(gen.generation));
+    }
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      comm_ = std::move(comm).value();
+      groups_ = std::move(groups).value();
     }
     double rebuild_ms = MillisSince(t0);
     auto t1 = std::chrono::steady_clock::now();
 
-    bool have_state = gen.members[my_rank].has_state;
-    if (have_state && step() != gen.restore_step) {
+    // Every worker must have registered the same state: one check before any byte moves.
+    int64_t sig[2] = {static_cast<int64_t>(state_.Signature() >> 1),
+                      -static_cast<int64_t>(state_.Signature() >> 1)};
+    ELASTRA_RETURN_IF_ERROR(world().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
+    if (sig[0] != -sig[1]) {
+      return InvalidArgumentError(
+          "workers registered different tensors (signature mismatch): every worker must "
+          "register the same state before Start()");
+    }
+    bool held = false;
+    for (const auto& m : gen.prev_members) held |= m.worker_id == options_.worker_id && m.has_state;
+    if (held && step() != gen.restore_step) {
       ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
     int64_t bytes = 0;
-    ELASTRA_ASSIGN_OR_RETURN(bytes, TransferState(gen, my_rank));
+    ELASTRA_ASSIGN_OR_RETURN(bytes, MoveState(gen, my_rank));
+    // The scalars (step, data cursor, ...) of the state's holders; rank 0 is one.
+    std::vector<int64_t> scalars;
+    for (const auto& [name, value] : state_.scalars()) scalars.push_back(value);
+    ELASTRA_RETURN_IF_ERROR(world().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, 0));
+    auto& mine = state_.mutable_scalars();
+    for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
+    client_->SetHeartbeatStep(step());
     double transfer_ms = MillisSince(t1);
 
     generation_ = gen.generation;
     layout_ = gen.layout;
     rank_ = my_rank;
+    coords_ = gen.members[my_rank].coords;
     pending_target_ = 0;
     recover_pending_ = false;
-    // Every member holds a commit of the step it continues from, so a failure right after this
-    // rolls back here, not further.
-    while (!commits_.empty() && commits_.back().step > step()) commits_.pop_back();
+    // Every member holds a commit of the step it continues from, in the new layout, so a failure
+    // right after this rolls back here, not further.
+    commits_.clear();
     Commit();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
@@ -562,122 +602,64 @@ class Worker::Impl {
                          gen.generation);
   }
 
-  // The state as one byte stream: every tensor's bytes in order, then the scalars. It travels in
-  // chunks of at most kChunkBytes; a chunk inside one tensor goes straight from (or into) the
-  // tensor's memory, and only chunks that straddle tensors are packed, so memory stays under the
-  // state size plus one chunk.
-  static constexpr size_t kChunkBytes = 64u << 20;
+  GroupOptions GroupOptionsFor(const proto::NewGeneration& gen) {
+    GroupOptions o;
+    o.store = store_.get();
+    o.prefix = gen.kv_prefix;
+    o.bind_host = options_.bind_host;
+    o.timeout = options_.collective_timeout;
+    o.connect_timeout = options_.collective_timeout * 2;
+    return o;
+  }
 
-  template <class Fn>  // fn(byte* data, size_t bytes) over the stream's pieces, in order
-  void ForEachPiece(Fn&& fn) {
-    for (auto& t : state_.mutable_tensors()) {
-      if (t.bytes() > 0) fn(t.data.data(), t.bytes());
+  // Moves this worker's state to where generation `gen` wants it. `my_rank` is the worker's rank
+  // in `gen`, or -1 for a worker that leaves (it only sends). Returns the bytes received.
+  StatusOr<int64_t> MoveState(const proto::NewGeneration& gen, int my_rank) {
+    ELASTRA_ASSIGN_OR_RETURN(StateMove move, PlanStateMove(gen, state_.Spec()));
+    const int me = move.WorkerIndex(options_.worker_id);
+    const Coordinates* coords = my_rank >= 0 ? &gen.members[my_rank].coords : nullptr;
+    const auto timeout = options_.collective_timeout * 4;
+    if (!move.needs_leavers) {
+      if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
+      return ExecuteStateMove(move, world(), me, coords, &state_, timeout);
     }
-    // The scalars travel through scalar_buffer_, which the caller fills (sender) or sizes
-    // (receiver) first.
-    fn(reinterpret_cast<std::byte*>(scalar_buffer_.data()), scalar_buffer_.size() * sizeof(int64_t));
+    // Some shards live only on leaving workers: everyone of the plan meets once more.
+    GroupOptions o = GroupOptionsFor(gen);
+    o.prefix = gen.kv_prefix + "handoff-";
+    GlooOptions go;
+    go.store = o.store;
+    go.prefix = gen.kv_prefix + "handoff/";
+    go.rank = me;
+    go.size = static_cast<int>(move.workers.size());
+    go.hostname = o.bind_host;
+    go.timeout = o.timeout;
+    go.connect_timeout = o.connect_timeout;
+    ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> handoff, CreateGlooCommunicator(go));
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      handoff_ = handoff.get();
+    }
+    auto bytes = ExecuteStateMove(move, *handoff, me, coords, &state_, timeout);
+    Status done = bytes.ok() ? handoff->Barrier() : bytes.status();
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      handoff_ = nullptr;
+    }
+    if (!done.ok()) return done;
+    return bytes;
   }
 
-  // Calls fn(chunk_index, pieces) for each chunk, where pieces are (pointer, bytes) spans.
-  template <class Fn>
-  Status ForEachChunk(Fn&& fn) {
-    std::vector<std::pair<std::byte*, size_t>> pieces;
-    size_t in_chunk = 0;
-    uint32_t index = 0;
-    Status status;
-    auto flush = [&] {
-      if (status.ok() && !pieces.empty()) status = fn(index++, pieces);
-      pieces.clear();
-      in_chunk = 0;
-    };
-    ForEachPiece([&](std::byte* data, size_t bytes) {
-      while (bytes > 0) {
-        size_t take = std::min(bytes, kChunkBytes - in_chunk);
-        pieces.emplace_back(data, take);
-        in_chunk += take;
-        data += take;
-        bytes -= take;
-        if (in_chunk == kChunkBytes) flush();
-      }
-    });
-    flush();
-    return status;
-  }
-
-  Status SendState(Communicator& comm, int dst, milliseconds timeout) {
-    scalar_buffer_.clear();
-    for (const auto& [name, value] : state_.scalars()) scalar_buffer_.push_back(value);
-    return ForEachChunk([&](uint32_t index, const auto& pieces) -> Status {
-      if (pieces.size() == 1) {
-        return comm.Send(pieces[0].first, pieces[0].second, dst, kTransferTag + index, timeout);
-      }
-      pack_buffer_.clear();
-      for (const auto& [p, n] : pieces) pack_buffer_.insert(pack_buffer_.end(), p, p + n);
-      return comm.Send(pack_buffer_.data(), pack_buffer_.size(), dst, kTransferTag + index,
-                       timeout);
-    });
-  }
-
-  Status RecvState(Communicator& comm, int src, milliseconds timeout) {
-    scalar_buffer_.assign(state_.scalars().size(), 0);
-    ELASTRA_RETURN_IF_ERROR(ForEachChunk([&](uint32_t index, const auto& pieces) -> Status {
-      if (pieces.size() == 1) {
-        return comm.Recv(pieces[0].first, pieces[0].second, src, kTransferTag + index, timeout);
-      }
-      size_t total = 0;
-      for (const auto& piece : pieces) total += piece.second;
-      pack_buffer_.resize(total);
-      ELASTRA_RETURN_IF_ERROR(
-          comm.Recv(pack_buffer_.data(), total, src, kTransferTag + index, timeout));
-      size_t offset = 0;
-      for (const auto& [p, n] : pieces) {
-        std::copy(pack_buffer_.begin() + offset, pack_buffer_.begin() + offset + n, p);
-        offset += n;
-      }
-      return OkStatus();
-    }));
-    auto& mine = state_.mutable_scalars();
-    for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalar_buffer_[i];
+  // A worker that a shrink removes hands off the shards only it holds, then goes.
+  Status HandOff(const proto::NewGeneration& gen) {
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      groups_ = GroupSet{};
+    }
+    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
+    auto bytes = MoveState(gen, -1);
+    if (!bytes.ok()) return bytes.status();
+    commits_.clear();
     return OkStatus();
-  }
-
-  // Members without state receive it from members that have it, spread over the holders so no
-  // sender carries more than its share. Returns the bytes this rank received.
-  StatusOr<int64_t> TransferState(const proto::NewGeneration& gen, int my_rank) {
-    std::vector<int> holders, needers;
-    for (size_t i = 0; i < gen.members.size(); ++i) {
-      (gen.members[i].has_state ? holders : needers).push_back(static_cast<int>(i));
-    }
-    if (needers.empty()) return int64_t{0};
-    if (holders.empty()) return FailedPreconditionError("no member holds the job's state");
-    Communicator& comm = world();
-    auto timeout = options_.collective_timeout * 4;
-    int64_t received = 0;
-    for (size_t j = 0; j < needers.size(); ++j) {
-      int dst = needers[j];
-      int src = holders[j % holders.size()];
-      if (my_rank != src && my_rank != dst) continue;
-      // A header first: the state's signature and step, so a mismatch is an error, not garbage.
-      int64_t header[3] = {static_cast<int64_t>(state_.Signature()), step(),
-                           static_cast<int64_t>(state_.bytes())};
-      if (my_rank == src) {
-        ELASTRA_RETURN_IF_ERROR(comm.Send(header, sizeof(header), dst, kTransferTag - 1, timeout));
-        ELASTRA_RETURN_IF_ERROR(SendState(comm, dst, timeout));
-      } else {
-        int64_t theirs[3] = {0, 0, 0};
-        ELASTRA_RETURN_IF_ERROR(comm.Recv(theirs, sizeof(theirs), src, kTransferTag - 1, timeout));
-        if (theirs[0] != header[0] || theirs[2] != header[2]) {
-          return InvalidArgumentError(
-              "this worker registered different tensors than the job's (signature or size "
-              "mismatch): every worker must register the same state before Start()");
-        }
-        ELASTRA_RETURN_IF_ERROR(RecvState(comm, src, timeout));
-        received += static_cast<int64_t>(state_.bytes());
-        commits_.clear();  // whatever this worker held before belongs to no timeline now
-        client_->SetHeartbeatStep(step());
-      }
-    }
-    return received;
   }
 
   WorkerOptions options_;
@@ -685,16 +667,16 @@ class Worker::Impl {
   std::unique_ptr<CoordinatorStore> store_;
   TensorCollection state_;
 
-  std::mutex comm_mu_;  // guards comm_ against Abort() from the I/O thread
-  std::unique_ptr<Communicator> comm_;
+  std::mutex comm_mu_;  // guards groups_ and handoff_ against Abort() from the I/O thread
+  GroupSet groups_;
+  Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
+  Coordinates coords_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> recover_seen_{0};  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
 
   std::deque<Commit_> commits_;
-  std::vector<int64_t> scalar_buffer_;  // scalars in transit
-  std::vector<std::byte> pack_buffer_;  // one chunk that straddles tensors
   std::deque<proto::Envelope> inbox_;
   uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
@@ -726,5 +708,9 @@ int Worker::rank() const { return impl_->rank(); }
 int Worker::world_size() const { return impl_->world_size(); }
 const std::string& Worker::worker_id() const { return impl_->worker_id(); }
 Communicator& Worker::world() { return impl_->world(); }
+Communicator& Worker::dp_group() { return impl_->dp_group(); }
+Communicator& Worker::pp_group() { return impl_->pp_group(); }
+Communicator& Worker::tp_group() { return impl_->tp_group(); }
+const Coordinates& Worker::coordinates() const { return impl_->coordinates(); }
 
 }  // namespace elastra

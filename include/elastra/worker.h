@@ -61,6 +61,9 @@ struct WorkerOptions {
   std::chrono::milliseconds decision_timeout{300000};
   // Heartbeat period (ELASTRA_HEARTBEAT_MS, default 200).
   std::chrono::milliseconds heartbeat_interval{200};
+  // Optional model description (JSON, see docs/resharding.md) the coordinator's planner uses to
+  // choose layouts when a resize names only a worker count.
+  std::string model_json;
   // Test hook: sleep this long before building each generation (ELASTRA_TEST_APPLY_DELAY_MS).
   std::chrono::milliseconds test_apply_delay{0};
   // When a shrink takes this worker out, park instead of leaving: release the communicators, stay
@@ -125,9 +128,16 @@ class Worker {
   int rank() const;
   int world_size() const;
   const std::string& worker_id() const;
-  // The world communicator of the current generation. Valid until the next StepEnd that returns
-  // kReconfigured.
+  // This worker's place in the current layout.
+  const Coordinates& coordinates() const;
+  // The current generation's communicators: the world, and this worker's data-parallel group
+  // (same pipeline stage and tensor rank), pipeline group (same dp and tp rank) and
+  // tensor-parallel group (same dp rank and stage). A group that spans the world is the world.
+  // Valid until the next StepEnd that returns kReconfigured.
   Communicator& world();
+  Communicator& dp_group();
+  Communicator& pp_group();
+  Communicator& tp_group();
 
   class Impl;
 

@@ -1,0 +1,187 @@
+#include "worker/generation.h"
+
+#include <future>
+#include <map>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "common/logging.h"
+#include "worker/reshard_executor.h"
+
+namespace elastra {
+
+void GroupSet::Abort() {
+  for (auto* c : {world.get(), dp.get(), pp.get(), tp.get()}) {
+    if (c != nullptr) c->Abort();
+  }
+}
+
+namespace {
+
+// The ranks of `layout` that share every coordinate with `rank` except the one `group` varies.
+std::vector<int> GroupRanks(const Layout& layout, int rank, char group) {
+  const Coordinates me = CoordinatesOf(layout, rank);
+  std::vector<int> ranks;
+  for (int r = 0; r < layout.world(); ++r) {
+    const Coordinates c = CoordinatesOf(layout, r);
+    bool same = (group == 'd' || c.dp_rank == me.dp_rank) &&
+                (group == 'p' || c.pp_rank == me.pp_rank) &&
+                (group == 't' || c.tp_rank == me.tp_rank);
+    if (same) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, const std::string& name,
+                                                int rank, int size) {
+  GlooOptions go;
+  go.store = o.store;
+  go.prefix = o.prefix + name + "/";
+  go.rank = rank;
+  go.size = size;
+  go.hostname = o.bind_host;
+  go.timeout = o.timeout;
+  go.connect_timeout = o.connect_timeout;
+  return CreateGlooCommunicator(go);
+}
+
+}  // namespace
+
+StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank) {
+  struct Pending {
+    char group;
+    std::string name;
+    int rank = 0;
+    int size = 0;
+    std::future<StatusOr<std::unique_ptr<Communicator>>> result;
+  };
+  std::vector<Pending> pending;
+  auto start = [&](char group, std::string name, int r, int size) {
+    Pending p{group, std::move(name), r, size, {}};
+    pending.push_back(std::move(p));
+  };
+  start('w', "world", rank, layout.world());
+  // A group spanning the whole world is the world; a group of one needs no connections but gets
+  // its own (trivial) communicator so the calls behave the same.
+  for (char g : {'d', 'p', 't'}) {
+    std::vector<int> ranks = GroupRanks(layout, rank, g);
+    if (static_cast<int>(ranks.size()) == layout.world()) continue;
+    int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+    // Groups are named by their lowest member so each group's ranks meet under one prefix.
+    start(g, std::string(1, g) + "p" + std::to_string(ranks.front()), index,
+          static_cast<int>(ranks.size()));
+  }
+  for (auto& p : pending) {
+    p.result = std::async(std::launch::async, [&options, name = p.name, r = p.rank, n = p.size] {
+      return Connect(options, name, r, n);
+    });
+  }
+  GroupSet set;
+  Status first_error;
+  for (auto& p : pending) {
+    auto comm = p.result.get();
+    if (!comm.ok()) {
+      if (first_error.ok()) first_error = comm.status().WithContext("group " + p.name);
+      continue;
+    }
+    std::shared_ptr<Communicator> c = std::move(comm).value();
+    switch (p.group) {
+      case 'w': set.world = c; break;
+      case 'd': set.dp = c; break;
+      case 'p': set.pp = c; break;
+      case 't': set.tp = c; break;
+    }
+  }
+  if (!first_error.ok()) {
+    set.Abort();
+    return first_error;
+  }
+  if (!set.dp) set.dp = set.world;
+  if (!set.pp) set.pp = set.world;
+  if (!set.tp) set.tp = set.world;
+  return set;
+}
+
+int StateMove::WorkerIndex(const std::string& id) const {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i] == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& gen, const StateSpec& state) {
+  // First without the leaving workers: when the staying ones hold everything (replicas), the
+  // leavers go at once and the move runs on the new world alone.
+  for (bool with_leavers : {false, true}) {
+    StateMove move;
+    std::map<std::string, int> hosts;
+    std::vector<int> host_of_worker;
+    auto add = [&](const std::string& id, const std::string& host) {
+      move.workers.push_back(id);
+      auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
+      host_of_worker.push_back(it->second);
+    };
+    for (const auto& m : gen.members) add(m.worker_id, m.host);
+    move.new_members = static_cast<int>(gen.members.size());
+    if (with_leavers) {
+      for (const auto& m : gen.prev_members) {
+        if (m.has_state && move.WorkerIndex(m.worker_id) < 0) add(m.worker_id, m.host);
+      }
+    }
+    Placement from;
+    from.layout = gen.prev_layout;
+    for (const auto& m : gen.prev_members) {
+      from.worker_of_rank.push_back(m.has_state ? move.WorkerIndex(m.worker_id) : -1);
+    }
+    Placement to;
+    to.layout = gen.layout;
+    for (int r = 0; r < static_cast<int>(gen.members.size()); ++r) to.worker_of_rank.push_back(r);
+    auto plan = BuildReshardPlan(state, from, to, host_of_worker);
+    if (!plan.ok()) {
+      if (!with_leavers && plan.status().code() == StatusCode::kFailedPrecondition) continue;
+      return plan.status();
+    }
+    move.plan = std::move(plan).value();
+    move.needs_leavers = with_leavers;
+    return move;
+  }
+  return InternalError("unreachable");
+}
+
+StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, int my_index,
+                                   const Coordinates* coords, TensorCollection* state,
+                                   std::chrono::milliseconds timeout) {
+  auto& tensors = state->mutable_tensors();
+  ShardMap shards;
+  for (auto& t : tensors) {
+    if (!t.data.empty()) shards[t.name()] = std::move(t.data);
+    t.data.clear();
+  }
+  ReshardExecutorOptions options;
+  options.timeout = timeout;
+  ReshardExecutorStats stats;
+  (void)my_index;  // the executor learns this worker's index from comm.rank()
+  Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);
+  const int num_layers = state->num_layers();
+  for (auto& t : tensors) {
+    auto it = shards.find(t.name());
+    if (it != shards.end()) t.data = std::move(it->second);
+    if (coords != nullptr) {
+      t.region = LocalRegion(t.spec, num_layers, move.plan.to.layout, *coords);
+    } else {
+      t.region = Region{};
+      t.data.clear();
+    }
+  }
+  if (!s.ok()) return s;
+  for (const auto& t : tensors) {
+    if (coords != nullptr && t.data.size() != static_cast<size_t>(t.region.elements()) *
+                                                  t.spec.element_size) {
+      return InternalError("tensor '" + t.name() + "' has " + std::to_string(t.data.size()) +
+                           " bytes after resharding, its region needs " +
+                           std::to_string(t.region.elements() * t.spec.element_size));
+    }
+  }
+  return stats.bytes_received;
+}
+
+}  // namespace elastra

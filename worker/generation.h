@@ -1,0 +1,60 @@
+// What a worker does to enter a generation, apart from talking to the coordinator: build the
+// generation's communicators (world plus its dp, pp and tp groups), and move the training state
+// from where it is (the previous layout, as NewGeneration describes it) to where the new layout
+// wants it, with a reshard plan that every worker of both layouts computes identically.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/kv_store.h"
+#include "common/messages.h"
+#include "elastra/communicator.h"
+#include "elastra/tensor_collection.h"
+#include "worker/reshard_plan.h"
+
+namespace elastra {
+
+// The communicators of one generation. Groups of the same ranks share one communicator (with
+// pp = tp = 1 the dp group is the world).
+struct GroupSet {
+  std::shared_ptr<Communicator> world, dp, pp, tp;
+  void Abort();
+};
+
+struct GroupOptions {
+  KeyValueStore* store = nullptr;
+  std::string prefix;  // the generation's kv prefix
+  std::string bind_host = "127.0.0.1";
+  std::chrono::milliseconds timeout{5000};
+  std::chrono::milliseconds connect_timeout{10000};
+};
+
+// Builds world and groups concurrently. The failure of any of them is returned.
+StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank);
+
+// The reshard plan of a generation change, numbered for execution: workers 0..n-1 are the new
+// members by new rank, n.. the previous members that leave alive and still hold state (they
+// hand their shards off before they go).
+struct StateMove {
+  ReshardPlan plan;
+  std::vector<std::string> workers;  // plan worker id -> worker id
+  int new_members = 0;
+  bool needs_leavers = false;  // some transfer is sent by a leaving worker
+  int WorkerIndex(const std::string& id) const;
+};
+
+// kFailedPrecondition when some part of the state has no live holder (it is lost with a failed
+// worker: only a checkpoint can bring it back).
+StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& generation, const StateSpec& state);
+
+// Runs this worker's part of `move` over `comm` (whose ranks are the plan's worker indices),
+// replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker
+// passes nullptr and ends holding nothing). Returns the bytes received.
+StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, int my_index,
+                                   const Coordinates* coords, TensorCollection* state,
+                                   std::chrono::milliseconds timeout);
+
+}  // namespace elastra
