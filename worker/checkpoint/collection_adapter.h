@@ -1,0 +1,92 @@
+// Glue between a TensorCollection (its local shards under the current layout, see
+// <elastra/sharding.h>) and the checkpoint engine: the view to snapshot, the requests to load a
+// rank's regions under any layout, and the move of a verified load into the collection.
+// Header-only so elastra_checkpoint does not depend on the worker library. Thread-compatible.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "elastra/tensor_collection.h"
+#include "worker/checkpoint/format.h"
+#include "worker/checkpoint/reader.h"
+#include "worker/checkpoint/writer.h"
+
+namespace elastra::checkpoint {
+
+inline RuleEntry RuleOf(const ShardingRule& r) {
+  return RuleEntry{r.tp_split_dim, r.layer, r.zero};
+}
+
+// The boxes (in the tensor's own dimensions) that make up `region`, in the order of the rank's
+// local buffer: one box for a TP/PP shard, up to three for a ZeRO flat range, none when empty.
+inline std::vector<Box> BoxesOf(const TensorSpec& spec, const Region& region) {
+  if (region.empty()) return {};
+  const Box matrix{{region.box.row_begin, region.box.col_begin},
+                   {region.box.row_end, region.box.col_end}};
+  std::vector<Box> pieces = FlatRangePieces(matrix, region.flat_begin, region.flat_end);
+  if (spec.shape.size() == 1) {  // the matrix view of [n] is [1, n]
+    for (Box& b : pieces) b = Box{{b.begin[1]}, {b.end[1]}};
+  }
+  return pieces;
+}
+
+// What this rank saves: every local shard, as boxes over its buffer. The spans point into
+// `state`: keep it unchanged until CheckpointWriter::Snapshot() returns.
+inline StateView ViewOf(const TensorCollection& state) {
+  StateView view;
+  for (const TensorCollection::Tensor& t : state.tensors()) {
+    const size_t esize = ElementSize(static_cast<int32_t>(t.dtype));
+    size_t at = 0;
+    for (const Box& b : BoxesOf(t.spec, t.region)) {
+      const size_t n = b.volume() * esize;
+      TensorShard s;
+      s.name = t.spec.name;
+      s.shape = t.spec.shape;
+      s.dtype = t.dtype;
+      s.rule = RuleOf(t.spec.rule);
+      s.region = b;
+      s.data = {reinterpret_cast<const std::byte*>(t.data.data()) + at, n};
+      at += n;
+      view.tensors.push_back(std::move(s));
+    }
+  }
+  view.scalars = state.scalars();
+  return view;
+}
+
+// The requests for this rank's current regions (set them for the new layout first): a load then
+// reads only those bytes, from whichever files hold them.
+inline std::vector<RegionRequest> RequestsFor(const TensorCollection& state) {
+  std::vector<RegionRequest> out;
+  for (const TensorCollection::Tensor& t : state.tensors()) {
+    out.push_back({t.spec.name, BoxesOf(t.spec, t.region), t.spec.shape, t.dtype});
+  }
+  return out;
+}
+
+// Moves a load made with RequestsFor(*state) into *state (buffers swapped, no copy) and sets the
+// scalars the checkpoint has. kInvalidArgument when the load does not match; nothing changes then.
+inline Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
+  auto& tensors = state->mutable_tensors();
+  if (loaded.regions.size() != tensors.size()) {
+    return InvalidArgumentError("the load holds " + std::to_string(loaded.regions.size()) +
+                                " tensors, the collection " + std::to_string(tensors.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (loaded.regions[i].size() != tensors[i].data.size()) {
+      return InvalidArgumentError("tensor '" + tensors[i].spec.name + "': the load holds " +
+                                  std::to_string(loaded.regions[i].size()) + " bytes, " +
+                                  std::to_string(tensors[i].data.size()) + " expected");
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data.swap(loaded.regions[i]);
+  for (auto& [name, value] : state->mutable_scalars()) {
+    for (const auto& [n, v] : loaded.scalars) {
+      if (n == name) value = v;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace elastra::checkpoint
