@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "elastra/layout.h"
 #include "examples/log_check.h"
 #include "tests/integration/job_harness.h"
 
@@ -149,15 +150,70 @@ TEST(ElasticJob, ImpossibleResizesAreRefusedAndChangeNothing) {
   auto too_many = job.Resize("--workers 100");
   EXPECT_EQ(too_many.exit_code, 1);
   EXPECT_NE(too_many.out.find("refused"), std::string::npos) << too_many.out;
-  auto bad_layout = job.Resize("--workers 4 --layout dp=2,pp=2,tp=1");
+  // Three pipeline stages for a model of two blocks: the state cannot be laid out so.
+  auto bad_layout = job.Resize("--workers 3 --layout dp=1,pp=3,tp=1");
   EXPECT_EQ(bad_layout.exit_code, 1);
   EXPECT_NE(bad_layout.out.find("refused"), std::string::npos) << bad_layout.out;
+  EXPECT_NE(bad_layout.out.find("does not fit the job's state"), std::string::npos)
+      << bad_layout.out;
   auto mismatched = job.Resize("--workers 3 --layout dp=2");
   EXPECT_EQ(mismatched.exit_code, 1) << mismatched.out;
 
   auto status = job.Status();
   EXPECT_EQ(status.value("generation", uint64_t{0}), generation);
   EXPECT_EQ(status["layout"].value("dp", 0), 2);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ExpectMatchesReference(job, args, steps);
+}
+
+TEST(ElasticJob, LayoutChangesOfEveryDimensionMatchReference) {
+  // (dp,pp,tp) = (2,1,2) -> (1,2,2) -> (4,1,1) -> (1,2,4): tensor and pipeline shards move live.
+  const int steps = 120;
+  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
+                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
+                                   "--layers", "2", "--commit-every", "5"};
+  Job job(4, args);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  const char* changes[][2] = {{"4", "dp=2,pp=1,tp=2"},
+                              {"4", "dp=1,pp=2,tp=2"},
+                              {"4", "dp=4,pp=1,tp=1"},
+                              {"8", "dp=1,pp=2,tp=4"}};
+  for (const auto& change : changes) {
+    auto r = job.Resize(std::string("--workers ") + change[0] + " --layout " + change[1] + " --wait");
+    ASSERT_EQ(r.exit_code, 0) << r.out << Launcher(job);
+    Layout want;
+    ASSERT_TRUE(ParseLayout(change[1], &want));
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["layout"]["dp"], want.dp);
+    EXPECT_EQ(j["layout"]["pp"], want.pp);
+    EXPECT_EQ(j["layout"]["tp"], want.tp);
+    int64_t at = job.Status().value("step", int64_t{0});
+    ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60)));
+  }
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  auto log = ExpectMatchesReference(job, args, steps);
+  std::set<std::tuple<int, int, int>> layouts;
+  for (const auto& [step, r] : log.applied) layouts.insert({r.dp, r.pp, r.tp});
+  EXPECT_TRUE(layouts.count({1, 2, 2}) && layouts.count({2, 1, 2}) && layouts.count({4, 1, 1}) &&
+              layouts.count({1, 2, 4}))
+      << "not every layout trained";
+}
+
+TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
+  // dp=2 x tp=2: every TP shard has a DP replica, so a killed rank is rebuilt from memory.
+  const int steps = 100;
+  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
+                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
+                                   "--layers", "2", "--commit-every", "5"};
+  Job job(4, args);
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 8, seconds(60)));
+  pid_t victim = job.PidOfRank(3);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
   ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
   ExpectMatchesReference(job, args, steps);
 }
