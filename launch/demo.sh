@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: train_mlp under `elastra run` on 4 workers, resized 4 -> 2 -> 3 with `elastra resize`,
-# then one worker killed with SIGKILL. Ends with a report: each generation with its layout and
+# then to 4 workers laid out as 2 pipeline stages x 2 tensor-parallel ranks, then as 2 data-parallel
+# replicas x 2 tensor-parallel ranks, then one worker killed with SIGKILL. Ends with a report: each generation with its layout and
 # downtime, and the largest relative loss difference against `train_mlp --reference`.
 set -euo pipefail
 BUILD=${1:-build}
@@ -8,8 +9,8 @@ ELASTRA=$BUILD/launch/elastra
 TRAIN=$BUILD/examples/train_mlp
 COMPARE=$BUILD/examples/compare_logs
 OUT=${DEMO_DIR:-out/demo}
-STEPS=${DEMO_STEPS:-300}
-ARGS=(--steps "$STEPS" --step-time-ms 25 --global-batch 96 --hidden 48 --layers 3 --commit-every 10)
+STEPS=${DEMO_STEPS:-400}
+ARGS=(--steps "$STEPS" --step-time-ms 25 --global-batch 96 --hidden 48 --ffn 96 --layers 4 --commit-every 10)
 
 rm -rf "$OUT" && mkdir -p "$OUT"
 STATE=$OUT/state
@@ -39,6 +40,12 @@ echo "== elastra resize --workers 2 --wait"
 wait_step $(( $(step_now) + 40 ))
 echo "== elastra resize --workers 3 --wait"
 "$ELASTRA" resize --state-dir "$STATE" --workers 3 --wait | tee "$OUT/resize_3.json"
+wait_step $(( $(step_now) + 40 ))
+echo "== elastra resize --workers 4 --layout dp=1,pp=2,tp=2 --wait"
+"$ELASTRA" resize --state-dir "$STATE" --workers 4 --layout dp=1,pp=2,tp=2 --wait | tee "$OUT/resize_pp_tp.json"
+wait_step $(( $(step_now) + 40 ))
+echo "== elastra resize --workers 4 --layout dp=2,pp=1,tp=2 --wait"
+"$ELASTRA" resize --state-dir "$STATE" --workers 4 --layout dp=2,pp=1,tp=2 --wait | tee "$OUT/resize_dp_tp.json"
 wait_step $(( $(step_now) + 40 ))
 echo "== elastra status"
 "$ELASTRA" status --state-dir "$STATE"

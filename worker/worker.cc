@@ -336,6 +336,10 @@ class Worker::Impl {
         return;
       }
       case MessageType::kShutdown: {
+        if (parked_) {  // a parked worker reads it as the end of the job (AwaitGeneration)
+          inbox_.push_back(std::move(e));
+          return;
+        }
         // The coordinator declared this worker lost (or the job failed): it must not go on.
         auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
         shutdown_ = AbortedError("the coordinator stopped this worker: " +
@@ -377,6 +381,7 @@ class Worker::Impl {
   StatusOr<StepAction> AwaitGeneration() {
     auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
     while (parked_ || std::chrono::steady_clock::now() < deadline) {
+      if (shutdown_) return *shutdown_;
       if (inbox_.empty()) {
         auto e = client_->PollPush(milliseconds(100));
         if (!e && parked_) {
