@@ -2,7 +2,10 @@
 #include "worker/reshard_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <memory>
+#include <thread>
 
 namespace elastra {
 namespace {
@@ -102,6 +105,15 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     }
   }
 
+  // Tensors whose region does not change on this worker keep their buffer untouched.
+  std::vector<char> same(tensors.size(), 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Region& a = old_region[i];
+    const Region& b = new_region[i];
+    same[i] = !a.empty() && !b.empty() && a.box == b.box && a.flat_begin == b.flat_begin &&
+              a.flat_end == b.flat_end;
+  }
+
   // Group boundaries: identical on every worker (they depend on the plan only).
   std::vector<size_t> group_begin{0};
   {
@@ -132,29 +144,84 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     if (t.dst == me) copies[group_of[t.tensor]].push_back(&t);
   }
 
+  // Regions of other workers, for deciding which transfers go without packing.
+  std::vector<std::vector<Region>> region_cache_from(n), region_cache_to(n);
+  auto region_of = [&](bool old_layout, int worker, int tensor) -> const Region& {
+    auto& cache = old_layout ? region_cache_from[worker] : region_cache_to[worker];
+    const Placement& p = old_layout ? plan.from : plan.to;
+    if (cache.empty()) {
+      cache.resize(tensors.size());
+      const int rank = p.RankOfWorker(worker);
+      for (size_t i = 0; rank >= 0 && i < tensors.size(); ++i) {
+        cache[i] = LocalRegion(tensors[i], num_layers, p.layout, CoordinatesOf(p.layout, rank));
+      }
+    }
+    return cache[tensor];
+  };
+  auto contiguous = [](const Rect& r, const Region& region) {
+    return r.row_end - r.row_begin == 1 ||
+           (r.col_begin == region.box.col_begin && r.col_end == region.box.col_end);
+  };
+  // A transfer goes straight from the sender's shard into the receiver's (no staging copy) when
+  // it is large and contiguous in both; both sides decide alike from the plan.
+  auto direct = [&](const Transfer* t) {
+    return t->bytes >= options.direct_min_bytes &&
+           contiguous(t->rect, region_of(true, t->src, t->tensor)) &&
+           contiguous(t->rect, region_of(false, t->dst, t->tensor));
+  };
+
+  // Decided up front, on this thread: the region cache is not shared with the peer threads.
+  std::vector<char> is_direct(plan.transfers.size(), 0);
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    const Transfer& t = plan.transfers[i];
+    if (t.src == me || t.dst == me) is_direct[i] = direct(&t);
+  }
+
   int pow2 = 1;
   while (pow2 < n) pow2 *= 2;
-  std::vector<uint8_t> send_buf(options.chunk_bytes), recv_buf(options.chunk_bytes);
+  struct Counters {
+    int64_t bytes = 0;
+    int64_t messages = 0;
+  };
+  // Staging buffers: allocated on first use, no larger than needed, never zero-filled.
+  struct Staging {
+    std::unique_ptr<uint8_t[]> data;
+    int64_t size = 0;
+    uint8_t* Get(int64_t n) {
+      if (n > size) {
+        data.reset(new uint8_t[n]);
+        size = n;
+      }
+      return data.get();
+    }
+  };
+  Staging send_buf, recv_buf;
+  const int64_t chunk = static_cast<int64_t>(options.chunk_bytes);
 
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
   for (size_t g = 0; g < num_groups; ++g) {
+    auto t0 = Clock::now();
     ShardMap fresh;
     int64_t fresh_bytes = 0;
     for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
       if (new_region[i].empty()) continue;
+      if (same[i]) continue;  // kept as it is below
       const int64_t bytes = new_region[i].elements() * tensors[i].element_size;
       fresh[tensors[i].name].assign(bytes, 0);
       fresh_bytes += bytes;
     }
     stats->peak_new_shard_bytes = std::max(stats->peak_new_shard_bytes, fresh_bytes);
-    auto old_item = [&](const Transfer* t) {
-      return RectStream::Item{t, (*shards)[tensors[t->tensor].name].data(),
-                              old_region[t->tensor]};
-    };
-    auto new_item = [&](const Transfer* t) {
-      return RectStream::Item{t, fresh[tensors[t->tensor].name].data(), new_region[t->tensor]};
-    };
+    stats->seconds_allocate += since(t0);
+    t0 = Clock::now();
     // Local copies, rectangle row by row.
     for (const Transfer* t : copies[g]) {
+      if (same[t->tensor]) {
+        stats->bytes_copied += t->bytes;  // already in place
+        continue;
+      }
       const Rect& r = t->rect;
       const int64_t esize = tensors[t->tensor].element_size;
       const Region& from = old_region[t->tensor];
@@ -168,50 +235,147 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       }
       stats->bytes_copied += t->bytes;
     }
+    stats->seconds_local += since(t0);
+    t0 = Clock::now();
     const uint32_t tag = static_cast<uint32_t>(g & 0xffffff);
-    for (int k = 1; k < pow2; ++k) {
-      const int peer = me ^ k;
-      if (peer >= n) continue;
-      std::vector<RectStream::Item> out, in;
-      if (auto it = sends[g].find(peer); it != sends[g].end()) {
-        for (const Transfer* t : it->second) out.push_back(old_item(t));
-      }
-      if (auto it = recvs[g].find(peer); it != recvs[g].end()) {
-        for (const Transfer* t : it->second) in.push_back(new_item(t));
-      }
-      if (out.empty() && in.empty()) continue;
-      RectStream send_stream(std::move(out)), recv_stream(std::move(in));
-      int64_t to_send = send_stream.total(), to_recv = recv_stream.total();
-      const int64_t chunk = static_cast<int64_t>(options.chunk_bytes);
-      auto send_one = [&]() -> Status {
-        const int64_t m = std::min(chunk, to_send);
-        send_stream.Transfer(send_buf.data(), m, /*pack=*/true);
-        ELASTRA_RETURN_IF_ERROR(comm.Send(send_buf.data(), m, peer, tag, options.timeout));
-        to_send -= m;
-        stats->bytes_sent += m;
-        ++stats->messages_sent;
-        return OkStatus();
-      };
-      auto recv_one = [&]() -> Status {
-        const int64_t m = std::min(chunk, to_recv);
-        ELASTRA_RETURN_IF_ERROR(comm.Recv(recv_buf.data(), m, peer, tag, options.timeout));
-        recv_stream.Transfer(recv_buf.data(), m, /*pack=*/false);
-        to_recv -= m;
-        stats->bytes_received += m;
-        return OkStatus();
-      };
-      while (to_send > 0 || to_recv > 0) {
-        if (me < peer) {
-          if (to_send > 0) ELASTRA_RETURN_IF_ERROR(send_one());
-          if (to_recv > 0) ELASTRA_RETURN_IF_ERROR(recv_one());
+
+    // One direction of one pair: the staged transfers as a stream cut into chunk-sized
+    // messages, then each direct transfer as one message.
+    struct Direction {
+      std::vector<RectStream::Item> staged;
+      std::vector<std::pair<uint8_t*, int64_t>> direct;
+    };
+    auto build = [&](const std::vector<const Transfer*>& list, bool sending) {
+      Direction d;
+      for (const Transfer* t : list) {
+        const std::string& name = tensors[t->tensor].name;
+        uint8_t* base = sending ? (*shards)[name].data() : fresh[name].data();
+        const Region& region = sending ? old_region[t->tensor] : new_region[t->tensor];
+        if (is_direct[t - plan.transfers.data()]) {
+          const int64_t esize = tensors[t->tensor].element_size;
+          d.direct.push_back(
+              {base + region.LocalOffset(t->rect.row_begin, t->rect.col_begin) * esize, t->bytes});
         } else {
-          if (to_recv > 0) ELASTRA_RETURN_IF_ERROR(recv_one());
-          if (to_send > 0) ELASTRA_RETURN_IF_ERROR(send_one());
+          d.staged.push_back({t, base, region});
+        }
+      }
+      return d;
+    };
+    auto send_to = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
+      RectStream stream(std::move(d.staged));
+      for (int64_t left = stream.total(); left > 0;) {
+        const int64_t m = std::min(chunk, left);
+        uint8_t* buf = staging.Get(m);
+        stream.Transfer(buf, m, /*pack=*/true);
+        ELASTRA_RETURN_IF_ERROR(comm.Send(buf, m, peer, tag, options.timeout));
+        left -= m;
+        c->bytes += m;
+        ++c->messages;
+      }
+      for (const auto& [ptr, bytes] : d.direct) {
+        ELASTRA_RETURN_IF_ERROR(comm.Send(ptr, bytes, peer, tag, options.timeout));
+        c->bytes += bytes;
+        ++c->messages;
+      }
+      return OkStatus();
+    };
+    auto recv_from = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
+      RectStream stream(std::move(d.staged));
+      for (int64_t left = stream.total(); left > 0;) {
+        const int64_t m = std::min(chunk, left);
+        uint8_t* buf = staging.Get(m);
+        ELASTRA_RETURN_IF_ERROR(comm.Recv(buf, m, peer, tag, options.timeout));
+        stream.Transfer(buf, m, /*pack=*/false);
+        left -= m;
+        c->bytes += m;
+      }
+      for (const auto& [ptr, bytes] : d.direct) {
+        ELASTRA_RETURN_IF_ERROR(comm.Recv(ptr, bytes, peer, tag, options.timeout));
+        c->bytes += bytes;
+      }
+      return OkStatus();
+    };
+    static const std::vector<const Transfer*> kNone;
+    auto list_of = [&](std::map<int, std::vector<const Transfer*>>& m, int peer)
+        -> const std::vector<const Transfer*>& {
+      auto it = m.find(peer);
+      return it == m.end() ? kNone : it->second;
+    };
+
+    Counters sent_counters, received_counters;
+    if (options.concurrent_peers) {
+      // One thread per peer and direction: a send to j is matched only by j's thread receiving
+      // from this worker, so the pairs cannot wait on one another.
+      struct Job {
+        int peer;
+        bool sending;
+        Status status;
+        Counters counters;
+      };
+      std::vector<Job> jobs;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == me) continue;
+        if (!list_of(sends[g], peer).empty()) jobs.push_back({peer, true, {}, {}});
+        if (!list_of(recvs[g], peer).empty()) jobs.push_back({peer, false, {}, {}});
+      }
+      // Built here: build() touches the shard maps, which the threads only read through it.
+      std::vector<Direction> dirs;
+      for (const Job& j : jobs) {
+        dirs.push_back(j.sending ? build(list_of(sends[g], j.peer), true)
+                                 : build(list_of(recvs[g], j.peer), false));
+      }
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        threads.emplace_back([&, i] {
+          Staging staging;
+          Job& j = jobs[i];
+          j.status = j.sending ? send_to(j.peer, std::move(dirs[i]), staging, &j.counters)
+                               : recv_from(j.peer, std::move(dirs[i]), staging, &j.counters);
+          if (!j.status.ok()) comm.Abort();  // the other threads fail fast instead of waiting
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (const Job& j : jobs) {
+        Counters& c = j.sending ? sent_counters : received_counters;
+        c.bytes += j.counters.bytes;
+        c.messages += j.counters.messages;
+      }
+      for (const Job& j : jobs) ELASTRA_RETURN_IF_ERROR(j.status);
+    } else {
+      // Pairwise rounds (partner = me XOR k): the lower rank sends its whole part first, the
+      // higher receives first.
+      for (int k = 1; k < pow2; ++k) {
+        const int peer = me ^ k;
+        if (peer >= n) continue;
+        const auto& out = list_of(sends[g], peer);
+        const auto& in = list_of(recvs[g], peer);
+        auto do_send = [&]() -> Status {
+          return out.empty() ? OkStatus()
+                             : send_to(peer, build(out, true), send_buf, &sent_counters);
+        };
+        auto do_recv = [&]() -> Status {
+          return in.empty() ? OkStatus()
+                            : recv_from(peer, build(in, false), recv_buf, &received_counters);
+        };
+        if (me < peer) {
+          ELASTRA_RETURN_IF_ERROR(do_send());
+          ELASTRA_RETURN_IF_ERROR(do_recv());
+        } else {
+          ELASTRA_RETURN_IF_ERROR(do_recv());
+          ELASTRA_RETURN_IF_ERROR(do_send());
         }
       }
     }
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) shards->erase(tensors[i].name);
+    stats->bytes_sent += sent_counters.bytes;
+    stats->messages_sent += sent_counters.messages;
+    stats->bytes_received += received_counters.bytes;
+    stats->seconds_transfer += since(t0);
+    t0 = Clock::now();
+    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
+      if (!same[i]) shards->erase(tensors[i].name);
+    }
     for (auto& [name, bytes] : fresh) (*shards)[name] = std::move(bytes);
+    stats->seconds_allocate += since(t0);
   }
   return OkStatus();
 }

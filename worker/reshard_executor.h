@@ -11,7 +11,9 @@
 // old shards of the group freed before the next group starts. Peak use is the worker's state,
 // plus the new shards of one group, plus two chunk buffers.
 // Schedule: per group, pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
-// a chunk first, the higher receives first, so blocking Send/Recv cannot deadlock.
+// first, the higher receives first, so blocking Send/Recv cannot deadlock. Or, with
+// concurrent_peers, every (peer, direction) on its own thread. Small or strided
+// transfers are packed into chunk-sized staging messages; large contiguous ones go directly.
 // Thread-compatible.
 #pragma once
 
@@ -34,6 +36,15 @@ struct ReshardExecutorOptions {
   size_t chunk_bytes = 4 << 20;
   // Full-tensor bytes processed together (see the memory note above).
   int64_t group_bytes = 64 << 20;
+  // A transfer at least this large that is contiguous in both the sender's and the receiver's
+  // shard goes as its own message straight between the shards, without the staging copies.
+  int64_t direct_min_bytes = 1 << 20;
+  // Every peer at once: one thread per peer and direction, each with its own staging buffer
+  // (memory: 2 x chunk_bytes per peer with traffic). Needs a communicator whose Send and Recv
+  // may run on several threads at once (the Gloo backend's may); on a failure the executor calls
+  // comm.Abort() so the other threads fail fast. Off: one thread, pairwise rounds (partner =
+  // rank XOR k), the lower rank of a pair sending first.
+  bool concurrent_peers = false;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};
 };
@@ -44,6 +55,9 @@ struct ReshardExecutorStats {
   int64_t bytes_copied = 0;  // local copies
   int64_t messages_sent = 0;
   int64_t peak_new_shard_bytes = 0;  // largest group of new shards alive at once
+  double seconds_allocate = 0;       // allocating the new shards and freeing the old
+  double seconds_local = 0;          // local copies
+  double seconds_transfer = 0;       // sends and receives, packing included
 };
 
 // Runs this worker's part of `plan`. kInvalidArgument (before any communication) when the

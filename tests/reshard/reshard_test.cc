@@ -89,7 +89,7 @@ TEST(Region, SubtractLeavesExactlyTheDifference) {
   for (int trial = 0; trial < 300; ++trial) {
     auto rect = [&] {
       int64_t r0 = rng() % 6, c0 = rng() % 6;
-      return Rect{r0, r0 + rng() % 5, c0, c0 + rng() % 5};
+      return Rect{r0, r0 + static_cast<int64_t>(rng() % 5), c0, c0 + static_cast<int64_t>(rng() % 5)};
     };
     const Rect a = rect(), b = rect();
     const auto parts = Subtract(a, b);
@@ -367,6 +367,8 @@ TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
     ReshardExecutorOptions options;
     options.chunk_bytes = 1 + rng() % 700;  // chunks cut rows and rectangles anywhere
     options.group_bytes = static_cast<int64_t>(rng() % 3000);
+    options.direct_min_bytes = static_cast<int64_t>(rng() % 400);  // some transfers go direct
+    options.concurrent_peers = trial % 2 == 1;
     std::vector<ReshardExecutorStats> stats;
     const auto shards = Execute(*plan, "t" + std::to_string(trial) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
@@ -398,6 +400,8 @@ TEST(ReshardProperty, GptStateThroughEveryDimension) {
     std::vector<ReshardExecutorStats> stats;
     ReshardExecutorOptions options;
     options.chunk_bytes = 4096;
+    options.direct_min_bytes = 1024;
+    options.concurrent_peers = i % 2 == 0;
     const auto shards = Execute(*plan, "gpt" + std::to_string(i) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
   }

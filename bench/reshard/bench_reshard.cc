@@ -1,0 +1,354 @@
+// bench_reshard: live resharding of a small Megatron-style GPT's state (parameters and Adam
+// state, ZeRO-1) through layout changes that move every dimension, ranks as threads over Gloo on
+// loopback.
+//
+// For each change: the planner assigns workers to the new layout (fewest bytes moved), the reshard
+// planner builds the transfers, and then, in the same run,
+//   ours: ExecuteReshard on every rank, in both schedules: concurrent (a thread per peer and
+//         direction) and serial (pairwise rounds on one thread). Includes allocating the new
+//         shards, the local copies and freeing the old shards;
+//   raw:  a raw gloo context sends the same bytes per (sender, receiver) pair as one unbound
+//         buffer each, every send and receive posted at once, then waited on.
+// Each is timed from a barrier before to a barrier after, best of --reps. The first repetition
+// of ours is checked bit for bit against the global tensors.
+//
+// Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
+//        --chunk-kib N, --direct-min-kib N (executor options)
+// Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
+// "serial_time_vs_raw":z} with x = sum bytes moved / sum lower bounds, y = sum of our concurrent
+// times / sum of raw times, z the same for the serial schedule.
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <nlohmann/json.hpp>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "collectives/kv_store.h"
+#include "coordinator/model_description.h"
+#include "coordinator/planner.h"
+#include "elastra/sharding.h"
+#include "worker/reshard_executor.h"
+#include "worker/reshard_plan.h"
+
+namespace elastra {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+uint8_t GlobalByte(size_t t, int64_t e, size_t k) {
+  uint64_t x = (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(e) * 0x9E3779B97F4A7C15ULL) ^ k;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  return static_cast<uint8_t>(x ^ (x >> 32));
+}
+
+ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
+  ShardMap shards;
+  const int rank = p.RankOfWorker(worker);
+  if (rank < 0) return shards;
+  for (size_t t = 0; t < state.tensors.size(); ++t) {
+    const TensorSpec& spec = state.tensors[t];
+    const Region region =
+        LocalRegion(spec, state.num_layers, p.layout, CoordinatesOf(p.layout, rank));
+    if (region.empty()) continue;
+    const size_t es = spec.element_size;
+    const int64_t cols = FullRect(spec.shape).col_end;
+    std::vector<uint8_t> out(region.elements() * es);
+    for (const Rect& piece : region.Pieces()) {
+      for (int64_t r = piece.row_begin; r < piece.row_end; ++r) {
+        uint8_t* dst = out.data() + region.LocalOffset(r, piece.col_begin) * es;
+        for (int64_t c = piece.col_begin; c < piece.col_end; ++c) {
+          for (size_t k = 0; k < es; ++k) *dst++ = GlobalByte(t, r * cols + c, k);
+        }
+      }
+    }
+    shards[spec.name] = std::move(out);
+  }
+  return shards;
+}
+
+// Our communicators for n thread-ranks; retried under a fresh prefix when the backend's socket
+// discovery misses a socket (it scans /proc/self/fd, which races with other ranks' threads).
+std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
+                                                      const std::string& prefix, int n) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::vector<std::unique_ptr<Communicator>> comms(n);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n; ++w) {
+      threads.emplace_back([&, w] {
+        GlooOptions o;
+        o.store = store;
+        o.prefix = prefix + "a" + std::to_string(attempt) + "/";
+        o.rank = w;
+        o.size = n;
+        o.timeout = std::chrono::milliseconds(120000);
+        auto c = CreateGlooCommunicator(o);
+        if (c.ok()) comms[w] = std::move(c).value();
+      });
+    }
+    for (auto& t : threads) t.join();
+    bool all = true;
+    for (auto& c : comms) all = all && c != nullptr;
+    if (all) return comms;
+  }
+  std::fprintf(stderr, "bench_reshard: cannot connect %d ranks\n", n);
+  std::exit(1);
+}
+
+struct ChangeResult {
+  Json json;
+  int64_t moved = 0, lower_bound = 0;
+  double ours_s = 0, serial_s = 0, raw_s = 0;
+};
+
+ReshardExecutorOptions g_options;
+
+ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
+                       const Layout& to, int per_host, int reps, int index) {
+  ChangeResult out;
+  const int n = std::max(from.world(), to.world());
+  std::vector<int> hosts(n);
+  for (int w = 0; w < n; ++w) hosts[w] = w / per_host;
+  std::vector<int> identity(from.world());
+  std::iota(identity.begin(), identity.end(), 0);
+  PlannerOptions po;
+  po.kept_bytes = [&](int fr, const Layout& tl, int tr) {
+    const Coordinates c = CoordinatesOf(from, fr);
+    return KeptBytes(state, from, &c, tl, CoordinatesOf(tl, tr));
+  };
+  auto assign = AssignRanks(model, to, hosts, CurrentPlacement{from, identity}, po);
+  if (!assign.ok()) {
+    std::fprintf(stderr, "bench_reshard: %s\n", assign.status().ToString().c_str());
+    std::exit(1);
+  }
+  auto plan = BuildReshardPlan(state, Placement{from, identity}, Placement{to, *assign}, hosts);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "bench_reshard: %s\n", plan.status().ToString().c_str());
+    std::exit(1);
+  }
+  out.moved = plan->bytes_moved;
+  out.lower_bound = plan->bytes_lower_bound;
+
+  // Bytes per (src, dst) pair for the raw copy.
+  std::map<std::pair<int, int>, int64_t> pair_bytes;
+  for (const Transfer& t : plan->transfers) pair_bytes[{t.src, t.dst}] += t.bytes;
+
+  std::vector<ShardMap> initial(n);
+  for (int w = 0; w < n; ++w) initial[w] = ShardsOf(state, plan->from, w);
+
+  InMemoryKeyValueStore store;
+  auto comms = ConnectAll(&store, "c" + std::to_string(index) + "/", n);
+  auto raw_store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> raw(n);
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n; ++w) {
+      threads.emplace_back([&, w] {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        raw[w] = std::make_shared<gloo::rendezvous::Context>(w, n);
+        gloo::rendezvous::PrefixStore prefixed("raw" + std::to_string(index), *raw_store);
+        raw[w]->connectFullMesh(prefixed, device);
+        raw[w]->setTimeout(std::chrono::milliseconds(120000));
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  std::barrier sync(n);
+  double best_ours[2] = {1e30, 1e30}, best_raw = 1e30;
+  bool verified = false, ok = true;
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      // Raw buffers: one per pair, sized like the plan's traffic.
+      std::vector<std::vector<uint8_t>> send_bufs, recv_bufs;
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends, recvs;
+      std::vector<int> send_peer, recv_peer;
+      for (const auto& [pair, bytes] : pair_bytes) {
+        if (pair.first == w) {
+          send_bufs.emplace_back(bytes, 1);
+          sends.push_back(raw[w]->createUnboundBuffer(send_bufs.back().data(), bytes));
+          send_peer.push_back(pair.second);
+        }
+        if (pair.second == w) {
+          recv_bufs.emplace_back(bytes, 0);
+          recvs.push_back(raw[w]->createUnboundBuffer(recv_bufs.back().data(), bytes));
+          recv_peer.push_back(pair.first);
+        }
+      }
+      for (int rep = 0; rep < reps; ++rep) {
+        for (int mode = 0; mode < 2; ++mode) {
+          ReshardExecutorOptions options = g_options;
+          options.concurrent_peers = mode == 1;
+          ShardMap shards = initial[w];
+          sync.arrive_and_wait();
+          const auto t0 = Clock::now();
+          sync.arrive_and_wait();
+          ReshardExecutorStats st;
+          Status s = ExecuteReshard(*plan, *comms[w], &shards, options, &st);
+          sync.arrive_and_wait();
+          const double ours = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (!s.ok()) errors[w] = s.ToString();
+          if (rep == 0 && ShardsOf(state, plan->to, w) != shards) {
+            errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
+          }
+          if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
+            std::printf("  rank0 rep %d %s: total %.4f alloc %.4f local %.4f transfer %.4f\n",
+                        rep, mode ? "concurrent" : "serial", ours, st.seconds_allocate,
+                        st.seconds_local, st.seconds_transfer);
+          }
+          if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
+        }
+        sync.arrive_and_wait();
+        const auto t1 = Clock::now();
+        sync.arrive_and_wait();
+        try {
+          for (size_t i = 0; i < recvs.size(); ++i) recvs[i]->recv(recv_peer[i], 7);
+          for (size_t i = 0; i < sends.size(); ++i) sends[i]->send(send_peer[i], 7);
+          for (auto& b : sends) b->waitSend();
+          for (auto& b : recvs) b->waitRecv();
+        } catch (const std::exception& e) {
+          errors[w] = std::string("raw gloo: ") + e.what();
+        }
+        sync.arrive_and_wait();
+        const double rawt = std::chrono::duration<double>(Clock::now() - t1).count();
+        if (w == 0) best_raw = std::min(best_raw, rawt);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) {
+      std::fprintf(stderr, "bench_reshard: %s -> %s: %s\n", from.ToString().c_str(),
+                   to.ToString().c_str(), e.c_str());
+      ok = false;
+    }
+  }
+  verified = ok;
+  if (!ok) std::exit(1);
+  out.ours_s = best_ours[1];
+  out.serial_s = best_ours[0];
+  out.raw_s = best_raw;
+  out.json = {{"from", from.ToString()}, {"to", to.ToString()}, {"workers", n},
+              {"bytes_moved", plan->bytes_moved}, {"bytes_lower_bound", plan->bytes_lower_bound},
+              {"bytes_local", plan->bytes_local}, {"transfers", plan->num_transfers()},
+              {"max_sent", plan->max_sent}, {"max_received", plan->max_received},
+              {"ours_concurrent_s", best_ours[1]}, {"ours_serial_s", best_ours[0]},
+              {"raw_s", best_raw},
+              {"time_vs_raw", best_raw > 0 ? best_ours[1] / best_raw : 0.0},
+              {"serial_time_vs_raw", best_raw > 0 ? best_ours[0] / best_raw : 0.0},
+              {"verified", verified}};
+  std::printf("%-16s -> %-16s %d workers  moved %7.1f MiB = lower bound %7.1f MiB  concurrent "
+              "%.3f s  serial %.3f s  raw %.3f s  (%.2fx, %.2fx)\n",
+              from.ToString().c_str(), to.ToString().c_str(), n, plan->bytes_moved / 1048576.0,
+              plan->bytes_lower_bound / 1048576.0, best_ours[1], best_ours[0], best_raw,
+              best_ours[1] / best_raw, best_ours[0] / best_raw);
+  std::fflush(stdout);
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  int hidden = 256, layers = 8, reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&](int* v) {
+      if (i + 1 >= argc || (*v = std::atoi(argv[++i])) < 1) {
+        std::fprintf(stderr, "bench_reshard: %s needs a positive integer\n", a.c_str());
+        std::exit(2);
+      }
+    };
+    if (a == "--hidden") {
+      next(&hidden);
+    } else if (a == "--layers") {
+      next(&layers);
+    } else if (a == "--reps") {
+      next(&reps);
+    } else if (a == "--direct-min-kib") {
+      int v = 0;
+      next(&v);
+      g_options.direct_min_bytes = static_cast<int64_t>(v) << 10;
+    } else if (a == "--chunk-kib") {
+      int v = 0;
+      next(&v);
+      g_options.chunk_bytes = static_cast<size_t>(v) << 10;
+    } else if (a == "--quick") {
+      hidden = 128;
+      reps = 2;
+    } else {
+      std::fprintf(stderr, "usage: bench_reshard [--hidden N] [--layers N] [--reps N] [--quick]\n");
+      return 2;
+    }
+  }
+  ModelDescription model;
+  model.layers = layers;
+  model.hidden = hidden;
+  model.heads = 8;
+  model.ffn_hidden = 4 * hidden;
+  model.vocab = 8000;
+  model.seq_len = 512;
+  model.global_batch = 64;
+  model.micro_batch = 1;
+  model.dtype = "fp32";
+  model.zero = 1;
+  model.device_memory_gib = 80;
+  GptConfig g;
+  g.layers = layers;
+  g.hidden = hidden;
+  g.ffn_hidden = 4 * hidden;
+  g.vocab = model.vocab;
+  g.seq_len = model.seq_len;
+  g.param_size = 4;
+  g.adam = true;
+  g.zero = true;
+  const StateSpec state = GptState(g);
+  std::printf("GPT: %d layers, hidden %d, state %.1f MiB (fp32 parameters + Adam, ZeRO-1), "
+              "4 workers per host\n",
+              layers, hidden, state.TotalBytes() / 1048576.0);
+  const std::vector<std::pair<Layout, Layout>> changes = {
+      {{2, 1, 2}, {1, 2, 2}}, {{1, 2, 2}, {4, 1, 1}}, {{4, 1, 1}, {1, 2, 4}},
+      {{1, 2, 4}, {2, 2, 2}}, {{2, 2, 2}, {8, 1, 1}}, {{8, 1, 1}, {2, 1, 4}},
+      {{2, 1, 4}, {1, 4, 1}}};
+  Json list = Json::array();
+  int64_t moved = 0, lb = 0;
+  double ours = 0, serial = 0, rawt = 0;
+  for (size_t i = 0; i < changes.size(); ++i) {
+    ChangeResult r = RunChange(model, state, changes[i].first, changes[i].second, 4, reps,
+                               static_cast<int>(i));
+    list.push_back(r.json);
+    moved += r.moved;
+    lb += r.lower_bound;
+    ours += r.ours_s;
+    serial += r.serial_s;
+    rawt += r.raw_s;
+  }
+  Json out = {{"bench", "reshard"}, {"hidden", hidden}, {"layers", layers},
+              {"state_bytes", state.TotalBytes()}, {"changes", list},
+              {"moved_vs_lower_bound", lb > 0 ? static_cast<double>(moved) / lb : 1.0},
+              {"serial_time_vs_raw", rawt > 0 ? serial / rawt : 0.0},
+              {"time_vs_raw", rawt > 0 ? ours / rawt : 0.0}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace elastra
+
+int main(int argc, char** argv) { return elastra::Main(argc, argv); }
