@@ -88,5 +88,50 @@ TEST(CollectionAdapterTest, SaveUnderTp2ZeroLoadUnderTp3) {
   fs::remove_all(root);
 }
 
+// dp=2 x tp=2: the two DP replicas of each TP shard of w save half of it each, and the four
+// holders of the replicated v a quarter each: one copy of everything on disk. A tp=1 rank then
+// loads the whole tensors from the four files.
+TEST(CollectionAdapterTest, ReplicasShareTheWrite) {
+  const std::string root =
+      (fs::temp_directory_path() / ("elastra_adapter_dp_" + std::to_string(::getpid()))).string();
+  fs::remove_all(root);
+  std::vector<ShardDescriptor> descs;
+  uint64_t saved = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const int dp_rank = rank / 2, tp_rank = rank % 2;
+    TensorCollection c = Make(Rows(4, tp_rank * 3, tp_rank * 3 + 3),
+                              Region{Rect{0, 1, 0, 12}, 0, 12}, 7.0f);  // v not ZeRO here
+    c.mutable_tensors()[1].spec.rule = Replicated();
+    const Layout layout{2, 1, 2};
+    const Coordinates coords = CoordinatesOf(layout, rank);
+    ASSERT_EQ(coords.dp_rank, dp_rank);
+    ASSERT_EQ(coords.tp_rank, tp_rank);
+    StateView v = ViewOf(c, layout, coords);
+    for (const TensorShard& t : v.tensors) saved += t.data.size();
+    WriterOptions o;
+    o.root = root;
+    o.rank = rank;
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok());
+    auto d = (*w)->Write({"job", 5, 1}, v);
+    ASSERT_TRUE(d.ok()) << d.status();
+    descs.push_back(*d);
+  }
+  EXPECT_EQ(saved, (24u + 12u) * 4);  // every element once
+  // Without one DP rank's half the commit refuses: the regions do not tile the tensors.
+  auto partial = CommitCheckpoint({nullptr, root, 2}, {"job", 5, 1}, {2, 1, 2},
+                                  {descs[0], descs[1], descs[2]});
+  EXPECT_EQ(partial.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(CommitCheckpoint({nullptr, root, 2}, {"job", 5, 1}, {2, 1, 2}, descs).ok());
+  TensorCollection expected = Make(Rows(4, 0, 6), Region{Rect{0, 1, 0, 12}, 0, 12}, 7.0f);
+  TensorCollection c = Make(Rows(4, 0, 6), Region{Rect{0, 1, 0, 12}, 0, 12}, 0.0f);
+  auto loaded = LoadLatest(Env::Default(), root, RequestsFor(c));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(RestoreInto(std::move(loaded).value(), &c).ok());
+  EXPECT_EQ(c.tensors()[0].data, expected.tensors()[0].data);
+  EXPECT_EQ(c.tensors()[1].data, expected.tensors()[1].data);
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace elastra::checkpoint

@@ -31,14 +31,41 @@ inline std::vector<Box> BoxesOf(const TensorSpec& spec, const Region& region) {
   return pieces;
 }
 
-// What this rank saves: every local shard, as boxes over its buffer. The spans point into
-// `state`: keep it unchanged until CheckpointWriter::Snapshot() returns.
-inline StateView ViewOf(const TensorCollection& state) {
+// What this rank saves, as boxes over its local buffers. The spans point into `state`: keep it
+// unchanged until CheckpointWriter::Snapshot() returns.
+//
+// A shard held identically by several ranks (its rule replicates it over DP unless `zero`, over
+// TP unless `tp_split_dim` >= 0, over PP unless `layer` >= 0) is saved once in total, not once per
+// holder: the k-th of its n holders saves the flat part [k*m/n, (k+1)*m/n) of its m elements, so
+// the holders share the write bandwidth. CommitCheckpoint checks that the parts of all ranks tile
+// every tensor. The defaults (one rank) save everything, as before Worker::Start().
+inline StateView ViewOf(const TensorCollection& state, const Layout& layout = {},
+                        const Coordinates& coords = {}) {
   StateView view;
   for (const TensorCollection::Tensor& t : state.tensors()) {
     const size_t esize = ElementSize(static_cast<int32_t>(t.dtype));
-    size_t at = 0;
-    for (const Box& b : BoxesOf(t.spec, t.region)) {
+    int64_t holders = 1, k = 0;
+    if (!t.spec.rule.zero) {
+      holders *= layout.dp;
+      k = k * layout.dp + coords.dp_rank;
+    }
+    if (t.spec.rule.tp_split_dim < 0) {
+      holders *= layout.tp;
+      k = k * layout.tp + coords.tp_rank;
+    }
+    if (t.spec.rule.layer < 0) {
+      holders *= layout.pp;
+      k = k * layout.pp + coords.pp_rank;
+    }
+    Region part = t.region;
+    if (holders > 1 && !part.empty()) {
+      const int64_t m = part.elements();
+      part.flat_begin = t.region.flat_begin + m * k / holders;
+      part.flat_end = t.region.flat_begin + m * (k + 1) / holders;
+    }
+    if (part.empty()) continue;
+    size_t at = static_cast<size_t>(part.flat_begin - t.region.flat_begin) * esize;
+    for (const Box& b : BoxesOf(t.spec, part)) {
       const size_t n = b.volume() * esize;
       TensorShard s;
       s.name = t.spec.name;
