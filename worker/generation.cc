@@ -1,6 +1,6 @@
 #include "worker/generation.h"
 
-#include <future>
+#include <algorithm>
 #include <map>
 
 #include "collectives/gloo/gloo_communicator.h"
@@ -47,57 +47,29 @@ StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, const std
 }  // namespace
 
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank) {
-  struct Pending {
-    char group;
-    std::string name;
-    int rank = 0;
-    int size = 0;
-    std::future<StatusOr<std::unique_ptr<Communicator>>> result;
-  };
-  std::vector<Pending> pending;
-  auto start = [&](char group, std::string name, int r, int size) {
-    Pending p{group, std::move(name), r, size, {}};
-    pending.push_back(std::move(p));
-  };
-  start('w', "world", rank, layout.world());
-  // A group spanning the whole world is the world; a group of one needs no connections but gets
-  // its own (trivial) communicator so the calls behave the same.
+  // One after the other: gloo contexts connected concurrently in one process sometimes could not
+  // be aborted (a blocked call on one waited out its timeout; seen in the kill tests), so the
+  // groups are built in sequence. Only 3-D layouts pay for it: with pp = tp = 1 every group is
+  // the world.
+  GroupSet set;
+  ELASTRA_ASSIGN_OR_RETURN(set.world, Connect(options, "world", rank, layout.world()));
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
-    if (static_cast<int>(ranks.size()) == layout.world()) continue;
-    int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-    // Groups are named by their lowest member so each group's ranks meet under one prefix.
-    start(g, std::string(1, g) + "p" + std::to_string(ranks.front()), index,
-          static_cast<int>(ranks.size()));
-  }
-  for (auto& p : pending) {
-    p.result = std::async(std::launch::async, [&options, name = p.name, r = p.rank, n = p.size] {
-      return Connect(options, name, r, n);
-    });
-  }
-  GroupSet set;
-  Status first_error;
-  for (auto& p : pending) {
-    auto comm = p.result.get();
-    if (!comm.ok()) {
-      if (first_error.ok()) first_error = comm.status().WithContext("group " + p.name);
-      continue;
+    std::shared_ptr<Communicator> comm = set.world;
+    // A group spanning the whole world is the world. Groups are named by their lowest member so
+    // each group's ranks meet under one prefix.
+    if (static_cast<int>(ranks.size()) != layout.world()) {
+      const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+      const std::string name = std::string(1, g) + "p" + std::to_string(ranks.front());
+      auto c = Connect(options, name, index, static_cast<int>(ranks.size()));
+      if (!c.ok()) {
+        set.Abort();
+        return c.status().WithContext("group " + name);
+      }
+      comm = std::move(c).value();
     }
-    std::shared_ptr<Communicator> c = std::move(comm).value();
-    switch (p.group) {
-      case 'w': set.world = c; break;
-      case 'd': set.dp = c; break;
-      case 'p': set.pp = c; break;
-      case 't': set.tp = c; break;
-    }
+    (g == 'd' ? set.dp : g == 'p' ? set.pp : set.tp) = comm;
   }
-  if (!first_error.ok()) {
-    set.Abort();
-    return first_error;
-  }
-  if (!set.dp) set.dp = set.world;
-  if (!set.pp) set.pp = set.world;
-  if (!set.tp) set.tp = set.world;
   return set;
 }
 
