@@ -144,7 +144,7 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
   if (env.world_rank == 0 && MpirunRecoveryFlag().empty()) {
     LOG(WARNING) << "mpirun was started without --enable-recovery (or --mca "
                     "orte_abort_on_non_zero_status 0): one failed rank will make mpirun kill "
-                    "the whole job; add --mca orte_abort_on_non_zero_status 0 to keep it alive";
+                    "the whole job; add --enable-recovery to keep it alive";
   }
   std::shared_ptr<MpiBootstrap> b(new MpiBootstrap(env));
   std::string bind = Getenv("ELASTRA_BIND_HOST");
@@ -313,7 +313,24 @@ MpiBootstrap::~MpiBootstrap() {
   if (finalize_mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (!finalized) {
+      // Open MPI 4's MPI_Finalize can wait forever for a rank that died (measured with
+      // --enable-recovery: survivors hang in ompi_mpi_finalize in some runs). A polled barrier
+      // first tells whether every rank is still there; if not, exit without finalizing (mpirun
+      // then reports an abnormal termination, which it is).
+      long long timeout_ms = 15000;
+      auto t = EnvNumber("ELASTRA_MPI_FINALIZE_TIMEOUT_MS", timeout_ms, 0, 1LL << 40);
+      if (t.ok()) timeout_ms = *t;
+      MPI_Request request;
+      MPI_Ibarrier(MPI_COMM_WORLD, &request);
+      if (WaitUntil(&request, SteadyClock::now() + milliseconds(timeout_ms))) {
+        MPI_Finalize();
+      } else {
+        LOG(WARNING) << "mpirun: not every MPI rank reached the end within " << timeout_ms
+                     << " ms (ELASTRA_MPI_FINALIZE_TIMEOUT_MS; a rank died?): exiting without "
+                        "MPI_Finalize, which could wait for it forever";
+      }
+    }
     g_finalized = true;
   }
 #endif
