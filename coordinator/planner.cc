@@ -422,6 +422,9 @@ StatusOr<PlanResult> PlanLayout(const ModelDescription& model,
       msg += buf;
     } else if (!first_reason.empty()) {
       msg += "; e.g. " + first_reason;
+    } else {
+      msg += " with the pins (tp=" + std::to_string(pin_tp) + ", pp=" + std::to_string(pin_pp) +
+             ", 0 = free): tp x pp exceeds the workers";
     }
     return InvalidArgumentError(msg);
   }

@@ -179,6 +179,9 @@ TEST(Planner, PinsAreHonoured) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("tp=3"), std::string::npos) << bad.status();
   EXPECT_FALSE(PlanLayout(m, {}, {}, {}).ok());
+  auto too_wide = PlanLayout(m, Hosts(2, 8), PlannerPins{4, 0, false}, {});
+  ASSERT_FALSE(too_wide.ok());
+  EXPECT_NE(too_wide.status().message().find("exceeds the workers"), std::string::npos);
 }
 
 TEST(CostModel, BubbleAndTrafficFollowTheDocumentedFormulas) {
