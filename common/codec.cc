@@ -11,6 +11,7 @@ bool IsKnownType(uint16_t type) {
     case MessageType::kPaused:
     case MessageType::kGenerationReady:
     case MessageType::kFailureReport:
+    case MessageType::kCheckpointWritten:
     case MessageType::kJoinReply:
     case MessageType::kPauseRequest:
     case MessageType::kRecoverRequest:
@@ -43,6 +44,7 @@ const char* TypeName(MessageType type) {
     case MessageType::kPaused: return "Paused";
     case MessageType::kGenerationReady: return "GenerationReady";
     case MessageType::kFailureReport: return "FailureReport";
+    case MessageType::kCheckpointWritten: return "CheckpointWritten";
     case MessageType::kJoinReply: return "JoinReply";
     case MessageType::kPauseRequest: return "PauseRequest";
     case MessageType::kRecoverRequest: return "RecoverRequest";

@@ -50,6 +50,7 @@ enum class MessageType : uint16_t {
   kPaused = 13,           // PausedReport (no reply): stopped after step, or aborted for recovery
   kGenerationReady = 14,  // GenerationReady (no reply): communicators built, state moved
   kFailureReport = 15,    // FailureReport (no reply): a collective failed in this generation
+  kCheckpointWritten = 16,  // CheckpointWritten (no reply): a rank's shard file is durable
 
   // Coordinator -> worker pushes.
   kJoinReply = 20,
@@ -189,9 +190,30 @@ struct NewGeneration {
   // same reshard plan from (prev_layout, prev_members) to (layout, members).
   Layout prev_layout;
   std::vector<Member> prev_members;
+  // The newest committed checkpoint (a directory; empty when none). Members load it when the
+  // state cannot be rebuilt from memory (a shard lost with its only holder), and on reason
+  // "resume" (a job restarted from disk), when prev_members is empty.
+  std::string checkpoint_dir;
   template <class A> void serialize(A& ar) {
     ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix, reason,
-       prev_layout, prev_members);
+       prev_layout, prev_members, checkpoint_dir);
+  }
+};
+
+// Worker -> coordinator: this rank's shard file of checkpoint (step, generation) is durable (or
+// failed). The coordinator commits the manifest when every rank of that generation reported.
+struct CheckpointWritten {
+  uint64_t generation = 0;
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t ranks = 0;        // world size of that generation
+  Layout layout;
+  std::string root;         // the checkpoint root directory
+  bool ok = false;
+  std::string error;        // why not, when !ok
+  std::string descriptor;   // EncodeShardDescriptor() bytes, when ok
+  template <class A> void serialize(A& ar) {
+    ar(generation, step, rank, ranks, layout, root, ok, error, descriptor);
   }
 };
 

@@ -1,6 +1,8 @@
 #include "coordinator/coordinator_core.h"
 
 #include "elastra/sharding.h"
+#include "worker/checkpoint/reader.h"
+#include "worker/checkpoint/writer.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -37,6 +39,186 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
   if (options_.initial_workers < 1) options_.initial_workers = 1;
   if (options_.max_workers < 1) options_.max_workers = 1;
   layout_.dp = 0;
+  if (!options_.state_dir.empty()) OpenJournal();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Journal.
+
+void CoordinatorCore::OpenJournal() {
+  auto journal = Journal::Open(options_.state_dir + "/journal.bin");
+  if (!journal.ok()) {
+    journal_status_ = journal.status();
+    return;
+  }
+  journal_ = std::move(journal).value();
+  const JournalState& s = journal_->state();
+  if (s.empty()) {
+    journal_status_ = journal_->RecordJob(options_.job, options_.initial_workers,
+                                          options_.max_workers);
+    return;
+  }
+  if (s.job != options_.job) {
+    journal_status_ = FailedPreconditionError("the journal in " + options_.state_dir +
+                                              " belongs to job '" + s.job + "', not '" +
+                                              options_.job + "'");
+    return;
+  }
+  Restore(s);
+}
+
+void CoordinatorCore::Restore(const JournalState& s) {
+  restored_ = true;
+  const TimePoint now = clock_->Now();
+  highest_generation_ = s.highest_generation;
+  checkpoints_ = s.checkpoints;
+  for (const auto& id : s.seen_ids) membership_.MarkSeen(id);
+  for (const auto& g : s.history) {
+    HistoryEntry h;
+    h.generation = g.generation;
+    h.reason = g.reason;
+    h.layout = g.layout;
+    for (const auto& m : g.members) h.workers.push_back(m.id);
+    h.timings.downtime_ms = g.downtime_ms;
+    h.timings.agreement_ms = g.agreement_ms;
+    h.timings.rebuild_ms = g.rebuild_ms;
+    h.timings.transfer_ms = g.transfer_ms;
+    history_.push_back(std::move(h));
+  }
+  auto restore_worker = [&](const JournalWorker& w) {
+    proto::JoinRequest join;
+    join.worker_id = w.id;
+    join.host = w.host;
+    join.device = w.device;
+    join.pid = w.pid;
+    membership_.Join(join, /*identity=*/"", now).IgnoreError();
+  };
+  auto state_of = [&](const std::string& id) {
+    auto it = s.worker_states.find(id);
+    return it == s.worker_states.end() ? std::string() : it->second;
+  };
+  // Members: the committed generation's, then (a change in flight) the workers it involved.
+  std::vector<std::string> members;
+  if (const JournalGeneration* g = s.current()) {
+    generation_ = g->generation;
+    layout_ = g->layout;
+    job_state_ = JobState::kRunning;
+    for (const auto& m : g->members) {
+      current_members_.push_back(m.id);
+      if (state_of(m.id) == "lost") continue;
+      restore_worker(m);
+      members.push_back(m.id);
+    }
+  }
+  if (s.change_in_flight) {
+    for (const auto& w : s.change_workers) {
+      if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+      if (!state_of(w.id).empty()) continue;
+      restore_worker(w);
+      members.push_back(w.id);
+    }
+  }
+  for (const auto& w : s.standby) {
+    if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+    restore_worker(w);
+    health_.Beat(w.id);
+  }
+  membership_.AssignRanks(members);
+  for (const auto& id : members) {
+    if (state_of(id) == "finished") {
+      membership_.SetState(id, WorkerState::kFinished);
+    } else {
+      health_.Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
+    }
+  }
+  if (s.resize) {
+    PendingResize p;
+    p.workers = s.resize->workers;
+    p.has_layout = s.resize->has_layout;
+    p.layout = s.resize->layout;
+    p.wait = false;  // the client that asked is gone (docs/journal.md)
+    p.received = now;
+    resize_ = p;
+  }
+  if (s.ended == "finished") job_state_ = JobState::kFinished;
+  if (s.ended == "failed") job_state_ = JobState::kFailed;
+  restart_pending_ = !JobOver();
+  restart_recover_ = s.change_in_flight;
+  restart_why_ = "the coordinator restarted while changing to generation " +
+                 std::to_string(s.change_target) + " (" + s.change_kind + ")";
+  restart_deadline_ = now + options_.heartbeat_timeout;
+  LOG(WARNING) << "took back job " << options_.job << " from " << journal_->path() << " ("
+               << s.records << " records): generation " << generation_ << ", "
+               << membership_.Members().size() << " member(s), " << membership_.Standby().size()
+               << " standby"
+               << (s.change_in_flight ? "; a change was in flight: recovering once the workers "
+                                        "reconnect"
+                                      : "")
+               << (s.ended.empty() ? std::string() : "; the job is " + s.ended);
+}
+
+void CoordinatorCore::MaybeFinishRestart() {
+  if (!restart_pending_) return;
+  if (JobOver()) {
+    restart_pending_ = false;
+    return;
+  }
+  bool all_heard = true;
+  for (const auto& id : membership_.Members()) {
+    const WorkerInfo* w = membership_.Find(id);
+    if (w != nullptr && w->identity.empty()) all_heard = false;
+  }
+  if (!all_heard && clock_->Now() < restart_deadline_) return;
+  restart_pending_ = false;
+  if (restart_recover_ && reconf_.phase() == Phase::kIdle) {
+    restart_recover_ = false;
+    StartRecovery({}, restart_why_);
+    return;
+  }
+  restart_recover_ = false;
+  if (resize_ && reconf_.phase() == Phase::kIdle) ContinueResize();
+}
+
+void CoordinatorCore::Journaled(const Status& s) {
+  if (!s.ok()) {
+    LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): "
+                              << s;
+  }
+}
+
+JournalWorker CoordinatorCore::JournalRecordOf(const std::string& id) const {
+  JournalWorker r;
+  r.id = id;
+  if (const WorkerInfo* w = membership_.Find(id)) {
+    r.host = w->host;
+    r.device = w->device;
+    r.pid = w->pid;
+  }
+  return r;
+}
+
+std::vector<JournalWorker> CoordinatorCore::JournalRecordsOf(
+    const std::vector<std::string>& ids) const {
+  std::vector<JournalWorker> out;
+  for (const auto& id : ids) out.push_back(JournalRecordOf(id));
+  return out;
+}
+
+void CoordinatorCore::JournalLost(const std::string& id) {
+  if (journal_) Journaled(journal_->RecordWorkerState(id, "lost"));
+}
+
+void CoordinatorCore::EndResize() {
+  if (!resize_) return;
+  resize_.reset();
+  if (journal_) Journaled(journal_->RecordResizeEnd());
+}
+
+Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,
+                                         const std::string& dir) {
+  if (journal_) ELASTRA_RETURN_IF_ERROR(journal_->RecordCheckpoint(step, generation, dir));
+  checkpoints_.push_back(JournalCheckpoint{step, generation, dir});
+  return OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,6 +298,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity,
     case T::kPaused: OnPaused(e); break;
     case T::kGenerationReady: OnGenerationReady(e); break;
     case T::kFailureReport: OnFailureReport(e); break;
+    case T::kCheckpointWritten: OnCheckpointWritten(e); break;
     case T::kKvSet:
     case T::kKvGet:
     case T::kKvWait:
@@ -182,12 +365,14 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
       case WorkerState::kStandby:
         LOG(WARNING) << "standby worker " << id << " missed its heartbeat deadline";
         membership_.SetState(id, WorkerState::kLost);
+        if (journal_) Journaled(journal_->RecordWorkerState(id, "removed"));
         break;
       case WorkerState::kLeaving: membership_.Remove(id); break;
       default: break;
     }
   }
   if (!lost.empty()) LoseWorkers(lost, "missed heartbeat deadline");
+  MaybeFinishRestart();
 
   if (reconf_.DeadlinePassed()) {
     auto silent = reconf_.Unanswered();
@@ -204,7 +389,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
                               std::to_string(resize_->workers) +
                               " workers were available within spawn_timeout (" +
                               std::to_string(options_.spawn_timeout.count()) + " ms)");
-    resize_.reset();
+    EndResize();
     outstanding_spawns_.clear();
   }
   return std::move(out_);
@@ -234,6 +419,7 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   }
   outstanding_spawns_.erase(req.worker_id);
   health_.Beat(req.worker_id);
+  if (journal_) Journaled(journal_->RecordJoin(JournalRecordOf(req.worker_id)));
   if (state_spec_.tensors.empty() && !req.state.tensors.empty()) state_spec_ = req.state;
   if (model_json_.empty() && !req.model_json.empty()) model_json_ = req.model_json;
   proto::JoinReply reply;
@@ -264,6 +450,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
     case WorkerState::kLeaving:
     case WorkerState::kLost:
       membership_.Remove(e.sender);
+      if (journal_) Journaled(journal_->RecordWorkerState(e.sender, "removed"));
       return;
     case WorkerState::kFinished:
       return;
@@ -271,6 +458,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
       break;
   }
   if (req.reason == "finished") {
+    if (journal_) Journaled(journal_->RecordWorkerState(e.sender, "finished"));
     w->state = WorkerState::kFinished;  // keeps its rank for status
     bool all = !current_members_.empty();
     for (const auto& id : current_members_) {
@@ -358,6 +546,7 @@ void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
   switch (w->state) {
     case WorkerState::kLeaving:
     case WorkerState::kStandby:
+      if (journal_) Journaled(journal_->RecordWorkerState(w->id, "removed"));
       membership_.Remove(w->id);
       return;
     case WorkerState::kMember:
@@ -456,6 +645,14 @@ void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::
   agent.max_workers = req.max_workers;
   membership_.RegisterAgent(agent);
   Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id, generation_);
+  if (JobOver()) {
+    // An agent registering again after a restart may have missed the job's end.
+    proto::Shutdown shutdown;
+    shutdown.exit_code = job_state_ == JobState::kFinished ? 0 : 1;
+    shutdown.reason = job_state_ == JobState::kFinished ? "every member finished" : "the job failed";
+    Send(identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    return;
+  }
   if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle) {
     ContinueResize();
   }
@@ -494,7 +691,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
                                             " has finished training; the job is ending"));
     }
   }
-  if (resize_ || reconf_.phase() != Phase::kIdle) {
+  if (resize_ || reconf_.phase() != Phase::kIdle || restart_pending_) {
     return refuse(FailedPreconditionError("another reconfiguration is in progress (" + state() +
                                           "); retry when it is done"));
   }
@@ -518,6 +715,13 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   p.wait = req.wait;
   p.received = clock_->Now();
   resize_ = p;
+  if (journal_) {
+    JournalResize z;
+    z.workers = p.workers;
+    z.has_layout = p.has_layout;
+    z.layout = p.layout;
+    Journaled(journal_->RecordResize(z));
+  }
   proto::ResizeReply accepted;
   accepted.phase = "accepted";
   accepted.generation = generation_;
@@ -572,6 +776,60 @@ Layout CoordinatorCore::DefaultLayout(size_t workers) const {
   return DataParallel(workers);
 }
 
+void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
+  auto report = proto::DecodePayload<proto::CheckpointWritten>(e.payload);
+  if (!report.ok()) {
+    ++malformed_frames_;
+    return;
+  }
+  const auto& r = *report;
+  if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks || r.ranks > 1 << 20) {
+    ++malformed_frames_;
+    return;
+  }
+  if (r.step <= latest_checkpoint_step_) return;  // older than what is committed
+  PendingCheckpoint& p = pending_checkpoints_[{r.generation, r.step}];
+  p.ranks = r.ranks;
+  p.layout = r.layout;
+  p.root = r.root;
+  if (!r.ok) {
+    LOG(WARNING) << "checkpoint of step " << r.step << " failed on rank " << r.rank << ": "
+                 << r.error << "; it will not be committed";
+    p.failed = true;
+  } else {
+    p.descriptors[r.rank] = r.descriptor;
+  }
+  if (p.failed || static_cast<int32_t>(p.descriptors.size()) < p.ranks) return;
+  std::vector<checkpoint::ShardDescriptor> shards;
+  for (const auto& [rank, bytes] : p.descriptors) {
+    auto d = checkpoint::DecodeShardDescriptor(std::span<const std::byte>(
+        reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+    if (!d.ok()) {
+      LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
+                   << " sent an unreadable descriptor: " << d.status();
+      p.failed = true;
+      return;
+    }
+    shards.push_back(std::move(d).value());
+  }
+  checkpoint::CommitOptions options;
+  options.root = p.root;
+  options.keep_last = options_.checkpoint_keep;
+  checkpoint::CheckpointId id{options_.job, r.step, r.generation};
+  auto dir = checkpoint::CommitCheckpoint(options, id, p.layout, std::move(shards));
+  if (!dir.ok()) {
+    LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
+  } else {
+    latest_checkpoint_ = *dir;
+    latest_checkpoint_step_ = r.step;
+    LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
+  }
+  // Older pending ones can never complete now.
+  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
+    it = it->first.second <= r.step ? pending_checkpoints_.erase(it) : std::next(it);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The state machine.
 
@@ -592,6 +850,26 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   plan.prev_layout = Layout{};
   plan.prev_members = {standby[0]};
   plan.prev_has_state = {true};
+  if (!options_.resume_from.empty()) {
+    // A job restarted from disk: every member loads the newest committed checkpoint (falling
+    // back to older ones together when it does not load) for its own place in the new layout.
+    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), options_.resume_from);
+    if (!list.ok() || list->empty()) {
+      FailJob("cannot resume: no committed checkpoint under " + options_.resume_from +
+              (list.ok() ? std::string() : ": " + list.status().message()));
+      return;
+    }
+    const checkpoint::CheckpointInfo& newest = list->front();
+    latest_checkpoint_ = newest.dir;
+    latest_checkpoint_step_ = newest.step;
+    plan.has_state.assign(standby.size(), false);
+    plan.prev_members.clear();
+    plan.prev_has_state.clear();
+    plan.restore_step = newest.step;
+    plan.reason = "resume";
+    LOG(INFO) << "resuming from " << newest.dir << " (step " << newest.step << ", "
+              << newest.layout.ToString() << ") on " << standby.size() << " workers";
+  }
   reconf_.Reset();
   StartBuild(std::move(plan));
 }
@@ -602,7 +880,7 @@ void CoordinatorCore::ContinueResize() {
   const size_t want = static_cast<size_t>(resize_->workers);
   if (want == members.size() && (!resize_->has_layout || resize_->layout == layout_)) {
     ReplyResize("done", "");
-    resize_.reset();
+    EndResize();
     outstanding_spawns_.clear();
     return;
   }
@@ -625,6 +903,7 @@ void CoordinatorCore::ContinueResize() {
           outstanding_spawns_.insert(id);
           spawn.worker_ids.push_back(id);
         }
+        if (journal_) Journaled(journal_->RecordIds(spawn.worker_ids));
         const AgentInfo& agent = membership_.agents().front();
         Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0, generation_);
         LOG(INFO) << "asked agent " << agent.sender << " to start " << needed << " worker(s)";
@@ -639,6 +918,7 @@ void CoordinatorCore::ContinueResize() {
 void CoordinatorCore::BeginPause() {
   const auto members = membership_.Members();
   const uint64_t target = ++highest_generation_;
+  if (journal_) Journaled(journal_->RecordChangeBegun(target, "pause", JournalRecordsOf(members)));
   reconf_.BeginPause(target, members);
   proto::PauseRequest pause;
   pause.target_generation = target;
@@ -692,6 +972,7 @@ void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std
     shutdown.reason = "declared lost: " + why;
     Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
     membership_.SetState(id, WorkerState::kLost);
+    JournalLost(id);
     if (reconf_.phase() == Phase::kRecovering && reconf_.IsParticipant(id)) {
       lost.push_back(id);
     } else if (was_member) {
@@ -704,8 +985,13 @@ void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std
 
 void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const std::string& why) {
   if (JobOver()) return;
+  restart_pending_ = false;  // this recovery is the restart's recovery round too
+  restart_recover_ = false;
   for (const auto& id : lost) {
-    if (membership_.Find(id) != nullptr) membership_.SetState(id, WorkerState::kLost);
+    if (membership_.Find(id) != nullptr && membership_.Find(id)->state != WorkerState::kLost) {
+      membership_.SetState(id, WorkerState::kLost);
+      JournalLost(id);
+    }
     health_.Forget(id);
   }
   if (reconf_.phase() == Phase::kRecovering) {
@@ -721,6 +1007,7 @@ void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const 
       if (w != nullptr && w->state == WorkerState::kLeaving) {
         // It was told to leave and will exit; it holds no rank in what follows.
         membership_.Remove(id);
+        JournalLost(id);
       }
     }
   }
@@ -730,6 +1017,9 @@ void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const 
     return;
   }
   const uint64_t target = ++highest_generation_;
+  if (journal_) {
+    Journaled(journal_->RecordChangeBegun(target, "recover", JournalRecordsOf(survivors)));
+  }
   reconf_.BeginRecover(target, survivors, clock_->Now() + options_.recover_timeout);
   proto::RecoverRequest recover;
   recover.target_generation = target;
@@ -798,8 +1088,13 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
     if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end() &&
         std::find(plan.leaving.begin(), plan.leaving.end(), id) == plan.leaving.end()) {
       membership_.SetState(id, WorkerState::kLost);
+      JournalLost(id);
       health_.Forget(id);
     }
+  }
+  if (journal_) {
+    Journaled(journal_->RecordChangeBegun(plan.generation, "build",
+                                          JournalRecordsOf(plan.members)));
   }
   membership_.AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
@@ -826,6 +1121,7 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
   ng.reason = plan.reason;
   ng.prev_layout = plan.prev_layout;
+  ng.checkpoint_dir = latest_checkpoint_;
   for (size_t r = 0; r < plan.prev_members.size(); ++r) {
     const WorkerInfo* w = membership_.Find(plan.prev_members[r]);
     proto::Member m;
@@ -859,6 +1155,18 @@ void CoordinatorCore::Commit() {
   entry.workers = plan.members;
   entry.layout = plan.layout;
   entry.timings = reconf_.Timings();
+  if (journal_) {
+    JournalGeneration g;
+    g.generation = plan.generation;
+    g.reason = plan.reason;
+    g.layout = plan.layout;
+    g.members = JournalRecordsOf(plan.members);
+    g.downtime_ms = entry.timings.downtime_ms;
+    g.agreement_ms = entry.timings.agreement_ms;
+    g.rebuild_ms = entry.timings.rebuild_ms;
+    g.transfer_ms = entry.timings.transfer_ms;
+    Journaled(journal_->RecordCommit(g));
+  }
   history_.push_back(entry);
   generation_ = plan.generation;
   layout_ = plan.layout;
@@ -872,6 +1180,7 @@ void CoordinatorCore::Commit() {
 
 void CoordinatorCore::FinishJob() {
   job_state_ = JobState::kFinished;
+  if (journal_) Journaled(journal_->RecordEnd("finished", "every member finished"));
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
   shutdown.reason = "every member finished";
@@ -879,12 +1188,13 @@ void CoordinatorCore::FinishJob() {
     Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
   }
   ReplyResize("failed", "the job finished");
-  resize_.reset();
+  resize_.reset();  // the end record closes it
   LOG(INFO) << "job " << options_.job << " finished";
 }
 
 void CoordinatorCore::FailJob(const std::string& why) {
   job_state_ = JobState::kFailed;
+  if (journal_) Journaled(journal_->RecordEnd("failed", why));
   reconf_.Reset();
   proto::Shutdown shutdown;
   shutdown.exit_code = 1;
@@ -898,7 +1208,7 @@ void CoordinatorCore::FailJob(const std::string& why) {
     }
   }
   ReplyResize("failed", "the job failed: " + why);
-  resize_.reset();
+  resize_.reset();  // the end record closes it
   LOG(ERROR) << "job " << options_.job << " failed: " << why;
 }
 

@@ -5,13 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/messages.h"
 #include "coordinator/health.h"
+#include "coordinator/journal.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
@@ -57,6 +60,16 @@ class CoordinatorCore {
   uint64_t malformed_frames() const { return malformed_frames_; }
   uint64_t stale_messages() const { return stale_messages_; }
 
+  // Journal (options.state_dir non-empty): not OK when the journal could not be opened or names
+  // another job; the server refuses to start then.
+  const Status& journal_status() const { return journal_status_; }
+  // True when this core took back a job from an existing journal.
+  bool restored() const { return restored_; }
+  // Journals a committed checkpoint (kept across a restart in checkpoints()). Without a journal
+  // it is only remembered.
+  Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
+  const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_; }
+
  private:
   enum class JobState { kForming, kRunning, kFinished, kFailed };
 
@@ -64,6 +77,19 @@ class CoordinatorCore {
   // description they gave, if any.
   StateSpec state_spec_;
   std::string model_json_;
+
+  // Checkpoints: shard reports gathered per (generation, step) until every rank of that
+  // generation reported, then the manifest is committed.
+  struct PendingCheckpoint {
+    int32_t ranks = 0;
+    Layout layout;
+    std::string root;
+    bool failed = false;
+    std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
+  };
+  std::map<std::pair<uint64_t, int64_t>, PendingCheckpoint> pending_checkpoints_;
+  std::string latest_checkpoint_;       // directory of the newest committed checkpoint
+  int64_t latest_checkpoint_step_ = -1;
 
   struct PendingResize {
     std::string identity;
@@ -91,6 +117,7 @@ class CoordinatorCore {
   void OnPaused(const proto::Envelope& e);
   void OnGenerationReady(const proto::Envelope& e);
   void OnFailureReport(const proto::Envelope& e);
+  void OnCheckpointWritten(const proto::Envelope& e);
   void OnKv(const std::string& identity, const proto::Envelope& e);
   void OnResize(const std::string& identity, const proto::Envelope& e);
   void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
@@ -112,6 +139,18 @@ class CoordinatorCore {
     return job_state_ == JobState::kFinished || job_state_ == JobState::kFailed;
   }
   void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
+
+  // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
+  void OpenJournal();
+  void Restore(const JournalState& s);
+  // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
+  // runs the recovery round of a change that was in flight and resumes a pending resize.
+  void MaybeFinishRestart();
+  void Journaled(const Status& s);
+  JournalWorker JournalRecordOf(const std::string& id) const;
+  std::vector<JournalWorker> JournalRecordsOf(const std::vector<std::string>& ids) const;
+  void JournalLost(const std::string& id);
+  void EndResize();
 
   // Output helpers.
   template <class T>
@@ -142,6 +181,16 @@ class CoordinatorCore {
   uint64_t stale_messages_ = 0;
 
   std::vector<Outgoing> out_;
+
+  std::unique_ptr<Journal> journal_;
+  Status journal_status_;
+  bool restored_ = false;
+  std::vector<JournalCheckpoint> checkpoints_;
+  // A restart waiting to hear from its workers (MaybeFinishRestart).
+  bool restart_pending_ = false;
+  bool restart_recover_ = false;
+  std::string restart_why_;
+  TimePoint restart_deadline_{};
 };
 
 }  // namespace elastra::coordinator

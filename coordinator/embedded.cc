@@ -46,6 +46,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.admin_public_keys = {e.info.admin.public_key};
   o.initial_workers = options.initial_workers;
   o.max_workers = std::max(options.max_workers, options.initial_workers);
+  o.resume_from = options.resume_from;
   o.heartbeat_interval = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_MS", 200));
   o.heartbeat_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_TIMEOUT_MS", 1500));
   o.spawn_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_SPAWN_TIMEOUT_MS", 60000));

@@ -26,6 +26,8 @@ struct EmbeddedOptions {
   int initial_workers = 1;
   // Upper bound on the workers of one generation (raised to initial_workers when lower).
   int max_workers = 64;
+  // A checkpoint root to resume from (CoordinatorOptions::resume_from); empty: a fresh start.
+  std::string resume_from;
 };
 
 struct EmbeddedCoordinator {

@@ -36,6 +36,14 @@ struct CoordinatorOptions {
   std::chrono::milliseconds spawn_timeout{60000};
   // How long survivors have to answer a RecoverRequest; 0 means heartbeat_timeout.
   std::chrono::milliseconds recover_timeout{0};
+  // Committed checkpoints kept on disk; older ones are removed after each commit.
+  int checkpoint_keep = 3;
+  // A checkpoint root to resume the job from: the first generation loads its newest committed
+  // checkpoint (at any worker count) instead of the workers' initial state. Empty: a fresh start.
+  std::string resume_from;
+  // Where the coordinator keeps its journal (<state_dir>/journal.bin, docs/journal.md). Empty: no
+  // journal. When the journal holds a job, the core takes that job back (a restart).
+  std::string state_dir;
   // Time source for deadlines; nullptr means SystemClock. Not owned.
   Clock* clock = nullptr;
 };

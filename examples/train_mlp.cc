@@ -56,6 +56,8 @@ struct Flags {
   double step_time_ms = 0;
   bool reference = false;
   int commit_every = 0;  // 0: the worker's default (ELASTRA_COMMIT_EVERY or 10)
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
 };
 
 [[noreturn]] void Usage(const char* msg) {
@@ -64,7 +66,7 @@ struct Flags {
                "usage: train_mlp [--steps N] [--global-batch B] [--hidden H] [--ffn F]\n"
                "                 [--layers L] [--micro-batches M] [--seed S] [--dataset-size N]\n"
                "                 [--lr X] [--log FILE] [--step-time-ms T] [--commit-every K]\n"
-               "                 [--reference]\n",
+               "                 [--checkpoint-dir DIR --checkpoint-every M] [--reference]\n",
                msg);
   std::exit(2);
 }
@@ -103,6 +105,8 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--log") f.log = value();
     else if (a == "--step-time-ms") f.step_time_ms = static_cast<double>(int_value(0));
     else if (a == "--commit-every") f.commit_every = static_cast<int>(int_value(1));
+    else if (a == "--checkpoint-dir") f.checkpoint_dir = value();
+    else if (a == "--checkpoint-every") f.checkpoint_every = static_cast<int>(int_value(1));
     else if (a == "--reference") f.reference = true;
     else Usage(("unknown flag " + a).c_str());
   }
@@ -524,6 +528,10 @@ int RunElastic(const Flags& flags) {
     return 2;
   }
   if (flags.commit_every > 0) options->commit_every = flags.commit_every;
+  if (!flags.checkpoint_dir.empty()) {
+    options->checkpoint_dir = flags.checkpoint_dir;
+    options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;
+  }
   auto worker_or = elastra::Worker::Create(*options);
   if (!worker_or.ok()) {
     std::fprintf(stderr, "train_mlp: %s\n", worker_or.status().ToString().c_str());

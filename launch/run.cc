@@ -38,8 +38,10 @@ using Embedded = coordinator::EmbeddedCoordinator;
 
 // Makes the state directory and the job's keys, starts the coordinator, writes coordinator.json.
 StatusOr<Embedded> StartEmbedded(const std::string& state_dir, const std::string& job,
-                                 const std::string& bind, int initial_workers, int max_workers) {
+                                 const std::string& bind, int initial_workers, int max_workers,
+                                 const std::string& resume_from = "") {
   coordinator::EmbeddedOptions o;
+  o.resume_from = resume_from;
   o.state_dir = state_dir;
   o.job = job;
   o.bind = bind;
@@ -63,7 +65,7 @@ std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const s
 
 int RunCommand(const Args& args) {
   FlagParser flags("run", args);
-  if (!flags.Parse({"nproc", "state-dir", "max-workers", "job"}, {})) return 2;
+  if (!flags.Parse({"nproc", "state-dir", "max-workers", "job", "resume"}, {})) return 2;
   long long nproc = 0, max_workers = 64;
   if (!flags.Has("nproc")) {
     std::fprintf(stderr, "elastra run: --nproc N is required\n");
@@ -81,7 +83,7 @@ int RunCommand(const Args& args) {
   logging::SetTag("agent");
 
   auto embedded = StartEmbedded(state_dir, job, "tcp://127.0.0.1:0", static_cast<int>(nproc),
-                                static_cast<int>(max_workers));
+                                static_cast<int>(max_workers), flags.Get("resume"));
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra run: %s\n", embedded.status().ToString().c_str());
     return 1;

@@ -17,6 +17,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "worker/coordinator_store.h"
+#include "worker/checkpoint/collection_adapter.h"
 #include "worker/generation.h"
 #include "worker/mpi_bootstrap.h"
 
@@ -79,10 +80,12 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
     o.secret_key = info.worker.secret_key;
   }
   std::string state_dir = Getenv("ELASTRA_STATE_DIR");
-  if (o.coordinator.empty() && !state_dir.empty()) {
+  // ELASTRA_COORDINATOR without the server key (mpirun ranks joining a named coordinator): the
+  // keys come from the state directory too.
+  if ((o.coordinator.empty() || o.server_public_key.empty()) && !state_dir.empty()) {
     auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
     if (!info.ok()) return info.status().WithContext("ELASTRA_STATE_DIR=" + state_dir);
-    o.coordinator = info->address;
+    if (o.coordinator.empty()) o.coordinator = info->address;
     o.job = info->job;
     o.server_public_key = info->server_public;
     if (o.public_key.empty()) {
@@ -136,6 +139,10 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   v = o.heartbeat_interval.count();
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_HEARTBEAT_MS", &v));
   o.heartbeat_interval = milliseconds(v);
+  o.checkpoint_dir = Getenv("ELASTRA_CHECKPOINT_DIR");
+  v = 0;
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_CHECKPOINT_EVERY", &v));
+  o.checkpoint_every = static_cast<int>(v);
   v = 0;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
   o.test_apply_delay = milliseconds(v);
@@ -201,6 +208,11 @@ class Worker::Impl {
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
     if (step() % options_.commit_every == 0) Commit();
+    if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
+      checkpoint::CheckpointId id{options_.job, step(), generation_.load()};
+      auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
+      if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step() << ": " << started.status();
+    }
     return StepAction::kContinue;
   }
 
@@ -215,6 +227,7 @@ class Worker::Impl {
   }
 
   void Shutdown() {
+    writer_.reset();  // lets a checkpoint write in flight finish and report
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       groups_ = GroupSet{};
@@ -597,6 +610,7 @@ class Worker::Impl {
     // right after this rolls back here, not further.
     commits_.clear();
     Commit();
+    StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
     LOG(INFO) << "generation " << gen.generation << " (" << gen.reason << "): "
@@ -620,7 +634,16 @@ class Worker::Impl {
   // Moves this worker's state to where generation `gen` wants it. `my_rank` is the worker's rank
   // in `gen`, or -1 for a worker that leaves (it only sends). Returns the bytes received.
   StatusOr<int64_t> MoveState(const proto::NewGeneration& gen, int my_rank) {
-    ELASTRA_ASSIGN_OR_RETURN(StateMove move, PlanStateMove(gen, state_.Spec()));
+    if (gen.reason == "resume") return LoadCheckpoint(gen, my_rank);
+    auto planned = PlanStateMove(gen, state_.Spec());
+    if (!planned.ok() && planned.status().code() == StatusCode::kFailedPrecondition &&
+        !gen.checkpoint_dir.empty()) {
+      // Some shard died with its only holder: every worker sees the same and loads from disk.
+      LOG(WARNING) << "cannot rebuild the state from memory (" << planned.status().message()
+                   << "); loading the newest checkpoint";
+      return LoadCheckpoint(gen, my_rank);
+    }
+    ELASTRA_ASSIGN_OR_RETURN(StateMove move, std::move(planned));
     const int me = move.WorkerIndex(options_.worker_id);
     const Coordinates* coords = my_rank >= 0 ? &gen.members[my_rank].coords : nullptr;
     const auto timeout = options_.collective_timeout * 4;
@@ -654,6 +677,93 @@ class Worker::Impl {
     return bytes;
   }
 
+  // Loads this worker's shards for generation `gen` from the newest committed checkpoint at or
+  // before gen.checkpoint_dir. Every member does the same; when any of them cannot load one (a
+  // bad checksum, a missing file), all fall back to the next older checkpoint together.
+  StatusOr<int64_t> LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
+    if (my_rank < 0) return int64_t{0};
+    const Coordinates& coords = gen.members[my_rank].coords;
+    for (auto& t : state_.mutable_tensors()) {
+      t.region = LocalRegion(t.spec, state_.num_layers(), gen.layout, coords);
+      t.data.assign(static_cast<size_t>(t.region.elements()) * t.spec.element_size, 0);
+    }
+    const std::string dir = gen.checkpoint_dir;
+    const std::string root = dir.substr(0, dir.find_last_of('/'));
+    std::vector<std::string> candidates;
+    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root);
+    if (list.ok()) {
+      bool reached = false;
+      for (const auto& info : *list) {
+        reached |= info.dir == dir;
+        if (reached) candidates.push_back(info.dir);
+      }
+    }
+    if (candidates.empty()) candidates.push_back(dir);
+    for (const std::string& candidate : candidates) {
+      auto loaded = checkpoint::LoadCheckpoint(checkpoint::Env::Default(), candidate, checkpoint::RequestsFor(state_));
+      Status mine = loaded.ok() ? OkStatus() : loaded.status();
+      if (mine.ok() && loaded->job != options_.job) {
+        mine = InvalidArgumentError("checkpoint " + candidate + " belongs to job '" + loaded->job +
+                                    "', not '" + options_.job + "'");
+      }
+      int64_t ok = mine.ok() ? 1 : 0;
+      ELASTRA_RETURN_IF_ERROR(world().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
+      if (ok == 1) {
+        int64_t bytes = static_cast<int64_t>(state_.bytes());
+        ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
+        commits_.clear();
+        LOG(INFO) << "loaded checkpoint " << candidate << " (step " << step() << ")";
+        return bytes;
+      }
+      LOG(WARNING) << "checkpoint " << candidate << " does not load on every rank"
+                   << (mine.ok() ? std::string() : ": here " + mine.ToString())
+                   << "; trying the previous one";
+    }
+    return FailedPreconditionError("no committed checkpoint under " + root +
+                                   " loads on every rank");
+  }
+
+  // (Re)creates the checkpoint writer for this worker's rank in the current generation.
+  void StartCheckpointWriter() {
+    writer_.reset();  // waits for a write in flight
+    if (options_.checkpoint_dir.empty() || options_.checkpoint_every <= 0) return;
+    checkpoint::WriterOptions wo;
+    wo.root = options_.checkpoint_dir;
+    wo.rank = rank_;
+    wo.reserve_bytes = state_.bytes();
+    wo.when_busy = checkpoint::WriterOptions::WhenBusy::kSkip;
+    const int32_t ranks = layout_.world();
+    const Layout layout = layout_;
+    const std::string root = options_.checkpoint_dir;
+    const int32_t rank = rank_;
+    ControlClient* client = client_.get();
+    wo.on_written = [client, ranks, layout, root, rank](
+                        const checkpoint::CheckpointId& id,
+                        const StatusOr<checkpoint::ShardDescriptor>& d) {
+      proto::CheckpointWritten report;
+      report.generation = id.generation;
+      report.step = id.step;
+      report.rank = rank;
+      report.ranks = ranks;
+      report.layout = layout;
+      report.root = root;
+      report.ok = d.ok();
+      if (d.ok()) {
+        report.descriptor = checkpoint::EncodeShardDescriptor(*d);
+      } else {
+        report.error = d.status().ToString();
+      }
+      client->Send(MessageType::kCheckpointWritten, proto::EncodePayload(report), id.generation)
+          .IgnoreError();
+    };
+    auto writer = checkpoint::CheckpointWriter::Create(wo);
+    if (!writer.ok()) {
+      LOG(WARNING) << "checkpoints off: " << writer.status();
+      return;
+    }
+    writer_ = std::move(writer).value();
+  }
+
   // A worker that a shrink removes hands off the shards only it holds, then goes.
   Status HandOff(const proto::NewGeneration& gen) {
     {
@@ -682,6 +792,7 @@ class Worker::Impl {
   int rank_ = -1;
 
   std::deque<Commit_> commits_;
+  std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   std::deque<proto::Envelope> inbox_;
   uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
   uint64_t answered_target_ = 0;  // newest target we reported Paused for

@@ -61,6 +61,12 @@ struct WorkerOptions {
   std::chrono::milliseconds decision_timeout{300000};
   // Heartbeat period (ELASTRA_HEARTBEAT_MS, default 200).
   std::chrono::milliseconds heartbeat_interval{200};
+  // Disk checkpoints (ELASTRA_CHECKPOINT_DIR, ELASTRA_CHECKPOINT_EVERY): every this many steps
+  // (0: never) each rank writes its shards under checkpoint_dir in the background, and the
+  // coordinator commits the checkpoint once every rank's file is durable. A failure that takes the
+  // only holder of some shard recovers from the newest committed checkpoint.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
   // Optional model description (JSON, see docs/resharding.md) the coordinator's planner uses to
   // choose layouts when a resize names only a worker count.
   std::string model_json;
