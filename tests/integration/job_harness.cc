@@ -28,12 +28,14 @@ CommandResult RunShell(const std::string& command) {
   return r;
 }
 
-Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env) {
+Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env,
+         std::vector<std::string> run_args) {
   char tmpl[] = "/tmp/elastra_it_XXXXXX";
   dir_ = mkdtemp(tmpl);
   std::vector<std::string> argv = {ElastraBinary(), "run", "--nproc", std::to_string(nproc),
-                                   "--state-dir", state_dir(), "--max-workers", "8", "--",
-                                   TrainBinary(), "--log", log_path()};
+                                   "--state-dir", state_dir(), "--max-workers", "8"};
+  argv.insert(argv.end(), run_args.begin(), run_args.end());
+  argv.insert(argv.end(), {"--", TrainBinary(), "--log", log_path()});
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   pid_ = fork();
   if (pid_ == 0) {

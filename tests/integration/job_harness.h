@@ -23,7 +23,9 @@ class Job {
  public:
   // `train_args` are train_mlp's flags; --log is added. `env` entries ("K=V") are set for the
   // launcher and its workers (short timeouts injected by tests).
-  Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env = {});
+  // `run_args` go to `elastra run` itself (e.g. {"--resume", DIR}).
+  Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env = {},
+      std::vector<std::string> run_args = {});
   ~Job();  // kills whatever is left
 
   const std::string& dir() const { return dir_; }

@@ -1,0 +1,163 @@
+// Durable state end to end: real `elastra run` jobs that checkpoint to disk, lose a rank whose
+// shards have no replica, are restarted from disk at another size, and meet corrupt checkpoints.
+// Each run is checked against `train_mlp --reference` (1e-4 relative loss, exact accounting).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "examples/log_check.h"
+#include "tests/integration/job_harness.h"
+
+namespace elastra::testing {
+namespace {
+
+using std::chrono::seconds;
+namespace fs = std::filesystem;
+
+class CheckpointJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/elastra_ckpt_XXXXXX";
+    root_ = mkdtemp(tmpl);
+    ckpt_ = root_ + "/ckpt";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) fs::remove_all(root_, ec);
+  }
+
+  std::vector<std::string> Args(int steps, int step_ms) const {
+    return {"--steps", std::to_string(steps), "--step-time-ms", std::to_string(step_ms),
+            "--global-batch", "32", "--hidden", "16", "--ffn", "32", "--layers", "2",
+            "--commit-every", "5", "--checkpoint-dir", ckpt_, "--checkpoint-every", "10"};
+  }
+
+  // Committed checkpoint directories, newest first.
+  std::vector<fs::path> Committed() const {
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(ckpt_)) {
+      if (fs::exists(e.path() / "MANIFEST")) dirs.push_back(e.path());
+    }
+    std::sort(dirs.rbegin(), dirs.rend());
+    return dirs;
+  }
+
+  // The concatenated logs of several jobs, checked against one reference run of `steps` steps.
+  void ExpectMatches(const std::vector<std::string>& logs, int steps) {
+    std::string all = root_ + "/all.jsonl", ref = root_ + "/ref.jsonl";
+    {
+      std::ofstream out(all);
+      for (const auto& l : logs) out << std::ifstream(l).rdbuf();
+    }
+    auto args = Args(steps, 0);
+    args.resize(args.size() - 4);  // the reference writes no checkpoints
+    ASSERT_TRUE(RunReference(args, ref));
+    auto run = examples::ReadTrainLog(all);
+    auto reference = examples::ReadTrainLog(ref);
+    ASSERT_TRUE(run.ok() && reference.ok());
+    auto c = examples::Compare(*run, *reference, steps);
+    EXPECT_TRUE(c.accounting_ok) << c.problem;
+    EXPECT_EQ(c.steps, steps);
+    EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  }
+
+  std::string root_, ckpt_;
+};
+
+std::string Launcher(const Job& job) {
+  std::ifstream in(job.dir() + "/launcher.log");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
+  const int steps = 150;
+  Job job(2, Args(steps, 15));
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // Wait until a checkpoint of the tp=2 layout is committed, then kill a TP rank.
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json&) {
+        for (const auto& d : Committed()) {
+          if (d.filename().string().find("-g000002") != std::string::npos) return true;
+        }
+        return false;
+      },
+      seconds(60)));
+  pid_t victim = job.PidOfRank(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  EXPECT_NE(Launcher(job).find("loaded checkpoint"), std::string::npos) << Launcher(job);
+  ExpectMatches({job.log_path()}, steps);
+}
+
+TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
+  const int first = 60, steps = 100;
+  std::string log1, log2;
+  {
+    Job job(4, Args(first, 5));
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    log1 = root_ + "/first.jsonl";
+    fs::copy_file(job.log_path(), log1);
+  }
+  ASSERT_FALSE(Committed().empty());
+  // The newest checkpoint holds step 60; resume it at 2 and (separately) at 6 workers, each from
+  // the same files (a resumed job writes and prunes checkpoints of its own).
+  const std::string saved = root_ + "/saved";
+  fs::copy(ckpt_, saved, fs::copy_options::recursive);
+  for (int n : {2, 6}) {
+    fs::remove_all(ckpt_);
+    fs::copy(saved, ckpt_, fs::copy_options::recursive);
+    Job job(n, Args(steps, 5), {}, {"--resume", ckpt_});
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    std::string log = root_ + "/resumed" + std::to_string(n) + ".jsonl";
+    fs::copy_file(job.log_path(), log);
+    auto resumed = examples::ReadTrainLog(log);
+    ASSERT_TRUE(resumed.ok());
+    ASSERT_FALSE(resumed->applied.empty());
+    EXPECT_EQ(resumed->applied.begin()->first, first) << "resumed at the wrong step";
+    EXPECT_EQ(resumed->applied.begin()->second.dp, n);
+    ExpectMatches({log1, log}, steps);
+  }
+}
+
+TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne) {
+  const int first = 50, steps = 80;
+  std::string log1 = root_ + "/first.jsonl";
+  {
+    Job job(2, Args(first, 5));
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    fs::copy_file(job.log_path(), log1);
+  }
+  auto dirs = Committed();
+  ASSERT_GE(dirs.size(), 3u);
+  // Newest (step 50): one flipped byte in a shard file. Next (step 40): its manifest deleted.
+  // Next (step 30): intact, so the job resumes there and re-applies steps 30..49 exactly.
+  for (const auto& e : fs::directory_iterator(dirs[0])) {
+    if (e.path().filename() == "MANIFEST") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096 + 17);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(4096 + 17);
+    f.write(&c, 1);
+    break;
+  }
+  fs::remove(dirs[1] / "MANIFEST");
+  auto verify = RunShell(ElastraBinary() + " ckpt verify " + dirs[0].string());
+  EXPECT_EQ(verify.exit_code, 1) << verify.out;
+  Job job(3, Args(steps, 5), {}, {"--resume", ckpt_});
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  auto resumed = examples::ReadTrainLog(job.log_path());
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_FALSE(resumed->applied.empty());
+  EXPECT_EQ(resumed->applied.begin()->first, 30);
+  ExpectMatches({log1, job.log_path()}, steps);
+}
+
+}  // namespace
+}  // namespace elastra::testing
