@@ -162,19 +162,20 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     return r.row_end - r.row_begin == 1 ||
            (r.col_begin == region.box.col_begin && r.col_end == region.box.col_end);
   };
-  // A transfer goes straight from the sender's shard into the receiver's (no staging copy) when
-  // it is large and contiguous in both; both sides decide alike from the plan.
-  auto direct = [&](const Transfer* t) {
-    return t->bytes >= options.direct_min_bytes &&
-           contiguous(t->rect, region_of(true, t->src, t->tensor)) &&
-           contiguous(t->rect, region_of(false, t->dst, t->tensor));
-  };
-
-  // Decided up front, on this thread: the region cache is not shared with the peer threads.
-  std::vector<char> is_direct(plan.transfers.size(), 0);
+  // For each of this worker's transfers: contiguous in both shards, and its byte offsets in the
+  // sender's and the receiver's shard. Decided up front, on this thread (the region cache is
+  // not shared with the peer threads), and alike on both sides since it depends on the plan only.
+  std::vector<char> both_contiguous(plan.transfers.size(), 0);
+  std::vector<int64_t> src_offset(plan.transfers.size(), 0), dst_offset(plan.transfers.size(), 0);
   for (size_t i = 0; i < plan.transfers.size(); ++i) {
     const Transfer& t = plan.transfers[i];
-    if (t.src == me || t.dst == me) is_direct[i] = direct(&t);
+    if (t.src != me && t.dst != me) continue;
+    const Region& from = region_of(true, t.src, t.tensor);
+    const Region& to = region_of(false, t.dst, t.tensor);
+    const int64_t esize = tensors[t.tensor].element_size;
+    both_contiguous[i] = contiguous(t.rect, from) && contiguous(t.rect, to);
+    src_offset[i] = from.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
+    dst_offset[i] = to.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
   }
 
   int pow2 = 1;
@@ -245,20 +246,44 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       std::vector<RectStream::Item> staged;
       std::vector<std::pair<uint8_t*, int64_t>> direct;
     };
+    auto stats_staged_bytes_add = [&](const Direction& d) {
+      for (const auto& it : d.staged) stats->bytes_staged += it.transfer->bytes;
+    };
+    // A run of transfers of one tensor that are contiguous in both shards and follow each other
+    // in both goes as one message straight between the shards when it is at least
+    // direct_min_bytes; everything else is packed into the staging stream.
     auto build = [&](const std::vector<const Transfer*>& list, bool sending) {
       Direction d;
-      for (const Transfer* t : list) {
+      auto index = [&](const Transfer* t) { return static_cast<size_t>(t - plan.transfers.data()); };
+      auto item = [&](const Transfer* t) {
         const std::string& name = tensors[t->tensor].name;
-        uint8_t* base = sending ? (*shards)[name].data() : fresh[name].data();
-        const Region& region = sending ? old_region[t->tensor] : new_region[t->tensor];
-        if (is_direct[t - plan.transfers.data()]) {
-          const int64_t esize = tensors[t->tensor].element_size;
-          d.direct.push_back(
-              {base + region.LocalOffset(t->rect.row_begin, t->rect.col_begin) * esize, t->bytes});
-        } else {
-          d.staged.push_back({t, base, region});
+        return sending ? RectStream::Item{t, (*shards)[name].data(), old_region[t->tensor]}
+                       : RectStream::Item{t, fresh[name].data(), new_region[t->tensor]};
+      };
+      for (size_t i = 0; i < list.size();) {
+        const Transfer* t = list[i];
+        size_t j = i + 1;
+        int64_t run = t->bytes;
+        if (both_contiguous[index(t)]) {
+          while (j < list.size() && list[j]->tensor == t->tensor &&
+                 both_contiguous[index(list[j])] &&
+                 src_offset[index(list[j])] == src_offset[index(t)] + run &&
+                 dst_offset[index(list[j])] == dst_offset[index(t)] + run) {
+            run += list[j]->bytes;
+            ++j;
+          }
         }
+        if (both_contiguous[index(t)] && run >= options.direct_min_bytes) {
+          const std::string& name = tensors[t->tensor].name;
+          uint8_t* base = sending ? (*shards)[name].data() + src_offset[index(t)]
+                                  : fresh[name].data() + dst_offset[index(t)];
+          d.direct.push_back({base, run});
+        } else {
+          for (size_t k = i; k < j; ++k) d.staged.push_back(item(list[k]));
+        }
+        i = j;
       }
+      stats_staged_bytes_add(d);
       return d;
     };
     auto send_to = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {

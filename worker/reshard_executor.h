@@ -53,6 +53,7 @@ struct ReshardExecutorStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;  // local copies
+  int64_t bytes_staged = 0;  // sent or received through the staging buffers (packed)
   int64_t messages_sent = 0;
   int64_t peak_new_shard_bytes = 0;  // largest group of new shards alive at once
   double seconds_allocate = 0;       // allocating the new shards and freeing the old

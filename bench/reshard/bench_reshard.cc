@@ -217,9 +217,14 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
             errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
           }
           if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
-            std::printf("  rank0 rep %d %s: total %.4f alloc %.4f local %.4f transfer %.4f\n",
+            std::printf("  rank0 rep %d %s: total %.4f alloc %.4f local %.4f transfer %.4f "
+                        "(sent %lld, received %lld, staged %lld bytes, %lld messages)\n",
                         rep, mode ? "concurrent" : "serial", ours, st.seconds_allocate,
-                        st.seconds_local, st.seconds_transfer);
+                        st.seconds_local, st.seconds_transfer,
+                        static_cast<long long>(st.bytes_sent),
+                        static_cast<long long>(st.bytes_received),
+                        static_cast<long long>(st.bytes_staged),
+                        static_cast<long long>(st.messages_sent));
           }
           if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
           rank_transfer[w] = st.seconds_transfer;
