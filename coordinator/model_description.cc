@@ -1,6 +1,7 @@
 // Parsing of the model description JSON.
 #include "coordinator/model_description.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -61,15 +62,15 @@ StatusOr<ModelDescription> ParseModelDescription(const std::string& json_text) {
   ModelDescription m;
   constexpr int64_t kBig = int64_t{1} << 40;
   int64_t v = 0;
-  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "layers", true, 1, 100000, &v));
+  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "layers", true, 1, 4096, &v));
   m.layers = static_cast<int>(v);
-  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "hidden", true, 1, 1 << 24, &m.hidden));
+  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "hidden", true, 1, 1 << 20, &m.hidden));
   ELASTRA_RETURN_IF_ERROR(ReadInt(j, "heads", true, 1, 1 << 20, &v));
   m.heads = static_cast<int>(v);
-  m.ffn_hidden = 4 * m.hidden;
-  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "ffn_hidden", false, 1, 1 << 26, &m.ffn_hidden));
-  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "vocab", true, 1, 1 << 26, &m.vocab));
-  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "seq_len", true, 1, 1 << 24, &m.seq_len));
+  m.ffn_hidden = std::min<int64_t>(4 * m.hidden, 1 << 22);
+  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "ffn_hidden", false, 1, 1 << 22, &m.ffn_hidden));
+  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "vocab", true, 1, 1 << 24, &m.vocab));
+  ELASTRA_RETURN_IF_ERROR(ReadInt(j, "seq_len", true, 1, 1 << 22, &m.seq_len));
   ELASTRA_RETURN_IF_ERROR(ReadInt(j, "global_batch", true, 1, kBig, &m.global_batch));
   ELASTRA_RETURN_IF_ERROR(ReadInt(j, "micro_batch", true, 1, kBig, &m.micro_batch));
   v = 0;

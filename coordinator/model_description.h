@@ -3,6 +3,7 @@
 //
 // JSON fields (all numbers integers unless said):
 //   layers, hidden, heads, vocab, seq_len, global_batch, micro_batch   required, >= 1
+//     (upper limits: layers 4096, hidden 2^20, ffn_hidden 2^22, vocab 2^24, seq_len 2^22)
 //   ffn_hidden        default 4 * hidden
 //   dtype             "fp32" | "fp16" | "bf16" (parameters and gradients), default "bf16"
 //   optimizer         "adam" (fp32 master weights and two fp32 moments per parameter), default

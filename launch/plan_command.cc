@@ -43,7 +43,8 @@ int Usage(const std::string& why) {
 bool ReadLayout(const FlagParser& flags, const std::string& name, const ModelDescription& m,
                 Layout* layout) {
   const std::string text = flags.Get(name);
-  if (!ParseLayout(text, layout) || layout->dp < 1 || layout->pp < 1 || layout->tp < 1) {
+  if (!ParseLayout(text, layout) || layout->dp < 1 || layout->pp < 1 || layout->tp < 1 ||
+      layout->dp > (1 << 16) || layout->pp > (1 << 16) || layout->tp > (1 << 16)) {
     std::fprintf(stderr, "elastra plan: --%s '%s' is not a layout like dp=2,pp=1,tp=2\n",
                  name.c_str(), text.c_str());
     return false;
@@ -55,7 +56,7 @@ bool ReadLayout(const FlagParser& flags, const std::string& name, const ModelDes
     why = "pp exceeds the number of layers";
   } else if (m.global_batch % (static_cast<int64_t>(layout->dp) * m.micro_batch) != 0) {
     why = "global_batch is not a multiple of dp x micro_batch";
-  } else if (layout->world() > (1 << 16)) {
+  } else if (static_cast<int64_t>(layout->dp) * layout->pp * layout->tp > (1 << 16)) {
     why = "more than 65536 ranks";
   }
   if (!why.empty()) {
