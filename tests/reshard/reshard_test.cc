@@ -428,5 +428,30 @@ TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
   EXPECT_EQ(right["w"], std::vector<uint8_t>(64, 7));
 }
 
+// A peer that never takes part: the executor returns the communicator's timeout instead of
+// hanging, in both schedules.
+TEST(ReshardExecutor, AbsentPeerTimesOut) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"w", {64, 64}, 4, {}});
+  auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{2, 1, 1}, {0, 1}}, {0, 1});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GT(plan->bytes_moved, 0);
+  for (bool concurrent : {false, true}) {
+    InMemoryKeyValueStore store;
+    auto comms = ConnectAll(&store, concurrent ? "absent-c/" : "absent-s/", 2);
+    ASSERT_EQ(comms.size(), 2u);
+    ShardMap shards = ShardsOf(state, plan->from, 0);
+    ReshardExecutorOptions options;
+    options.timeout = std::chrono::milliseconds(300);
+    options.concurrent_peers = concurrent;
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = ExecuteReshard(*plan, *comms[0], &shards, options);  // worker 1 stays idle
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(s.code() == StatusCode::kTimedOut || s.code() == StatusCode::kAborted) << s;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
 }  // namespace
 }  // namespace elastra
