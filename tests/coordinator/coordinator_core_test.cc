@@ -64,8 +64,10 @@ class CoreTest : public ::testing::Test {
   }
   std::vector<Sent> Tick() { return DecodeAll(core_->Tick()); }
 
-  std::vector<Sent> Join(const std::string& id) {
-    return Worker(id, T::kJoin, proto::JoinRequest{id, "host-" + id, 0, 100}, ++rid_);
+  std::vector<Sent> Join(const std::string& id, StateSpec state = {}) {
+    proto::JoinRequest join{id, "host-" + id, 0, 100};
+    join.state = std::move(state);
+    return Worker(id, T::kJoin, join, ++rid_);
   }
 
   static std::vector<Sent> OfType(const std::vector<Sent>& sent, T type) {
@@ -180,8 +182,12 @@ TEST_F(CoreTest, ResizeIsRefusedClearlyAndChangesNothing) {
   Make(2, 8);
   auto early = Admin(T::kResize, proto::ResizeRequest{2, false, {}, false});
   EXPECT_EQ(ErrorOf(early[0]).code(), StatusCode::kFailedPrecondition);
-  Join("a");
-  Join("b");
+  // The workers' state: two layers, a [6, 4] tensor split over TP along dim 0.
+  StateSpec state;
+  state.num_layers = 2;
+  state.tensors.push_back(TensorSpec{"w", {6, 4}, 4, ShardingRule{0, 1, false}});
+  Join("a", state);
+  Join("b", state);
   Ready("a", 1);
   Ready("b", 1);
   auto by_worker = Worker("a", T::kResize, proto::ResizeRequest{3, false, {}, false}, 5);
@@ -195,9 +201,12 @@ TEST_F(CoreTest, ResizeIsRefusedClearlyAndChangesNothing) {
   EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 1, 1}, false})[0])
                 .code(),
             StatusCode::kInvalidArgument);
-  auto three_d = Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 2, 1}, false});
-  EXPECT_EQ(ErrorOf(three_d[0]).code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(ErrorOf(three_d[0]).message().find("only data parallelism"), std::string::npos);
+  // Three pipeline stages for two layers, eight TP ranks for six rows: the state does not fit.
+  auto stages = Admin(T::kResize, proto::ResizeRequest{3, true, Layout{1, 3, 1}, false});
+  EXPECT_EQ(ErrorOf(stages[0]).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ErrorOf(stages[0]).message().find("does not fit the job's state"), std::string::npos);
+  auto wide = Admin(T::kResize, proto::ResizeRequest{8, true, Layout{1, 1, 8}, false});
+  EXPECT_EQ(ErrorOf(wide[0]).code(), StatusCode::kInvalidArgument);
   // Same size: done at once.
   auto same = Admin(T::kResize, proto::ResizeRequest{2, false, {}, true}, 77);
   ASSERT_EQ(same.size(), 1u);
@@ -207,6 +216,10 @@ TEST_F(CoreTest, ResizeIsRefusedClearlyAndChangesNothing) {
   EXPECT_EQ(same[0].envelope.request_id, 77u);
   EXPECT_EQ(core_->generation(), 1u);
   EXPECT_EQ(core_->state(), "running");
+  // A layout the state fits is taken, also at the same worker count.
+  auto two_stages = Admin(T::kResize, proto::ResizeRequest{2, true, Layout{1, 2, 1}, false});
+  EXPECT_EQ(Payload<proto::ResizeReply>(two_stages[0]).phase, "accepted");
+  EXPECT_EQ(core_->state(), "pausing");
 }
 
 TEST_F(CoreTest, GrowWithAgentPausesBuildsAndReportsDone) {
