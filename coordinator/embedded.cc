@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
+#include "coordinator/journal.h"
 #include "coordinator/options.h"
 
 namespace elastra::coordinator {
@@ -35,28 +37,70 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   }
   chmod(options.state_dir.c_str(), 0700);
   EmbeddedCoordinator e;
-  ELASTRA_ASSIGN_OR_RETURN(KeyPair server_keys, GenerateKeyPair());
-  ELASTRA_ASSIGN_OR_RETURN(e.info.admin, GenerateKeyPair());
-  ELASTRA_ASSIGN_OR_RETURN(e.info.worker, GenerateKeyPair());
+  const std::string info_path = options.state_dir + "/coordinator.json";
+  const std::string key_path = options.state_dir + "/server.key";
+  const std::string journal_path = options.state_dir + "/journal.bin";
+  KeyPair server_keys;
   CoordinatorOptions o;
   o.job = options.job;
   o.bind_address = options.bind;
+  o.initial_workers = options.initial_workers;
+  o.max_workers = std::max(options.max_workers, options.initial_workers);
+  if (options.restart) {
+    // The same job, address and keys as before: clients reconnect by themselves.
+    auto info = ReadConnectionInfo(info_path);
+    if (!info.ok()) return info.status().WithContext("restarting the coordinator of " +
+                                                     options.state_dir);
+    auto keys = ReadKeyFile(key_path);
+    if (!keys.ok()) return keys.status().WithContext("restarting: reading " + key_path);
+    if (keys->public_key != info->server_public || !IsValidZ85Key(keys->secret_key)) {
+      return CorruptError("restarting: " + key_path + " does not hold the key pair named in " +
+                          info_path);
+    }
+    std::vector<std::string> warnings;
+    auto journal = Journal::Replay(journal_path, &warnings);
+    if (!journal.ok()) return journal.status().WithContext("restarting: nothing to take back");
+    if (journal->empty()) return NotFoundError("restarting: the journal " + journal_path +
+                                               " holds no job");
+    server_keys = *keys;
+    e.info = *info;
+    o.job = info->job;
+    o.bind_address = info->address;
+    o.initial_workers = std::max(1, journal->initial_workers);
+    o.max_workers = std::max(journal->max_workers, o.initial_workers);
+  } else {
+    ELASTRA_ASSIGN_OR_RETURN(server_keys, GenerateKeyPair());
+    ELASTRA_ASSIGN_OR_RETURN(e.info.admin, GenerateKeyPair());
+    ELASTRA_ASSIGN_OR_RETURN(e.info.worker, GenerateKeyPair());
+    // A new job: an older job's journal in this directory must not be taken back.
+    std::filesystem::remove(journal_path, ec);
+    std::filesystem::remove(journal_path + ".corrupt", ec);
+    ELASTRA_RETURN_IF_ERROR(WriteKeyFile(key_path, server_keys));
+    e.info.job = options.job;
+  }
   o.server_keys = server_keys;
   o.worker_public_keys = {e.info.worker.public_key};
   o.admin_public_keys = {e.info.admin.public_key};
-  o.initial_workers = options.initial_workers;
-  o.max_workers = std::max(options.max_workers, options.initial_workers);
   o.resume_from = options.resume_from;
+  o.state_dir = options.state_dir;
   o.heartbeat_interval = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_MS", 200));
   o.heartbeat_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_TIMEOUT_MS", 1500));
   o.spawn_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_SPAWN_TIMEOUT_MS", 60000));
-  ELASTRA_ASSIGN_OR_RETURN(e.server, CoordinatorServer::Start(o));
+  o.checkpoint_keep = static_cast<int>(std::max<long long>(1, EnvInt("ELASTRA_CHECKPOINT_KEEP", 3)));
+  auto server = CoordinatorServer::Start(o);
+  // A restart binds the old address; the old process may still be releasing it for a moment.
+  for (int tries = 0; options.restart && !server.ok() &&
+                      server.status().code() == StatusCode::kUnavailable && tries < 30;
+       ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server = CoordinatorServer::Start(o);
+  }
+  if (!server.ok()) return server.status();
+  e.server = std::move(server).value();
   e.info.address = e.server->address();
-  e.info.job = options.job;
   e.info.server_public = server_keys.public_key;
   e.info.pid = getpid();
-  ELASTRA_RETURN_IF_ERROR(
-      WriteConnectionInfo(options.state_dir + "/coordinator.json", e.info));
+  ELASTRA_RETURN_IF_ERROR(WriteConnectionInfo(info_path, e.info));
   return e;
 }
 

@@ -128,14 +128,15 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
   const int first = 50, steps = 80;
   std::string log1 = root_ + "/first.jsonl";
   {
-    Job job(2, Args(first, 5));
+    Job job(2, Args(first, 5), {"ELASTRA_CHECKPOINT_KEEP=4"});
     ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
     fs::copy_file(job.log_path(), log1);
   }
   auto dirs = Committed();
-  ASSERT_GE(dirs.size(), 3u);
+  ASSERT_EQ(dirs.size(), 4u);
   // Newest (step 50): one flipped byte in a shard file. Next (step 40): its manifest deleted.
-  // Next (step 30): intact, so the job resumes there and re-applies steps 30..49 exactly.
+  // Next (step 30): a shard file cut short. Next (step 20): intact, so the job resumes there and
+  // re-applies steps 20..49 exactly.
   for (const auto& e : fs::directory_iterator(dirs[0])) {
     if (e.path().filename() == "MANIFEST") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
@@ -148,6 +149,13 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
     break;
   }
   fs::remove(dirs[1] / "MANIFEST");
+  for (const auto& e : fs::directory_iterator(dirs[2])) {
+    if (e.path().filename() == "MANIFEST") continue;
+    fs::resize_file(e.path(), fs::file_size(e.path()) / 2);
+    break;
+  }
+  auto listed = RunShell(ElastraBinary() + " ckpt list " + ckpt_);
+  EXPECT_EQ(listed.out.find(dirs[1].filename().string()), std::string::npos) << listed.out;
   auto verify = RunShell(ElastraBinary() + " ckpt verify " + dirs[0].string());
   EXPECT_EQ(verify.exit_code, 1) << verify.out;
   Job job(3, Args(steps, 5), {}, {"--resume", ckpt_});
@@ -155,7 +163,7 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
   auto resumed = examples::ReadTrainLog(job.log_path());
   ASSERT_TRUE(resumed.ok());
   ASSERT_FALSE(resumed->applied.empty());
-  EXPECT_EQ(resumed->applied.begin()->first, 30);
+  EXPECT_EQ(resumed->applied.begin()->first, 20);
   ExpectMatches({log1, job.log_path()}, steps);
 }
 
