@@ -208,9 +208,11 @@ int PlanTransferMode(const FlagParser& flags, const ModelDescription& model, int
     std::fprintf(stderr, "elastra plan: %s\n", plan.status().message().c_str());
     return 2;
   }
+  std::vector<char> stays(workers, 0);
+  for (int w : plan->to.worker_of_rank) stays[w] = 1;
   std::vector<int> leaving;
   for (int w = 0; w < from.world(); ++w) {
-    if (plan->to.RankOfWorker(w) < 0) leaving.push_back(w);
+    if (!stays[w]) leaving.push_back(w);
   }
   const double ratio = plan->bytes_lower_bound > 0
                            ? static_cast<double>(plan->bytes_moved) / plan->bytes_lower_bound

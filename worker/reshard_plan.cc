@@ -130,6 +130,42 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
     }
     std::vector<std::vector<Rect>> group_pieces;
     for (const auto& g : groups) group_pieces.push_back(g.first.Pieces());
+    // Groups by box, each list ordered by flat range (disjoint within one box), so the groups a
+    // rectangle touches are found by binary search instead of a scan over every group.
+    std::vector<std::pair<Rect, std::vector<size_t>>> by_box;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const Rect& box = groups[gi].first.box;
+      auto it = std::find_if(by_box.begin(), by_box.end(),
+                             [&](const auto& e) { return e.first == box; });
+      if (it == by_box.end()) {
+        by_box.push_back({box, {}});
+        it = by_box.end() - 1;
+      }
+      it->second.push_back(gi);
+    }
+    for (auto& [box, list] : by_box) {
+      std::sort(list.begin(), list.end(), [&](size_t a, size_t b) {
+        return groups[a].first.flat_begin < groups[b].first.flat_begin;
+      });
+    }
+    // The groups whose region may overlap `x`, in a deterministic order.
+    auto candidates = [&](const Rect& x) {
+      std::vector<size_t> out;
+      for (const auto& [box, list] : by_box) {
+        const Rect y = Intersect(x, box);
+        if (y.empty()) continue;
+        const int64_t w = box.col_end - box.col_begin;
+        const int64_t lo = (y.row_begin - box.row_begin) * w + (y.col_begin - box.col_begin);
+        const int64_t hi = (y.row_end - 1 - box.row_begin) * w + (y.col_end - 1 - box.col_begin) + 1;
+        auto first = std::partition_point(list.begin(), list.end(), [&](size_t gi) {
+          return groups[gi].first.flat_end <= lo;
+        });
+        for (auto it = first; it != list.end() && groups[*it].first.flat_begin < hi; ++it) {
+          out.push_back(*it);
+        }
+      }
+      return out;
+    };
 
     for (int b = 0; b < to.layout.world(); ++b) {
       const Region need = LocalRegion(t, state.num_layers, to.layout, to_coords[b]);
@@ -160,8 +196,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
         }
         for (const Rect& x : rest) {
           int64_t covered = 0;
-          for (size_t gi = 0; gi < groups.size(); ++gi) {
-            if (Intersect(x, groups[gi].first.box).empty()) continue;
+          for (size_t gi : candidates(x)) {
             const std::vector<int>& replicas = groups[gi].second;
             std::vector<int> near;
             for (int w : replicas) {
