@@ -3,7 +3,9 @@
 // (server, admin, worker), starts a CoordinatorServer, and writes <state_dir>/coordinator.json
 // (mode 0600) so that `elastra resize|status --state-dir` and workers started with
 // ELASTRA_STATE_DIR find it. Heartbeat and spawn timing come from ELASTRA_HEARTBEAT_MS,
-// ELASTRA_HEARTBEAT_TIMEOUT_MS and ELASTRA_SPAWN_TIMEOUT_MS when set.
+// ELASTRA_HEARTBEAT_TIMEOUT_MS and ELASTRA_SPAWN_TIMEOUT_MS when set. The coordinator journals the
+// job to <state_dir>/journal.bin and keeps its key pair in <state_dir>/server.key (mode 0600), so
+// that a restart (EmbeddedOptions::restart) takes the job back on the same address and keys.
 #pragma once
 
 #include <memory>
@@ -28,6 +30,11 @@ struct EmbeddedOptions {
   int max_workers = 64;
   // A checkpoint root to resume from (CoordinatorOptions::resume_from); empty: a fresh start.
   std::string resume_from;
+  // Take back the job in state_dir after its coordinator died (docs/journal.md): reuse the
+  // address, job name and keys of coordinator.json and server.key and replay journal.bin; job,
+  // bind, initial_workers and max_workers are then read from the state directory. Without it a
+  // new job starts and an old journal in state_dir is discarded.
+  bool restart = false;
 };
 
 struct EmbeddedCoordinator {

@@ -70,6 +70,8 @@ class Membership {
   // A fresh worker id "w<k>", k counting up over the job's life and skipping every id this job has
   // seen (removed ones included), so an id never names two processes.
   std::string NextWorkerId();
+  // Marks `id` as used, so NextWorkerId never hands it out (a restarted coordinator).
+  void MarkSeen(const std::string& id) { ever_seen_.insert(id); }
 
   void RegisterAgent(const AgentInfo& agent);
   const std::vector<AgentInfo>& agents() const { return agents_; }

@@ -279,6 +279,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return InvalidArgumentError("heartbeat_timeout must be longer than heartbeat_interval > 0");
   }
   auto impl = std::make_unique<Impl>(options);
+  Status journal = impl->WithCore([](const CoordinatorCore& c) { return c.journal_status(); });
+  if (!journal.ok()) return journal.WithContext("opening the coordinator's journal");
   Status s = impl->Open();
   if (!s.ok()) {
     impl->Stop();

@@ -1,13 +1,18 @@
-// elastra run: the local launcher/agent. Starts an embedded coordinator on loopback (keys in the
-// state directory), spawns and supervises the workers, reports their exits to the coordinator at
-// once, starts more when a resize asks, and exits with the job's status.
+// elastra run: the local launcher/agent. Starts the coordinator as a child process on loopback
+// (`elastra coordinator`, keys and journal in the state directory) and starts it again with
+// --restart when it dies, spawns and supervises the workers, reports their exits to the
+// coordinator at once, starts more when a resize asks, and exits with the job's status.
 // elastra coordinator: the same coordinator without an agent, for workers started elsewhere.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -34,22 +39,6 @@ std::string HostName() {
   return buf;
 }
 
-using Embedded = coordinator::EmbeddedCoordinator;
-
-// Makes the state directory and the job's keys, starts the coordinator, writes coordinator.json.
-StatusOr<Embedded> StartEmbedded(const std::string& state_dir, const std::string& job,
-                                 const std::string& bind, int initial_workers, int max_workers,
-                                 const std::string& resume_from = "") {
-  coordinator::EmbeddedOptions o;
-  o.resume_from = resume_from;
-  o.state_dir = state_dir;
-  o.job = job;
-  o.bind = bind;
-  o.initial_workers = initial_workers;
-  o.max_workers = max_workers;
-  return coordinator::StartEmbeddedCoordinator(o);
-}
-
 std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const std::string& id,
                                              const std::string& state_dir) {
   return {{"ELASTRA_COORDINATOR", info.address},
@@ -60,6 +49,100 @@ std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const s
           {"ELASTRA_WORKER_SECRET_KEY", info.worker.secret_key},
           {"ELASTRA_STATE_DIR", state_dir}};
 }
+
+
+// The coordinator of `elastra run` runs as a child process (`elastra coordinator`), so that
+// killing it does not kill the launcher: when it dies, the launcher starts it again with
+// --restart on the same state directory and it takes the job back (docs/journal.md).
+class CoordinatorProcess {
+ public:
+  CoordinatorProcess(std::string state_dir, std::vector<std::string> first_args)
+      : state_dir_(std::move(state_dir)), first_args_(std::move(first_args)) {}
+
+  // Starts it (with --restart after the first time) and waits until it wrote coordinator.json.
+  StatusOr<ConnectionInfo> Start() {
+    std::vector<std::string> argv = {SelfPath(), "coordinator", "--state-dir", state_dir_};
+    if (started_) {
+      argv.push_back("--restart");
+    } else {
+      argv.insert(argv.end(), first_args_.begin(), first_args_.end());
+      std::remove((state_dir_ + "/coordinator.json").c_str());  // never read an old job's file
+    }
+    std::vector<char*> args;
+    for (auto& s : argv) args.push_back(s.data());
+    args.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) return InternalError(std::string("fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+      // Its own process group: a Ctrl-C on the launcher stops the workers first, and the launcher
+      // stops the coordinator last. It dies with the launcher.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, STDOUT_FILENO);  // it prints its address; we read the file
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    started_ = true;
+    pid_ = pid;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid_ = 0;
+        return UnavailableError("the coordinator process exited (" + Describe(status) +
+                                ") before it was ready");
+      }
+      auto info = ReadConnectionInfo(state_dir_ + "/coordinator.json");
+      if (info.ok() && info->pid == pid) return info;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid_ = 0;
+    return UnavailableError("the coordinator process did not come up within 15 s");
+  }
+
+  pid_t pid() const { return pid_; }
+  // Called when the launcher reaped `pid` (ProcessGroup::Reap waits for any child).
+  bool IsIt(pid_t pid) const { return pid_ != 0 && pid == pid_; }
+  void Reaped() { pid_ = 0; }
+
+  // SIGTERM, then SIGKILL after `grace`.
+  void Stop(milliseconds grace) {
+    if (pid_ == 0) return;
+    kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = 0;
+        return;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+
+  static std::string Describe(int status) {
+    if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+    return "exit code " + std::to_string(WEXITSTATUS(status));
+  }
+
+ private:
+  static std::string SelfPath() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return "elastra";
+    return std::string(buf, static_cast<size_t>(n));
+  }
+
+  std::string state_dir_;
+  std::vector<std::string> first_args_;
+  bool started_ = false;
+  pid_t pid_ = 0;
+};
 
 }  // namespace
 
@@ -82,15 +165,22 @@ int RunCommand(const Args& args) {
   std::string job = flags.Get("job", "elastra");
   logging::SetTag("agent");
 
-  auto embedded = StartEmbedded(state_dir, job, "tcp://127.0.0.1:0", static_cast<int>(nproc),
-                                static_cast<int>(max_workers), flags.Get("resume"));
-  if (!embedded.ok()) {
-    std::fprintf(stderr, "elastra run: %s\n", embedded.status().ToString().c_str());
+  std::vector<std::string> coordinator_args = {
+      "--job", job, "--bind", "tcp://127.0.0.1:0", "--workers", std::to_string(nproc),
+      "--max-workers", std::to_string(max_workers)};
+  if (flags.Has("resume")) {
+    coordinator_args.push_back("--resume");
+    coordinator_args.push_back(flags.Get("resume"));
+  }
+  CoordinatorProcess coordinator(state_dir, coordinator_args);
+  auto info_or = coordinator.Start();
+  if (!info_or.ok()) {
+    std::fprintf(stderr, "elastra run: %s\n", info_or.status().ToString().c_str());
     return 1;
   }
-  const ConnectionInfo& info = embedded->info;
-  LOG(INFO) << "coordinator for job '" << job << "' at " << info.address << "; state in "
-            << state_dir;
+  const ConnectionInfo info = std::move(info_or).value();
+  LOG(INFO) << "coordinator for job '" << job << "' at " << info.address << " (pid "
+            << coordinator.pid() << "); state in " << state_dir;
 
   ControlClientOptions co;
   co.address = info.address;
@@ -101,18 +191,23 @@ int RunCommand(const Args& args) {
   auto agent_or = ControlClient::Connect(co);
   if (!agent_or.ok()) {
     std::fprintf(stderr, "elastra run: %s\n", agent_or.status().ToString().c_str());
+    coordinator.Stop(milliseconds(2000));
     return 1;
   }
   auto agent = std::move(agent_or).value();
-  auto reg = agent->Call<proto::Ack>(MessageType::kAgentRegister,
-                                     proto::AgentRegister{HostName(),
-                                                          static_cast<int32_t>(max_workers)},
+  const proto::AgentRegister registration{HostName(), static_cast<int32_t>(max_workers)};
+  auto reg = agent->Call<proto::Ack>(MessageType::kAgentRegister, registration,
                                      milliseconds(5000));
   if (!reg.ok()) {
     std::fprintf(stderr, "elastra run: registering the agent: %s\n",
                  reg.status().ToString().c_str());
+    coordinator.Stop(milliseconds(2000));
     return 1;
   }
+  // Registering again is harmless; it makes a coordinator restarted by someone else know this
+  // agent again within a second or two.
+  auto next_registration = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int failed_restarts = 0;
 
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -144,6 +239,14 @@ int RunCommand(const Args& args) {
       g_stop_signal = 0;
     }
     while (auto exit = group.Reap()) {
+      if (coordinator.IsIt(exit->pid)) {
+        coordinator.Reaped();
+        LOG(WARNING) << "the coordinator (pid " << exit->pid << ") died ("
+                     << (exit->signal != 0 ? "signal " + std::to_string(exit->signal)
+                                           : "exit code " + std::to_string(exit->exit_code))
+                     << "); starting it again on " << state_dir;
+        continue;
+      }
       if (exit->signal != 0) {
         LOG(WARNING) << "worker " << exit->worker_id << " (pid " << exit->pid
                      << ") killed by signal " << exit->signal;
@@ -154,6 +257,31 @@ int RunCommand(const Args& args) {
       if (exit->signal != 0 || exit->exit_code != 0) any_failed = true;
       proto::ProcessExited msg{exit->worker_id, exit->exit_code, exit->signal};
       agent->Send(MessageType::kProcessExited, proto::EncodePayload(msg)).IgnoreError();
+    }
+    if (coordinator.pid() == 0 && failed_restarts < 3) {
+      // The restart: the same state directory, address and keys; the journal gives the job back.
+      auto restarted = coordinator.Start();
+      if (restarted.ok()) {
+        failed_restarts = 0;
+        LOG(INFO) << "coordinator restarted (pid " << coordinator.pid() << ") at "
+                  << restarted->address;
+        auto again = agent->Call<proto::Ack>(MessageType::kAgentRegister, registration,
+                                             milliseconds(5000));
+        if (!again.ok()) LOG(WARNING) << "registering again after the restart: " << again.status();
+      } else if (++failed_restarts >= 3) {
+        LOG(ERROR) << "cannot restart the coordinator: " << restarted.status()
+                   << "; stopping the workers";
+        group.SignalAll(SIGTERM);
+        if (!shutdown_code) shutdown_code = 1;
+        shutdown_deadline = std::min(shutdown_deadline,
+                                     std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      } else {
+        LOG(WARNING) << "restarting the coordinator failed: " << restarted.status()
+                     << "; trying again";
+      }
+    } else if (std::chrono::steady_clock::now() >= next_registration) {
+      agent->Send(MessageType::kAgentRegister, proto::EncodePayload(registration)).IgnoreError();
+      next_registration = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     }
     while (auto push = agent->PollPush(milliseconds(0))) {
       if (push->type == MessageType::kSpawnRequest) {
@@ -171,9 +299,12 @@ int RunCommand(const Args& args) {
     }
     if (group.live() == 0) {
       if (!shutdown_code) {
-        // Every worker is gone and the coordinator did not say the job is over: ask it once more.
+        // Every worker is gone and the coordinator did not say the job is over: ask it once more
+        // (again, while it is being restarted).
+        if (coordinator.pid() == 0 && failed_restarts < 3) continue;
         auto st = agent->Call<proto::StatusReply>(MessageType::kStatusRequest,
                                                   proto::StatusRequest{}, milliseconds(2000));
+        if (!st.ok() && coordinator.pid() == 0 && failed_restarts < 3) continue;
         std::string state;
         if (st.ok()) {
           auto j = nlohmann::json::parse(st->json, nullptr, false);
@@ -195,7 +326,7 @@ int RunCommand(const Args& args) {
                                             milliseconds(2000));
   if (st.ok()) WriteFileAtomically(state_dir + "/status.json", st->json + "\n", 0600).IgnoreError();
   agent->Close();
-  embedded->server->Stop();
+  coordinator.Stop(milliseconds(5000));
   int code = shutdown_code.value_or(any_failed ? 1 : 0);
   LOG(INFO) << "exiting with " << code;
   return code;
@@ -203,15 +334,25 @@ int RunCommand(const Args& args) {
 
 int CoordinatorCommand(const Args& args) {
   FlagParser flags("coordinator", args);
-  if (!flags.Parse({"state-dir", "workers", "max-workers", "bind", "job"}, {})) return 2;
+  if (!flags.Parse({"state-dir", "workers", "max-workers", "bind", "job", "resume"},
+                   {"restart"})) {
+    return 2;
+  }
   long long workers = 1, max_workers = 64;
   if (!flags.GetInt("workers", 1, 4096, &workers)) return 2;
   if (!flags.GetInt("max-workers", 1, 4096, &max_workers)) return 2;
   std::string state_dir = flags.Get("state-dir", ".elastra");
   logging::SetTag("coordinator");
-  auto embedded = StartEmbedded(state_dir, flags.Get("job", "elastra"),
-                                flags.Get("bind", "tcp://127.0.0.1:0"), static_cast<int>(workers),
-                                static_cast<int>(std::max(workers, max_workers)));
+  coordinator::EmbeddedOptions o;
+  o.state_dir = state_dir;
+  o.job = flags.Get("job", "elastra");
+  o.bind = flags.Get("bind", "tcp://127.0.0.1:0");
+  o.initial_workers = static_cast<int>(workers);
+  o.max_workers = static_cast<int>(std::max(workers, max_workers));
+  o.resume_from = flags.Get("resume");
+  // --restart: take back the job journaled in the state directory (docs/journal.md).
+  o.restart = flags.Has("restart");
+  auto embedded = coordinator::StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;

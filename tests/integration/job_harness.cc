@@ -102,6 +102,14 @@ pid_t Job::PidOfRank(int rank) {
   return -1;
 }
 
+pid_t Job::CoordinatorPid() const {
+  std::ifstream in(state_dir() + "/coordinator.json");
+  if (!in) return -1;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return -1;
+  return static_cast<pid_t>(j.value("pid", int64_t{-1}));
+}
+
 int Job::Wait(std::chrono::seconds timeout) {
   if (pid_ <= 0) return -1;
   auto deadline = std::chrono::steady_clock::now() + timeout;

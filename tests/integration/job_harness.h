@@ -42,6 +42,8 @@ class Job {
   CommandResult Resize(const std::string& args);
   // The pid of the member with `rank`, or -1.
   pid_t PidOfRank(int rank);
+  // The coordinator's process (the "pid" of <state_dir>/coordinator.json), or -1.
+  pid_t CoordinatorPid() const;
   // Waits for `elastra run` to exit; returns its exit code (-1 on timeout, after killing it).
   int Wait(std::chrono::seconds timeout);
 

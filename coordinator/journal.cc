@@ -1,0 +1,523 @@
+#include "coordinator/journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using nlohmann::json;
+
+// Bounds on what a record may hold (a record within them is at most a few MiB).
+constexpr size_t kMaxWorkers = 4096;
+constexpr size_t kMaxString = 4096;
+constexpr size_t kMaxHistory = 1 << 20;
+constexpr size_t kMaxCheckpoints = 1 << 16;
+
+std::string Errno() { return std::strerror(errno); }
+
+std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t GetU32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// Reads up to `n` bytes; returns how many were read (fewer only at end of file), -1 on error.
+ssize_t ReadFull(int fd, void* buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+Status WriteFull(int fd, const char* data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return InternalError("writing the journal: " + Errno());
+    }
+    done += static_cast<size_t>(w);
+  }
+  return OkStatus();
+}
+
+// ---- JSON <-> structs, with bounds. Throwing helpers; ApplyRecord turns throws into kCorrupt. --
+
+struct BadRecord {
+  std::string why;
+};
+
+const json& Field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end()) throw BadRecord{std::string("missing field '") + name + "'"};
+  return *it;
+}
+
+std::string Str(const json& j, const char* name) {
+  const json& v = Field(j, name);
+  if (!v.is_string()) throw BadRecord{std::string("field '") + name + "' is not a string"};
+  std::string s = v.get<std::string>();
+  if (s.size() > kMaxString) throw BadRecord{std::string("field '") + name + "' is too long"};
+  return s;
+}
+
+int64_t Int(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json& v = Field(j, name);
+  if (!v.is_number_integer()) throw BadRecord{std::string("field '") + name + "' is not an integer"};
+  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? INT64_MAX
+                  : v.get<int64_t>();
+  if (x < lo || x > hi) throw BadRecord{std::string("field '") + name + "' is out of range"};
+  return x;
+}
+
+double Num(const json& j, const char* name) {
+  const json& v = Field(j, name);
+  if (!v.is_number()) throw BadRecord{std::string("field '") + name + "' is not a number"};
+  return v.get<double>();
+}
+
+const json& Array(const json& j, const char* name, size_t max) {
+  const json& v = Field(j, name);
+  if (!v.is_array()) throw BadRecord{std::string("field '") + name + "' is not an array"};
+  if (v.size() > max) throw BadRecord{std::string("field '") + name + "' is too long"};
+  return v;
+}
+
+json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
+Layout LayoutFrom(const json& j) {
+  if (!j.is_object()) throw BadRecord{"layout is not an object"};
+  Layout l;
+  l.dp = static_cast<int>(Int(j, "dp", 0, 1 << 20));
+  l.pp = static_cast<int>(Int(j, "pp", 1, 1 << 20));
+  l.tp = static_cast<int>(Int(j, "tp", 1, 1 << 20));
+  return l;
+}
+
+json WorkerJson(const JournalWorker& w) {
+  return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
+}
+JournalWorker WorkerFrom(const json& j) {
+  if (!j.is_object()) throw BadRecord{"worker is not an object"};
+  JournalWorker w;
+  w.id = Str(j, "id");
+  if (w.id.empty()) throw BadRecord{"empty worker id"};
+  w.host = Str(j, "host");
+  w.device = static_cast<int32_t>(Int(j, "device", -1, INT32_MAX));
+  w.pid = Int(j, "pid", 0, INT64_MAX);
+  return w;
+}
+std::vector<JournalWorker> WorkersFrom(const json& j, const char* name) {
+  std::vector<JournalWorker> out;
+  for (const auto& w : Array(j, name, kMaxWorkers)) out.push_back(WorkerFrom(w));
+  return out;
+}
+json WorkersJson(const std::vector<JournalWorker>& ws) {
+  json a = json::array();
+  for (const auto& w : ws) a.push_back(WorkerJson(w));
+  return a;
+}
+
+void EraseStandby(JournalState* s, const std::string& id) {
+  s->standby.erase(std::remove_if(s->standby.begin(), s->standby.end(),
+                                  [&](const JournalWorker& w) { return w.id == id; }),
+                   s->standby.end());
+}
+
+// Applies one decoded record. The state is changed only when the whole record is valid.
+Status ApplyRecord(const json& r, JournalState* state) {
+  try {
+    if (!r.is_object()) throw BadRecord{"record is not an object"};
+    const std::string type = Str(r, "t");
+    JournalState s = *state;
+    if (s.empty() && type != "job") throw BadRecord{"the first record is not a job record"};
+    if (type == "job") {
+      if (!s.empty()) throw BadRecord{"a second job record"};
+      const int64_t version = Int(r, "version", 0, INT32_MAX);
+      if (version != 1) throw BadRecord{"unknown journal version " + std::to_string(version)};
+      s.job = Str(r, "job");
+      s.initial_workers = static_cast<int32_t>(Int(r, "initial_workers", 0, 1 << 20));
+      s.max_workers = static_cast<int32_t>(Int(r, "max_workers", 0, 1 << 20));
+    } else if (type == "join") {
+      JournalWorker w = WorkerFrom(Field(r, "worker"));
+      EraseStandby(&s, w.id);
+      s.worker_states.erase(w.id);
+      s.seen_ids.insert(w.id);
+      if (s.standby.size() >= kMaxWorkers) throw BadRecord{"too many standby workers"};
+      s.standby.push_back(w);
+    } else if (type == "worker") {
+      const std::string id = Str(r, "id");
+      const std::string st = Str(r, "state");
+      if (st != "finished" && st != "lost" && st != "removed") {
+        throw BadRecord{"unknown worker state '" + st + "'"};
+      }
+      EraseStandby(&s, id);
+      if (st == "removed") {
+        s.worker_states.erase(id);
+      } else {
+        if (s.worker_states.size() >= kMaxHistory) throw BadRecord{"too many worker states"};
+        s.worker_states[id] = st;
+      }
+    } else if (type == "ids") {
+      for (const auto& id : Array(r, "ids", kMaxWorkers)) {
+        if (!id.is_string() || id.get<std::string>().size() > kMaxString) {
+          throw BadRecord{"a worker id is not a short string"};
+        }
+        s.seen_ids.insert(id.get<std::string>());
+      }
+      if (s.seen_ids.size() > kMaxHistory) throw BadRecord{"too many worker ids"};
+    } else if (type == "begin") {
+      const uint64_t target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
+      const std::string kind = Str(r, "kind");
+      if (kind != "pause" && kind != "recover" && kind != "build") {
+        throw BadRecord{"unknown change kind '" + kind + "'"};
+      }
+      s.change_in_flight = true;
+      s.change_target = target;
+      s.change_kind = kind;
+      s.change_workers = WorkersFrom(r, "workers");
+      s.highest_generation = std::max(s.highest_generation, target);
+      for (const auto& w : s.change_workers) s.seen_ids.insert(w.id);
+    } else if (type == "commit") {
+      JournalGeneration g;
+      g.generation = static_cast<uint64_t>(Int(r, "generation", 1, INT64_MAX));
+      if (s.current() != nullptr && g.generation <= s.current()->generation) {
+        throw BadRecord{"generation " + std::to_string(g.generation) +
+                        " committed after generation " + std::to_string(s.current()->generation)};
+      }
+      g.reason = Str(r, "reason");
+      g.layout = LayoutFrom(Field(r, "layout"));
+      g.members = WorkersFrom(r, "members");
+      if (g.members.empty()) throw BadRecord{"a generation without members"};
+      if (static_cast<size_t>(g.layout.world()) != g.members.size()) {
+        throw BadRecord{"layout " + g.layout.ToString() + " does not match " +
+                        std::to_string(g.members.size()) + " members"};
+      }
+      g.downtime_ms = Num(r, "downtime_ms");
+      g.agreement_ms = Num(r, "agreement_ms");
+      g.rebuild_ms = Num(r, "rebuild_ms");
+      g.transfer_ms = Num(r, "transfer_ms");
+      if (s.history.size() >= kMaxHistory) throw BadRecord{"too many generations"};
+      for (const auto& m : g.members) {
+        EraseStandby(&s, m.id);
+        s.worker_states.erase(m.id);
+        s.seen_ids.insert(m.id);
+      }
+      s.highest_generation = std::max(s.highest_generation, g.generation);
+      s.history.push_back(std::move(g));
+      s.change_in_flight = false;
+      s.change_target = 0;
+      s.change_kind.clear();
+      s.change_workers.clear();
+    } else if (type == "checkpoint") {
+      JournalCheckpoint c;
+      c.step = Int(r, "step", 0, INT64_MAX);
+      c.generation = static_cast<uint64_t>(Int(r, "generation", 0, INT64_MAX));
+      c.dir = Str(r, "dir");
+      if (s.checkpoints.size() >= kMaxCheckpoints) s.checkpoints.erase(s.checkpoints.begin());
+      s.checkpoints.push_back(std::move(c));
+    } else if (type == "resize") {
+      JournalResize z;
+      z.workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
+      z.has_layout = Field(r, "has_layout").is_boolean() && Field(r, "has_layout").get<bool>();
+      z.layout = LayoutFrom(Field(r, "layout"));
+      s.resize = z;
+    } else if (type == "resize_end") {
+      s.resize.reset();
+    } else if (type == "end") {
+      const std::string outcome = Str(r, "outcome");
+      if (outcome != "finished" && outcome != "failed") {
+        throw BadRecord{"unknown outcome '" + outcome + "'"};
+      }
+      s.ended = outcome;
+      s.end_reason = Str(r, "reason");
+      s.change_in_flight = false;
+      s.resize.reset();
+    } else {
+      throw BadRecord{"unknown record type '" + type + "'"};
+    }
+    ++s.records;
+    *state = std::move(s);
+    return OkStatus();
+  } catch (const BadRecord& b) {
+    return CorruptError(b.why);
+  } catch (const std::exception& ex) {
+    return CorruptError(ex.what());
+  }
+}
+
+std::string Frame(const std::string& payload) {
+  std::string out(Journal::kHeaderBytes, '\0');
+  auto* h = reinterpret_cast<uint8_t*>(out.data());
+  PutU32(h, Journal::kMagic);
+  PutU32(h + 4, static_cast<uint32_t>(payload.size()));
+  PutU32(h + 8, Journal::Crc32c(payload.data(), payload.size()));
+  out += payload;
+  return out;
+}
+
+Status SyncDirectoryOf(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return InternalError("opening " + dir + ": " + Errno());
+  ::fsync(dfd);
+  ::close(dfd);
+  return OkStatus();
+}
+
+}  // namespace
+
+uint32_t Journal::Crc32c(const void* data, size_t size) {
+  static const std::array<uint32_t, 256> table = MakeCrcTable();
+  uint32_t c = 0xFFFFFFFFu;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std::string>* warnings,
+                                       uint64_t* consistent_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFoundError("no journal at " + path);
+    return InternalError("opening the journal " + path + ": " + Errno());
+  }
+  struct stat st {};
+  ::fstat(fd, &st);
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  JournalState state;
+  uint64_t offset = 0;
+  auto warn = [&](const std::string& why) {
+    std::string line = "journal " + path + ": " + why + " at byte " + std::to_string(offset) +
+                       " of " + std::to_string(file_size) + "; using the " +
+                       std::to_string(state.records) + " record(s) before it";
+    LOG(WARNING) << line;
+    if (warnings != nullptr) warnings->push_back(line);
+  };
+  std::string payload;
+  for (;;) {
+    uint8_t header[kHeaderBytes];
+    ssize_t got = ReadFull(fd, header, kHeaderBytes);
+    if (got < 0) {
+      int saved = errno;
+      ::close(fd);
+      return InternalError("reading the journal " + path + ": " + std::strerror(saved));
+    }
+    if (got == 0) break;
+    if (static_cast<size_t>(got) < kHeaderBytes) {
+      warn("torn record header (the writer was stopped mid-write)");
+      break;
+    }
+    const uint32_t magic = GetU32(header);
+    const uint32_t length = GetU32(header + 4);
+    const uint32_t crc = GetU32(header + 8);
+    if (magic != kMagic) {
+      warn("bad record magic");
+      break;
+    }
+    if (length > kMaxRecordBytes) {
+      warn("record length " + std::to_string(length) + " over the limit");
+      break;
+    }
+    if (offset + kHeaderBytes + length > file_size) {
+      warn("torn record (the file ends inside it; the writer was stopped mid-write)");
+      break;
+    }
+    payload.resize(length);
+    got = ReadFull(fd, payload.data(), length);
+    if (got != static_cast<ssize_t>(length)) {
+      warn("torn record");
+      break;
+    }
+    if (Crc32c(payload.data(), payload.size()) != crc) {
+      warn("record checksum mismatch");
+      break;
+    }
+    json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+    if (r.is_discarded()) {
+      warn("record is not JSON");
+      break;
+    }
+    Status applied = ApplyRecord(r, &state);
+    if (!applied.ok()) {
+      warn("inconsistent record (" + applied.message() + ")");
+      break;
+    }
+    offset += kHeaderBytes + length;
+  }
+  ::close(fd);
+  if (consistent_bytes != nullptr) *consistent_bytes = offset;
+  return state;
+}
+
+Journal::Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings)
+    : path_(std::move(path)), fd_(fd), state_(std::move(state)), warnings_(std::move(warnings)) {}
+
+Journal::~Journal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
+  std::vector<std::string> warnings;
+  uint64_t good = 0;
+  JournalState state;
+  auto replayed = Replay(path, &warnings, &good);
+  if (replayed.ok()) {
+    state = std::move(replayed).value();
+  } else if (replayed.status().code() != StatusCode::kNotFound) {
+    return replayed.status();
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return InternalError("opening the journal " + path + ": " + Errno());
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<uint64_t>(st.st_size) != good) {
+    // Bad bytes after the consistent prefix: keep a copy for inspection, then cut them off so the
+    // next record follows the last good one.
+    if (!warnings.empty()) {
+      std::error_code ec;
+      std::filesystem::copy_file(path, path + ".corrupt",
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+    }
+    if (::ftruncate(fd, static_cast<off_t>(good)) != 0) {
+      int saved = errno;
+      ::close(fd);
+      return InternalError("cutting the journal " + path + " back to its consistent part: " +
+                           std::strerror(saved));
+    }
+    ::fsync(fd);
+  }
+  if (::lseek(fd, 0, SEEK_END) < 0) {
+    int saved = errno;
+    ::close(fd);
+    return InternalError("seeking in the journal: " + std::string(std::strerror(saved)));
+  }
+  SyncDirectoryOf(path).IgnoreError();
+  return std::unique_ptr<Journal>(new Journal(path, fd, std::move(state), std::move(warnings)));
+}
+
+StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return InternalError("creating the journal " + path + ": " + Errno());
+  ::fsync(fd);
+  SyncDirectoryOf(path).IgnoreError();
+  return std::unique_ptr<Journal>(new Journal(path, fd, JournalState{}, {}));
+}
+
+Status Journal::Append(const std::string& payload) {
+  if (payload.size() > kMaxRecordBytes) {
+    return InvalidArgumentError("journal record of " + std::to_string(payload.size()) +
+                                " bytes is over the limit");
+  }
+  json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  JournalState next = state_;
+  Status applied = ApplyRecord(r, &next);
+  if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
+  const std::string frame = Frame(payload);
+  struct stat st {};
+  ::fstat(fd_, &st);
+  Status s = WriteFull(fd_, frame.data(), frame.size());
+  if (s.ok() && ::fdatasync(fd_) != 0) s = InternalError("syncing the journal: " + Errno());
+  if (!s.ok()) {
+    // Leave no half record behind for the next append to follow.
+    if (::ftruncate(fd_, st.st_size) == 0) ::lseek(fd_, 0, SEEK_END);
+    return s;
+  }
+  state_ = std::move(next);
+  return OkStatus();
+}
+
+Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers) {
+  return Append(json{{"t", "job"},
+                     {"version", 1},
+                     {"job", job},
+                     {"initial_workers", initial_workers},
+                     {"max_workers", max_workers}}
+                    .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordJoin(const JournalWorker& worker) {
+  return Append(json{{"t", "join"}, {"worker", WorkerJson(worker)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordWorkerState(const std::string& id, const std::string& state) {
+  return Append(json{{"t", "worker"}, {"id", id}, {"state", state}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordIds(const std::vector<std::string>& ids) {
+  return Append(json{{"t", "ids"}, {"ids", ids}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordChangeBegun(uint64_t target, const std::string& kind,
+                                  const std::vector<JournalWorker>& workers) {
+  return Append(json{{"t", "begin"}, {"target", target}, {"kind", kind},
+                     {"workers", WorkersJson(workers)}}
+                    .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordCommit(const JournalGeneration& g) {
+  return Append(json{{"t", "commit"},
+                     {"generation", g.generation},
+                     {"reason", g.reason},
+                     {"layout", LayoutJson(g.layout)},
+                     {"members", WorkersJson(g.members)},
+                     {"downtime_ms", g.downtime_ms},
+                     {"agreement_ms", g.agreement_ms},
+                     {"rebuild_ms", g.rebuild_ms},
+                     {"transfer_ms", g.transfer_ms}}
+                    .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir) {
+  return Append(
+      json{{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordResize(const JournalResize& z) {
+  return Append(json{{"t", "resize"},
+                     {"workers", z.workers},
+                     {"has_layout", z.has_layout},
+                     {"layout", LayoutJson(z.layout)}}
+                    .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status Journal::RecordResizeEnd() { return Append(json{{"t", "resize_end"}}.dump(-1, ' ', false, json::error_handler_t::replace)); }
+
+Status Journal::RecordEnd(const std::string& outcome, const std::string& reason) {
+  return Append(json{{"t", "end"}, {"outcome", outcome}, {"reason", reason}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,142 @@
+// Journal: the coordinator's append-only record of the job in its state directory, so that a
+// coordinator killed with SIGKILL and started again takes the job back (docs/journal.md).
+//
+// File: a sequence of records, each a 12-byte header (magic "EJR1", payload length, CRC-32C of
+// the payload; little-endian) followed by a JSON payload. Every append is fsync'ed before it
+// returns. Replay reads records with bounded reads, stops at the first record that is torn (the
+// file ends inside it: a kill mid-write), has a bad header or checksum, or does not make sense,
+// logs a warning, and returns the state up to there; Open then cuts the file back to that point
+// (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends follow
+// the last consistent record. Thread-compatible (owned by the coordinator's loop).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+struct JournalWorker {
+  std::string id;
+  std::string host;
+  int32_t device = -1;
+  int64_t pid = 0;
+};
+
+// One committed generation.
+struct JournalGeneration {
+  uint64_t generation = 0;
+  std::string reason;
+  Layout layout;
+  std::vector<JournalWorker> members;  // by rank
+  double downtime_ms = 0;
+  double agreement_ms = 0;
+  double rebuild_ms = 0;
+  double transfer_ms = 0;
+};
+
+struct JournalCheckpoint {
+  int64_t step = 0;
+  uint64_t generation = 0;
+  std::string dir;
+};
+
+struct JournalResize {
+  int32_t workers = 0;
+  bool has_layout = false;
+  Layout layout;
+};
+
+// What replaying a journal yields: the last consistent state of the job.
+struct JournalState {
+  std::string job;
+  int32_t initial_workers = 0;
+  int32_t max_workers = 0;
+  // The highest generation number ever handed out (begun or committed).
+  uint64_t highest_generation = 0;
+  // Committed generations, oldest first; back() is the current one.
+  std::vector<JournalGeneration> history;
+  // Workers of the committed generations that are no longer running in it: "finished", "lost".
+  std::map<std::string, std::string> worker_states;
+  // Workers that joined and hold no rank (by join order).
+  std::vector<JournalWorker> standby;
+  // Every worker id the job has used or handed out (a restarted coordinator never reuses one).
+  std::set<std::string> seen_ids;
+  std::vector<JournalCheckpoint> checkpoints;  // oldest first
+  // A change of generation begun and not committed: its target and the workers asked.
+  bool change_in_flight = false;
+  uint64_t change_target = 0;
+  std::string change_kind;  // "pause", "recover", "build"
+  std::vector<JournalWorker> change_workers;
+  // An accepted resize not yet done or failed.
+  std::optional<JournalResize> resize;
+  // "" while the job runs, else "finished" or "failed".
+  std::string ended;
+  std::string end_reason;
+  // Records applied.
+  uint64_t records = 0;
+
+  bool empty() const { return records == 0; }
+  const JournalGeneration* current() const { return history.empty() ? nullptr : &history.back(); }
+};
+
+class Journal {
+ public:
+  static constexpr uint32_t kMagic = 0x3152'4A45;  // "EJR1" in file order
+  static constexpr uint32_t kHeaderBytes = 12;
+  static constexpr uint32_t kMaxRecordBytes = 4u << 20;
+
+  // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
+  // appending after the last consistent record. kInternal when the file cannot be opened or cut.
+  static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path);
+  // Opens `path` as a new, empty journal: an older file there is replaced.
+  static StatusOr<std::unique_ptr<Journal>> Create(const std::string& path);
+  // Replays `path` read-only. `warnings` (may be null) gets one line per record skipped;
+  // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing.
+  static StatusOr<JournalState> Replay(const std::string& path, std::vector<std::string>* warnings,
+                                       uint64_t* consistent_bytes = nullptr);
+
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  const JournalState& state() const { return state_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  const std::string& path() const { return path_; }
+
+  // Each appends one record, fsyncs it, and applies it to state(). kInternal when the write or
+  // fsync failed (the state is then unchanged), kInvalidArgument when a field is out of bounds.
+  Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers);
+  Status RecordJoin(const JournalWorker& worker);
+  // `state`: "finished", "lost" or "removed" (a standby worker that left).
+  Status RecordWorkerState(const std::string& id, const std::string& state);
+  Status RecordIds(const std::vector<std::string>& ids);
+  Status RecordChangeBegun(uint64_t target, const std::string& kind,
+                           const std::vector<JournalWorker>& workers);
+  Status RecordCommit(const JournalGeneration& generation);
+  Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
+  Status RecordResize(const JournalResize& resize);
+  Status RecordResizeEnd();
+  Status RecordEnd(const std::string& outcome, const std::string& reason);
+
+  // CRC-32C (Castagnoli) of `data`.
+  static uint32_t Crc32c(const void* data, size_t size);
+
+ private:
+  Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings);
+  Status Append(const std::string& payload);
+
+  std::string path_;
+  int fd_ = -1;
+  JournalState state_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace elastra::coordinator
