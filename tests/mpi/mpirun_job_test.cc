@@ -306,6 +306,53 @@ TEST(MpirunJob, KilledRankIsSurvivedWithEnableRecovery) {
   EXPECT_LE(c.max_rel_loss_diff, 1e-4);
 }
 
+TEST(MpirunJob, JoinsANamedCoordinator) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  char tmpl[] = "/tmp/elastra-coordinator-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string state = dir + "/state";
+  auto started = RunShell("cd " + dir + " && (" + ELASTRA_BINARY + " coordinator --state-dir " +
+                          state + " --workers 2 > coordinator.out 2> coordinator.err & echo $!)");
+  pid_t coordinator = static_cast<pid_t>(std::atoll(started.out.c_str()));
+  ASSERT_GT(coordinator, 0) << started.out;
+  struct Stop {
+    pid_t pid;
+    std::string dir;
+    ~Stop() {
+      kill(pid, SIGTERM);
+      RunShell("rm -rf " + dir);
+    }
+  } stop{coordinator, dir};
+  std::string address;
+  for (int i = 0; i < 100 && address.empty(); ++i) {
+    auto j = nlohmann::json::parse(ReadFile(dir + "/coordinator.out"), nullptr, false);
+    if (!j.is_discarded() && j.is_object()) address = j.value("address", std::string());
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(address.empty()) << ReadFile(dir + "/coordinator.out");
+  {
+    // The address from the environment, the keys from the state directory.
+    MpirunJob job(2, {"--enable-recovery", "-x", "ELASTRA_COORDINATOR=" + address, "-x",
+                      "ELASTRA_STATE_DIR=" + state},
+                  TrainArgs(30, 0));
+    EXPECT_EQ(job.Wait(seconds(40)), 0) << job.output();
+    // No embedded coordinator was started.
+    EXPECT_NE(access((job.dir() + "/.elastra").c_str(), F_OK), 0);
+  }
+  auto st = RunShell(std::string(ELASTRA_BINARY) + " status --json --state-dir " + state);
+  auto j = nlohmann::json::parse(st.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << st.out;
+  EXPECT_EQ(j.value("state", std::string()), "finished") << st.out;
+  std::set<std::string> ids;
+  for (const auto& w : j["workers"]) ids.insert(w.value("id", std::string()));
+  ASSERT_EQ(ids.size(), 2u) << st.out;
+  for (const auto& id : ids) {
+    // mpi-<mpirun job id>-<rank>: two mpirun jobs can share one coordinator.
+    EXPECT_EQ(id.rfind("mpi-", 0), 0u) << id;
+    EXPECT_GT(id.size(), std::string("mpi-0").size()) << id;
+  }
+}
+
 TEST(MpirunJob, WarnsWithoutTheKeepAliveFlagAndStillTrains) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
   MpirunJob job(2, {}, TrainArgs(20, 0));
