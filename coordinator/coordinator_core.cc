@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_core.h"
 
+#include "coordinator/planner.h"
 #include "elastra/sharding.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/writer.h"
@@ -932,21 +933,24 @@ void CoordinatorCore::FinishPause(int64_t step) {
   const size_t want = resize_ ? static_cast<size_t>(resize_->workers) : old.size();
   GenerationPlan plan;
   plan.generation = reconf_.target();
-  if (want >= old.size()) {
-    plan.members = old;
-    plan.has_state.assign(old.size(), true);
-    for (const auto& id : membership_.Standby()) {
-      if (plan.members.size() >= want) break;
-      plan.members.push_back(id);
-      plan.has_state.push_back(false);
-    }
-  } else {
-    plan.members.assign(old.begin(), old.begin() + want);
-    plan.has_state.assign(want, true);
-    plan.leaving.assign(old.begin() + want, old.end());
+  // The candidates: every current member, plus standby workers up to the size asked for.
+  std::vector<std::string> candidates = old;
+  for (const auto& id : membership_.Standby()) {
+    if (candidates.size() >= want) break;
+    candidates.push_back(id);
   }
-  plan.layout = resize_ && resize_->has_layout ? resize_->layout
-                                               : DefaultLayout(plan.members.size());
+  plan.layout = resize_ && resize_->has_layout ? resize_->layout : DefaultLayout(want);
+  // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
+  // state in place.
+  plan.members = AssignWorkers(plan.layout, candidates);
+  for (const auto& id : plan.members) {
+    plan.has_state.push_back(std::find(old.begin(), old.end(), id) != old.end());
+  }
+  for (const auto& id : old) {
+    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end()) {
+      plan.leaving.push_back(id);
+    }
+  }
   plan.restore_step = step;
   plan.source_rank = 0;
   plan.reason = "resize";
@@ -954,6 +958,61 @@ void CoordinatorCore::FinishPause(int64_t step) {
   plan.prev_members = current_members_;
   plan.prev_has_state.assign(current_members_.size(), true);
   StartBuild(std::move(plan));
+}
+
+std::vector<std::string> CoordinatorCore::AssignWorkers(const Layout& layout,
+                                                        const std::vector<std::string>& candidates) {
+  const int world = layout.world();
+  std::vector<std::string> keep_order(candidates.begin(), candidates.begin() + world);
+  if (state_spec_.tensors.empty()) return keep_order;  // nothing known to keep in place
+  std::map<std::string, int> host_index;
+  std::vector<int> host_of_worker;
+  for (const auto& id : candidates) {
+    const WorkerInfo* w = membership_.Find(id);
+    std::string host = w != nullptr ? w->host : id;
+    auto [it, added] = host_index.emplace(host, static_cast<int>(host_index.size()));
+    host_of_worker.push_back(it->second);
+  }
+  CurrentPlacement current;
+  current.layout = layout_;
+  for (const auto& id : current_members_) {
+    auto it = std::find(candidates.begin(), candidates.end(), id);
+    if (it == candidates.end()) return keep_order;  // a current member is missing: keep it simple
+    current.worker_of_rank.push_back(static_cast<int>(it - candidates.begin()));
+  }
+  // Exact bytes kept, from the registered state's region math.
+  PlannerOptions options;
+  const StateSpec& state = state_spec_;
+  const Layout from = layout_;
+  options.kept_bytes = [&state, from](int from_rank, const Layout& to, int to_rank) {
+    const Coordinates a = CoordinatesOf(from, from_rank), b = CoordinatesOf(to, to_rank);
+    int64_t kept = 0;
+    for (const auto& t : state.tensors) {
+      const Region ra = LocalRegion(t, state.num_layers, from, a);
+      const Region rb = LocalRegion(t, state.num_layers, to, b);
+      if (ra.empty() || rb.empty()) continue;
+      for (const Rect& p : ra.Pieces()) {
+        for (const Rect& q : rb.Pieces()) {
+          kept += Intersect(p, q).volume() * static_cast<int64_t>(t.element_size);
+        }
+      }
+    }
+    return kept;
+  };
+  bool exact = false;
+  int64_t kept = 0;
+  auto assigned = AssignRanks(ModelDescription{}, layout, host_of_worker, current, options, &exact,
+                              &kept);
+  if (!assigned.ok()) {
+    LOG(WARNING) << "rank assignment for " << layout.ToString() << " failed ("
+                 << assigned.status() << "); keeping the current order";
+    return keep_order;
+  }
+  std::vector<std::string> order;
+  for (int w : *assigned) order.push_back(candidates[w]);
+  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept
+            << " bytes in place" << (exact ? "" : " (heuristic)");
+  return order;
 }
 
 void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std::string& why) {

@@ -107,6 +107,10 @@ class CoordinatorCore {
   // tensor degrees when they divide the count and the state allows it, else pure data
   // parallelism.
   Layout DefaultLayout(size_t workers) const;
+  // `layout.world()` of `candidates` ordered by their rank in `layout`: the assignment that keeps
+  // the most of the registered state in place (candidates left out leave the job).
+  std::vector<std::string> AssignWorkers(const Layout& layout,
+                                         const std::vector<std::string>& candidates);
   // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`.
   Status ValidateLayout(const Layout& layout) const;
 

@@ -219,8 +219,17 @@ class Worker::Impl {
   void Finish() {
     if (left_ || client_ == nullptr) return;
     proto::LeaveRequest req{"finished"};
-    auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(5000),
+    auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
                                            generation_.load());
+    // A coordinator that is being restarted (docs/journal.md) may have lost the request: ask
+    // again (a finished worker's Leave is acknowledged again).
+    for (int attempt = 1; attempt < 4 && !reply.ok() &&
+                          (reply.status().code() == StatusCode::kTimedOut ||
+                           reply.status().code() == StatusCode::kUnavailable);
+         ++attempt) {
+      reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
+                                        generation_.load());
+    }
     if (!reply.ok()) LOG(WARNING) << "finish not acknowledged: " << reply.status();
     left_ = true;
     Shutdown();
@@ -591,10 +600,19 @@ class Worker::Impl {
     }
     int64_t bytes = 0;
     ELASTRA_ASSIGN_OR_RETURN(bytes, MoveState(gen, my_rank));
-    // The scalars (step, data cursor, ...) of the state's holders; rank 0 is one.
+    // The scalars (step, data cursor, ...) come from the lowest rank that held the state (any rank
+    // after a load from disk: they all read the same).
+    int source = 0;
+    for (size_t r = 0; r < gen.members.size(); ++r) {
+      if (HeldState(gen, gen.members[r].worker_id)) {
+        source = static_cast<int>(r);
+        break;
+      }
+    }
     std::vector<int64_t> scalars;
     for (const auto& [name, value] : state_.scalars()) scalars.push_back(value);
-    ELASTRA_RETURN_IF_ERROR(world().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, 0));
+    ELASTRA_RETURN_IF_ERROR(
+        world().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
     auto& mine = state_.mutable_scalars();
     for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
     client_->SetHeartbeatStep(step());
@@ -619,6 +637,13 @@ class Worker::Impl {
     proto::GenerationReady ready{gen.generation, rebuild_ms, transfer_ms, bytes};
     return client_->Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
                          gen.generation);
+  }
+
+  static bool HeldState(const proto::NewGeneration& gen, const std::string& id) {
+    for (const auto& m : gen.prev_members) {
+      if (m.has_state && m.worker_id == id) return true;
+    }
+    return false;
   }
 
   GroupOptions GroupOptionsFor(const proto::NewGeneration& gen) {
