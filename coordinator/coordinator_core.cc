@@ -422,7 +422,26 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   health_.Beat(req.worker_id);
   if (journal_) Journaled(journal_->RecordJoin(JournalRecordOf(req.worker_id)));
   if (state_spec_.tensors.empty() && !req.state.tensors.empty()) state_spec_ = req.state;
-  if (model_json_.empty() && !req.model_json.empty()) model_json_ = req.model_json;
+  if (model_json_.empty() && !req.model_json.empty()) {
+    model_json_ = req.model_json;
+    auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("model")) {
+      auto model = ParseModelDescription(j["model"].dump());
+      if (model.ok()) {
+        model_ = *model;
+        auto pins = j.value("pins", nlohmann::json::object());
+        if (pins.is_object()) {
+          pins_.tp = pins.value("tp", 0);
+          pins_.pp = pins.value("pp", 0);
+          pins_.only_dp = pins.value("only_dp", false);
+        }
+        LOG(INFO) << "planning layouts for the model of worker " << req.worker_id;
+      } else {
+        LOG(WARNING) << "ignoring the model description of " << req.worker_id << ": "
+                     << model.status();
+      }
+    }
+  }
   proto::JoinReply reply;
   reply.worker_id = req.worker_id;
   reply.generation = generation_;
@@ -767,6 +786,35 @@ Status CoordinatorCore::ValidateLayout(const Layout& layout) const {
   return OkStatus();
 }
 
+Layout CoordinatorCore::ChooseLayout(const std::vector<std::string>& candidates) const {
+  const size_t n = candidates.size();
+  if (!model_ || pins_.only_dp) return DefaultLayout(n);
+  std::map<std::string, int> host_index;
+  std::vector<int> host_of_worker;
+  for (const auto& id : candidates) {
+    const WorkerInfo* w = membership_.Find(id);
+    auto [it, added] =
+        host_index.emplace(w != nullptr ? w->host : id, static_cast<int>(host_index.size()));
+    host_of_worker.push_back(it->second);
+  }
+  auto planned = PlanLayout(*model_, host_of_worker, pins_, CurrentPlacement{});
+  if (!planned.ok()) {
+    LOG(WARNING) << "planner: " << planned.status() << "; using the default layout";
+    return DefaultLayout(n);
+  }
+  std::vector<LayoutScore> ranked = {planned->best};
+  ranked.insert(ranked.end(), planned->alternatives.begin(), planned->alternatives.end());
+  for (const auto& score : ranked) {
+    // Every candidate is used: a worker left idle would hold no rank and no state.
+    if (static_cast<size_t>(score.layout.world()) != n) continue;
+    if (!ValidateLayout(score.layout).ok()) continue;
+    LOG(INFO) << "planner chose " << score.layout.ToString() << " for " << n
+              << " workers (modelled step " << score.step_time_s * 1e3 << " ms)";
+    return score.layout;
+  }
+  return DefaultLayout(n);
+}
+
 Layout CoordinatorCore::DefaultLayout(size_t workers) const {
   const int n = static_cast<int>(workers);
   const int k = layout_.pp * layout_.tp;
@@ -841,7 +889,7 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   standby.resize(options_.initial_workers);
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
-  plan.layout = DataParallel(standby.size());
+  plan.layout = ChooseLayout(standby);
   plan.members = standby;
   plan.has_state.assign(standby.size(), false);
   plan.has_state[0] = true;  // rank 0's initial state is broadcast
@@ -939,7 +987,10 @@ void CoordinatorCore::FinishPause(int64_t step) {
     if (candidates.size() >= want) break;
     candidates.push_back(id);
   }
-  plan.layout = resize_ && resize_->has_layout ? resize_->layout : DefaultLayout(want);
+  plan.layout = resize_ && resize_->has_layout
+                    ? resize_->layout
+                    : ChooseLayout(std::vector<std::string>(
+                          candidates.begin(), candidates.begin() + std::min(want, candidates.size())));
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
   plan.members = AssignWorkers(plan.layout, candidates);
@@ -1136,7 +1187,7 @@ void CoordinatorCore::FinishRecovery() {
     plan.members.push_back(id);
     plan.has_state.push_back(false);
   }
-  plan.layout = DefaultLayout(plan.members.size());
+  plan.layout = ChooseLayout(plan.members);
   StartBuild(std::move(plan));
 }
 

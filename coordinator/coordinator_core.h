@@ -18,6 +18,7 @@
 #include "coordinator/kv_store.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
+#include "coordinator/planner.h"
 #include "coordinator/reconfiguration.h"
 
 namespace elastra::coordinator {
@@ -77,6 +78,8 @@ class CoordinatorCore {
   // description they gave, if any.
   StateSpec state_spec_;
   std::string model_json_;
+  std::optional<ModelDescription> model_;  // parsed from model_json_ ({"model": ..., "pins": ...})
+  PlannerPins pins_;
 
   // Checkpoints: shard reports gathered per (generation, step) until every rank of that
   // generation reported, then the manifest is committed.
@@ -107,6 +110,9 @@ class CoordinatorCore {
   // tensor degrees when they divide the count and the state allows it, else pure data
   // parallelism.
   Layout DefaultLayout(size_t workers) const;
+  // The layout for `candidates` when none was asked for: the planner's best layout that uses them
+  // all and fits the state, when the workers gave a model description; DefaultLayout otherwise.
+  Layout ChooseLayout(const std::vector<std::string>& candidates) const;
   // `layout.world()` of `candidates` ordered by their rank in `layout`: the assignment that keeps
   // the most of the registered state in place (candidates left out leave the job).
   std::vector<std::string> AssignWorkers(const Layout& layout,

@@ -58,6 +58,9 @@ struct Flags {
   int commit_every = 0;  // 0: the worker's default (ELASTRA_COMMIT_EVERY or 10)
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  bool plan = false;  // give the coordinator's planner a model description
+  int pin_tp = 0, pin_pp = 0;
+  bool only_dp = false;
 };
 
 [[noreturn]] void Usage(const char* msg) {
@@ -66,7 +69,8 @@ struct Flags {
                "usage: train_mlp [--steps N] [--global-batch B] [--hidden H] [--ffn F]\n"
                "                 [--layers L] [--micro-batches M] [--seed S] [--dataset-size N]\n"
                "                 [--lr X] [--log FILE] [--step-time-ms T] [--commit-every K]\n"
-               "                 [--checkpoint-dir DIR --checkpoint-every M] [--reference]\n",
+               "                 [--checkpoint-dir DIR --checkpoint-every M]\n"
+               "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n",
                msg);
   std::exit(2);
 }
@@ -107,6 +111,10 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--commit-every") f.commit_every = static_cast<int>(int_value(1));
     else if (a == "--checkpoint-dir") f.checkpoint_dir = value();
     else if (a == "--checkpoint-every") f.checkpoint_every = static_cast<int>(int_value(1));
+    else if (a == "--plan") f.plan = true;
+    else if (a == "--pin-tp") f.pin_tp = static_cast<int>(int_value(1));
+    else if (a == "--pin-pp") f.pin_pp = static_cast<int>(int_value(1));
+    else if (a == "--only-dp") f.only_dp = true;
     else if (a == "--reference") f.reference = true;
     else Usage(("unknown flag " + a).c_str());
   }
@@ -528,6 +536,20 @@ int RunElastic(const Flags& flags) {
     return 2;
   }
   if (flags.commit_every > 0) options->commit_every = flags.commit_every;
+  if (flags.plan) {
+    // The model as the planner sees it (docs/resharding.md): each block is a "layer" whose fc1
+    // and fc2 are the MLP of a transformer layer; heads = hidden lets tp be any divisor.
+    char model[512];
+    std::snprintf(model, sizeof(model),
+                  "{\"model\":{\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"ffn_hidden\":%d,"
+                  "\"vocab\":%d,\"seq_len\":1,\"global_batch\":%lld,\"micro_batch\":1,"
+                  "\"dtype\":\"fp32\",\"optimizer\":\"adam\",\"zero\":0,"
+                  "\"device_memory_gib\":16},\"pins\":{\"tp\":%d,\"pp\":%d,\"only_dp\":%s}}",
+                  flags.layers, flags.hidden, flags.hidden, flags.ffn, kInputs,
+                  static_cast<long long>(flags.global_batch), flags.pin_tp, flags.pin_pp,
+                  flags.only_dp ? "true" : "false");
+    options->model_json = model;
+  }
   if (!flags.checkpoint_dir.empty()) {
     options->checkpoint_dir = flags.checkpoint_dir;
     options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;

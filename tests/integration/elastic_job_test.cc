@@ -218,6 +218,27 @@ TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   ExpectMatchesReference(job, args, steps);
 }
 
+TEST(ElasticJob, PlannerPicksTheLayoutUnderAPin) {
+  // With a model description and tp pinned to 2, a resize that names only a worker count gets a
+  // tp=2 layout from the planner, and training still matches the reference.
+  const int steps = 80;
+  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
+                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
+                                   "--layers", "2", "--commit-every", "5"};
+  std::vector<std::string> planned = args;
+  planned.insert(planned.end(), {"--plan", "--pin-tp", "2"});
+  Job job(4, planned);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  EXPECT_EQ(job.Status()["layout"].value("tp", 0), 2);
+  auto r = job.Resize("--workers 2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layout"]["tp"], 2);
+  EXPECT_EQ(j["layout"]["dp"], 1);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ExpectMatchesReference(job, args, steps);
+}
+
 TEST(ElasticJob, ClientWithWrongKeyIsRefusedClearly) {
   Job job(1, TrainArgs(400, 10));
   ASSERT_TRUE(job.WaitForStep(1, seconds(60))) << Launcher(job);
