@@ -209,12 +209,14 @@ void CheckpointWriter::Loop() {
       LOG(ERROR) << "checkpoint of step " << id.step << " failed on rank " << options_.rank
                  << ": " << result.status();
     }
+    // Report before the write counts as finished, so whoever waits for it (WaitForWrite, the
+    // next Snapshot, the destructor) also knows the report went out.
+    if (options_.on_written) options_.on_written(id, result);
     l.lock();
     last_result_ = result;
     in_flight_ = false;
     l.unlock();
     cv_.notify_all();
-    if (options_.on_written) options_.on_written(id, result);
     l.lock();
   }
 }
