@@ -73,6 +73,11 @@ void CoordinatorCore::Restore(const JournalState& s) {
   const TimePoint now = clock_->Now();
   highest_generation_ = s.highest_generation;
   checkpoints_ = s.checkpoints;
+  if (!checkpoints_.empty()) {
+    // The newest committed checkpoint: what a failure with no live holder reloads.
+    latest_checkpoint_ = checkpoints_.back().dir;
+    latest_checkpoint_step_ = checkpoints_.back().step;
+  }
   for (const auto& id : s.seen_ids) membership_.MarkSeen(id);
   for (const auto& g : s.history) {
     HistoryEntry h;
@@ -871,6 +876,7 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
   } else {
     latest_checkpoint_ = *dir;
     latest_checkpoint_step_ = r.step;
+    Journaled(RecordCheckpoint(r.step, r.generation, *dir));  // a restart still knows it
     LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   }
   // Older pending ones can never complete now.

@@ -405,6 +405,7 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   {
     auto core = NewCore(2);
     StartTwo(*core);
+    ASSERT_TRUE(core->RecordCheckpoint(10, 1, dir_ + "/ckpt/step-10").ok());
     auto out = Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
     auto pauses = OfType(out, T::kPauseRequest);
     ASSERT_EQ(pauses.size(), 2u);
@@ -439,6 +440,10 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   auto ng = proto::DecodePayload<proto::NewGeneration>(gens[0].payload);
   EXPECT_EQ(ng->restore_step, 12);
   EXPECT_EQ(ng->members.size(), 2u);
+  // The committed checkpoint survived the restart: the generation names it for a disk fallback.
+  EXPECT_EQ(ng->checkpoint_dir, dir_ + "/ckpt/step-10");
+  ASSERT_EQ(core->checkpoints().size(), 1u);
+  EXPECT_EQ(core->checkpoints()[0].step, 10);
   std::vector<proto::Envelope> after;
   for (const std::string id : {"w0", "w1"}) {
     after = Send(*core, id, "worker", T::kGenerationReady, proto::GenerationReady{target, 1, 0, 0});
