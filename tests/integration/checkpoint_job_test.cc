@@ -28,10 +28,11 @@ class CheckpointJobTest : public ::testing::Test {
     if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) fs::remove_all(root_, ec);
   }
 
-  std::vector<std::string> Args(int steps, int step_ms) const {
+  std::vector<std::string> Args(int steps, int step_ms, int every = 10) const {
     return {"--steps", std::to_string(steps), "--step-time-ms", std::to_string(step_ms),
             "--global-batch", "32", "--hidden", "16", "--ffn", "32", "--layers", "2",
-            "--commit-every", "5", "--checkpoint-dir", ckpt_, "--checkpoint-every", "10"};
+            "--commit-every", "5", "--checkpoint-dir", ckpt_, "--checkpoint-every",
+            std::to_string(every)};
   }
 
   // Committed checkpoint directories, newest first.
@@ -78,6 +79,30 @@ TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
   auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   // Wait until a checkpoint of the tp=2 layout is committed, then kill a TP rank.
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json&) {
+        for (const auto& d : Committed()) {
+          if (d.filename().string().find("-g000002") != std::string::npos) return true;
+        }
+        return false;
+      },
+      seconds(60)));
+  pid_t victim = job.PidOfRank(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  EXPECT_NE(Launcher(job).find("loaded checkpoint"), std::string::npos) << Launcher(job);
+  ExpectMatches({job.log_path()}, steps);
+}
+
+TEST_F(CheckpointJobTest, KillDuringAsynchronousWritesLoadsTheLastCommittedOne) {
+  // A checkpoint every step with a 1 ms step: a write is almost always in flight when the TP rank
+  // dies. Its half-written checkpoint must never be loaded; the newest committed one is.
+  const int steps = 300;
+  Job job(2, Args(steps, 1, 1));
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_TRUE(job.WaitFor(
       [&](const nlohmann::json&) {
         for (const auto& d : Committed()) {
