@@ -95,7 +95,8 @@ std::string Str(const json& j, const char* name) {
 
 int64_t Int(const json& j, const char* name, int64_t lo, int64_t hi) {
   const json& v = Field(j, name);
-  if (!v.is_number_integer()) throw BadRecord{std::string("field '") + name + "' is not an integer"};
+  if (!v.is_number_integer())
+    throw BadRecord{std::string("field '") + name + "' is not an integer"};
   int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
                   ? INT64_MAX
                   : v.get<int64_t>();
@@ -278,6 +279,9 @@ Status ApplyRecord(const json& r, JournalState* state) {
   }
 }
 
+// JSON text of a record; bytes that are not UTF-8 (a worker id from the wire) are replaced.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string Frame(const std::string& payload) {
   std::string out(Journal::kHeaderBytes, '\0');
   auto* h = reinterpret_cast<uint8_t*>(out.data());
@@ -415,8 +419,8 @@ StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
     if (::ftruncate(fd, static_cast<off_t>(good)) != 0) {
       int saved = errno;
       ::close(fd);
-      return InternalError("cutting the journal " + path + " back to its consistent part: " +
-                           std::strerror(saved));
+      return InternalError("cutting the journal " + path +
+                           " back to its consistent part: " + std::strerror(saved));
     }
     ::fsync(fd);
   }
@@ -461,63 +465,59 @@ Status Journal::Append(const std::string& payload) {
 }
 
 Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers) {
-  return Append(json{{"t", "job"},
-                     {"version", 1},
-                     {"job", job},
-                     {"initial_workers", initial_workers},
-                     {"max_workers", max_workers}}
-                    .dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "job"},
+                          {"version", 1},
+                          {"job", job},
+                          {"initial_workers", initial_workers},
+                          {"max_workers", max_workers}}));
 }
 
 Status Journal::RecordJoin(const JournalWorker& worker) {
-  return Append(json{{"t", "join"}, {"worker", WorkerJson(worker)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "join"}, {"worker", WorkerJson(worker)}}));
 }
 
 Status Journal::RecordWorkerState(const std::string& id, const std::string& state) {
-  return Append(json{{"t", "worker"}, {"id", id}, {"state", state}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", state}}));
 }
 
 Status Journal::RecordIds(const std::vector<std::string>& ids) {
-  return Append(json{{"t", "ids"}, {"ids", ids}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "ids"}, {"ids", ids}}));
 }
 
 Status Journal::RecordChangeBegun(uint64_t target, const std::string& kind,
                                   const std::vector<JournalWorker>& workers) {
-  return Append(json{{"t", "begin"}, {"target", target}, {"kind", kind},
-                     {"workers", WorkersJson(workers)}}
-                    .dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(
+      json{{"t", "begin"}, {"target", target}, {"kind", kind}, {"workers", WorkersJson(workers)}}));
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
-  return Append(json{{"t", "commit"},
-                     {"generation", g.generation},
-                     {"reason", g.reason},
-                     {"layout", LayoutJson(g.layout)},
-                     {"members", WorkersJson(g.members)},
-                     {"downtime_ms", g.downtime_ms},
-                     {"agreement_ms", g.agreement_ms},
-                     {"rebuild_ms", g.rebuild_ms},
-                     {"transfer_ms", g.transfer_ms}}
-                    .dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "commit"},
+                          {"generation", g.generation},
+                          {"reason", g.reason},
+                          {"layout", LayoutJson(g.layout)},
+                          {"members", WorkersJson(g.members)},
+                          {"downtime_ms", g.downtime_ms},
+                          {"agreement_ms", g.agreement_ms},
+                          {"rebuild_ms", g.rebuild_ms},
+                          {"transfer_ms", g.transfer_ms}}));
 }
 
 Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir) {
   return Append(
-      json{{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}}.dump(-1, ' ', false, json::error_handler_t::replace));
+      Dump(json{{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}}));
 }
 
 Status Journal::RecordResize(const JournalResize& z) {
-  return Append(json{{"t", "resize"},
-                     {"workers", z.workers},
-                     {"has_layout", z.has_layout},
-                     {"layout", LayoutJson(z.layout)}}
-                    .dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "resize"},
+                          {"workers", z.workers},
+                          {"has_layout", z.has_layout},
+                          {"layout", LayoutJson(z.layout)}}));
 }
 
-Status Journal::RecordResizeEnd() { return Append(json{{"t", "resize_end"}}.dump(-1, ' ', false, json::error_handler_t::replace)); }
+Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
 
 Status Journal::RecordEnd(const std::string& outcome, const std::string& reason) {
-  return Append(json{{"t", "end"}, {"outcome", outcome}, {"reason", reason}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  return Append(Dump(json{{"t", "end"}, {"outcome", outcome}, {"reason", reason}}));
 }
 
 }  // namespace elastra::coordinator

@@ -266,8 +266,9 @@ TEST_F(JournalTest, BadHeadersAndRecordsNeverCrash) {
        2},
       {"no job first", Framed(R"({"t":"resize_end"})"), 0},
       {"second job", job + job, 1},
-      {"unknown version", Framed(R"({"t":"job","version":9,"job":"j","initial_workers":1,)"
-                                 R"("max_workers":2})"),
+      {"unknown version",
+       Framed(R"({"t":"job","version":9,"job":"j","initial_workers":1,)"
+              R"("max_workers":2})"),
        0},
   };
   for (const auto& c : cases) {
@@ -406,7 +407,8 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
     auto core = NewCore(2);
     StartTwo(*core);
     ASSERT_TRUE(core->RecordCheckpoint(10, 1, dir_ + "/ckpt/step-10").ok());
-    auto out = Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
+    auto out =
+        Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
     auto pauses = OfType(out, T::kPauseRequest);
     ASSERT_EQ(pauses.size(), 2u);
     pause_target = proto::DecodePayload<proto::PauseRequest>(pauses[0].payload)->target_generation;
@@ -415,7 +417,8 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   EXPECT_TRUE(core->restored());
   EXPECT_EQ(core->generation(), 1u);
   // A resize while the restart is settling is refused.
-  auto refused = Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
+  auto refused =
+      Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].type, T::kError);
   // Nothing is sent before the workers are heard from (their ROUTER identities are unknown).
@@ -500,7 +503,8 @@ TEST_F(RestartTest, WorkerIdsAreNeverReusedAfterARestart) {
     auto core = NewCore(2);
     StartTwo(*core);
     auto reg = Send(*core, "agent", "admin", T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
-    auto out = Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{3, false, {}, false}, 9);
+    auto out =
+        Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{3, false, {}, false}, 9);
     (void)reg;
     (void)out;
   }

@@ -20,8 +20,11 @@ namespace {
 using std::chrono::seconds;
 
 std::vector<std::string> TrainArgs(int steps, int step_ms) {
-  return {"--steps", std::to_string(steps), "--step-time-ms", std::to_string(step_ms),
-          "--global-batch", "48", "--hidden", "24", "--commit-every", "5"};
+  return {"--steps",        std::to_string(steps),
+          "--step-time-ms", std::to_string(step_ms),
+          "--global-batch", "48",
+          "--hidden",       "24",
+          "--commit-every", "5"};
 }
 
 std::string Launcher(const Job& job) {
