@@ -4,9 +4,14 @@
 // must exit 0 and match `train_mlp --reference` (1e-4 relative loss, exact sample accounting).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -172,6 +177,123 @@ TEST(CoordinatorRestart, KilledTwiceStillFinishes) {
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
   ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
   ExpectMatchesReference(job, args, steps);
+}
+
+// Starts `argv` with `env` ("K=V") added, stdout and stderr to `log`.
+pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+            const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& e : env) putenv(strdup(e.c_str()));
+    FILE* f = std::freopen(log.c_str(), "a", stderr);
+    (void)f;
+    dup2(fileno(stderr), fileno(stdout));
+    std::vector<char*> args;
+    for (auto a : argv) args.push_back(strdup(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid`; its exit code, 128+signal, or -1 after `timeout` (then it is killed).
+int WaitPid(pid_t pid, seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+nlohmann::json StatusOf(const std::string& state_dir) {
+  auto r = RunShell(ElastraBinary() + " status --json --state-dir " + state_dir + " 2>/dev/null");
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  return r.exit_code != 0 || j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
+  char tmpl[] = "/tmp/elastra_it_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string state = dir + "/state";
+  const std::string log = dir + "/processes.log";
+
+  // Nothing to take back: a clear error, exit 1.
+  auto none =
+      RunShell(ElastraBinary() + " coordinator --restart --state-dir " + dir + "/empty 2>&1");
+  EXPECT_EQ(none.exit_code, 1) << none.out;
+  EXPECT_NE(none.out.find("restarting"), std::string::npos) << none.out;
+
+  pid_t coordinator = Start({ElastraBinary(), "coordinator", "--state-dir", state, "--workers", "2",
+                             "--job", "standalone"},
+                            {}, log);
+  const auto up = std::chrono::steady_clock::now() + seconds(10);
+  while (ReadJson(state + "/coordinator.json").value("pid", int64_t{0}) != coordinator &&
+         std::chrono::steady_clock::now() < up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto info = ReadJson(state + "/coordinator.json");
+  ASSERT_EQ(info.value("pid", int64_t{0}), coordinator);
+
+  const int steps = 150;
+  auto args = TrainArgs(steps, 15);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> argv = {TrainBinary(), "--log", dir + "/run.jsonl"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    workers.push_back(Start(
+        argv, {"ELASTRA_STATE_DIR=" + state, "ELASTRA_WORKER_ID=w" + std::to_string(i)}, log));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (StatusOf(state).value("step", int64_t{-1}) < 20 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(StatusOf(state).value("step", int64_t{-1}), 20);
+
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  EXPECT_EQ(WaitPid(coordinator, seconds(5)), 128 + SIGKILL);
+  pid_t restarted =
+      Start({ElastraBinary(), "coordinator", "--state-dir", state, "--restart"}, {}, log);
+  for (pid_t w : workers) EXPECT_EQ(WaitPid(w, seconds(60)), 0);
+  const auto after = ReadJson(state + "/coordinator.json");
+  EXPECT_EQ(after.value("pid", int64_t{0}), restarted);
+  EXPECT_EQ(after.value("address", std::string()), info.value("address", std::string("?")));
+  auto status = StatusOf(state);
+  EXPECT_EQ(status.value("state", std::string()), "finished");
+  EXPECT_EQ(status.value("job", std::string()), "standalone");
+  EXPECT_EQ(status.value("generation", uint64_t{0}), 1u);
+  kill(restarted, SIGTERM);
+  EXPECT_EQ(WaitPid(restarted, seconds(10)), 0);
+
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("took back job standalone"), std::string::npos) << text;
+  ASSERT_TRUE(RunReference(args, dir + "/ref.jsonl"));
+  auto run = examples::ReadTrainLog(dir + "/run.jsonl");
+  auto reference = examples::ReadTrainLog(dir + "/ref.jsonl");
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto c = examples::Compare(*run, *reference, steps);
+  EXPECT_TRUE(c.accounting_ok) << c.problem;
+  EXPECT_EQ(c.steps, steps);
+  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
 }
 
 }  // namespace
