@@ -16,6 +16,11 @@ namespace {
 using std::chrono::seconds;
 namespace fs = std::filesystem;
 
+std::string Launcher(const Job& job) {
+  std::ifstream in(job.dir() + "/launcher.log");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 class CheckpointJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,21 +69,18 @@ class CheckpointJobTest : public ::testing::Test {
     EXPECT_LE(c.max_rel_loss_diff, 1e-4);
   }
 
+  void KillTensorRankAndRecover(int steps, int step_ms, int every);
+
   std::string root_, ckpt_;
 };
 
-std::string Launcher(const Job& job) {
-  std::ifstream in(job.dir() + "/launcher.log");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
-  const int steps = 150;
-  Job job(2, Args(steps, 15));
+// Runs `steps` steps on two workers laid out as tp=2 (no replica of any TP shard), kills one TP
+// rank once a checkpoint of that layout is committed, and checks the job recovered from disk.
+void CheckpointJobTest::KillTensorRankAndRecover(int steps, int step_ms, int every) {
+  Job job(2, Args(steps, step_ms, every));
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
   auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  // Wait until a checkpoint of the tp=2 layout is committed, then kill a TP rank.
   ASSERT_TRUE(job.WaitFor(
       [&](const nlohmann::json&) {
         for (const auto& d : Committed()) {
@@ -93,30 +95,16 @@ TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
   ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
   EXPECT_NE(Launcher(job).find("loaded checkpoint"), std::string::npos) << Launcher(job);
   ExpectMatches({job.log_path()}, steps);
+}
+
+TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
+  KillTensorRankAndRecover(/*steps=*/150, /*step_ms=*/15, /*every=*/10);
 }
 
 TEST_F(CheckpointJobTest, KillDuringAsynchronousWritesLoadsTheLastCommittedOne) {
   // A checkpoint every step with a 1 ms step: a write is almost always in flight when the TP rank
   // dies. Its half-written checkpoint must never be loaded; the newest committed one is.
-  const int steps = 300;
-  Job job(2, Args(steps, 1, 1));
-  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
-  auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  ASSERT_TRUE(job.WaitFor(
-      [&](const nlohmann::json&) {
-        for (const auto& d : Committed()) {
-          if (d.filename().string().find("-g000002") != std::string::npos) return true;
-        }
-        return false;
-      },
-      seconds(60)));
-  pid_t victim = job.PidOfRank(1);
-  ASSERT_GT(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
-  EXPECT_NE(Launcher(job).find("loaded checkpoint"), std::string::npos) << Launcher(job);
-  ExpectMatches({job.log_path()}, steps);
+  KillTensorRankAndRecover(/*steps=*/300, /*step_ms=*/1, /*every=*/1);
 }
 
 TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {

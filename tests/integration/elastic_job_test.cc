@@ -41,6 +41,12 @@ examples::TrainLog ExpectMatchesReference(const Job& job, const std::vector<std:
   return *run;
 }
 
+// A model small enough for 8 workers on 2 cores, with every dimension splittable up to 4 ways.
+std::vector<std::string> ThreeDArgs(int steps) {
+  return {"--steps", std::to_string(steps), "--step-time-ms", "15", "--global-batch", "32",
+          "--hidden", "16", "--ffn", "32", "--layers", "2", "--commit-every", "5"};
+}
+
 std::set<int> DpValues(const examples::TrainLog& log) {
   std::set<int> dps;
   for (const auto& [step, r] : log.applied) dps.insert(r.dp);
@@ -169,9 +175,7 @@ TEST(ElasticJob, ImpossibleResizesAreRefusedAndChangeNothing) {
 TEST(ElasticJob, LayoutChangesOfEveryDimensionMatchReference) {
   // (dp,pp,tp) = (2,1,2) -> (1,2,2) -> (4,1,1) -> (1,2,4): tensor and pipeline shards move live.
   const int steps = 120;
-  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
-                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
-                                   "--layers", "2", "--commit-every", "5"};
+  std::vector<std::string> args = ThreeDArgs(steps);
   Job job(4, args);
   ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
   const char* changes[][2] = {{"4", "dp=2,pp=1,tp=2"},
@@ -202,9 +206,7 @@ TEST(ElasticJob, LayoutChangesOfEveryDimensionMatchReference) {
 TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   // dp=2 x tp=2: every TP shard has a DP replica, so a killed rank is rebuilt from memory.
   const int steps = 100;
-  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
-                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
-                                   "--layers", "2", "--commit-every", "5"};
+  std::vector<std::string> args = ThreeDArgs(steps);
   Job job(4, args);
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
   auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
@@ -222,9 +224,7 @@ TEST(ElasticJob, PlannerPicksTheLayoutUnderAPin) {
   // With a model description and tp pinned to 2, a resize that names only a worker count gets a
   // tp=2 layout from the planner, and training still matches the reference.
   const int steps = 80;
-  std::vector<std::string> args = {"--steps", std::to_string(steps), "--step-time-ms", "15",
-                                   "--global-batch", "32", "--hidden", "16", "--ffn", "32",
-                                   "--layers", "2", "--commit-every", "5"};
+  std::vector<std::string> args = ThreeDArgs(steps);
   std::vector<std::string> planned = args;
   planned.insert(planned.end(), {"--plan", "--pin-tp", "2"});
   Job job(4, planned);
