@@ -24,6 +24,7 @@ class BoundedInputArchive
         size_(size) {}
 
   void loadBinary(void* out, size_t n) {
+    if (n == 0) return;  // an empty string or container: nothing to copy (out may be null)
     if (n > size_ - pos_) {
       throw cereal::Exception("truncated: need " + std::to_string(n) + " bytes, " +
                               std::to_string(size_ - pos_) + " left");
