@@ -179,6 +179,54 @@ TEST(CoordinatorRestart, KilledTwiceStillFinishes) {
   ExpectMatchesReference(job, args, steps);
 }
 
+// A checkpointing tp=2 job (no replica of any shard): the coordinator is killed right after a
+// checkpoint of that layout committed, and a TP rank right after the restart. Only the journal
+// tells the new coordinator which checkpoint the survivors must reload.
+TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
+  char tmpl[] = "/tmp/elastra_it_XXXXXX";
+  const std::string ckpt = std::string(mkdtemp(tmpl)) + "/ckpt";
+  const int steps = 150;
+  std::vector<std::string> args = {"--steps",        std::to_string(steps),
+                                   "--step-time-ms", "15",
+                                   "--global-batch", "32",
+                                   "--hidden",       "16",
+                                   "--ffn",          "32",
+                                   "--layers",       "2",
+                                   "--commit-every", "5"};
+  std::vector<std::string> run_args = args;
+  run_args.insert(run_args.end(), {"--checkpoint-dir", ckpt, "--checkpoint-every", "40"});
+  Job job(2, run_args);
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto committed_tp = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ckpt, ec)) {
+      if (e.path().filename().string().find("-g000002") != std::string::npos &&
+          std::filesystem::exists(e.path() / "MANIFEST")) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (!committed_tp() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(committed_tp()) << Launcher(job);
+  pid_t victim = job.PidOfRank(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
+  const std::string log = Launcher(job);
+  EXPECT_NE(log.find("took back job"), std::string::npos) << log;
+  EXPECT_NE(log.find("loaded checkpoint"), std::string::npos) << log;
+  ExpectMatchesReference(job, args, steps);
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(ckpt).parent_path(), ec);
+}
+
 // Starts `argv` with `env` ("K=V") added, stdout and stderr to `log`.
 pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
             const std::string& log) {
