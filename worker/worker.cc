@@ -173,8 +173,25 @@ class Worker::Impl {
       while (seen < req->target_generation &&
              !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
       }
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      AbortLocked();
+      {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        AbortLocked();
+      }
+      // Answer at once from here: the training thread may be stuck in a call that the abort
+      // could not break (it then returns at its own timeout), and the coordinator must not take a
+      // live survivor for dead meanwhile. The commits it holds are what the answer needs.
+      proto::PausedReport report;
+      {
+        std::lock_guard<std::mutex> lock(published_mu_);
+        report = proto::PausedReport{req->target_generation, published_step_,
+                                     published_commits_, true};
+      }
+      uint64_t answered = answered_by_io_.load();
+      while (answered < req->target_generation &&
+             !answered_by_io_.compare_exchange_weak(answered, req->target_generation)) {
+      }
+      client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation)
+          .IgnoreError();
     });
     return state_.AddScalar(kStepScalar, 0);
   }
@@ -291,6 +308,13 @@ class Worker::Impl {
     client_->SetHeartbeatStep(s);
   }
 
+  // Makes the commits held and the step visible to the I/O thread (see the push observer).
+  void PublishCommits() {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    published_commits_ = CommitSteps();
+    published_step_ = step();
+  }
+
   std::vector<int64_t> CommitSteps() const {
     std::vector<int64_t> out;
     for (const auto& c : commits_) out.push_back(c.step);
@@ -315,6 +339,7 @@ class Worker::Impl {
     c.scalars.clear();
     for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
     commits_.push_back(std::move(c));
+    PublishCommits();
   }
 
   // Restores the commit of `target_step` and forgets newer ones (they belong to an abandoned
@@ -334,6 +359,7 @@ class Worker::Impl {
     auto& scalars = state_.mutable_scalars();
     for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
     client_->SetHeartbeatStep(step());
+    PublishCommits();
     return OkStatus();
   }
 
@@ -428,6 +454,7 @@ class Worker::Impl {
         LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
                   << CommitSteps().size() << " (newest step "
                   << (commits_.empty() ? -1 : commits_.back().step) << ")";
+        if (answered_by_io_.load() >= req->target_generation) continue;  // answered already
         proto::PausedReport report{req->target_generation, step(), CommitSteps(), true};
         ELASTRA_RETURN_IF_ERROR(client_->Send(MessageType::kPaused,
                                               proto::EncodePayload(report), generation_.load()));
@@ -499,6 +526,7 @@ class Worker::Impl {
       groups_ = GroupSet{};
     }
     commits_.clear();
+    PublishCommits();
     proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
@@ -627,6 +655,7 @@ class Worker::Impl {
     // Every member holds a commit of the step it continues from, in the new layout, so a failure
     // right after this rolls back here, not further.
     commits_.clear();
+    PublishCommits();
     Commit();
     StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
@@ -737,6 +766,7 @@ class Worker::Impl {
         int64_t bytes = static_cast<int64_t>(state_.bytes());
         ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
         commits_.clear();
+        PublishCommits();
         LOG(INFO) << "loaded checkpoint " << candidate << " (step " << step() << ")";
         return bytes;
       }
@@ -799,6 +829,7 @@ class Worker::Impl {
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
     commits_.clear();
+    PublishCommits();
     return OkStatus();
   }
 
@@ -812,7 +843,11 @@ class Worker::Impl {
   Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
   Coordinates coords_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> recover_seen_{0};  // newest RecoverRequest target seen by the I/O thread
+  std::atomic<uint64_t> recover_seen_{0};
+  std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered
+  std::mutex published_mu_;                  // guards the two below, read by the I/O thread
+  std::vector<int64_t> published_commits_;
+  int64_t published_step_ = 0;  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
 

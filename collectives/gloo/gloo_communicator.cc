@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -52,6 +53,12 @@ namespace {
 
 // Slot prefix for Send/Recv: gloo's collectives use 0x01..0x08.
 constexpr uint8_t kPointToPointSlotPrefix = 0x40;
+// Slot prefix for the small allreduce exchange (see SmallAllreduce).
+constexpr uint8_t kSmallAllreduceSlotPrefix = 0x41;
+// Allreduces of at most this many bytes per rank, in groups of at most kSmallAllreduceRanks, run
+// as an exchange over unbound buffers that Abort() can wake.
+constexpr size_t kSmallAllreduceBytes = 64u << 10;
+constexpr int kSmallAllreduceRanks = 16;
 
 // Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
 class RecordingStore : public gloo::rendezvous::Store {
@@ -261,6 +268,9 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
+    if (count * DataTypeSize(type) <= kSmallAllreduceBytes && size_ <= kSmallAllreduceRanks) {
+      return SmallAllreduce(data, count, type, op, timeout);
+    }
     return Run("Allreduce", [&] {
       DispatchType(type, [&]<typename T>() {
         gloo::AllreduceOptions opts(context_);
@@ -345,8 +355,9 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
     return Run("Send", [&] {
       auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+      Watch watch(this, {buf.get()});
       buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      buf->waitSend(timeout);
+      if (!buf->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
     });
   }
 
@@ -354,8 +365,9 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
     return Run("Recv", [&] {
       auto buf = context_->createUnboundBuffer(data, bytes);
+      Watch watch(this, {buf.get()});
       buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      buf->waitRecv(timeout);
+      if (!buf->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
     });
   }
 
@@ -365,11 +377,93 @@ class GlooCommunicator : public Communicator {
       if (aborted_) return;
       aborted_ = true;
       broken_ = AbortedError("communicator " + prefix_ + " was aborted");
+      // gloo's waits on unbound buffers can be woken; its own collectives' cannot (their waits
+      // for a peer's send notification ignore a broken pair), hence SmallAllreduce.
+      for (gloo::transport::UnboundBuffer* buf : active_) {
+        buf->abortWaitRecv();
+        buf->abortWaitSend();
+      }
     }
     ShutdownAll();
   }
 
  private:
+  // Registers unbound buffers in use so that Abort() can wake their waits.
+  class Watch {
+   public:
+    Watch(GlooCommunicator* comm, std::vector<gloo::transport::UnboundBuffer*> bufs)
+        : comm_(comm), bufs_(std::move(bufs)) {
+      std::lock_guard<std::mutex> lock(comm_->mu_);
+      for (auto* b : bufs_) {
+        comm_->active_.insert(b);
+        if (comm_->aborted_) {
+          b->abortWaitRecv();
+          b->abortWaitSend();
+        }
+      }
+    }
+    ~Watch() {
+      std::lock_guard<std::mutex> lock(comm_->mu_);
+      for (auto* b : bufs_) comm_->active_.erase(b);
+    }
+
+   private:
+    GlooCommunicator* comm_;
+    std::vector<gloo::transport::UnboundBuffer*> bufs_;
+  };
+
+  // Every rank sends its contribution to every other rank over unbound buffers (one per peer and
+  // direction) and reduces all of them in rank order: the same bits on every rank, whatever the
+  // group, and waits that Abort() can wake. Used for the small allreduces that dominate a step's
+  // synchronization (step agreement, activation sums under TP).
+  Status SmallAllreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) {
+    const size_t bytes = count * DataTypeSize(type);
+    std::vector<char> mine(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    std::vector<char> all(bytes * size_);
+    uint64_t slot = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot = gloo::Slot::build(kSmallAllreduceSlotPrefix, small_sequence_++);
+    }
+    return Run("Allreduce", [&] {
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> outs, ins;
+      std::vector<gloo::transport::UnboundBuffer*> watched;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        outs.push_back(context_->createUnboundBuffer(mine.data(), bytes));
+        ins.push_back(context_->createUnboundBuffer(all.data() + p * bytes, bytes));
+        watched.push_back(outs.back().get());
+        watched.push_back(ins.back().get());
+      }
+      Watch watch(this, watched);
+      for (int p = 0, i = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        ins[i]->recv(p, slot);
+        outs[i]->send(p, slot);
+        ++i;
+      }
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (!ins[i]->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
+        if (!outs[i]->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
+      }
+      std::memcpy(all.data() + rank_ * bytes, mine.data(), bytes);
+      DispatchType(type, [&]<typename T>() {
+        const T* parts = reinterpret_cast<const T*>(all.data());
+        T* out = static_cast<T*>(data);
+        for (size_t e = 0; e < count; ++e) {
+          T acc = parts[e];
+          for (int r = 1; r < size_; ++r) {
+            const T x = parts[r * count + e];
+            acc = op == ReduceOp::kSum ? static_cast<T>(acc + x)
+                  : op == ReduceOp::kMax ? std::max(acc, x)
+                                         : std::min(acc, x);
+          }
+          out[e] = acc;
+        }
+      });
+    });
+  }
+
   Status BrokenStatus() {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
@@ -465,6 +559,8 @@ class GlooCommunicator : public Communicator {
   std::condition_variable idle_;
   int in_flight_ = 0;   // guarded by mu_
   bool aborted_ = false;  // guarded by mu_
+  std::set<gloo::transport::UnboundBuffer*> active_;  // guarded by mu_: buffers being waited on
+  uint64_t small_sequence_ = 0;  // guarded by mu_: slots of SmallAllreduce, in call order
   Status broken_;       // guarded by mu_; OK while healthy
 };
 
