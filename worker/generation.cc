@@ -130,6 +130,9 @@ StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, in
   }
   ReshardExecutorOptions options;
   options.timeout = timeout;
+  // Every peer at once (gloo's Send and Recv may run on several threads): a new worker receives
+  // from all its senders in parallel instead of in pairwise rounds.
+  options.concurrent_peers = true;
   ReshardExecutorStats stats;
   (void)my_index;  // the executor learns this worker's index from comm.rank()
   Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);

@@ -342,6 +342,24 @@ class Worker::Impl {
     PublishCommits();
   }
 
+  // True when the newest commit is of the current step and holds exactly the current regions
+  // (valid only when nothing wrote into the shards since it was made).
+  bool CommitMatchesState() const {
+    if (commits_.empty() || commits_.back().step != step()) return false;
+    const Commit_& c = commits_.back();
+    const auto& tensors = state_.tensors();
+    if (c.regions.size() != tensors.size()) return false;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Region& a = c.regions[i];
+      const Region& b = tensors[i].region;
+      if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end ||
+          c.tensors[i].size() != tensors[i].data.size()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // Restores the commit of `target_step` and forgets newer ones (they belong to an abandoned
   // timeline). kFailedPrecondition when no such commit is held.
   Status RestoreCommit(int64_t target_step) {
@@ -653,10 +671,17 @@ class Worker::Impl {
     pending_target_ = 0;
     recover_pending_ = false;
     // Every member holds a commit of the step it continues from, in the new layout, so a failure
-    // right after this rolls back here, not further.
-    commits_.clear();
-    PublishCommits();
-    Commit();
+    // right after this rolls back here, not further. A member whose shards did not change (it
+    // received nothing and holds the same regions) keeps the commit it made when it paused: the
+    // state is that commit, and copying it again would only add to the downtime.
+    if (bytes != 0 || !CommitMatchesState()) {
+      commits_.clear();
+      PublishCommits();
+      Commit();
+    } else {
+      while (commits_.size() > 1) commits_.pop_front();
+      PublishCommits();
+    }
     StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
