@@ -50,6 +50,11 @@ class CheckpointJobTest : public ::testing::Test {
     return dirs;
   }
 
+  // The step a committed checkpoint directory holds ("ckpt-<step>-g<generation>").
+  static int64_t StepOf(const fs::path& dir) {
+    return std::stoll(dir.filename().string().substr(5, 12));
+  }
+
   // The concatenated logs of several jobs, checked against one reference run of `steps` steps.
   void ExpectMatches(const std::vector<std::string>& logs, int steps) {
     std::string all = root_ + "/all.jsonl", ref = root_ + "/ref.jsonl";
@@ -117,7 +122,10 @@ TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
     fs::copy_file(job.log_path(), log1);
   }
   ASSERT_FALSE(Committed().empty());
-  // The newest checkpoint holds step 60; resume it at 2 and (separately) at 6 workers, each from
+  // A checkpoint due while the previous write is still in flight is skipped, so the newest one
+  // holds step 60 or a little before it.
+  const int64_t newest = StepOf(Committed().front());
+  // Resume the newest at 2 and (separately) at 6 workers, each from
   // the same files (a resumed job writes and prunes checkpoints of its own).
   const std::string saved = root_ + "/saved";
   fs::copy(ckpt_, saved, fs::copy_options::recursive);
@@ -131,14 +139,14 @@ TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
     auto resumed = examples::ReadTrainLog(log);
     ASSERT_TRUE(resumed.ok());
     ASSERT_FALSE(resumed->applied.empty());
-    EXPECT_EQ(resumed->applied.begin()->first, first) << "resumed at the wrong step";
+    EXPECT_EQ(resumed->applied.begin()->first, newest) << "resumed at the wrong step";
     EXPECT_EQ(resumed->applied.begin()->second.dp, n);
     ExpectMatches({log1, log}, steps);
   }
 }
 
 TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne) {
-  const int first = 50, steps = 80;
+  const int first = 80, steps = 110;
   std::string log1 = root_ + "/first.jsonl";
   {
     Job job(2, Args(first, 5), {"ELASTRA_CHECKPOINT_KEEP=4"});
@@ -146,10 +154,10 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
     fs::copy_file(job.log_path(), log1);
   }
   auto dirs = Committed();
-  ASSERT_EQ(dirs.size(), 4u);
-  // Newest (step 50): one flipped byte in a shard file. Next (step 40): its manifest deleted.
-  // Next (step 30): a shard file cut short. Next (step 20): intact, so the job resumes there and
-  // re-applies steps 20..49 exactly.
+  ASSERT_EQ(dirs.size(), 4u);  // the newest four (a checkpoint due during a write is skipped)
+  // Newest: one flipped byte in a shard file. Next: its manifest deleted. Next: a shard file cut
+  // short. Oldest: intact, so the job resumes there and re-applies the steps after it exactly.
+  const int64_t intact = StepOf(dirs[3]);
   for (const auto& e : fs::directory_iterator(dirs[0])) {
     if (e.path().filename() == "MANIFEST") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
@@ -176,7 +184,7 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
   auto resumed = examples::ReadTrainLog(job.log_path());
   ASSERT_TRUE(resumed.ok());
   ASSERT_FALSE(resumed->applied.empty());
-  EXPECT_EQ(resumed->applied.begin()->first, 20);
+  EXPECT_EQ(resumed->applied.begin()->first, intact);
   ExpectMatches({log1, job.log_path()}, steps);
 }
 
