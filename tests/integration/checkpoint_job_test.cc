@@ -16,11 +16,6 @@ namespace {
 using std::chrono::seconds;
 namespace fs = std::filesystem;
 
-std::string Launcher(const Job& job) {
-  std::ifstream in(job.dir() + "/launcher.log");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 class CheckpointJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -83,7 +78,7 @@ class CheckpointJobTest : public ::testing::Test {
 // rank once a checkpoint of that layout is committed, and checks the job recovered from disk.
 void CheckpointJobTest::KillTensorRankAndRecover(int steps, int step_ms, int every) {
   Job job(2, Args(steps, step_ms, every));
-  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
   auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_TRUE(job.WaitFor(
@@ -97,8 +92,8 @@ void CheckpointJobTest::KillTensorRankAndRecover(int steps, int step_ms, int eve
   pid_t victim = job.PidOfRank(1);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
-  EXPECT_NE(Launcher(job).find("loaded checkpoint"), std::string::npos) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  EXPECT_NE(LauncherLog(job).find("loaded checkpoint"), std::string::npos) << LauncherLog(job);
   ExpectMatches({job.log_path()}, steps);
 }
 
@@ -117,7 +112,7 @@ TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
   std::string log1, log2;
   {
     Job job(4, Args(first, 5));
-    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
     log1 = root_ + "/first.jsonl";
     fs::copy_file(job.log_path(), log1);
   }
@@ -133,7 +128,7 @@ TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
     fs::remove_all(ckpt_);
     fs::copy(saved, ckpt_, fs::copy_options::recursive);
     Job job(n, Args(steps, 5), {}, {"--resume", ckpt_});
-    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
     std::string log = root_ + "/resumed" + std::to_string(n) + ".jsonl";
     fs::copy_file(job.log_path(), log);
     auto resumed = examples::ReadTrainLog(log);
@@ -150,7 +145,7 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
   std::string log1 = root_ + "/first.jsonl";
   {
     Job job(2, Args(first, 5), {"ELASTRA_CHECKPOINT_KEEP=4"});
-    ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
     fs::copy_file(job.log_path(), log1);
   }
   auto dirs = Committed();
@@ -180,7 +175,7 @@ TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne
   auto verify = RunShell(ElastraBinary() + " ckpt verify " + dirs[0].string());
   EXPECT_EQ(verify.exit_code, 1) << verify.out;
   Job job(3, Args(steps, 5), {}, {"--resume", ckpt_});
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   auto resumed = examples::ReadTrainLog(job.log_path());
   ASSERT_TRUE(resumed.ok());
   ASSERT_FALSE(resumed->applied.empty());

@@ -32,27 +32,6 @@ std::vector<std::string> TrainArgs(int steps, int step_ms) {
           "--commit-every", "5"};
 }
 
-std::string Launcher(const Job& job) {
-  std::ifstream in(job.dir() + "/launcher.log");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-examples::TrainLog ExpectMatchesReference(const Job& job, const std::vector<std::string>& args,
-                                          int steps) {
-  std::string ref = job.dir() + "/ref.jsonl";
-  EXPECT_TRUE(RunReference(args, ref));
-  auto run = examples::ReadTrainLog(job.log_path());
-  auto reference = examples::ReadTrainLog(ref);
-  EXPECT_TRUE(run.ok()) << run.status();
-  EXPECT_TRUE(reference.ok()) << reference.status();
-  if (!run.ok() || !reference.ok()) return {};
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
-  return *run;
-}
-
 // The worker pids of the current members, by rank.
 std::vector<int64_t> MemberPids(const nlohmann::json& status) {
   std::vector<std::pair<int, int64_t>> by_rank;
@@ -79,7 +58,7 @@ pid_t KillCoordinatorAndWaitForRestart(Job& job) {
     if (now > 0 && now != old_pid) return now;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ADD_FAILURE() << "no new coordinator within 10 s\n" << Launcher(job);
+  ADD_FAILURE() << "no new coordinator within 10 s\n" << LauncherLog(job);
   return -1;
 }
 
@@ -87,7 +66,7 @@ TEST(CoordinatorRestart, KilledMidRunTakesTheJobBackWithoutRestartingWorkers) {
   const int steps = 150;
   auto args = TrainArgs(steps, 15);
   Job job(2, args);
-  ASSERT_TRUE(job.WaitForStep(20, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(20, seconds(60))) << LauncherLog(job);
   const auto before = job.Status();
   const auto pids = MemberPids(before);
   ASSERT_EQ(pids.size(), 2u);
@@ -100,14 +79,14 @@ TEST(CoordinatorRestart, KilledMidRunTakesTheJobBackWithoutRestartingWorkers) {
   ASSERT_TRUE(job.WaitFor(
       [&](const nlohmann::json& j) { return j.value("step", int64_t{-1}) > step_at_kill + 10; },
       seconds(20)))
-      << Launcher(job);
+      << LauncherLog(job);
   auto after = job.Status();
   EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
   EXPECT_EQ(MemberPids(after), pids);
   EXPECT_EQ(after.value("state", std::string()), "running");
 
-  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
-  const std::string log = Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("took back job"), std::string::npos) << log;
   // No worker was restarted and no recovery was needed: one generation in the whole run.
   auto run = ExpectMatchesReference(job, args, steps);
@@ -120,7 +99,7 @@ TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
   auto args = TrainArgs(steps, 15);
   // Widen the window in which the workers build the next generation.
   Job job(2, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
-  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
   auto grow = job.Resize("--workers 3");
   ASSERT_EQ(grow.exit_code, 0) << grow.out;
   ASSERT_NE(grow.out.find("accepted"), std::string::npos) << grow.out;
@@ -130,10 +109,10 @@ TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
   while (state != "building" && std::chrono::steady_clock::now() < deadline) {
     state = job.Status().value("state", std::string());
   }
-  ASSERT_EQ(state, "building") << Launcher(job);
+  ASSERT_EQ(state, "building") << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
-  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
-  const std::string log = Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("a change was in flight"), std::string::npos) << log;
   auto run = ExpectMatchesReference(job, args, steps);
   // The journaled resize still happened: the job ends with three workers.
@@ -151,13 +130,13 @@ TEST(CoordinatorRestart, KilledMidShrinkRecoversAndFinishesTheResize) {
   const int steps = 150;
   auto args = TrainArgs(steps, 15);
   Job job(3, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
-  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
   auto shrink = job.Resize("--workers 2");
   ASSERT_EQ(shrink.exit_code, 0) << shrink.out;
   // Right after the resize was accepted: the pause is in flight.
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
-  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
-  const std::string log = Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("a change was in flight"), std::string::npos) << log;
   auto run = ExpectMatchesReference(job, args, steps);
   std::ifstream final_status(job.state_dir() + "/status.json");
@@ -171,11 +150,11 @@ TEST(CoordinatorRestart, KilledTwiceStillFinishes) {
   const int steps = 150;
   auto args = TrainArgs(steps, 15);
   Job job(2, args);
-  ASSERT_TRUE(job.WaitForStep(10, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(10, seconds(60))) << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
-  ASSERT_TRUE(job.WaitForStep(40, seconds(20))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(40, seconds(20))) << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
-  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   ExpectMatchesReference(job, args, steps);
 }
 
@@ -196,7 +175,7 @@ TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
   std::vector<std::string> run_args = args;
   run_args.insert(run_args.end(), {"--checkpoint-dir", ckpt, "--checkpoint-every", "40"});
   Job job(2, run_args);
-  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
   auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto committed_tp = [&] {
@@ -213,13 +192,13 @@ TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
   while (!committed_tp() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_TRUE(committed_tp()) << Launcher(job);
+  ASSERT_TRUE(committed_tp()) << LauncherLog(job);
   pid_t victim = job.PidOfRank(1);
   ASSERT_GT(victim, 0);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_EQ(job.Wait(seconds(60)), 0) << Launcher(job);
-  const std::string log = Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("took back job"), std::string::npos) << log;
   EXPECT_NE(log.find("loaded checkpoint"), std::string::npos) << log;
   ExpectMatchesReference(job, args, steps);

@@ -24,23 +24,6 @@ std::vector<std::string> TrainArgs(int steps, int step_ms) {
           "--global-batch", "48", "--hidden", "24", "--commit-every", "5"};
 }
 
-// Checks the job's log against a reference run; returns the run's log.
-examples::TrainLog ExpectMatchesReference(const Job& job, const std::vector<std::string>& args,
-                                          int steps) {
-  std::string ref = job.dir() + "/ref.jsonl";
-  EXPECT_TRUE(RunReference(args, ref));
-  auto run = examples::ReadTrainLog(job.log_path());
-  auto reference = examples::ReadTrainLog(ref);
-  EXPECT_TRUE(run.ok()) << run.status();
-  EXPECT_TRUE(reference.ok()) << reference.status();
-  if (!run.ok() || !reference.ok()) return {};
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
-  return *run;
-}
-
 // A model small enough for 8 workers on 2 cores, with every dimension splittable up to 4 ways.
 std::vector<std::string> ThreeDArgs(int steps) {
   return {"--steps", std::to_string(steps), "--step-time-ms", "15", "--global-batch", "32",
@@ -53,16 +36,11 @@ std::set<int> DpValues(const examples::TrainLog& log) {
   return dps;
 }
 
-std::string Launcher(const Job& job) {
-  std::ifstream in(job.dir() + "/launcher.log");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 TEST(ElasticJob, ResizeDownThenUpMatchesReference) {
   const int steps = 120;
   auto args = TrainArgs(steps, 15);
   Job job(4, args);
-  ASSERT_TRUE(job.WaitForStep(15, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(15, seconds(60))) << LauncherLog(job);
 
   auto down = job.Resize("--workers 2 --wait");
   ASSERT_EQ(down.exit_code, 0) << down.out;
@@ -83,7 +61,7 @@ TEST(ElasticJob, ResizeDownThenUpMatchesReference) {
   EXPECT_EQ(u["layout"]["dp"], 3);
   EXPECT_GT(u["generation"].get<int>(), d["generation"].get<int>());
 
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   auto log = ExpectMatchesReference(job, args, steps);
   EXPECT_EQ(DpValues(log), (std::set<int>{2, 3, 4}));
 }
@@ -92,7 +70,7 @@ TEST(ElasticJob, KilledWorkerIsDetectedAndSurvivorsRollBack) {
   const int steps = 100;
   auto args = TrainArgs(steps, 15);
   Job job(3, args);
-  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
   pid_t victim = job.PidOfRank(1);
   ASSERT_GT(victim, 0);
   auto killed_at = std::chrono::steady_clock::now();
@@ -115,8 +93,8 @@ TEST(ElasticJob, KilledWorkerIsDetectedAndSurvivorsRollBack) {
         return j.value("state", std::string()) == "running" && j["layout"].value("dp", 0) == 2;
       },
       seconds(30)))
-      << Launcher(job);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+      << LauncherLog(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   auto log = ExpectMatchesReference(job, args, steps);
   EXPECT_EQ(DpValues(log), (std::set<int>{2, 3}));
 }
@@ -126,7 +104,7 @@ TEST(ElasticJob, KillDuringReconfigurationRecovers) {
   auto args = TrainArgs(steps, 15);
   // Widen the window in which workers build the next generation so the kill lands inside it.
   Job job(3, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
-  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
   pid_t victim = job.PidOfRank(2);
   ASSERT_GT(victim, 0);
   auto grow = job.Resize("--workers 4");
@@ -134,9 +112,9 @@ TEST(ElasticJob, KillDuringReconfigurationRecovers) {
   ASSERT_TRUE(job.WaitFor(
       [](const nlohmann::json& j) { return j.value("state", std::string()) == "building"; },
       seconds(30)))
-      << Launcher(job);
+      << LauncherLog(job);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectMatchesReference(job, args, steps);
 }
 
@@ -144,7 +122,7 @@ TEST(ElasticJob, ImpossibleResizesAreRefusedAndChangeNothing) {
   const int steps = 60;
   auto args = TrainArgs(steps, 15);
   Job job(2, args);
-  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << LauncherLog(job);
   uint64_t generation = job.Status().value("generation", uint64_t{0});
 
   auto zero = job.Resize("--workers 0");
@@ -168,7 +146,7 @@ TEST(ElasticJob, ImpossibleResizesAreRefusedAndChangeNothing) {
   auto status = job.Status();
   EXPECT_EQ(status.value("generation", uint64_t{0}), generation);
   EXPECT_EQ(status["layout"].value("dp", 0), 2);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectMatchesReference(job, args, steps);
 }
 
@@ -177,14 +155,14 @@ TEST(ElasticJob, LayoutChangesOfEveryDimensionMatchReference) {
   const int steps = 120;
   std::vector<std::string> args = ThreeDArgs(steps);
   Job job(4, args);
-  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << LauncherLog(job);
   const char* changes[][2] = {{"4", "dp=2,pp=1,tp=2"},
                               {"4", "dp=1,pp=2,tp=2"},
                               {"4", "dp=4,pp=1,tp=1"},
                               {"8", "dp=1,pp=2,tp=4"}};
   for (const auto& change : changes) {
     auto r = job.Resize(std::string("--workers ") + change[0] + " --layout " + change[1] + " --wait");
-    ASSERT_EQ(r.exit_code, 0) << r.out << Launcher(job);
+    ASSERT_EQ(r.exit_code, 0) << r.out << LauncherLog(job);
     Layout want;
     ASSERT_TRUE(ParseLayout(change[1], &want));
     auto j = nlohmann::json::parse(r.out);
@@ -194,7 +172,7 @@ TEST(ElasticJob, LayoutChangesOfEveryDimensionMatchReference) {
     int64_t at = job.Status().value("step", int64_t{0});
     ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60)));
   }
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   auto log = ExpectMatchesReference(job, args, steps);
   std::set<std::tuple<int, int, int>> layouts;
   for (const auto& [step, r] : log.applied) layouts.insert({r.dp, r.pp, r.tp});
@@ -208,7 +186,7 @@ TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   const int steps = 100;
   std::vector<std::string> args = ThreeDArgs(steps);
   Job job(4, args);
-  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
   auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   int64_t at = job.Status().value("step", int64_t{0});
@@ -216,7 +194,7 @@ TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   pid_t victim = job.PidOfRank(3);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectMatchesReference(job, args, steps);
 }
 
@@ -228,20 +206,20 @@ TEST(ElasticJob, PlannerPicksTheLayoutUnderAPin) {
   std::vector<std::string> planned = args;
   planned.insert(planned.end(), {"--plan", "--pin-tp", "2"});
   Job job(4, planned);
-  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << LauncherLog(job);
   EXPECT_EQ(job.Status()["layout"].value("tp", 0), 2);
   auto r = job.Resize("--workers 2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["layout"]["tp"], 2);
   EXPECT_EQ(j["layout"]["dp"], 1);
-  ASSERT_EQ(job.Wait(seconds(120)), 0) << Launcher(job);
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectMatchesReference(job, args, steps);
 }
 
 TEST(ElasticJob, ClientWithWrongKeyIsRefusedClearly) {
   Job job(1, TrainArgs(400, 10));
-  ASSERT_TRUE(job.WaitForStep(1, seconds(60))) << Launcher(job);
+  ASSERT_TRUE(job.WaitForStep(1, seconds(60))) << LauncherLog(job);
   // A copy of coordinator.json whose admin key pair the coordinator never saw.
   auto info = nlohmann::json::parse(std::ifstream(job.state_dir() + "/coordinator.json"));
   auto fresh = nlohmann::json::parse(RunShell(ElastraBinary() + " keygen").out);

@@ -1,5 +1,7 @@
 #include "tests/integration/job_harness.h"
 
+#include <gtest/gtest.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -126,6 +128,27 @@ int Job::Wait(std::chrono::seconds timeout) {
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
   return -1;
+}
+
+std::string LauncherLog(const Job& job) {
+  std::ifstream in(job.dir() + "/launcher.log");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+examples::TrainLog ExpectMatchesReference(const Job& job,
+                                          const std::vector<std::string>& train_args, int steps) {
+  std::string ref = job.dir() + "/ref.jsonl";
+  EXPECT_TRUE(RunReference(train_args, ref));
+  auto run = examples::ReadTrainLog(job.log_path());
+  auto reference = examples::ReadTrainLog(ref);
+  EXPECT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(reference.ok()) << reference.status();
+  if (!run.ok() || !reference.ok()) return {};
+  auto c = examples::Compare(*run, *reference, steps);
+  EXPECT_TRUE(c.accounting_ok) << c.problem;
+  EXPECT_EQ(c.steps, steps);
+  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  return *run;
 }
 
 bool RunReference(const std::vector<std::string>& train_args, const std::string& log) {

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+
+#include "examples/log_check.h"
 #include <string>
 #include <vector>
 
@@ -58,5 +60,13 @@ std::string TrainBinary();
 
 // Runs train_mlp --reference with the same flags into `log`.
 bool RunReference(const std::vector<std::string>& train_args, const std::string& log);
+
+// What `elastra run` printed so far (for failure messages).
+std::string LauncherLog(const Job& job);
+
+// Checks the job's log against `train_mlp --reference` with `train_args` (gtest expectations: exact
+// sample accounting over `steps` steps, loss within 1e-4 relative). Returns the run's log.
+examples::TrainLog ExpectMatchesReference(const Job& job,
+                                          const std::vector<std::string>& train_args, int steps);
 
 }  // namespace elastra::testing
