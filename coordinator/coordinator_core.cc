@@ -1197,6 +1197,24 @@ void CoordinatorCore::FinishRecovery() {
   StartBuild(std::move(plan));
 }
 
+std::vector<proto::Member> CoordinatorCore::MembersOf(const Layout& layout,
+                                                      const std::vector<std::string>& ids,
+                                                      const std::vector<bool>& has_state) const {
+  std::vector<proto::Member> out;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    proto::Member m;
+    m.worker_id = ids[r];
+    if (const WorkerInfo* w = membership_.Find(ids[r])) {
+      m.host = w->host;
+      m.device = w->device;
+    }
+    m.coords = CoordinatesOf(layout, static_cast<int>(r));
+    m.has_state = r < has_state.size() && has_state[r];
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 void CoordinatorCore::StartBuild(GenerationPlan plan) {
   // Members not in the plan that still hold the member state (aborted survivors that did not
   // answer were marked lost already) are not part of the new generation.
@@ -1220,36 +1238,14 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   proto::NewGeneration ng;
   ng.generation = plan.generation;
   ng.layout = plan.layout;
-  for (size_t r = 0; r < plan.members.size(); ++r) {
-    const WorkerInfo* w = membership_.Find(plan.members[r]);
-    proto::Member m;
-    m.worker_id = plan.members[r];
-    if (w != nullptr) {
-      m.host = w->host;
-      m.device = w->device;
-    }
-    m.coords = CoordinatesOf(plan.layout, static_cast<int>(r));
-    m.has_state = plan.has_state[r];
-    ng.members.push_back(std::move(m));
-  }
+  ng.members = MembersOf(plan.layout, plan.members, plan.has_state);
   ng.restore_step = plan.restore_step;
   ng.source_rank = plan.source_rank;
   ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
   ng.reason = plan.reason;
   ng.prev_layout = plan.prev_layout;
   ng.checkpoint_dir = latest_checkpoint_;
-  for (size_t r = 0; r < plan.prev_members.size(); ++r) {
-    const WorkerInfo* w = membership_.Find(plan.prev_members[r]);
-    proto::Member m;
-    m.worker_id = plan.prev_members[r];
-    if (w != nullptr) {
-      m.host = w->host;
-      m.device = w->device;
-    }
-    m.coords = CoordinatesOf(plan.prev_layout, static_cast<int>(r));
-    m.has_state = r < plan.prev_has_state.size() && plan.prev_has_state[r];
-    ng.prev_members.push_back(std::move(m));
-  }
+  ng.prev_members = MembersOf(plan.prev_layout, plan.prev_members, plan.prev_has_state);
   for (const auto& id : plan.members) {
     Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
   }

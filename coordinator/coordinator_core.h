@@ -117,6 +117,9 @@ class CoordinatorCore {
   // the most of the registered state in place (candidates left out leave the job).
   std::vector<std::string> AssignWorkers(const Layout& layout,
                                          const std::vector<std::string>& candidates);
+  // The wire form of workers `ids` at ranks 0.. of `layout`.
+  std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
+                                       const std::vector<bool>& has_state) const;
   // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`.
   Status ValidateLayout(const Layout& layout) const;
 
