@@ -1,0 +1,127 @@
+// The coordinator commits a checkpoint's manifest only when every rank of its generation reported
+// its shard file durable, never when one failed; the newest commit is what later generations are
+// told to load from.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/codec.h"
+#include "coordinator/coordinator_core.h"
+#include "worker/checkpoint/reader.h"
+#include "worker/checkpoint/writer.h"
+
+namespace elastra::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using T = proto::MessageType;
+
+class CheckpointCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() / ("elastra_commit_test_" + std::to_string(getpid())))
+                .string();
+    fs::remove_all(root_);
+    CoordinatorOptions o;
+    o.job = "job";
+    o.initial_workers = 2;
+    o.clock = &clock_;
+    core_ = std::make_unique<CoordinatorCore>(o);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void Send(const std::string& id, T type, const std::string& payload) {
+    proto::Envelope e;
+    e.type = type;
+    e.job = "job";
+    e.sender = id;
+    e.payload = payload;
+    core_->Handle("id-" + id, "worker", e);
+  }
+
+  // Writes rank `rank`'s half of a 2 x 4 float tensor for step `step` and returns the report.
+  proto::CheckpointWritten WriteShard(int rank, int64_t step) {
+    checkpoint::WriterOptions o;
+    o.root = root_;
+    o.rank = rank;
+    o.direct_io = false;
+    auto writer = checkpoint::CheckpointWriter::Create(o);
+    EXPECT_TRUE(writer.ok()) << writer.status();
+    std::vector<float> row(4, static_cast<float>(rank + step));
+    checkpoint::TensorShard shard;
+    shard.name = "w";
+    shard.shape = {2, 4};
+    shard.dtype = DataType::kFloat32;
+    shard.region = checkpoint::Box{{rank, 0}, {rank + 1, 4}};
+    shard.data = std::span<const std::byte>(reinterpret_cast<const std::byte*>(row.data()),
+                                            row.size() * sizeof(float));
+    checkpoint::StateView view;
+    view.tensors.push_back(shard);
+    view.scalars = {{"elastra.step", step}};
+    checkpoint::CheckpointId id{"job", step, 1};
+    EXPECT_TRUE((*writer)->Snapshot(id, view).ok());
+    auto d = (*writer)->WaitForWrite();
+    EXPECT_TRUE(d.ok()) << d.status();
+    proto::CheckpointWritten report;
+    report.generation = 1;
+    report.step = step;
+    report.rank = rank;
+    report.ranks = 2;
+    report.layout = Layout{2, 1, 1};
+    report.root = root_;
+    report.ok = d.ok();
+    if (d.ok()) report.descriptor = checkpoint::EncodeShardDescriptor(*d);
+    return report;
+  }
+
+  size_t Committed() {
+    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
+    return list.ok() ? list->size() : 0;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<CoordinatorCore> core_;
+  std::string root_;
+};
+
+TEST_F(CheckpointCommitTest, CommitsOnlyWhenEveryRankReported) {
+  auto first = WriteShard(0, 10);
+  Send("a", T::kCheckpointWritten, proto::EncodePayload(first));
+  EXPECT_EQ(Committed(), 0u) << "committed with one rank of two";
+  auto second = WriteShard(1, 10);
+  Send("b", T::kCheckpointWritten, proto::EncodePayload(second));
+  ASSERT_EQ(Committed(), 1u);
+  auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
+  EXPECT_EQ(list->front().step, 10);
+  EXPECT_EQ(list->front().layout, (Layout{2, 1, 1}));
+}
+
+TEST_F(CheckpointCommitTest, AFailedRankMeansNoCommit) {
+  Send("a", T::kCheckpointWritten, proto::EncodePayload(WriteShard(0, 20)));
+  auto failed = WriteShard(1, 20);
+  failed.ok = false;
+  failed.descriptor.clear();
+  failed.error = "kResourceExhausted: disk full";
+  Send("b", T::kCheckpointWritten, proto::EncodePayload(failed));
+  EXPECT_EQ(Committed(), 0u);
+  // A later checkpoint that every rank wrote is committed.
+  Send("a", T::kCheckpointWritten, proto::EncodePayload(WriteShard(0, 30)));
+  Send("b", T::kCheckpointWritten, proto::EncodePayload(WriteShard(1, 30)));
+  EXPECT_EQ(Committed(), 1u);
+}
+
+TEST_F(CheckpointCommitTest, GarbageReportsAreCountedNotCommitted) {
+  auto report = WriteShard(0, 40);
+  report.rank = 5;  // outside [0, ranks)
+  Send("a", T::kCheckpointWritten, proto::EncodePayload(report));
+  auto bad = WriteShard(1, 40);
+  bad.descriptor = "not a descriptor";
+  Send("b", T::kCheckpointWritten, proto::EncodePayload(bad));
+  Send("c", T::kCheckpointWritten, "\\x01garbage");
+  EXPECT_EQ(Committed(), 0u);
+  EXPECT_GE(core_->malformed_frames(), 2u);
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
