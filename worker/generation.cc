@@ -31,8 +31,10 @@ std::vector<int> GroupRanks(const Layout& layout, int rank, char group) {
   return ranks;
 }
 
-StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, const std::string& name,
-                                                int rank, int size) {
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
+                                                     const std::string& name, int rank, int size) {
   GlooOptions go;
   go.store = o.store;
   go.prefix = o.prefix + name + "/";
@@ -44,15 +46,13 @@ StatusOr<std::unique_ptr<Communicator>> Connect(const GroupOptions& o, const std
   return CreateGlooCommunicator(go);
 }
 
-}  // namespace
-
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank) {
   // One after the other: gloo contexts connected concurrently in one process sometimes could not
   // be aborted (a blocked call on one waited out its timeout; seen in the kill tests), so the
   // groups are built in sequence. Only 3-D layouts pay for it: with pp = tp = 1 every group is
   // the world.
   GroupSet set;
-  ELASTRA_ASSIGN_OR_RETURN(set.world, Connect(options, "world", rank, layout.world()));
+  ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;
@@ -61,7 +61,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
     if (static_cast<int>(ranks.size()) != layout.world()) {
       const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
       const std::string name = std::string(1, g) + "p" + std::to_string(ranks.front());
-      auto c = Connect(options, name, index, static_cast<int>(ranks.size()));
+      auto c = ConnectGroup(options, name, index, static_cast<int>(ranks.size()));
       if (!c.ok()) {
         set.Abort();
         return c.status().WithContext("group " + name);
@@ -119,7 +119,7 @@ StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& gen, const StateSp
   return InternalError("unreachable");
 }
 
-StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, int my_index,
+StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
                                    std::chrono::milliseconds timeout) {
   auto& tensors = state->mutable_tensors();
@@ -134,7 +134,6 @@ StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, in
   // from all its senders in parallel instead of in pairwise rounds.
   options.concurrent_peers = true;
   ReshardExecutorStats stats;
-  (void)my_index;  // the executor learns this worker's index from comm.rank()
   Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);
   const int num_layers = state->num_layers();
   for (auto& t : tensors) {

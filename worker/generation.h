@@ -32,7 +32,12 @@ struct GroupOptions {
   std::chrono::milliseconds connect_timeout{10000};
 };
 
-// Builds world and groups concurrently. The failure of any of them is returned.
+// Connects the ranks of one group under `options.prefix` + name + "/".
+StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options,
+                                                     const std::string& name, int rank, int size);
+
+// Builds the world and then each group that differs from it, one after another (see
+// docs/design-notes.md). The first failure is returned.
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank);
 
 // The reshard plan of a generation change, numbered for execution: workers 0..n-1 are the new
@@ -50,10 +55,10 @@ struct StateMove {
 // worker: only a checkpoint can bring it back).
 StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& generation, const StateSpec& state);
 
-// Runs this worker's part of `move` over `comm` (whose ranks are the plan's worker indices),
+// Runs this worker's part of `move` over `comm` (whose rank is this worker's plan index),
 // replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker
 // passes nullptr and ends holding nothing). Returns the bytes received.
-StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm, int my_index,
+StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
                                    std::chrono::milliseconds timeout);
 

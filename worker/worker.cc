@@ -11,7 +11,6 @@
 #include <optional>
 #include <thread>
 
-#include "collectives/gloo/gloo_communicator.h"
 #include "common/clock.h"
 #include "common/control_client.h"
 #include "common/keys.h"
@@ -28,7 +27,6 @@ using proto::MessageType;
 using std::chrono::milliseconds;
 
 // The step counter travels with the state under this reserved name.
-constexpr const char* kStepScalar = kStepScalarName;
 // Commits kept in memory: two, because after a failure the survivors may differ by one commit.
 constexpr size_t kCommitsKept = 2;
 
@@ -193,7 +191,7 @@ class Worker::Impl {
       client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation)
           .IgnoreError();
     });
-    return state_.AddScalar(kStepScalar, 0);
+    return state_.AddScalar(kStepScalarName, 0);
   }
 
   Status Start() {
@@ -262,7 +260,7 @@ class Worker::Impl {
   }
 
   TensorCollection& state() { return state_; }
-  int64_t step() const { return state_.GetScalar(kStepScalar); }
+  int64_t step() const { return state_.GetScalar(kStepScalarName); }
   uint64_t generation() const { return generation_.load(); }
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -304,7 +302,7 @@ class Worker::Impl {
   };
 
   void SetStep(int64_t s) {
-    state_.SetScalar(kStepScalar, s);
+    state_.SetScalar(kStepScalarName, s);
     client_->SetHeartbeatStep(s);
   }
 
@@ -728,25 +726,17 @@ class Worker::Impl {
     const auto timeout = options_.collective_timeout * 4;
     if (!move.needs_leavers) {
       if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
-      return ExecuteStateMove(move, world(), me, coords, &state_, timeout);
+      return ExecuteStateMove(move, world(), coords, &state_, timeout);
     }
     // Some shards live only on leaving workers: everyone of the plan meets once more.
-    GroupOptions o = GroupOptionsFor(gen);
-    o.prefix = gen.kv_prefix + "handoff-";
-    GlooOptions go;
-    go.store = o.store;
-    go.prefix = gen.kv_prefix + "handoff/";
-    go.rank = me;
-    go.size = static_cast<int>(move.workers.size());
-    go.hostname = o.bind_host;
-    go.timeout = o.timeout;
-    go.connect_timeout = o.connect_timeout;
-    ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> handoff, CreateGlooCommunicator(go));
+    ELASTRA_ASSIGN_OR_RETURN(
+        std::unique_ptr<Communicator> handoff,
+        ConnectGroup(GroupOptionsFor(gen), "handoff", me, static_cast<int>(move.workers.size())));
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       handoff_ = handoff.get();
     }
-    auto bytes = ExecuteStateMove(move, *handoff, me, coords, &state_, timeout);
+    auto bytes = ExecuteStateMove(move, *handoff, coords, &state_, timeout);
     Status done = bytes.ok() ? handoff->Barrier() : bytes.status();
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
