@@ -791,18 +791,22 @@ Status CoordinatorCore::ValidateLayout(const Layout& layout) const {
   return OkStatus();
 }
 
+std::vector<int> CoordinatorCore::HostsOf(const std::vector<std::string>& ids) const {
+  std::map<std::string, int> index;
+  std::vector<int> out;
+  for (const auto& id : ids) {
+    const WorkerInfo* w = membership_.Find(id);
+    auto [it, added] =
+        index.emplace(w != nullptr ? w->host : id, static_cast<int>(index.size()));
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 Layout CoordinatorCore::ChooseLayout(const std::vector<std::string>& candidates) const {
   const size_t n = candidates.size();
   if (!model_ || pins_.only_dp) return DefaultLayout(n);
-  std::map<std::string, int> host_index;
-  std::vector<int> host_of_worker;
-  for (const auto& id : candidates) {
-    const WorkerInfo* w = membership_.Find(id);
-    auto [it, added] =
-        host_index.emplace(w != nullptr ? w->host : id, static_cast<int>(host_index.size()));
-    host_of_worker.push_back(it->second);
-  }
-  auto planned = PlanLayout(*model_, host_of_worker, pins_, CurrentPlacement{});
+  auto planned = PlanLayout(*model_, HostsOf(candidates), pins_, CurrentPlacement{});
   if (!planned.ok()) {
     LOG(WARNING) << "planner: " << planned.status() << "; using the default layout";
     return DefaultLayout(n);
@@ -1022,14 +1026,7 @@ std::vector<std::string> CoordinatorCore::AssignWorkers(const Layout& layout,
   const int world = layout.world();
   std::vector<std::string> keep_order(candidates.begin(), candidates.begin() + world);
   if (state_spec_.tensors.empty()) return keep_order;  // nothing known to keep in place
-  std::map<std::string, int> host_index;
-  std::vector<int> host_of_worker;
-  for (const auto& id : candidates) {
-    const WorkerInfo* w = membership_.Find(id);
-    std::string host = w != nullptr ? w->host : id;
-    auto [it, added] = host_index.emplace(host, static_cast<int>(host_index.size()));
-    host_of_worker.push_back(it->second);
-  }
+  const std::vector<int> host_of_worker = HostsOf(candidates);
   CurrentPlacement current;
   current.layout = layout_;
   for (const auto& id : current_members_) {

@@ -117,6 +117,8 @@ class CoordinatorCore {
   // the most of the registered state in place (candidates left out leave the job).
   std::vector<std::string> AssignWorkers(const Layout& layout,
                                          const std::vector<std::string>& candidates);
+  // For each of `ids`, the index of its host (numbered in order of first appearance).
+  std::vector<int> HostsOf(const std::vector<std::string>& ids) const;
   // The wire form of workers `ids` at ranks 0.. of `layout`.
   std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
                                        const std::vector<bool>& has_state) const;
