@@ -102,9 +102,10 @@ TEST_F(CheckpointJobTest, KilledTensorRankWithoutReplicaRecoversFromDisk) {
 }
 
 TEST_F(CheckpointJobTest, KillDuringAsynchronousWritesLoadsTheLastCommittedOne) {
-  // A checkpoint every step with a 1 ms step: a write is almost always in flight when the TP rank
-  // dies. Its half-written checkpoint must never be loaded; the newest committed one is.
-  KillTensorRankAndRecover(/*steps=*/300, /*step_ms=*/1, /*every=*/1);
+  // A checkpoint every step with a 2 ms step: a write is almost always in flight when the TP rank
+  // dies (the job runs long enough to still be running then). Its half-written checkpoint must
+  // never be loaded; the newest committed one is.
+  KillTensorRankAndRecover(/*steps=*/1500, /*step_ms=*/2, /*every=*/1);
 }
 
 TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
