@@ -1,5 +1,7 @@
 #include "elastra/tensor_collection.h"
 
+#include <cstring>
+
 #include "common/logging.h"
 
 namespace elastra {
@@ -122,6 +124,78 @@ TensorCollection::Tensor& TensorCollection::tensor(const std::string& name) {
   auto it = index_.find(name);
   CHECK(it != index_.end()) << "unknown tensor '" << name << "'";
   return tensors_[it->second];
+}
+
+Status TensorCollection::SetDevice(int device) {
+  for (const auto& t : tensors_) {
+    if (t.on_device) {
+      return FailedPreconditionError("SetDevice after the shards moved to device " +
+                                     std::to_string(device_) + ": call it before Start()");
+    }
+  }
+  if (device >= 0) {
+    const int count = CudaDeviceCount();
+    if (count == 0) {
+      // Allocate() says why: no CUDA in this build, or no device for this process.
+      auto probe = DeviceBuffer::Allocate(device, 0);
+      return probe.ok() ? UnavailableError("no CUDA device") : probe.status();
+    }
+    if (device >= count) {
+      return UnavailableError("CUDA device " + std::to_string(device) + " does not exist (" +
+                              std::to_string(count) + " visible)");
+    }
+  }
+  device_ = device < 0 ? -1 : device;
+  return OkStatus();
+}
+
+Status TensorCollection::MoveToDevice() {
+  if (device_ < 0) return OkStatus();
+  for (auto& t : tensors_) {
+    if (t.on_device) continue;
+    ELASTRA_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(device_, t.data.size()));
+    ELASTRA_RETURN_IF_ERROR(b.CopyFromHost(t.data.data(), t.data.size()));
+    t.device_data = std::move(b);
+    t.on_device = true;
+    std::vector<uint8_t>().swap(t.data);  // give the host memory back
+  }
+  return OkStatus();
+}
+
+Status TensorCollection::MoveToHost(bool keep_values) {
+  for (auto& t : tensors_) {
+    if (!t.on_device) continue;
+    std::vector<uint8_t> host(t.device_data.size(), 0);
+    if (keep_values) ELASTRA_RETURN_IF_ERROR(t.device_data.CopyToHost(host.data(), host.size()));
+    t.data = std::move(host);
+    t.device_data.Reset();
+    t.on_device = false;
+  }
+  return OkStatus();
+}
+
+Status TensorCollection::CopyToHost(const Tensor& t, void* dst) const {
+  if (t.on_device) return t.device_data.CopyToHost(dst, t.device_data.size());
+  if (!t.data.empty()) std::memcpy(dst, t.data.data(), t.data.size());
+  return OkStatus();
+}
+
+void TensorCollection::ReleaseShards() {
+  for (auto& t : tensors_) {
+    std::vector<uint8_t>().swap(t.data);
+    t.device_data.Reset();
+    t.on_device = false;
+    t.region = Region{};
+  }
+}
+
+void TensorCollection::CheckOnHost(const Tensor& t) const {
+  CHECK(!t.on_device) << "tensor '" << t.name() << "' is on CUDA device " << device_
+                      << ": use DeviceView()";
+}
+
+void TensorCollection::CheckOnDevice(const Tensor& t) const {
+  CHECK(t.on_device) << "tensor '" << t.name() << "' is in host memory: use View()";
 }
 
 void TensorCollection::CheckType(const Tensor& t, size_t element_size) const {

@@ -8,7 +8,14 @@
 // elements of region(name), in row-major order of the region's box. The model reads and writes
 // views of the local shards; after a reconfiguration the shards and views change, so re-fetch
 // them. Every rank must register the same tensors and scalars, in the same order. Tensors have
-// one or two dimensions (fold more into two). Thread-compatible.
+// one or two dimensions (fold more into two).
+//
+// Device state: after SetDevice(d) the shards live in CUDA device memory on device d from Start()
+// on (cudaMalloc, see device_buffer.h); before Start() they are still whole in host memory, so the
+// program initializes them with View() as usual. From Start() on, DeviceView() gives the device
+// shard and View() is a programming error. The Worker stages the shards through host memory where
+// its machinery needs bytes (in-memory commits, resharding over a host backend, checkpoint
+// loads) and hands them back to the device before StepEnd() returns. Thread-compatible.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +27,7 @@
 #include <vector>
 
 #include "elastra/communicator.h"
+#include "elastra/device_buffer.h"
 #include "elastra/layout.h"
 #include "elastra/sharding.h"
 #include "elastra/status.h"
@@ -40,11 +48,13 @@ class TensorCollection {
     TensorSpec spec;  // name, global shape, element size, rule
     DataType dtype = DataType::kFloat32;
     Region region;               // what this rank holds (the whole tensor before Start())
-    std::vector<uint8_t> data;   // the local shard
+    std::vector<uint8_t> data;   // the local shard, when it is in host memory
+    DeviceBuffer device_data;    // the local shard, when it is in device memory (on_device)
+    bool on_device = false;
 
     const std::string& name() const { return spec.name; }
-    size_t elements() const { return data.size() / DataTypeSize(dtype); }
-    size_t bytes() const { return data.size(); }
+    size_t elements() const { return bytes() / DataTypeSize(dtype); }
+    size_t bytes() const { return on_device ? device_data.size() : data.size(); }
   };
 
   // Registers a zero-filled tensor, held whole until Start(). kInvalidArgument for a duplicate or
@@ -61,13 +71,29 @@ class TensorCollection {
 
   bool HasTensor(const std::string& name) const { return index_.count(name) > 0; }
 
-  // A typed view of the local shard. CHECK-fails on an unknown name or a wrong element type:
-  // that is a programming error, not bad input.
+  // Where the shards live from Worker::Start() on: a CUDA device ordinal, or -1 for host memory
+  // (the default). Call before Start(). kUnavailable when the build has no CUDA or this process
+  // sees no such device; kFailedPrecondition once a shard is on a device.
+  Status SetDevice(int device);
+  int device() const { return device_; }
+
+  // A typed view of the local shard in host memory. CHECK-fails on an unknown name, a wrong
+  // element type or a shard that is on the device: those are programming errors, not bad input.
   template <class T>
   std::span<T> View(const std::string& name) {
     Tensor& t = tensor(name);
     CheckType(t, sizeof(T));
+    CheckOnHost(t);
     return std::span<T>(reinterpret_cast<T*>(t.data.data()), t.data.size() / sizeof(T));
+  }
+  // The same for a shard in device memory: the span holds a device pointer (pass it to kernels,
+  // cuBLAS and NCCL; never dereference it on the host). CHECK-fails when the shard is on the host.
+  template <class T>
+  std::span<T> DeviceView(const std::string& name) {
+    Tensor& t = tensor(name);
+    CheckType(t, sizeof(T));
+    CheckOnDevice(t);
+    return std::span<T>(static_cast<T*>(t.device_data.data()), t.device_data.size() / sizeof(T));
   }
   // The part of the global tensor this rank holds.
   const Region& region(const std::string& name) { return tensor(name).region; }
@@ -90,9 +116,25 @@ class TensorCollection {
 
   Tensor& tensor(const std::string& name);
 
+  // For the Worker. With a device set: MoveToDevice() copies every shard held in host memory to a
+  // new device buffer and frees the host copy; MoveToHost() does the reverse (with keep_values
+  // false it only frees the device buffers, leaving zero-filled host shards of the same size, for
+  // a caller that overwrites them anyway). No-ops without a device. On an error the tensors
+  // already moved stay moved and the rest stay where they were: nothing is lost.
+  Status MoveToDevice();
+  Status MoveToHost(bool keep_values = true);
+  // Copies a shard, wherever it is, into `dst` (t.bytes() bytes of host memory).
+  Status CopyToHost(const Tensor& t, void* dst) const;
+  // Frees every shard (host and device); regions become empty. For a worker that leaves the
+  // layout (parking) and gets its state back from the members later.
+  void ReleaseShards();
+
  private:
   void CheckType(const Tensor& t, size_t element_size) const;
+  void CheckOnHost(const Tensor& t) const;
+  void CheckOnDevice(const Tensor& t) const;
 
+  int device_ = -1;
   int num_layers_ = 1;
   std::vector<Tensor> tensors_;
   std::map<std::string, size_t> index_;

@@ -1,0 +1,158 @@
+// DeviceBuffer over the CUDA runtime; see include/elastra/device_buffer.h.
+#include "elastra/device_buffer.h"
+
+#include <string>
+#include <utility>
+
+#include "elastra/config.h"
+
+#if ELASTRA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace elastra {
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    device_ = std::exchange(other.device_, -1);
+  }
+  return *this;
+}
+
+#if ELASTRA_HAVE_CUDA
+
+namespace {
+
+Status CudaError(cudaError_t e, const std::string& what) {
+  return InternalError(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+Status SelectDevice(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error for later calls
+    return UnavailableError(std::string("no CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (device >= count) {
+    return UnavailableError("CUDA device " + std::to_string(device) + " does not exist (" +
+                            std::to_string(count) + " visible)");
+  }
+  e = cudaSetDevice(device);
+  if (e != cudaSuccess) return CudaError(e, "cudaSetDevice(" + std::to_string(device) + ")");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int device, size_t bytes) {
+  if (device < 0) return InvalidArgumentError("device " + std::to_string(device) + " is negative");
+  ELASTRA_RETURN_IF_ERROR(SelectDevice(device));
+  DeviceBuffer b;
+  b.device_ = device;
+  if (bytes == 0) return b;
+  cudaError_t e = cudaMalloc(&b.data_, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    b.data_ = nullptr;
+    return ResourceExhaustedError("device " + std::to_string(device) + " is out of memory for " +
+                                  std::to_string(bytes) + " bytes");
+  }
+  if (e != cudaSuccess) {
+    b.data_ = nullptr;
+    return CudaError(e, "cudaMalloc(" + std::to_string(bytes) + ")");
+  }
+  b.size_ = bytes;
+  e = cudaMemset(b.data_, 0, bytes);
+  if (e != cudaSuccess) return CudaError(e, "cudaMemset");
+  return b;
+}
+
+void DeviceBuffer::Reset() {
+  if (data_ != nullptr) {
+    cudaSetDevice(device_);
+    cudaFree(data_);  // an error here (a dead context) leaves nothing we could do
+  }
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes, size_t offset) {
+  if (offset > size_ || bytes > size_ - offset) {
+    return InvalidArgumentError("copy of " + std::to_string(bytes) + " bytes at " +
+                                std::to_string(offset) + " into a device buffer of " +
+                                std::to_string(size_));
+  }
+  if (bytes == 0) return OkStatus();
+  ELASTRA_RETURN_IF_ERROR(SelectDevice(device_));
+  cudaError_t e =
+      cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) return CudaError(e, "cudaMemcpy host to device");
+  return OkStatus();
+}
+
+Status DeviceBuffer::CopyToHost(void* dst, size_t bytes, size_t offset) const {
+  if (offset > size_ || bytes > size_ - offset) {
+    return InvalidArgumentError("copy of " + std::to_string(bytes) + " bytes at " +
+                                std::to_string(offset) + " out of a device buffer of " +
+                                std::to_string(size_));
+  }
+  if (bytes == 0) return OkStatus();
+  ELASTRA_RETURN_IF_ERROR(SelectDevice(device_));
+  cudaError_t e =
+      cudaMemcpy(dst, static_cast<const char*>(data_) + offset, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return CudaError(e, "cudaMemcpy device to host");
+  return OkStatus();
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Status PinHostMemory(void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0) return OkStatus();
+  if (CudaDeviceCount() == 0) return UnavailableError("no CUDA device to pin host memory for");
+  cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return CudaError(e, "cudaHostRegister(" + std::to_string(bytes) + ")");
+  }
+  return OkStatus();
+}
+
+void UnpinHostMemory(void* p) {
+  if (p == nullptr) return;
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();  // was not pinned
+}
+
+#else  // !ELASTRA_HAVE_CUDA
+
+namespace {
+Status NoCuda() { return UnavailableError("this build of Elastra has no CUDA support"); }
+}  // namespace
+
+StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int device, size_t) {
+  if (device < 0) return InvalidArgumentError("device " + std::to_string(device) + " is negative");
+  return NoCuda();
+}
+void DeviceBuffer::Reset() {
+  data_ = nullptr;
+  size_ = 0;
+}
+Status DeviceBuffer::CopyFromHost(const void*, size_t, size_t) { return NoCuda(); }
+Status DeviceBuffer::CopyToHost(void*, size_t, size_t) const { return NoCuda(); }
+int CudaDeviceCount() { return 0; }
+Status PinHostMemory(void*, size_t) { return NoCuda(); }
+void UnpinHostMemory(void*) {}
+
+#endif  // ELASTRA_HAVE_CUDA
+
+}  // namespace elastra
