@@ -108,6 +108,14 @@ Status DeviceBuffer::CopyToHost(void* dst, size_t bytes, size_t offset) const {
   return OkStatus();
 }
 
+Status CopyDeviceToHost(void* dst, const void* device_src, size_t bytes, int device) {
+  if (bytes == 0) return OkStatus();
+  ELASTRA_RETURN_IF_ERROR(SelectDevice(device));
+  cudaError_t e = cudaMemcpy(dst, device_src, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return CudaError(e, "cudaMemcpy device to host");
+  return OkStatus();
+}
+
 int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -149,6 +157,7 @@ void DeviceBuffer::Reset() {
 }
 Status DeviceBuffer::CopyFromHost(const void*, size_t, size_t) { return NoCuda(); }
 Status DeviceBuffer::CopyToHost(void*, size_t, size_t) const { return NoCuda(); }
+Status CopyDeviceToHost(void*, const void*, size_t, int) { return NoCuda(); }
 int CudaDeviceCount() { return 0; }
 Status PinHostMemory(void*, size_t) { return NoCuda(); }
 void UnpinHostMemory(void*) {}

@@ -5,12 +5,16 @@
 
 #include "collectives/gloo/gloo_communicator.h"
 #include "common/logging.h"
+#include "elastra/config.h"
+#if ELASTRA_HAVE_NCCL
+#include "collectives/nccl/nccl_communicator.h"
+#endif
 #include "worker/reshard_executor.h"
 
 namespace elastra {
 
 void GroupSet::Abort() {
-  for (auto* c : {world.get(), dp.get(), pp.get(), tp.get()}) {
+  for (auto* c : {world.get(), dp.get(), pp.get(), tp.get(), control.get()}) {
     if (c != nullptr) c->Abort();
   }
 }
@@ -46,13 +50,75 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
   return CreateGlooCommunicator(go);
 }
 
+namespace {
+
+// The NCCL training communicators: a world over the generation's prefix, then one ncclCommSplit
+// per group that differs from the world (every rank makes the same calls in the same order: the
+// layout decides them). Color: the group's lowest world rank; key: the rank's place in it.
+StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& layout, int rank) {
+#if ELASTRA_HAVE_NCCL
+  NcclOptions no;
+  no.store = options.store;
+  no.prefix = options.prefix + "nccl/world/";
+  no.rank = rank;
+  no.size = layout.world();
+  no.device = options.device;
+  no.timeout = options.timeout;
+  no.connect_timeout = options.connect_timeout;
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> world, CreateNcclCommunicator(no));
+  GroupSet set;
+  NcclCommunicator* nccl_world = world.get();
+  set.world = std::move(world);
+  for (char g : {'d', 'p', 't'}) {
+    std::vector<int> ranks = GroupRanks(layout, rank, g);
+    std::shared_ptr<Communicator> comm = set.world;
+    if (static_cast<int>(ranks.size()) != layout.world()) {
+      const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+      auto c = nccl_world->Split(ranks.front(), index);
+      if (!c.ok()) {
+        set.Abort();
+        return c.status().WithContext(std::string("nccl split of the ") + g + "p group");
+      }
+      comm = std::move(c).value();
+    }
+    (g == 'd' ? set.dp : g == 'p' ? set.pp : set.tp) = comm;
+  }
+  return set;
+#else
+  (void)options;
+  (void)layout;
+  (void)rank;
+  return UnavailableError("this build of Elastra has no NCCL backend (ELASTRA_BACKEND=nccl)");
+#endif
+}
+
+}  // namespace
+
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank) {
   // One after the other: gloo contexts connected concurrently in one process sometimes could not
   // be aborted (a blocked call on one waited out its timeout; seen in the kill tests), so the
   // groups are built in sequence. Only 3-D layouts pay for it: with pp = tp = 1 every group is
   // the world.
+  if (options.backend == "nccl") {
+    // The Gloo control world first: it carries the step agreement and the state moves, and its
+    // rendezvous confirms every rank is here before NCCL's longer init starts.
+    ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> control,
+                             ConnectGroup(options, "world", rank, layout.world()));
+    std::shared_ptr<Communicator> shared_control = std::move(control);
+    auto set = BuildNcclGroups(options, layout, rank);
+    if (!set.ok()) {
+      shared_control->Abort();
+      return set.status();
+    }
+    set->control = std::move(shared_control);
+    return set;
+  }
+  if (options.backend != "gloo") {
+    return InvalidArgumentError("unknown backend '" + options.backend + "' (gloo or nccl)");
+  }
   GroupSet set;
   ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));
+  set.control = set.world;
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;

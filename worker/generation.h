@@ -18,9 +18,12 @@
 namespace elastra {
 
 // The communicators of one generation. Groups of the same ranks share one communicator (with
-// pp = tp = 1 the dp group is the world).
+// pp = tp = 1 the dp group is the world). `world`, `dp`, `pp` and `tp` are the training
+// communicators the program uses; `control` is the worker's own (step agreement, checks, scalars,
+// state moves on host buffers): a Gloo world, the same object as `world` with the Gloo backend.
 struct GroupSet {
   std::shared_ptr<Communicator> world, dp, pp, tp;
+  std::shared_ptr<Communicator> control;
   void Abort();
 };
 
@@ -30,6 +33,11 @@ struct GroupOptions {
   std::string bind_host = "127.0.0.1";
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{10000};
+  // "gloo": every communicator is Gloo. "nccl": the training communicators are NCCL
+  // communicators on CUDA device `device`: one NCCL world (unique id through `store`) and its
+  // groups made by ncclCommSplit; `control` is a Gloo world beside them.
+  std::string backend = "gloo";
+  int device = -1;
 };
 
 // Connects the ranks of one group under `options.prefix` + name + "/".
@@ -37,7 +45,8 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options
                                                      const std::string& name, int rank, int size);
 
 // Builds the world and then each group that differs from it, one after another (see
-// docs/design-notes.md). The first failure is returned.
+// docs/design-notes.md). The first failure is returned; kUnavailable for backend "nccl" in a
+// build without NCCL.
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank);
 
 // The reshard plan of a generation change, numbered for execution: workers 0..n-1 are the new

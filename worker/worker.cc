@@ -15,6 +15,8 @@
 #include "common/control_client.h"
 #include "common/keys.h"
 #include "common/logging.h"
+#include "elastra/config.h"
+#include "elastra/device_buffer.h"
 #include "worker/coordinator_store.h"
 #include "worker/checkpoint/collection_adapter.h"
 #include "worker/generation.h"
@@ -124,6 +126,13 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
     ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DEVICE", &v));
     o.device = static_cast<int>(v);
   }
+  std::string backend = Getenv("ELASTRA_BACKEND");
+  if (!backend.empty()) {
+    if (backend != "auto" && backend != "gloo" && backend != "nccl") {
+      return InvalidArgumentError("ELASTRA_BACKEND='" + backend + "' (auto, gloo or nccl)");
+    }
+    o.backend = backend;
+  }
   v = o.commit_every;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COMMIT_EVERY", &v));
   if (v < 1) return InvalidArgumentError("ELASTRA_COMMIT_EVERY must be at least 1");
@@ -196,6 +205,7 @@ class Worker::Impl {
 
   Status Start() {
     logging::SetTag("worker " + options_.worker_id);
+    ELASTRA_RETURN_IF_ERROR(ResolveBackend());
     proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("joining the job");
@@ -219,10 +229,10 @@ class Worker::Impl {
     // The one small collective per step: agree on whether to pause. Everyone contributes the
     // newest target generation it was asked to pause for, so all stop after this same step.
     int64_t flag = static_cast<int64_t>(pending_target_);
-    Status s = world().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
+    Status s = control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
-    if (step() % options_.commit_every == 0) Commit();
+    if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(Commit());
     if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
       checkpoint::CheckpointId id{options_.job, step(), generation_.load()};
       auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
@@ -275,6 +285,7 @@ class Worker::Impl {
     CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
     return *groups_.world;
   }
+  const std::string& backend() const { return backend_; }
 
  private:
   proto::JoinRequest MakeJoin() const {
@@ -286,6 +297,50 @@ class Worker::Impl {
     join.state = state_.Spec();
     join.model_json = options_.model_json;
     return join;
+  }
+
+  // The worker's own communicator (Gloo, host buffers): step agreement, checks, scalars, state
+  // moves. The training world itself with the Gloo backend.
+  Communicator& control() {
+    CHECK(groups_.control != nullptr) << "no communicator: call Start() first";
+    return *groups_.control;
+  }
+
+  // Settles the device and the training backend from the options and the state's placement.
+  Status ResolveBackend() {
+    const int state_device = state_.device();
+    if (state_device >= 0) {
+      if (options_.device >= 0 && options_.device != state_device) {
+        return InvalidArgumentError("the state lives on CUDA device " +
+                                    std::to_string(state_device) + " but ELASTRA_DEVICE is " +
+                                    std::to_string(options_.device));
+      }
+      options_.device = state_device;
+    }
+    backend_ = options_.backend;
+    if (backend_ == "auto") backend_ = (state_device >= 0 && ELASTRA_HAVE_NCCL) ? "nccl" : "gloo";
+    if (backend_ != "gloo" && backend_ != "nccl") {
+      return InvalidArgumentError("backend '" + backend_ + "' (auto, gloo or nccl)");
+    }
+    if (backend_ == "nccl") {
+      if (!ELASTRA_HAVE_NCCL) {
+        return UnavailableError("ELASTRA_BACKEND=nccl, but this build of Elastra has no NCCL");
+      }
+      if (options_.device < 0) {
+        return InvalidArgumentError(
+            "ELASTRA_BACKEND=nccl needs a CUDA device: set ELASTRA_DEVICE or call "
+            "state().SetDevice() before Start()");
+      }
+      // Single-GPU tests run several ranks on one device: NCCL refuses two ranks of one host on
+      // one GPU, so each worker claims a host of its own.
+      if (Getenv("ELASTRA_NCCL_HOSTID_PER_WORKER") == "1") {
+        setenv("NCCL_HOSTID", options_.worker_id.c_str(), 1);
+      }
+    }
+    LOG(INFO) << "training communicators: " << backend_
+              << (options_.device >= 0 ? " on CUDA device " + std::to_string(options_.device)
+                                       : std::string());
+    return OkStatus();
   }
 
   // Breaks every call in flight on this worker's communicators. Call with comm_mu_ held.
@@ -319,8 +374,9 @@ class Worker::Impl {
     return out;
   }
 
-  void Commit() {
-    if (!commits_.empty() && commits_.back().step == step()) return;
+  // Copies the local shards (from device memory where they live there) into a new commit.
+  Status Commit() {
+    if (!commits_.empty() && commits_.back().step == step()) return OkStatus();
     Commit_ c;
     if (commits_.size() >= kCommitsKept) {
       c = std::move(commits_.front());  // reuse the oldest commit's buffers
@@ -331,13 +387,16 @@ class Worker::Impl {
     c.tensors.resize(tensors.size());
     c.regions.resize(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
-      c.tensors[i].assign(tensors[i].data.begin(), tensors[i].data.end());
+      c.tensors[i].resize(tensors[i].bytes());
+      Status copied = state_.CopyToHost(tensors[i], c.tensors[i].data());
+      if (!copied.ok()) return copied.WithContext("committing step " + std::to_string(step()));
       c.regions[i] = tensors[i].region;
     }
     c.scalars.clear();
     for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
     commits_.push_back(std::move(c));
     PublishCommits();
+    return OkStatus();
   }
 
   // True when the newest commit is of the current step and holds exactly the current regions
@@ -351,7 +410,7 @@ class Worker::Impl {
       const Region& a = c.regions[i];
       const Region& b = tensors[i].region;
       if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end ||
-          c.tensors[i].size() != tensors[i].data.size()) {
+          c.tensors[i].size() != tensors[i].bytes()) {
         return false;
       }
     }
@@ -367,6 +426,7 @@ class Worker::Impl {
                                      std::to_string(target_step) + " to roll back to");
     }
     const Commit_& c = commits_.back();
+    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // overwritten below
     auto& tensors = state_.mutable_tensors();
     for (size_t i = 0; i < tensors.size(); ++i) {
       tensors[i].data.assign(c.tensors[i].begin(), c.tensors[i].end());
@@ -417,7 +477,7 @@ class Worker::Impl {
 
   StatusOr<StepAction> Pause(uint64_t target) {
     pending_target_ = std::max(pending_target_, target);
-    Commit();
+    ELASTRA_RETURN_IF_ERROR(Commit());
     LOG(INFO) << "pausing after step " << step() << " for generation " << target;
     proto::PausedReport report{target, step(), CommitSteps(), false};
     answered_target_ = std::max(answered_target_, target);
@@ -543,6 +603,7 @@ class Worker::Impl {
     }
     commits_.clear();
     PublishCommits();
+    state_.ReleaseShards();  // host and GPU memory go back while parked
     proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
@@ -630,7 +691,7 @@ class Worker::Impl {
     // Every worker must have registered the same state: one check before any byte moves.
     int64_t sig[2] = {static_cast<int64_t>(state_.Signature() >> 1),
                       -static_cast<int64_t>(state_.Signature() >> 1)};
-    ELASTRA_RETURN_IF_ERROR(world().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
+    ELASTRA_RETURN_IF_ERROR(control().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
     if (sig[0] != -sig[1]) {
       return InvalidArgumentError(
           "workers registered different tensors (signature mismatch): every worker must "
@@ -642,6 +703,9 @@ class Worker::Impl {
       ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
+    // Device shards move through host memory (the reshard and the checkpoint load work on host
+    // buffers) and go back to the device below.
+    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost());
     int64_t bytes = 0;
     ELASTRA_ASSIGN_OR_RETURN(bytes, MoveState(gen, my_rank));
     // The scalars (step, data cursor, ...) come from the lowest rank that held the state (any rank
@@ -656,7 +720,7 @@ class Worker::Impl {
     std::vector<int64_t> scalars;
     for (const auto& [name, value] : state_.scalars()) scalars.push_back(value);
     ELASTRA_RETURN_IF_ERROR(
-        world().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
+        control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
     auto& mine = state_.mutable_scalars();
     for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
     client_->SetHeartbeatStep(step());
@@ -675,11 +739,12 @@ class Worker::Impl {
     if (bytes != 0 || !CommitMatchesState()) {
       commits_.clear();
       PublishCommits();
-      Commit();
+      ELASTRA_RETURN_IF_ERROR(Commit());
     } else {
       while (commits_.size() > 1) commits_.pop_front();
       PublishCommits();
     }
+    ELASTRA_RETURN_IF_ERROR(state_.MoveToDevice());
     StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
@@ -705,6 +770,8 @@ class Worker::Impl {
     o.bind_host = options_.bind_host;
     o.timeout = options_.collective_timeout;
     o.connect_timeout = options_.collective_timeout * 2;
+    o.backend = backend_;
+    o.device = options_.device;
     return o;
   }
 
@@ -726,7 +793,7 @@ class Worker::Impl {
     const auto timeout = options_.collective_timeout * 4;
     if (!move.needs_leavers) {
       if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
-      return ExecuteStateMove(move, world(), coords, &state_, timeout);
+      return ExecuteStateMove(move, control(), coords, &state_, timeout);
     }
     // Some shards live only on leaving workers: everyone of the plan meets once more.
     ELASTRA_ASSIGN_OR_RETURN(
@@ -776,7 +843,7 @@ class Worker::Impl {
                                     "', not '" + options_.job + "'");
       }
       int64_t ok = mine.ok() ? 1 : 0;
-      ELASTRA_RETURN_IF_ERROR(world().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
+      ELASTRA_RETURN_IF_ERROR(control().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
       if (ok == 1) {
         int64_t bytes = static_cast<int64_t>(state_.bytes());
         ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
@@ -802,6 +869,16 @@ class Worker::Impl {
     wo.rank = rank_;
     wo.reserve_bytes = state_.bytes();
     wo.when_busy = checkpoint::WriterOptions::WhenBusy::kSkip;
+    if (state_.device() >= 0) {
+      // Device shards: one synchronous copy per shard into a page-locked image, then the write
+      // runs in the background like any other (the step waits only for the copies).
+      const int device = state_.device();
+      wo.copy_from_device = [device](std::byte* dst, const std::byte* src, size_t n) {
+        return CopyDeviceToHost(dst, src, n, device);
+      };
+      wo.pin_staging = [](void* p, size_t n) { return PinHostMemory(p, n); };
+      wo.unpin_staging = [](void* p) { UnpinHostMemory(p); };
+    }
     const int32_t ranks = layout_.world();
     const Layout layout = layout_;
     const std::string root = options_.checkpoint_dir;
@@ -841,6 +918,7 @@ class Worker::Impl {
       groups_ = GroupSet{};
     }
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
+    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost());
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
     commits_.clear();
@@ -865,6 +943,7 @@ class Worker::Impl {
   int64_t published_step_ = 0;  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
+  std::string backend_ = "gloo";  // resolved by Start()
 
   std::deque<Commit_> commits_;
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
@@ -898,6 +977,7 @@ const Layout& Worker::layout() const { return impl_->layout(); }
 int Worker::rank() const { return impl_->rank(); }
 int Worker::world_size() const { return impl_->world_size(); }
 const std::string& Worker::worker_id() const { return impl_->worker_id(); }
+const std::string& Worker::backend() const { return impl_->backend(); }
 Communicator& Worker::world() { return impl_->world(); }
 Communicator& Worker::dp_group() { return impl_->dp_group(); }
 Communicator& Worker::pp_group() { return impl_->pp_group(); }

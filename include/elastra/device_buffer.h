@@ -49,6 +49,10 @@ class DeviceBuffer {
 // The number of CUDA devices this process sees; 0 without CUDA, driver or device.
 int CudaDeviceCount();
 
+// Copies `bytes` bytes from device memory at `device_src` (on CUDA device `device`) to host
+// memory at `dst`, synchronously. kInternal with CUDA's message on a CUDA error.
+Status CopyDeviceToHost(void* dst, const void* device_src, size_t bytes, int device);
+
 // Page-locks `bytes` of existing host memory at `p` (cudaHostRegister), so that device copies
 // to and from it run at full speed and may be asynchronous. kUnavailable without CUDA.
 Status PinHostMemory(void* p, size_t bytes);

@@ -47,8 +47,15 @@ struct WorkerOptions {
   std::string secret_key;
   // Host name reported for placement (default: gethostname()).
   std::string host;
-  // Local device index, -1 for CPU (ELASTRA_DEVICE, default -1).
+  // Local device index, -1 for CPU (ELASTRA_DEVICE, default -1; "local" under mpirun: the local
+  // rank). A state on a device (TensorCollection::SetDevice) sets it when it is -1; the two must
+  // agree otherwise.
   int device = -1;
+  // The training communicators' backend (ELASTRA_BACKEND): "gloo", "nccl", or "auto" (default):
+  // "nccl" when the state lives on a CUDA device and the build has NCCL, else "gloo". With "nccl"
+  // world() and the groups take device buffers; the worker's own traffic (step agreement, state
+  // moves) always goes over Gloo on host buffers.
+  std::string backend = "auto";
   // Address this worker's collectives bind to (ELASTRA_BIND_HOST, default 127.0.0.1).
   std::string bind_host = "127.0.0.1";
   // In-memory commit every this many steps (ELASTRA_COMMIT_EVERY, default 10). A failure rolls
@@ -134,12 +141,15 @@ class Worker {
   int rank() const;
   int world_size() const;
   const std::string& worker_id() const;
+  // The training communicators' backend once Start() resolved WorkerOptions::backend: "gloo" or
+  // "nccl".
+  const std::string& backend() const;
   // This worker's place in the current layout.
   const Coordinates& coordinates() const;
   // The current generation's communicators: the world, and this worker's data-parallel group
   // (same pipeline stage and tensor rank), pipeline group (same dp and tp rank) and
   // tensor-parallel group (same dp rank and stage). A group that spans the world is the world.
-  // Valid until the next StepEnd that returns kReconfigured.
+  // Valid until the next StepEnd that returns kReconfigured. backend() says which kind they are.
   Communicator& world();
   Communicator& dp_group();
   Communicator& pp_group();

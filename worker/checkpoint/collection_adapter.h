@@ -31,7 +31,8 @@ inline std::vector<Box> BoxesOf(const TensorSpec& spec, const Region& region) {
   return pieces;
 }
 
-// What this rank saves, as boxes over its local buffers. The spans point into `state`: keep it
+// What this rank saves, as boxes over its local buffers. The spans point into `state` (into device
+// memory for shards on a device: the writer needs WriterOptions::copy_from_device then): keep it
 // unchanged until CheckpointWriter::Snapshot() returns.
 //
 // A shard held identically by several ranks (its rule replicates it over DP unless `zero`, over
@@ -73,7 +74,9 @@ inline StateView ViewOf(const TensorCollection& state, const Layout& layout = {}
       s.dtype = t.dtype;
       s.rule = RuleOf(t.spec.rule);
       s.region = b;
-      s.data = {reinterpret_cast<const std::byte*>(t.data.data()) + at, n};
+      const void* base = t.on_device ? t.device_data.data() : t.data.data();
+      s.data = {static_cast<const std::byte*>(base) + at, n};
+      s.on_device = t.on_device;
       at += n;
       view.tensors.push_back(std::move(s));
     }
@@ -101,6 +104,10 @@ inline Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
                                 " tensors, the collection " + std::to_string(tensors.size()));
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].on_device) {
+      return FailedPreconditionError("tensor '" + tensors[i].spec.name +
+                                     "' is on the device: load into host shards (MoveToHost)");
+    }
     if (loaded.regions[i].size() != tensors[i].data.size()) {
       return InvalidArgumentError("tensor '" + tensors[i].spec.name + "': the load holds " +
                                   std::to_string(loaded.regions[i].size()) + " bytes, " +

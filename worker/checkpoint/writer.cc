@@ -18,7 +18,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-Status ValidateView(const StateView& state) {
+Status ValidateView(const StateView& state, bool can_copy_from_device) {
   std::set<std::pair<std::string, std::vector<int64_t>>> seen;
   for (const TensorShard& t : state.tensors) {
     const std::string where = "tensor '" + t.name + "'";
@@ -44,6 +44,10 @@ Status ValidateView(const StateView& state) {
         return InvalidArgumentError(where + ": region " + t.region.ToString() +
                                     " lies outside the shape");
       }
+    }
+    if (t.on_device && !can_copy_from_device) {
+      return InvalidArgumentError(where + ": the shard is in device memory and the writer has no "
+                                  "copy_from_device");
     }
     if (t.data.size() != t.region.volume() * esize) {
       return InvalidArgumentError(where + ": " + std::to_string(t.data.size()) +
@@ -90,13 +94,20 @@ CheckpointWriter::~CheckpointWriter() {
   }
   cv_.notify_all();
   thread_.join();
+  ReleaseImage();
+}
+
+void CheckpointWriter::ReleaseImage() {
+  if (image_pinned_ && options_.unpin_staging) options_.unpin_staging(image_.get());
+  image_pinned_ = false;
+  image_.reset();
+  capacity_ = 0;
 }
 
 Status CheckpointWriter::EnsureCapacity(size_t bytes) {
   if (bytes <= capacity_) return OkStatus();
   const size_t want = AlignUp(bytes, kRegionAlignment);
-  image_.reset();
-  capacity_ = 0;
+  ReleaseImage();
   void* p = std::aligned_alloc(kRegionAlignment, want);
   if (p == nullptr) {
     return ResourceExhaustedError("cannot allocate " + std::to_string(want) +
@@ -104,12 +115,17 @@ Status CheckpointWriter::EnsureCapacity(size_t bytes) {
   }
   image_.reset(static_cast<std::byte*>(p));
   capacity_ = want;
+  if (options_.pin_staging) {
+    Status pinned = options_.pin_staging(p, want);
+    image_pinned_ = pinned.ok();
+    if (!pinned.ok()) LOG(WARNING) << "checkpoint staging memory stays pageable: " << pinned;
+  }
   return OkStatus();
 }
 
 StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const CheckpointId& id,
                                                                       const StateView& state) {
-  ELASTRA_RETURN_IF_ERROR(ValidateView(state));
+  ELASTRA_RETURN_IF_ERROR(ValidateView(state, static_cast<bool>(options_.copy_from_device)));
   std::unique_lock<std::mutex> l(mu_);
   if (in_flight_) {
     if (options_.when_busy == WriterOptions::WhenBusy::kSkip) {
@@ -157,7 +173,13 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     const RegionEntry& r = d.tensors[i].regions[0];
     if (r.offset > pos) std::memset(image + pos, 0, r.offset - pos);  // padding
-    std::memcpy(image + r.offset, state.tensors[i].data.data(), r.bytes);
+    const TensorShard& t = state.tensors[i];
+    if (t.on_device) {
+      Status copied = options_.copy_from_device(image + r.offset, t.data.data(), r.bytes);
+      if (!copied.ok()) return copied.WithContext("copying tensor '" + t.name + "' from the device");
+    } else {
+      std::memcpy(image + r.offset, t.data.data(), r.bytes);
+    }
     pos = r.offset + r.bytes;
   }
   if (total > pos) std::memset(image + pos, 0, total - pos);

@@ -37,6 +37,8 @@ struct TensorShard {
   RuleEntry rule;
   Box region;
   std::span<const std::byte> data;  // region.volume() x element size bytes
+  // The bytes are in device memory: Snapshot() copies them with WriterOptions::copy_from_device.
+  bool on_device = false;
 };
 
 // What a rank saves: its shards and the scalars (step, data cursor, seeds, ...). The spans must
@@ -76,6 +78,14 @@ struct WriterOptions {
   // Host staging memory allocated and touched up front, so the first Snapshot() does not pay
   // page faults. 0 = allocate on the first Snapshot(). The buffer is reused by later snapshots.
   size_t reserve_bytes = 0;
+  // For shards in device memory (TensorShard::on_device): copies `n` bytes from the device into
+  // the staging image. A view with device shards and no copy function is kInvalidArgument.
+  std::function<Status(std::byte* dst, const std::byte* device_src, size_t n)> copy_from_device;
+  // Page-lock the staging image when it is allocated, and undo it before it is freed, so that
+  // device copies into it run at full speed. Both or neither. A pin that fails is logged and the
+  // image stays pageable: slower copies, same bytes.
+  std::function<Status(void* p, size_t n)> pin_staging;
+  std::function<void(void* p)> unpin_staging;
   // Called on the background thread when a write finished (the descriptor, or why it failed).
   // Report the descriptor to the committer from here. May be empty.
   std::function<void(const CheckpointId&, const StatusOr<ShardDescriptor>&)> on_written;
@@ -117,6 +127,7 @@ class CheckpointWriter {
   void Loop();
   StatusOr<ShardDescriptor> WriteShard(const CheckpointId& id);
   Status EnsureCapacity(size_t bytes);
+  void ReleaseImage();
 
   WriterOptions options_;
   Env* env_;
@@ -137,6 +148,7 @@ class CheckpointWriter {
   std::unique_ptr<std::byte, FreeDeleter> image_;
   size_t capacity_ = 0;
   size_t image_bytes_ = 0;
+  bool image_pinned_ = false;
   ShardDescriptor staged_;  // regions with offsets, checksums filled by the background thread
 
   std::thread thread_;
