@@ -741,6 +741,83 @@ TEST(CheckpointTest, BadSnapshotsAreRefused) {
             StatusCode::kInvalidArgument);
 }
 
+// Shards in device memory go through WriterOptions::copy_from_device into the staging image, which
+// pin_staging page-locks once and unpin_staging releases with the writer. Here the "device" is a
+// second host buffer behind the hooks (the GPU version is tests/gpu/device_state_test); what is
+// checked is that the writer calls the hooks for exactly the device shards and writes their bytes.
+TEST(CheckpointTest, DeviceShardsAreCopiedThroughTheHookIntoAPinnedImage) {
+  TempDir root;
+  State s(5);
+  const std::vector<float> device_w = s.w;  // what the device holds
+  StateView v = s.View();
+  v.tensors[0].data = {reinterpret_cast<const std::byte*>(device_w.data()), device_w.size() * 4};
+  v.tensors[0].on_device = true;
+  std::fill(s.w.begin(), s.w.end(), -7.0f);  // the host copy is stale: only the hook may be used
+
+  {
+    WriterOptions o;
+    o.root = root.str();
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ((*w)->Snapshot({"job", 5, 1}, v).status().code(), StatusCode::kInvalidArgument);
+  }
+
+  struct Calls {
+    std::vector<std::pair<const std::byte*, size_t>> copies;
+    std::vector<std::pair<void*, size_t>> pins;
+    std::vector<void*> unpins;
+  } calls;
+  WriterOptions o;
+  o.root = root.str();
+  o.copy_from_device = [&](std::byte* dst, const std::byte* src, size_t n) {
+    calls.copies.emplace_back(src, n);
+    std::memcpy(dst, src, n);
+    return OkStatus();
+  };
+  o.pin_staging = [&](void* p, size_t n) {
+    calls.pins.emplace_back(p, n);
+    return OkStatus();
+  };
+  o.unpin_staging = [&](void* p) { calls.unpins.push_back(p); };
+  ShardDescriptor d;
+  {
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok());
+    auto written = (*w)->Write({"job", 5, 1}, v);
+    ASSERT_TRUE(written.ok()) << written.status();
+    d = *written;
+    ASSERT_EQ(calls.copies.size(), 1u);
+    EXPECT_EQ(calls.copies[0].first, reinterpret_cast<const std::byte*>(device_w.data()));
+    EXPECT_EQ(calls.copies[0].second, device_w.size() * 4);
+    ASSERT_EQ(calls.pins.size(), 1u);
+    EXPECT_GE(calls.pins[0].second, device_w.size() * 4 + 800 + 56);
+    EXPECT_TRUE(calls.unpins.empty());  // pinned for the writer's life, not per snapshot
+  }
+  ASSERT_EQ(calls.unpins.size(), 1u);
+  EXPECT_EQ(calls.unpins[0], calls.pins[0].first);
+  ASSERT_TRUE(CommitCheckpoint({Env::Default(), root.str(), 3}, {"job", 5, 1}, {}, {d}).ok());
+  State expected(5);
+  auto loaded = LoadLatest(Env::Default(), root.str(), expected.Requests());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(expected.Matches(*loaded));
+
+  // A pin that fails leaves the image pageable (and never unpinned); a copy that fails fails the
+  // snapshot with the copy's error.
+  calls = Calls{};
+  o.pin_staging = [](void*, size_t) { return UnavailableError("no device to pin for"); };
+  o.copy_from_device = [](std::byte*, const std::byte*, size_t) {
+    return InternalError("device lost");
+  };
+  {
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok());
+    auto r = (*w)->Snapshot({"job", 6, 1}, v);
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+    EXPECT_NE(r.status().message().find("device lost"), std::string::npos);
+  }
+  EXPECT_TRUE(calls.unpins.empty());
+}
+
 TEST(CheckpointTest, KeepsNewestKAndRemovesDebris) {
   TempDir root;
   for (int step : {1, 2, 3}) ASSERT_TRUE(SaveAndCommit(Env::Default(), root.str(), State(step), 2).ok());

@@ -1,5 +1,9 @@
 #include "elastra/tensor_collection.h"
 
+#include <vector>
+
+#include "elastra/device_buffer.h"
+
 #include <gtest/gtest.h>
 
 namespace elastra {
@@ -49,6 +53,53 @@ TEST(TensorCollectionDeathTest, WrongViewTypeIsAProgrammingError) {
   ASSERT_TRUE(c.AddTensor("w", {2}, DataType::kFloat32).ok());
   EXPECT_DEATH(c.View<double>("w"), "float32");
   EXPECT_DEATH(c.View<float>("missing"), "unknown tensor");
+}
+
+// Without a device (this build or this machine) SetDevice refuses clearly and the collection
+// stays a host collection; the worker's staging calls are no-ops for it.
+TEST(TensorCollection, HostCollectionStagingIsANoOp) {
+  TensorCollection c;
+  ASSERT_TRUE(c.AddTensor("w", {2, 3}, DataType::kFloat64).ok());
+  c.View<double>("w")[4] = 1.5;
+  ASSERT_TRUE(c.SetDevice(-1).ok());
+  EXPECT_EQ(c.device(), -1);
+  if (CudaDeviceCount() == 0) {
+    Status s = c.SetDevice(0);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+    EXPECT_EQ(c.device(), -1);
+  }
+  ASSERT_TRUE(c.MoveToDevice().ok());
+  ASSERT_TRUE(c.MoveToHost().ok());
+  EXPECT_FALSE(c.tensor("w").on_device);
+  EXPECT_EQ(c.View<double>("w")[4], 1.5);
+  std::vector<double> copy(6, -1.0);
+  ASSERT_TRUE(c.CopyToHost(c.tensor("w"), copy.data()).ok());
+  EXPECT_EQ(copy[4], 1.5);
+  EXPECT_EQ(copy[0], 0.0);
+  c.ReleaseShards();
+  EXPECT_EQ(c.bytes(), 0u);
+  EXPECT_TRUE(c.region("w").empty());
+}
+
+TEST(TensorCollectionDeathTest, ViewsOfTheWrongMemoryAreProgrammingErrors) {
+  TensorCollection c;
+  ASSERT_TRUE(c.AddTensor("w", {2}, DataType::kFloat32).ok());
+  EXPECT_DEATH(c.DeviceView<float>("w"), "in host memory: use View");
+}
+
+TEST(DeviceBuffer, WithoutADeviceAllocationFailsClearly) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present (tests/gpu covers it)";
+  auto b = DeviceBuffer::Allocate(0, 1024);
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status();
+  EXPECT_EQ(DeviceBuffer::Allocate(-1, 16).status().code(), StatusCode::kInvalidArgument);
+  DeviceBuffer empty;
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.data(), nullptr);
+  int x = 0;
+  EXPECT_FALSE(empty.CopyFromHost(&x, sizeof(x)).ok());
+  EXPECT_FALSE(PinHostMemory(&x, sizeof(x)).ok());
+  std::vector<int> big(16);
+  EXPECT_FALSE(CopyDeviceToHost(big.data(), big.data(), 64, 0).ok());
 }
 
 }  // namespace
