@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "elastra/config.h"
+#include "worker/device_copy.h"
 
 #if ELASTRA_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -141,6 +142,35 @@ void UnpinHostMemory(void* p) {
   if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();  // was not pinned
 }
 
+StatusOr<std::unique_ptr<DeviceCopier>> DeviceCopier::Create(int device) {
+  if (device < 0) return InvalidArgumentError("device " + std::to_string(device) + " is negative");
+  ELASTRA_RETURN_IF_ERROR(SelectDevice(device));
+  cudaStream_t stream = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return CudaError(e, "cudaStreamCreate");
+  return std::unique_ptr<DeviceCopier>(new DeviceCopier(device, stream));
+}
+
+DeviceCopier::~DeviceCopier() {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+Status DeviceCopier::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return OkStatus();
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                  static_cast<cudaStream_t>(stream_));
+  if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync device to device");
+  return OkStatus();
+}
+
+Status DeviceCopier::Wait() {
+  cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (e != cudaSuccess) return CudaError(e, "waiting for device copies");
+  return OkStatus();
+}
+
 #else  // !ELASTRA_HAVE_CUDA
 
 namespace {
@@ -161,6 +191,10 @@ Status CopyDeviceToHost(void*, const void*, size_t, int) { return NoCuda(); }
 int CudaDeviceCount() { return 0; }
 Status PinHostMemory(void*, size_t) { return NoCuda(); }
 void UnpinHostMemory(void*) {}
+StatusOr<std::unique_ptr<DeviceCopier>> DeviceCopier::Create(int) { return NoCuda(); }
+DeviceCopier::~DeviceCopier() = default;
+Status DeviceCopier::Copy(void*, const void*, size_t) { return NoCuda(); }
+Status DeviceCopier::Wait() { return NoCuda(); }
 
 #endif  // ELASTRA_HAVE_CUDA
 

@@ -185,9 +185,39 @@ StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& gen, const StateSp
   return InternalError("unreachable");
 }
 
+namespace {
+
+// After a move: every tensor gets its region in the new layout (none for a leaving worker, which
+// ends holding nothing), and a successful move must have left exactly that many bytes.
+Status SetNewRegions(const StateMove& move, const Coordinates* coords, const Status& moved,
+                     TensorCollection* state) {
+  const int num_layers = state->num_layers();
+  for (auto& t : state->mutable_tensors()) {
+    if (coords != nullptr) {
+      t.region = LocalRegion(t.spec, num_layers, move.plan.to.layout, *coords);
+    } else {
+      t.region = Region{};
+      t.data.clear();
+      t.device_data.Reset();
+    }
+  }
+  if (!moved.ok()) return moved;
+  for (const auto& t : state->tensors()) {
+    const size_t want = static_cast<size_t>(t.region.elements()) * t.spec.element_size;
+    if (coords != nullptr && t.bytes() != want) {
+      return InternalError("tensor '" + t.name() + "' has " + std::to_string(t.bytes()) +
+                           " bytes after resharding, its region needs " + std::to_string(want));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
                                    std::chrono::milliseconds timeout) {
+  ELASTRA_RETURN_IF_ERROR(state->MoveToHost());
   auto& tensors = state->mutable_tensors();
   ShardMap shards;
   for (auto& t : tensors) {
@@ -201,26 +231,41 @@ StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
   options.concurrent_peers = true;
   ReshardExecutorStats stats;
   Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);
-  const int num_layers = state->num_layers();
   for (auto& t : tensors) {
     auto it = shards.find(t.name());
     if (it != shards.end()) t.data = std::move(it->second);
-    if (coords != nullptr) {
-      t.region = LocalRegion(t.spec, num_layers, move.plan.to.layout, *coords);
+  }
+  ELASTRA_RETURN_IF_ERROR(SetNewRegions(move, coords, s, state));
+  return stats.bytes_received;
+}
+
+StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& comm,
+                                         const Coordinates* coords, TensorCollection* state,
+                                         std::chrono::milliseconds timeout) {
+  if (state->device() < 0) {
+    return InvalidArgumentError("a device state move needs a state on a device (SetDevice)");
+  }
+  ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());
+  auto& tensors = state->mutable_tensors();
+  DeviceShardMap shards;
+  for (auto& t : tensors) {
+    if (t.device_data.size() > 0) shards[t.name()] = std::move(t.device_data);
+  }
+  ReshardExecutorOptions options;
+  options.timeout = timeout;
+  options.concurrent_peers = false;  // one NCCL communicator: pairwise rounds on this thread
+  ReshardExecutorStats stats;
+  Status s = ExecuteDeviceReshard(move.plan, comm, state->device(), &shards, options, &stats);
+  for (auto& t : tensors) {
+    auto it = shards.find(t.name());
+    if (it != shards.end()) {
+      t.device_data = std::move(it->second);
     } else {
-      t.region = Region{};
-      t.data.clear();
+      t.device_data = DeviceBuffer();  // holds nothing of this tensor now
     }
+    t.on_device = true;
   }
-  if (!s.ok()) return s;
-  for (const auto& t : tensors) {
-    if (coords != nullptr && t.data.size() != static_cast<size_t>(t.region.elements()) *
-                                                  t.spec.element_size) {
-      return InternalError("tensor '" + t.name() + "' has " + std::to_string(t.data.size()) +
-                           " bytes after resharding, its region needs " +
-                           std::to_string(t.region.elements() * t.spec.element_size));
-    }
-  }
+  ELASTRA_RETURN_IF_ERROR(SetNewRegions(move, coords, s, state));
   return stats.bytes_received;
 }
 

@@ -66,9 +66,17 @@ StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& generation, const 
 
 // Runs this worker's part of `move` over `comm` (whose rank is this worker's plan index),
 // replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker
-// passes nullptr and ends holding nothing). Returns the bytes received.
+// passes nullptr and ends holding nothing). Returns the bytes received. The shards move in host
+// memory (device shards are staged there first) over a communicator that takes host buffers.
 StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
                                    std::chrono::milliseconds timeout);
+
+// The same device to device, for a state on a CUDA device: shards still in host memory go to the
+// device first, then the move runs over `comm` with device pointers (an NCCL communicator) and
+// leaves every shard on the device. kInvalidArgument for a state without a device.
+StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& comm,
+                                         const Coordinates* coords, TensorCollection* state,
+                                         std::chrono::milliseconds timeout);
 
 }  // namespace elastra

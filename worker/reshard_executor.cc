@@ -7,11 +7,48 @@
 #include <memory>
 #include <thread>
 
+#include "worker/device_copy.h"
+
 namespace elastra {
 namespace {
 
+// Host shards: std::vector buffers, memcpy, nothing to wait for.
+struct HostMemory {
+  using Buffer = std::vector<uint8_t>;
+  // Staging buffers are never zero-filled.
+  struct Scratch {
+    std::unique_ptr<uint8_t[]> bytes;
+    uint8_t* data() { return bytes.get(); }
+  };
+  static uint8_t* Data(Buffer& b) { return b.data(); }
+  StatusOr<Buffer> Allocate(size_t n) { return Buffer(n, 0); }
+  StatusOr<Scratch> AllocateScratch(size_t n) {
+    return Scratch{std::unique_ptr<uint8_t[]>(new uint8_t[n])};
+  }
+  Status Copy(void* dst, const void* src, size_t n) {
+    std::memcpy(dst, src, n);
+    return OkStatus();
+  }
+  Status Wait() { return OkStatus(); }
+};
+
+// Device shards: DeviceBuffers on one device, copies queued on the copier's stream. Wait() comes
+// before every Send/Recv (the communicator's stream does not order itself after the copier's) and
+// before the new shards are handed over.
+struct DeviceMemory {
+  using Buffer = DeviceBuffer;
+  using Scratch = DeviceBuffer;
+  DeviceCopier* copier;
+  static uint8_t* Data(Buffer& b) { return static_cast<uint8_t*>(b.data()); }
+  StatusOr<Buffer> Allocate(size_t n) { return DeviceBuffer::Allocate(copier->device(), n); }
+  StatusOr<Scratch> AllocateScratch(size_t n) { return Allocate(n); }
+  Status Copy(void* dst, const void* src, size_t n) { return copier->Copy(dst, src, n); }
+  Status Wait() { return copier->Wait(); }
+};
+
 // Walks the bytes of a list of rectangles row by row, in plan order, as one stream: packs them
 // from (or unpacks them into) local shard buffers.
+template <class Memory>
 class RectStream {
  public:
   struct Item {
@@ -20,14 +57,15 @@ class RectStream {
     Region region;   // the local region of that buffer
   };
 
-  explicit RectStream(std::vector<Item> items) : items_(std::move(items)) {
+  RectStream(std::vector<Item> items, Memory* memory)
+      : items_(std::move(items)), memory_(memory) {
     for (const auto& it : items_) total_ += it.transfer->bytes;
   }
   int64_t total() const { return total_; }
 
   // Moves the next `n` bytes of the stream between `buffer` and the shards; `pack` copies from
   // the shards into the buffer.
-  void Transfer(uint8_t* buffer, int64_t n, bool pack) {
+  Status Transfer(uint8_t* buffer, int64_t n, bool pack) {
     while (n > 0) {
       const Item& it = items_[item_];
       const Rect& r = it.transfer->rect;
@@ -36,11 +74,8 @@ class RectStream {
       const int64_t row = r.row_begin + row_;
       const int64_t take = std::min(n, row_bytes - offset_);
       uint8_t* local = it.base + it.region.LocalOffset(row, r.col_begin) * esize + offset_;
-      if (pack) {
-        std::memcpy(buffer, local, take);
-      } else {
-        std::memcpy(local, buffer, take);
-      }
+      ELASTRA_RETURN_IF_ERROR(pack ? memory_->Copy(buffer, local, take)
+                                   : memory_->Copy(local, buffer, take));
       buffer += take;
       n -= take;
       offset_ += take;
@@ -52,20 +87,24 @@ class RectStream {
         }
       }
     }
+    return OkStatus();
   }
 
  private:
   std::vector<Item> items_;
+  Memory* memory_;
   int64_t total_ = 0;
   size_t item_ = 0;
   int64_t row_ = 0;
   int64_t offset_ = 0;
 };
 
-}  // namespace
-
-Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* shards,
-                      const ReshardExecutorOptions& options, ReshardExecutorStats* stats) {
+template <class Memory>
+Status Execute(const ReshardPlan& plan, Communicator& comm,
+               std::map<std::string, typename Memory::Buffer>* shards, Memory& memory,
+               const ReshardExecutorOptions& options, ReshardExecutorStats* stats) {
+  using Shards = std::map<std::string, typename Memory::Buffer>;
+  using Stream = RectStream<Memory>;
   ReshardExecutorStats local_stats;
   if (stats == nullptr) stats = &local_stats;
   *stats = ReshardExecutorStats{};
@@ -184,16 +223,16 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     int64_t bytes = 0;
     int64_t messages = 0;
   };
-  // Staging buffers: allocated on first use, no larger than needed, never zero-filled.
+  // Staging buffers: allocated on first use, no larger than needed.
   struct Staging {
-    std::unique_ptr<uint8_t[]> data;
+    typename Memory::Scratch scratch;
     int64_t size = 0;
-    uint8_t* Get(int64_t n) {
+    StatusOr<uint8_t*> Get(Memory& memory, int64_t n) {
       if (n > size) {
-        data.reset(new uint8_t[n]);
+        ELASTRA_ASSIGN_OR_RETURN(scratch, memory.AllocateScratch(static_cast<size_t>(n)));
         size = n;
       }
-      return data.get();
+      return static_cast<uint8_t*>(scratch.data());
     }
   };
   Staging send_buf, recv_buf;
@@ -205,13 +244,15 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
   };
   for (size_t g = 0; g < num_groups; ++g) {
     auto t0 = Clock::now();
-    ShardMap fresh;
+    Shards fresh;
     int64_t fresh_bytes = 0;
     for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
       if (new_region[i].empty()) continue;
       if (same[i]) continue;  // kept as it is below
       const int64_t bytes = new_region[i].elements() * tensors[i].element_size;
-      fresh[tensors[i].name].assign(bytes, 0);
+      auto buffer = memory.Allocate(static_cast<size_t>(bytes));
+      if (!buffer.ok()) return buffer.status().WithContext("reshard: new shard of " + tensors[i].name);
+      fresh.emplace(tensors[i].name, std::move(buffer).value());
       fresh_bytes += bytes;
     }
     stats->peak_new_shard_bytes = std::max(stats->peak_new_shard_bytes, fresh_bytes);
@@ -227,15 +268,17 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       const int64_t esize = tensors[t->tensor].element_size;
       const Region& from = old_region[t->tensor];
       const Region& to = new_region[t->tensor];
-      const uint8_t* src = (*shards)[tensors[t->tensor].name].data();
-      uint8_t* dst = fresh[tensors[t->tensor].name].data();
+      const uint8_t* src = Memory::Data((*shards)[tensors[t->tensor].name]);
+      uint8_t* dst = Memory::Data(fresh[tensors[t->tensor].name]);
       const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
       for (int64_t row = r.row_begin; row < r.row_end; ++row) {
-        std::memcpy(dst + to.LocalOffset(row, r.col_begin) * esize,
-                    src + from.LocalOffset(row, r.col_begin) * esize, row_bytes);
+        ELASTRA_RETURN_IF_ERROR(memory.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
+                                            src + from.LocalOffset(row, r.col_begin) * esize,
+                                            row_bytes));
       }
       stats->bytes_copied += t->bytes;
     }
+    ELASTRA_RETURN_IF_ERROR(memory.Wait());
     stats->seconds_local += since(t0);
     t0 = Clock::now();
     const uint32_t tag = static_cast<uint32_t>(g & 0xffffff);
@@ -243,7 +286,7 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     // One direction of one pair: the staged transfers as a stream cut into chunk-sized
     // messages, then each direct transfer as one message.
     struct Direction {
-      std::vector<RectStream::Item> staged;
+      std::vector<typename Stream::Item> staged;
       std::vector<std::pair<uint8_t*, int64_t>> direct;
     };
     auto stats_staged_bytes_add = [&](const Direction& d) {
@@ -257,8 +300,9 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       auto index = [&](const Transfer* t) { return static_cast<size_t>(t - plan.transfers.data()); };
       auto item = [&](const Transfer* t) {
         const std::string& name = tensors[t->tensor].name;
-        return sending ? RectStream::Item{t, (*shards)[name].data(), old_region[t->tensor]}
-                       : RectStream::Item{t, fresh[name].data(), new_region[t->tensor]};
+        return sending
+                   ? typename Stream::Item{t, Memory::Data((*shards)[name]), old_region[t->tensor]}
+                   : typename Stream::Item{t, Memory::Data(fresh[name]), new_region[t->tensor]};
       };
       for (size_t i = 0; i < list.size();) {
         const Transfer* t = list[i];
@@ -275,8 +319,8 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
         }
         if (both_contiguous[index(t)] && run >= options.direct_min_bytes) {
           const std::string& name = tensors[t->tensor].name;
-          uint8_t* base = sending ? (*shards)[name].data() + src_offset[index(t)]
-                                  : fresh[name].data() + dst_offset[index(t)];
+          uint8_t* base = sending ? Memory::Data((*shards)[name]) + src_offset[index(t)]
+                                  : Memory::Data(fresh[name]) + dst_offset[index(t)];
           d.direct.push_back({base, run});
         } else {
           for (size_t k = i; k < j; ++k) d.staged.push_back(item(list[k]));
@@ -287,11 +331,12 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       return d;
     };
     auto send_to = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
-      RectStream stream(std::move(d.staged));
+      Stream stream(std::move(d.staged), &memory);
       for (int64_t left = stream.total(); left > 0;) {
         const int64_t m = std::min(chunk, left);
-        uint8_t* buf = staging.Get(m);
-        stream.Transfer(buf, m, /*pack=*/true);
+        ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory, m));
+        ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/true));
+        ELASTRA_RETURN_IF_ERROR(memory.Wait());
         ELASTRA_RETURN_IF_ERROR(comm.Send(buf, m, peer, tag, options.timeout));
         left -= m;
         c->bytes += m;
@@ -305,12 +350,13 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
       return OkStatus();
     };
     auto recv_from = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
-      RectStream stream(std::move(d.staged));
+      Stream stream(std::move(d.staged), &memory);
       for (int64_t left = stream.total(); left > 0;) {
         const int64_t m = std::min(chunk, left);
-        uint8_t* buf = staging.Get(m);
+        ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory, m));
         ELASTRA_RETURN_IF_ERROR(comm.Recv(buf, m, peer, tag, options.timeout));
-        stream.Transfer(buf, m, /*pack=*/false);
+        ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/false));
+        ELASTRA_RETURN_IF_ERROR(memory.Wait());  // before the buffer takes the next chunk
         left -= m;
         c->bytes += m;
       }
@@ -403,6 +449,35 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
     stats->seconds_allocate += since(t0);
   }
   return OkStatus();
+}
+
+}  // namespace
+
+Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* shards,
+                      const ReshardExecutorOptions& options, ReshardExecutorStats* stats) {
+  HostMemory memory;
+  return Execute(plan, comm, shards, memory, options, stats);
+}
+
+Status ExecuteDeviceReshard(const ReshardPlan& plan, Communicator& comm, int device,
+                            DeviceShardMap* shards, const ReshardExecutorOptions& options,
+                            ReshardExecutorStats* stats) {
+  if (options.concurrent_peers) {
+    return InvalidArgumentError(
+        "reshard: device shards move in pairwise rounds (concurrent_peers must be false)");
+  }
+  for (const auto& [name, buffer] : *shards) {
+    if (buffer.size() > 0 && buffer.device() != device) {
+      return InvalidArgumentError("reshard: shard of '" + name + "' is on device " +
+                                  std::to_string(buffer.device()) + ", not " +
+                                  std::to_string(device));
+    }
+  }
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceCopier> copier, DeviceCopier::Create(device));
+  DeviceMemory memory{copier.get()};
+  Status s = Execute(plan, comm, shards, memory, options, stats);
+  Status waited = copier->Wait();
+  return s.ok() ? waited : s;
 }
 
 }  // namespace elastra

@@ -24,12 +24,14 @@
 #include <vector>
 
 #include "elastra/communicator.h"
+#include "elastra/device_buffer.h"
 #include "elastra/status.h"
 #include "worker/reshard_plan.h"
 
 namespace elastra {
 
 using ShardMap = std::map<std::string, std::vector<uint8_t>>;
+using DeviceShardMap = std::map<std::string, DeviceBuffer>;
 
 struct ReshardExecutorOptions {
   // Largest single message; also the size of each of the two staging buffers.
@@ -68,5 +70,16 @@ struct ReshardExecutorStats {
 Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* shards,
                       const ReshardExecutorOptions& options = {},
                       ReshardExecutorStats* stats = nullptr);
+
+// The same on shards in device memory, all on CUDA device `device`: new shards and staging
+// buffers are device buffers, packing and local copies run on the device, and the transfers go
+// over `comm` with device pointers, so `comm` must take them (an NCCL communicator: it matches
+// point-to-point messages by order, which the pairwise schedule keeps identical on both sides).
+// kInvalidArgument for concurrent_peers (one NCCL communicator is not used from several threads)
+// or a shard on another device; kUnavailable without CUDA; kResourceExhausted when the device
+// has no room for the new shards; otherwise as ExecuteReshard.
+Status ExecuteDeviceReshard(const ReshardPlan& plan, Communicator& comm, int device,
+                            DeviceShardMap* shards, const ReshardExecutorOptions& options = {},
+                            ReshardExecutorStats* stats = nullptr);
 
 }  // namespace elastra

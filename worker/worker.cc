@@ -703,9 +703,6 @@ class Worker::Impl {
       ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
-    // Device shards move through host memory (the reshard and the checkpoint load work on host
-    // buffers) and go back to the device below.
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost());
     int64_t bytes = 0;
     ELASTRA_ASSIGN_OR_RETURN(bytes, MoveState(gen, my_rank));
     // The scalars (step, data cursor, ...) come from the lowest rank that held the state (any rank
@@ -775,6 +772,14 @@ class Worker::Impl {
     return o;
   }
 
+  // Whether state moves among the members run device to device over NCCL: a state on a device,
+  // NCCL training communicators, and not turned off with ELASTRA_DEVICE_RESHARD=0 (then they are
+  // staged through host memory over Gloo). Decided alike on every worker of a job.
+  bool DeviceToDevice() const {
+    return backend_ == "nccl" && state_.device() >= 0 &&
+           Getenv("ELASTRA_DEVICE_RESHARD") != "0";
+  }
+
   // Moves this worker's state to where generation `gen` wants it. `my_rank` is the worker's rank
   // in `gen`, or -1 for a worker that leaves (it only sends). Returns the bytes received.
   StatusOr<int64_t> MoveState(const proto::NewGeneration& gen, int my_rank) {
@@ -793,6 +798,11 @@ class Worker::Impl {
     const auto timeout = options_.collective_timeout * 4;
     if (!move.needs_leavers) {
       if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
+      if (DeviceToDevice()) {
+        // Device shards straight between GPUs over the new NCCL world (its ranks are the plan's
+        // workers), no host staging.
+        return ExecuteDeviceStateMove(move, world(), coords, &state_, timeout);
+      }
       return ExecuteStateMove(move, control(), coords, &state_, timeout);
     }
     // Some shards live only on leaving workers: everyone of the plan meets once more.
@@ -818,6 +828,7 @@ class Worker::Impl {
   // bad checksum, a missing file), all fall back to the next older checkpoint together.
   StatusOr<int64_t> LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
     if (my_rank < 0) return int64_t{0};
+    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // the load overwrites them
     const Coordinates& coords = gen.members[my_rank].coords;
     for (auto& t : state_.mutable_tensors()) {
       t.region = LocalRegion(t.spec, state_.num_layers(), gen.layout, coords);
@@ -918,7 +929,6 @@ class Worker::Impl {
       groups_ = GroupSet{};
     }
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost());
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
     commits_.clear();
