@@ -217,6 +217,26 @@ TEST(ElasticJob, PlannerPicksTheLayoutUnderAPin) {
   ExpectMatchesReference(job, args, steps);
 }
 
+// A training backend the worker cannot provide is refused at start with a clear message, and the
+// job ends instead of waiting for workers that will never join.
+TEST(ElasticJob, UnusableBackendIsRefusedClearly) {
+  auto args = TrainArgs(20, 15);
+  {
+    Job job(1, args, {"ELASTRA_BACKEND=tpu"});
+    EXPECT_NE(job.Wait(seconds(60)), 0);
+    EXPECT_NE(LauncherLog(job).find("ELASTRA_BACKEND='tpu' (auto, gloo or nccl)"),
+              std::string::npos)
+        << LauncherLog(job);
+  }
+  // NCCL needs a device: train_mlp's CPU state has none and ELASTRA_DEVICE is unset.
+  Job job(2, args, {"ELASTRA_BACKEND=nccl"});
+  EXPECT_NE(job.Wait(seconds(60)), 0);
+  const std::string log = LauncherLog(job);
+  EXPECT_TRUE(log.find("ELASTRA_BACKEND=nccl needs a CUDA device") != std::string::npos ||
+              log.find("has no NCCL") != std::string::npos)
+      << log;
+}
+
 TEST(ElasticJob, ClientWithWrongKeyIsRefusedClearly) {
   Job job(1, TrainArgs(400, 10));
   ASSERT_TRUE(job.WaitForStep(1, seconds(60))) << LauncherLog(job);
