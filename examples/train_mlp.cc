@@ -15,8 +15,18 @@
 // backwards), activations and their gradients passing between stages with send/recv. Gradients
 // are summed over DP, Adam updates every local shard.
 //
+// --device cpu|cuda (default cpu) picks the arithmetic (mlp_ops.h): loops on the CPU, or, in a
+// build with CUDA, cuBLAS and CUDA kernels with the state's shards in device memory. The CUDA
+// device is ELASTRA_DEVICE when it is a number, else OMPI_COMM_WORLD_LOCAL_RANK, else 0; with
+// --reference the single process runs on it too. The model above the arithmetic (schedule,
+// collectives, data, logging) is the same code for both. The training communicators take device
+// buffers on the nccl backend; on gloo (ELASTRA_BACKEND=gloo) device buffers go through host
+// copies. A build without CUDA refuses --device cuda (exit 2).
+//
+//   ELASTRA_DEVICE=0 train_mlp --reference --device cuda --steps 200 --log gpu_ref.jsonl
+//
 // Arithmetic: float64 everywhere; a layout changes only how partial sums are grouped, which moves
-// the loss by ~1e-15 relative.
+// the loss by ~1e-15 relative, and so does the device (different grouping, fused multiply-adds).
 #include <unistd.h>
 
 #include <chrono>
@@ -25,19 +35,30 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "elastra/worker.h"
+#include "examples/mlp_ops.h"
+
+#ifndef ELASTRA_TRAIN_MLP_CUDA
+#define ELASTRA_TRAIN_MLP_CUDA 0
+#endif
 
 namespace {
 
 using elastra::Communicator;
 using elastra::DataType;
-using elastra::ReduceOp;
 using elastra::Status;
 using elastra::TensorCollection;
+using elastra::examples::AdamStep;
+using elastra::examples::Array;
+using elastra::examples::MlpOps;
+using elastra::examples::OpsCollectives;
+using elastra::examples::Span;
 
 constexpr int kInputs = 16;
 constexpr int kOutputs = 4;
@@ -61,6 +82,7 @@ struct Flags {
   bool plan = false;  // give the coordinator's planner a model description
   int pin_tp = 0, pin_pp = 0;
   bool only_dp = false;
+  bool cuda = false;  // --device cuda
 };
 
 [[noreturn]] void Usage(const char* msg) {
@@ -70,7 +92,8 @@ struct Flags {
                "                 [--layers L] [--micro-batches M] [--seed S] [--dataset-size N]\n"
                "                 [--lr X] [--log FILE] [--step-time-ms T] [--commit-every K]\n"
                "                 [--checkpoint-dir DIR --checkpoint-every M]\n"
-               "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n",
+               "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n"
+               "                 [--device cpu|cuda]\n",
                msg);
   std::exit(2);
 }
@@ -97,6 +120,11 @@ Flags ParseFlags(int argc, char** argv) {
       if (!ParseInt(s, &v) || v < lo) Usage(("bad value for " + a + ": " + s).c_str());
       return v;
     };
+    auto device_value = [&]() {  // true for cuda
+      std::string d = value();
+      if (d != "cpu" && d != "cuda") Usage(("bad value for --device: " + d).c_str());
+      return d == "cuda";
+    };
     if (a == "--steps") f.steps = int_value(0);
     else if (a == "--global-batch") f.global_batch = int_value(1);
     else if (a == "--hidden") f.hidden = static_cast<int>(int_value(1));
@@ -116,10 +144,15 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--pin-pp") f.pin_pp = static_cast<int>(int_value(1));
     else if (a == "--only-dp") f.only_dp = true;
     else if (a == "--reference") f.reference = true;
+    else if (a == "--device") f.cuda = device_value();
     else Usage(("unknown flag " + a).c_str());
   }
   if (f.ffn == 0) f.ffn = 2 * f.hidden;
   if (f.hidden > 4096 || f.ffn > 16384 || f.layers > 64) Usage("model too large for this example");
+  if (f.cuda && !ELASTRA_TRAIN_MLP_CUDA) {
+    std::fprintf(stderr, "train_mlp: --device cuda: this train_mlp was built without CUDA\n");
+    std::exit(2);
+  }
   return f;
 }
 
@@ -174,12 +207,11 @@ struct Placement {
   Communicator* world = nullptr;
 };
 
-// Row-major dense helpers on [rows x cols] arrays.
-using Mat = std::vector<double>;
-
 class Model {
  public:
-  explicit Model(const Flags& flags) : flags_(flags), teacher_(flags.hidden) {}
+  // `ops` (not owned) does the arithmetic; the state's shards must live in its memory.
+  Model(const Flags& flags, MlpOps* ops)
+      : flags_(flags), teacher_(flags.hidden), ops_(ops), comm_(ops) {}
 
   // Registers parameters and Adam moments with their sharding, initialized from --seed on the
   // whole tensors (the job starts from global rank 0's values).
@@ -220,7 +252,24 @@ class Model {
   }
 
   // One training step; the loss (mean over the global batch) lands in *loss on global rank 0.
+  // The shards are looked up afresh every step (they move at a reconfiguration), and the ops'
+  // queue is drained before returning, also on an error: the Worker reads and writes the device
+  // shards between steps.
   Status Step(TensorCollection* state, const Placement& at, double* loss) {
+    Status s = RunStep(state, at, loss);
+    ops_->Synchronize();
+    return s;
+  }
+
+ private:
+  // The local shard of `name` in the ops' memory.
+  Span Shard(TensorCollection* state, const std::string& name) const {
+    std::span<double> v =
+        ops_->on_device() ? state->DeviceView<double>(name) : state->View<double>(name);
+    return Span{v.data(), v.size()};
+  }
+
+  Status RunStep(TensorCollection* state, const Placement& at, double* loss) {
     const int64_t B = flags_.global_batch;
     const int64_t cursor = state->GetScalar("cursor");
     const int64_t step = state->GetScalar(elastra::kStepScalarName);
@@ -234,22 +283,30 @@ class Model {
       const auto& r = state->region("l" + std::to_string(layers.first) + ".fc1.b");
       Fl = static_cast<int>(r.box.col_end - r.box.col_begin);
     }
-    grads_.clear();
+    // The gradients of the shards this rank holds, in param_names_ order, and the loss sum last:
+    // one buffer for the DP allreduce.
+    std::map<std::string, Span> grads;
+    size_t total = 0;
+    for (const auto& name : param_names_) total += state->tensor(name).elements();
+    Array grad_buffer = ops_->Allocate(total + 1);
+    size_t offset = 0;
     for (const auto& name : param_names_) {
-      const auto& t = state->tensor(name);
-      if (!t.data.empty()) grads_[name].assign(t.elements(), 0.0);
+      const size_t n = state->tensor(name).elements();
+      if (n > 0) grads[name] = grad_buffer.span().sub(offset, n);
+      offset += n;
     }
+    const Span loss_sum = grad_buffer.span().sub(total, 1);
     const int64_t dp_begin = B * at.coords.dp_rank / at.dp, dp_end = B * (at.coords.dp_rank + 1) / at.dp;
     const int M = flags_.micro_batches;
     struct Micro {
       int64_t begin = 0, rows = 0;
-      Mat input, x0;                 // first stage: inputs and the input layer's output
-      std::vector<Mat> xin, h;       // per local block: its input and its tanh activations
-      Mat out_grad;                  // last stage: d loss / d output
-      Mat dx;                        // gradient flowing backwards
+      Array input;           // first stage: the inputs
+      std::vector<Array> x;  // [0]: the stage's input activations, [k + 1]: local block k's output
+      std::vector<Array> h;  // per local block: its tanh activations
+      Array out_grad;        // last stage: d loss / d output
     };
     std::vector<Micro> micro(M);
-    double loss_sum = 0;
+    std::vector<double> host;  // inputs and targets on their way to the ops' memory
     // Forward, all micro-batches.
     for (int j = 0; j < M; ++j) {
       Micro& mb = micro[j];
@@ -257,79 +314,53 @@ class Model {
       mb.begin = dp_begin + n * j / M;
       mb.rows = dp_begin + n * (j + 1) / M - mb.begin;
       const int64_t R = mb.rows;
-      Mat x(R * H, 0.0);
+      Array x = ops_->Allocate(R * H);
       if (first) {
-        mb.input.assign(R * kInputs, 0.0);
+        host.assign(R * kInputs, 0.0);
         for (int64_t r = 0; r < R; ++r) {
-          MakeInput(flags_.seed, (cursor + mb.begin + r) % flags_.dataset_size, &mb.input[r * kInputs]);
+          MakeInput(flags_.seed, (cursor + mb.begin + r) % flags_.dataset_size, &host[r * kInputs]);
         }
-        auto w = state->View<double>("in.w");
-        auto b = state->View<double>("in.b");
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < H; ++o) {
-            double s = b[o];
-            for (int i = 0; i < kInputs; ++i) s += w[o * kInputs + i] * mb.input[r * kInputs + i];
-            x[r * H + o] = std::tanh(s);
-          }
-        }
-        mb.x0 = x;
+        mb.input = ops_->Allocate(R * kInputs);
+        ops_->CopyFromHost(host.data(), mb.input.span());
+        ops_->Linear(mb.input.span(), Shard(state, "in.w"), Shard(state, "in.b"), R, kInputs, H,
+                     x.span());
+        ops_->Tanh(x.span());
       } else if (R > 0) {
-        Status s = at.pp_group->Recv(x.data(), x.size() * sizeof(double), stage - 1, 2 * j,
-                                     at.pp_group->default_timeout());
+        Status s = comm_.Recv(*at.pp_group, x.span(), stage - 1, 2 * j);
         if (!s.ok()) return s;
       }
+      mb.x.push_back(std::move(x));
       for (int l = layers.first; l < layers.last; ++l) {
         std::string p = "l" + std::to_string(l) + ".";
-        auto w1 = state->View<double>(p + "fc1.w");  // [Fl, H]
-        auto b1 = state->View<double>(p + "fc1.b");  // [Fl]
-        auto w2 = state->View<double>(p + "fc2.w");  // [H, Fl]
-        auto b2 = state->View<double>(p + "fc2.b");  // [H]
-        mb.xin.push_back(x);
-        Mat h(R * Fl);
-        for (int64_t r = 0; r < R; ++r) {
-          for (int f = 0; f < Fl; ++f) {
-            double s = b1[f];
-            for (int i = 0; i < H; ++i) s += w1[f * H + i] * x[r * H + i];
-            h[r * Fl + f] = std::tanh(s);
-          }
-        }
-        Mat y(R * H, 0.0);
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < H; ++o) {
-            double s = 0;
-            for (int f = 0; f < Fl; ++f) s += w2[o * Fl + f] * h[r * Fl + f];
-            y[r * H + o] = s;
-          }
-        }
+        const Span xin = mb.x.back().span();
+        Array h = ops_->Allocate(R * Fl);
+        ops_->Linear(xin, Shard(state, p + "fc1.w"), Shard(state, p + "fc1.b"), R, H, Fl, h.span());
+        ops_->Tanh(h.span());
+        Array y = ops_->Allocate(R * H);
+        ops_->Linear(h.span(), Shard(state, p + "fc2.w"), Span{}, R, Fl, H, y.span());
         if (at.tp > 1 && R > 0) {
-          Status s = at.tp_group->Allreduce(y.data(), y.size(), DataType::kFloat64, ReduceOp::kSum);
+          Status s = comm_.AllreduceSum(*at.tp_group, y.span());
           if (!s.ok()) return s;
         }
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < H; ++o) x[r * H + o] += y[r * H + o] + b2[o];
-        }
+        ops_->AddResidual(xin, Shard(state, p + "fc2.b"), R, H, y.span());
         mb.h.push_back(std::move(h));
+        mb.x.push_back(std::move(y));
       }
       if (last) {
-        auto w = state->View<double>("out.w");
-        auto b = state->View<double>("out.b");
-        mb.out_grad.assign(R * kOutputs, 0.0);
-        double in[kInputs], target[kOutputs];
+        host.assign(R * kOutputs, 0.0);
+        double in[kInputs];
         for (int64_t r = 0; r < R; ++r) {
           MakeInput(flags_.seed, (cursor + mb.begin + r) % flags_.dataset_size, in);
-          teacher_.Target(in, target);
-          for (int o = 0; o < kOutputs; ++o) {
-            double s = b[o];
-            for (int i = 0; i < H; ++i) s += w[o * H + i] * x[r * H + i];
-            double d = s - target[o];
-            mb.out_grad[r * kOutputs + o] = d;
-            loss_sum += 0.5 * d * d;
-          }
+          teacher_.Target(in, &host[r * kOutputs]);
         }
-        mb.dx = x;  // keep the last activations for the output layer's gradient
+        Array target = ops_->Allocate(R * kOutputs);
+        ops_->CopyFromHost(host.data(), target.span());
+        mb.out_grad = ops_->Allocate(R * kOutputs);
+        ops_->Linear(mb.x.back().span(), Shard(state, "out.w"), Shard(state, "out.b"), R, H,
+                     kOutputs, mb.out_grad.span());
+        ops_->SquaredError(target.span(), mb.out_grad.span(), loss_sum);
       } else if (R > 0) {
-        Status s = at.pp_group->Send(x.data(), x.size() * sizeof(double), stage + 1, 2 * j,
-                                     at.pp_group->default_timeout());
+        Status s = comm_.Send(*at.pp_group, mb.x.back().span(), stage + 1, 2 * j);
         if (!s.ok()) return s;
       }
     }
@@ -337,137 +368,79 @@ class Model {
     for (int j = M - 1; j >= 0; --j) {
       Micro& mb = micro[j];
       const int64_t R = mb.rows;
-      Mat dx(R * H, 0.0);
+      Array dx = ops_->Allocate(R * H);
       if (last) {
-        const Mat& xl = mb.dx;
-        auto w = state->View<double>("out.w");
-        auto& gw = grads_["out.w"];
-        auto& gb = grads_["out.b"];
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < kOutputs; ++o) {
-            double d = mb.out_grad[r * kOutputs + o];
-            gb[o] += d;
-            for (int i = 0; i < H; ++i) {
-              gw[o * H + i] += d * xl[r * H + i];
-              dx[r * H + i] += d * w[o * H + i];
-            }
-          }
-        }
+        ops_->LinearBackward(mb.out_grad.span(), mb.x.back().span(), Shard(state, "out.w"), R, H,
+                             kOutputs, dx.span(), grads["out.w"], grads["out.b"]);
       } else if (R > 0) {
-        Status s = at.pp_group->Recv(dx.data(), dx.size() * sizeof(double), stage + 1, 2 * j + 1,
-                                     at.pp_group->default_timeout());
+        Status s = comm_.Recv(*at.pp_group, dx.span(), stage + 1, 2 * j + 1);
         if (!s.ok()) return s;
       }
       for (int l = layers.last - 1; l >= layers.first; --l) {
         const int k = l - layers.first;
         std::string p = "l" + std::to_string(l) + ".";
-        auto w1 = state->View<double>(p + "fc1.w");
-        auto w2 = state->View<double>(p + "fc2.w");
-        auto& g_w1 = grads_[p + "fc1.w"];
-        auto& g_b1 = grads_[p + "fc1.b"];
-        auto& g_w2 = grads_[p + "fc2.w"];
-        auto& g_b2 = grads_[p + "fc2.b"];
-        const Mat& h = mb.h[k];
-        const Mat& xin = mb.xin[k];
-        Mat dz(R * Fl, 0.0);
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < H; ++o) g_b2[o] += dx[r * H + o];
-          for (int f = 0; f < Fl; ++f) {
-            double dh = 0;
-            for (int o = 0; o < H; ++o) {
-              dh += dx[r * H + o] * w2[o * Fl + f];
-              g_w2[o * Fl + f] += dx[r * H + o] * h[r * Fl + f];
-            }
-            double hv = h[r * Fl + f];
-            dz[r * Fl + f] = dh * (1.0 - hv * hv);
-          }
-        }
-        Mat dxb(R * H, 0.0);
-        for (int64_t r = 0; r < R; ++r) {
-          for (int f = 0; f < Fl; ++f) {
-            double d = dz[r * Fl + f];
-            g_b1[f] += d;
-            for (int i = 0; i < H; ++i) {
-              g_w1[f * H + i] += d * xin[r * H + i];
-              dxb[r * H + i] += d * w1[f * H + i];
-            }
-          }
-        }
+        const Span h = mb.h[k].span();
+        Array dz = ops_->Allocate(R * Fl);
+        ops_->LinearBackward(dx.span(), h, Shard(state, p + "fc2.w"), R, Fl, H, dz.span(),
+                             grads[p + "fc2.w"], grads[p + "fc2.b"]);
+        ops_->TanhBackward(h, dz.span());
+        Array dxb = ops_->Allocate(R * H);
+        ops_->LinearBackward(dz.span(), mb.x[k].span(), Shard(state, p + "fc1.w"), R, H, Fl,
+                             dxb.span(), grads[p + "fc1.w"], grads[p + "fc1.b"]);
         if (at.tp > 1 && R > 0) {
-          Status s = at.tp_group->Allreduce(dxb.data(), dxb.size(), DataType::kFloat64, ReduceOp::kSum);
+          Status s = comm_.AllreduceSum(*at.tp_group, dxb.span());
           if (!s.ok()) return s;
         }
-        for (size_t i = 0; i < dx.size(); ++i) dx[i] += dxb[i];
+        ops_->Add(dxb.span(), dx.span());
       }
       if (first) {
-        auto& gw = grads_["in.w"];
-        auto& gb = grads_["in.b"];
-        for (int64_t r = 0; r < R; ++r) {
-          for (int o = 0; o < H; ++o) {
-            double x0 = mb.x0[r * H + o];
-            double d = dx[r * H + o] * (1.0 - x0 * x0);
-            gb[o] += d;
-            for (int i = 0; i < kInputs; ++i) gw[o * kInputs + i] += d * mb.input[r * kInputs + i];
-          }
-        }
+        ops_->TanhBackward(mb.x[0].span(), dx.span());
+        ops_->LinearBackward(dx.span(), mb.input.span(), Shard(state, "in.w"), R, kInputs, H,
+                             Span{}, grads["in.w"], grads["in.b"]);
       } else if (R > 0) {
-        Status s = at.pp_group->Send(dx.data(), dx.size() * sizeof(double), stage - 1, 2 * j + 1,
-                                     at.pp_group->default_timeout());
+        Status s = comm_.Send(*at.pp_group, dx.span(), stage - 1, 2 * j + 1);
         if (!s.ok()) return s;
       }
     }
     // Sum gradients (and the loss) over DP: one allreduce of everything this rank holds.
-    std::vector<double> flat;
-    for (const auto& name : param_names_) {
-      auto it = grads_.find(name);
-      if (it != grads_.end()) flat.insert(flat.end(), it->second.begin(), it->second.end());
-    }
-    flat.push_back(loss_sum);
     if (at.dp_group != nullptr && at.dp > 1) {
-      Status s = at.dp_group->Allreduce(flat.data(), flat.size(), DataType::kFloat64, ReduceOp::kSum);
+      Status s = comm_.AllreduceSum(*at.dp_group, grad_buffer.span());
       if (!s.ok()) return s;
     }
-    for (double& g : flat) g /= static_cast<double>(B);
-    size_t offset = 0;
-    for (const auto& name : param_names_) {
-      auto it = grads_.find(name);
-      if (it == grads_.end()) continue;
-      for (double& g : it->second) g = flat[offset++];
-    }
+    ops_->Divide(grad_buffer.span(), static_cast<double>(B));
     // The loss lives on the last stage; global rank 0 (first stage) logs it.
-    double l = (last && at.coords.dp_rank == 0 && at.coords.tp_rank == 0) ? flat.back() : 0.0;
+    double l = 0;
+    if (last && at.coords.dp_rank == 0 && at.coords.tp_rank == 0) ops_->CopyToHost(loss_sum, &l);
     if (at.world != nullptr && at.pp > 1) {
-      Status s = at.world->Allreduce(&l, 1, DataType::kFloat64, ReduceOp::kSum);
+      ops_->CopyFromHost(&l, loss_sum);
+      Status s = comm_.AllreduceSum(*at.world, loss_sum);
       if (!s.ok()) return s;
+      ops_->CopyToHost(loss_sum, &l);
     }
     *loss = l;
-    ApplyAdam(state, step + 1);
+    ApplyAdam(state, grads, step + 1);
     state->SetScalar("cursor", cursor + B);
     return Status();
   }
 
- private:
-  void ApplyAdam(TensorCollection* state, int64_t t) {
-    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-    double c1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    double c2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    for (const auto& [name, grad] : grads_) {
-      auto p = state->View<double>(name);
-      auto m = state->View<double>("m:" + name);
-      auto v = state->View<double>("v:" + name);
-      for (size_t k = 0; k < p.size(); ++k) {
-        double g = grad[k];
-        m[k] = b1 * m[k] + (1 - b1) * g;
-        v[k] = b2 * v[k] + (1 - b2) * g * g;
-        p[k] -= flags_.lr * (m[k] / c1) / (std::sqrt(v[k] / c2) + eps);
-      }
+  void ApplyAdam(TensorCollection* state, const std::map<std::string, Span>& grads, int64_t t) {
+    AdamStep s;
+    s.lr = flags_.lr;
+    s.b1 = 0.9;
+    s.b2 = 0.999;
+    s.eps = 1e-8;
+    s.c1 = 1.0 - std::pow(s.b1, static_cast<double>(t));
+    s.c2 = 1.0 - std::pow(s.b2, static_cast<double>(t));
+    for (const auto& [name, grad] : grads) {
+      ops_->Adam(grad, s, Shard(state, name), Shard(state, "m:" + name), Shard(state, "v:" + name));
     }
   }
 
   Flags flags_;
   Teacher teacher_;
+  MlpOps* ops_;
+  OpsCollectives comm_;
   mutable std::vector<std::string> param_names_;
-  std::map<std::string, std::vector<double>> grads_;
 };
 
 class StepLog {
@@ -507,13 +480,60 @@ void PadStep(std::chrono::steady_clock::time_point start, double step_time_ms) {
                                             static_cast<int64_t>(step_time_ms * 1000)));
 }
 
+// The CUDA device of this process for --device cuda: ELASTRA_DEVICE when it is a number, else the
+// local rank under mpirun (OMPI_COMM_WORLD_LOCAL_RANK), else 0.
+int DeviceOrdinal() {
+  int64_t v = 0;
+  if (const char* d = std::getenv("ELASTRA_DEVICE"); d != nullptr && ParseInt(d, &v)) {
+    if (v < 0) {
+      std::fprintf(stderr, "train_mlp: --device cuda, but ELASTRA_DEVICE=%s names no device\n", d);
+      std::exit(2);
+    }
+    return static_cast<int>(v);
+  }
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+      r != nullptr && ParseInt(r, &v) && v >= 0) {
+    return static_cast<int>(v);
+  }
+  return 0;
+}
+
+// The arithmetic for --device: CpuOps, or CudaOps on `device`; null (after saying why) when CUDA
+// cannot be set up.
+std::unique_ptr<MlpOps> MakeOps(const Flags& flags, int device) {
+  if (!flags.cuda) return elastra::examples::MakeCpuOps();
+#if ELASTRA_TRAIN_MLP_CUDA
+  auto ops = elastra::examples::MakeCudaOps(device);
+  if (ops.ok()) return std::move(ops).value();
+  std::fprintf(stderr, "train_mlp: --device cuda: %s\n", ops.status().ToString().c_str());
+#endif
+  return nullptr;  // without CUDA ParseFlags has refused --device cuda already
+}
+
+// " on CUDA device D" for the final line of a run on a device: its output says where it ran.
+std::string DeviceNote(int device) {
+  return device >= 0 ? " on CUDA device " + std::to_string(device) : std::string();
+}
+
 int RunReference(const Flags& flags) {
-  Model model(flags);
+  const int device = flags.cuda ? DeviceOrdinal() : -1;
+  std::unique_ptr<MlpOps> ops = MakeOps(flags, device);
+  if (ops == nullptr) return 1;
+  Model model(flags, ops.get());
   TensorCollection state;
   if (!state.AddScalar(elastra::kStepScalarName, 0).ok()) return 1;
   if (Status s = model.Register(&state); !s.ok()) {
     std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
     return 1;
+  }
+  if (flags.cuda) {
+    // Whole tensors on the device, as a worker's shards would be.
+    Status s = state.SetDevice(device);
+    if (s.ok()) s = state.MoveToDevice();
+    if (!s.ok()) {
+      std::fprintf(stderr, "train_mlp: --device cuda: %s\n", s.ToString().c_str());
+      return 1;
+    }
   }
   StepLog log(flags.log);
   Placement at;
@@ -524,8 +544,8 @@ int RunReference(const Flags& flags) {
     state.SetScalar(elastra::kStepScalarName, step + 1);
     log.Write(step, 0, elastra::Layout{}, loss, begin, begin + flags.global_batch);
   }
-  std::printf("reference: %lld steps, final loss %.6g\n", static_cast<long long>(flags.steps),
-              loss);
+  std::printf("reference: %lld steps, final loss %.6g%s\n", static_cast<long long>(flags.steps),
+              loss, DeviceNote(device).c_str());
   return 0;
 }
 
@@ -560,14 +580,31 @@ int RunElastic(const Flags& flags) {
     return 1;
   }
   auto worker = std::move(worker_or).value();
-  Model model(flags);
+  const int device = flags.cuda ? DeviceOrdinal() : -1;
+  std::unique_ptr<MlpOps> ops = MakeOps(flags, device);
+  if (ops == nullptr) return 1;
+  Model model(flags, ops.get());
+  // The parameters are initialized whole in host memory; with a device, Start() moves the shards
+  // there.
   if (Status s = model.Register(&worker->state()); !s.ok()) {
     std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
     return 1;
   }
+  if (flags.cuda) {
+    if (Status s = worker->state().SetDevice(device); !s.ok()) {
+      std::fprintf(stderr, "train_mlp: --device cuda: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
   if (Status s = worker->Start(); !s.ok()) {
     std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
     return 1;
+  }
+  if (!flags.cuda && std::string(worker->world().backend()) == "nccl") {
+    std::fprintf(stderr,
+                 "train_mlp: the nccl backend takes device buffers: use --device cuda or "
+                 "ELASTRA_BACKEND=gloo\n");
+    return 2;
   }
   StepLog log(flags.log);
   double loss = 0;
@@ -587,6 +624,8 @@ int RunElastic(const Flags& flags) {
     at.pp_group = &worker->pp_group();
     at.tp_group = &worker->tp_group();
     at.world = &worker->world();
+    // Step() looks the shards (DeviceView with --device cuda) up afresh, so the views it uses are
+    // always those of the current generation, also after a StepEnd that returned kReconfigured.
     Status s = model.Step(&worker->state(), at, &loss);
     if (s.ok()) PadStep(start, flags.step_time_ms);
     auto action = worker->StepEnd(s);
@@ -602,10 +641,10 @@ int RunElastic(const Flags& flags) {
     if (*action == elastra::StepAction::kLeave) return 0;
   }
   if (worker->rank() == 0) {
-    std::printf("train_mlp: %lld steps, final loss %.6g, generation %llu, %s\n",
+    std::printf("train_mlp: %lld steps, final loss %.6g, generation %llu, %s%s\n",
                 static_cast<long long>(flags.steps), loss,
                 static_cast<unsigned long long>(worker->generation()),
-                worker->layout().ToString().c_str());
+                worker->layout().ToString().c_str(), DeviceNote(device).c_str());
   }
   worker->Finish();
   return 0;
