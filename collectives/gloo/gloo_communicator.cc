@@ -59,6 +59,8 @@ constexpr uint8_t kSmallAllreduceSlotPrefix = 0x41;
 // as an exchange over unbound buffers that Abort() can wake.
 constexpr size_t kSmallAllreduceBytes = 64u << 10;
 constexpr int kSmallAllreduceRanks = 16;
+// Slot prefix for the ring allreduce and reduce-scatter (see RingReduce).
+constexpr uint8_t kRingSlotPrefix = 0x42;
 
 // Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
 class RecordingStore : public gloo::rendezvous::Store {
@@ -271,6 +273,12 @@ class GlooCommunicator : public Communicator {
     if (count * DataTypeSize(type) <= kSmallAllreduceBytes && size_ <= kSmallAllreduceRanks) {
       return SmallAllreduce(data, count, type, op, timeout);
     }
+    if (count >= static_cast<size_t>(size_)) {
+      std::vector<size_t> begin(size_ + 1);
+      for (int b = 0; b <= size_; ++b) begin[b] = count * b / size_;
+      return Run("Allreduce", [&] { RingReduce(data, begin, type, op, timeout, true); });
+    }
+    // Fewer elements than ranks (only with more than kSmallAllreduceRanks ranks): gloo's own.
     return Run("Allreduce", [&] {
       DispatchType(type, [&]<typename T>() {
         gloo::AllreduceOptions opts(context_);
@@ -317,9 +325,8 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  // This gloo has only the old-style ReduceScatterHalvingDoubling, which takes no timeout and
-  // runs over bound buffers that cannot be woken by our abort. We allreduce a copy of the whole
-  // input with the new-style API instead (2x the optimal traffic, same result) and keep block r.
+  // The ring's reduce-scatter phase on a copy of the input (this gloo's only reduce-scatter,
+  // ReduceScatterHalvingDoubling, takes no timeout and waits on bound buffers abort cannot wake).
   Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                        Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("ReduceScatter", send, count, type, timeout));
@@ -329,14 +336,10 @@ class GlooCommunicator : public Communicator {
     const size_t elem = DataTypeSize(type);
     std::vector<char> scratch(static_cast<const char*>(send),
                               static_cast<const char*>(send) + elem * count * size_);
+    std::vector<size_t> begin(size_ + 1);
+    for (int b = 0; b <= size_; ++b) begin[b] = count * b;
     return Run("ReduceScatter", [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(reinterpret_cast<T*>(scratch.data()), count * size_);
-        opts.setReduceFunction(ReduceFunc<T>(op));
-        opts.setTimeout(timeout);
-        gloo::allreduce(opts);
-      });
+      RingReduce(scratch.data(), begin, type, op, timeout, false);
       std::memcpy(recv, scratch.data() + elem * count * rank_, elem * count);
     });
   }
@@ -464,6 +467,76 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Ring reduction over unbound buffers, n - 1 steps per phase, each a send to the right
+  // neighbour and a receive from the left one: the bandwidth-optimal schedule, with waits that
+  // Abort() can wake. Block b is elements [begin[b], begin[b + 1]) of `data`. Reduce-scatter: at
+  // step s rank r sends block r - s - 1 and reduces the incoming block r - s - 2 into its own, so
+  // it ends holding the full reduction of block r. With `allgather`, n - 1 more steps pass the
+  // reduced blocks round the ring, so every rank ends with the same bits. Throws like gloo (Run
+  // maps it).
+  void RingReduce(void* data, const std::vector<size_t>& begin, DataType type, ReduceOp op,
+                  Timeout timeout, bool allgather) {
+    const int n = size_;
+    if (n == 1) return;
+    const size_t elem = DataTypeSize(type);
+    size_t largest = 0;
+    for (int b = 0; b < n; ++b) largest = std::max(largest, begin[b + 1] - begin[b]);
+    std::vector<char> incoming(std::max<size_t>(largest, 1) * elem);
+    uint32_t first_slot = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first_slot = ring_sequence_;
+      ring_sequence_ += 2 * (n - 1);
+    }
+    auto* bytes = static_cast<char*>(data);
+    auto whole = context_->createUnboundBuffer(data, begin[n] * elem);
+    auto in = context_->createUnboundBuffer(incoming.data(), incoming.size());
+    Watch watch(this, {whole.get(), in.get()});
+    const int right = (rank_ + 1) % n;
+    const int left = (rank_ + n - 1) % n;
+    auto block = [n](int b) { return ((b % n) + n) % n; };
+    auto wait = [&](gloo::transport::UnboundBuffer* buf, bool recv) {
+      if (!(recv ? buf->waitRecv(nullptr, timeout) : buf->waitSend(nullptr, timeout))) {
+        throw std::runtime_error("aborted");
+      }
+    };
+    for (int s = 0; s < n - 1; ++s) {
+      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + s);
+      const int out = block(rank_ - s - 1), into = block(rank_ - s - 2);
+      const size_t out_len = (begin[out + 1] - begin[out]) * elem;
+      const size_t in_len = (begin[into + 1] - begin[into]) * elem;
+      in->recv(left, slot, 0, in_len);
+      whole->send(right, slot, begin[out] * elem, out_len);
+      wait(in.get(), true);
+      DispatchType(type, [&]<typename T>() {
+        T* acc = reinterpret_cast<T*>(bytes + begin[into] * elem);
+        const T* x = reinterpret_cast<const T*>(incoming.data());
+        const size_t m = begin[into + 1] - begin[into];
+        switch (op) {
+          case ReduceOp::kSum:
+            for (size_t e = 0; e < m; ++e) acc[e] = static_cast<T>(acc[e] + x[e]);
+            break;
+          case ReduceOp::kMax:
+            for (size_t e = 0; e < m; ++e) acc[e] = std::max(acc[e], x[e]);
+            break;
+          case ReduceOp::kMin:
+            for (size_t e = 0; e < m; ++e) acc[e] = std::min(acc[e], x[e]);
+            break;
+        }
+      });
+      wait(whole.get(), false);
+    }
+    if (!allgather) return;
+    for (int s = 0; s < n - 1; ++s) {
+      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + (n - 1) + s);
+      const int out = block(rank_ - s), into = block(rank_ - s - 1);
+      whole->recv(left, slot, begin[into] * elem, (begin[into + 1] - begin[into]) * elem);
+      whole->send(right, slot, begin[out] * elem, (begin[out + 1] - begin[out]) * elem);
+      wait(whole.get(), true);
+      wait(whole.get(), false);
+    }
+  }
+
   Status BrokenStatus() {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
@@ -561,6 +634,7 @@ class GlooCommunicator : public Communicator {
   bool aborted_ = false;  // guarded by mu_
   std::set<gloo::transport::UnboundBuffer*> active_;  // guarded by mu_: buffers being waited on
   uint64_t small_sequence_ = 0;  // guarded by mu_: slots of SmallAllreduce, in call order
+  uint32_t ring_sequence_ = 0;   // guarded by mu_: slots of RingReduce's steps, in call order
   Status broken_;       // guarded by mu_; OK while healthy
 };
 

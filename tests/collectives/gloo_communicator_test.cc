@@ -81,7 +81,9 @@ TEST_P(GlooSizes, AllreduceEveryTypeAndOp) {
   Spawn(&store, "allreduce/", size, [&](Communicator& comm) {
     for (DataType type : kTypes) {
       for (ReduceOp op : kOps) {
-        for (size_t count : {size_t{1}, size_t{5}, size_t{1023}}) {
+        // 70001 elements take the ring (over 64 KiB for every type), the others the small
+        // exchange.
+        for (size_t count : {size_t{1}, size_t{5}, size_t{1023}, size_t{70001}}) {
           TypedBuffer buf(type, count);
           for (size_t i = 0; i < count; ++i) buf.Set(i, Input(comm.rank(), i));
           ASSERT_TRUE(comm.Allreduce(buf.data(), count, type, op).ok());
@@ -135,7 +137,7 @@ TEST_P(GlooSizes, ReduceScatterGivesEachRankItsBlock) {
   Spawn(&store, "reduce_scatter/", size, [&](Communicator& comm) {
     for (DataType type : kTypes) {
       for (ReduceOp op : kOps) {
-        for (size_t count : {size_t{1}, size_t{3}, size_t{101}}) {
+        for (size_t count : {size_t{1}, size_t{3}, size_t{101}, size_t{20000}}) {
           TypedBuffer send(type, count * size), recv(type, count);
           for (size_t i = 0; i < count * size; ++i) send.Set(i, Input(comm.rank(), i));
           for (size_t i = 0; i < count; ++i) recv.Set(i, 99);
