@@ -1,7 +1,10 @@
 // elastra resize | status | keygen: the admin side, what an external scheduler calls.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/control_client.h"
@@ -42,6 +45,50 @@ std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
 
 nlohmann::json LayoutJson(const Layout& l) { return {{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
 
+// The "done" reply of a resize read back from the job's status: no resize pending, and a
+// generation newer than `before` with the requested workers (and layout) in the history.
+// nullopt while that is not so, or when the status cannot be read.
+std::optional<proto::ResizeReply> DoneFromStatus(ControlClient& client, uint64_t before,
+                                                 const proto::ResizeRequest& req) {
+  auto st = client.Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
+                                            milliseconds(2000));
+  if (!st.ok()) return std::nullopt;
+  auto j = nlohmann::json::parse(st->json, nullptr, false);
+  if (!j.is_object() || j.contains("pending_resize") || !j.contains("history")) return std::nullopt;
+  if (!j["history"].is_array()) return std::nullopt;
+  for (const auto& h : j["history"]) {
+    // Entries list the generation's worker ids; a malformed entry is skipped, never thrown on.
+    if (!h.is_object() || !h.contains("workers") || !h["workers"].is_array() ||
+        !h.contains("layout") || !h["layout"].is_object() || !h["generation"].is_number()) {
+      continue;
+    }
+    if (h["generation"].get<uint64_t>() <= before ||
+        static_cast<int>(h["workers"].size()) != req.workers) {
+      continue;
+    }
+    auto number = [](const nlohmann::json& o, const char* key) {
+      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
+    };
+    Layout l;
+    l.dp = static_cast<int>(number(h["layout"], "dp"));
+    l.pp = static_cast<int>(number(h["layout"], "pp"));
+    l.tp = static_cast<int>(number(h["layout"], "tp"));
+    if (req.has_layout && !(l == req.layout)) continue;
+    proto::ResizeReply r;
+    r.phase = "done";
+    r.generation = h["generation"].get<uint64_t>();
+    r.workers = req.workers;
+    r.layout = l;
+    r.downtime_ms = number(h, "downtime_ms");
+    r.agreement_ms = number(h, "agreement_ms");
+    r.rebuild_ms = number(h, "rebuild_ms");
+    r.transfer_ms = number(h, "transfer_ms");
+    r.message = "confirmed from the job's status (the coordinator restarted meanwhile)";
+    return r;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int ResizeCommand(const Args& args) {
@@ -74,17 +121,40 @@ int ResizeCommand(const Args& args) {
   }
   proto::ResizeReply reply = *first;
   if (req.wait && reply.phase == "accepted") {
-    auto second = client->AwaitReply(client->last_request_id(), milliseconds(timeout_s * 1000));
-    if (!second.ok()) {
-      std::fprintf(stderr, "elastra resize: %s\n", second.status().ToString().c_str());
-      return 1;
+    const uint64_t id = client->last_request_id();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        std::fprintf(stderr, "elastra resize: not done within %lld s\n", timeout_s);
+        return 1;
+      }
+      auto second = client->AwaitReply(id, std::min(left, milliseconds(1000)));
+      if (second.ok()) {
+        auto decoded = proto::DecodePayload<proto::ResizeReply>(second->payload);
+        if (!decoded.ok()) {
+          std::fprintf(stderr, "elastra resize: %s\n", decoded.status().ToString().c_str());
+          return 1;
+        }
+        reply = *decoded;
+        break;
+      }
+      if (second.status().code() != StatusCode::kTimedOut) {
+        std::fprintf(stderr, "elastra resize: %s\n", second.status().ToString().c_str());
+        return 1;
+      }
+      // A coordinator restarted from its journal (docs/journal.md) finishes the resize but no
+      // longer knows who waits for it: the job's status tells when it is done.
+      if (auto done = DoneFromStatus(*client, reply.generation, req)) {
+        // The real reply, when it is on its way, has the full timings.
+        auto late = client->AwaitReply(id, milliseconds(300));
+        auto decoded = late.ok() ? proto::DecodePayload<proto::ResizeReply>(late->payload)
+                                 : StatusOr<proto::ResizeReply>(late.status());
+        reply = decoded.ok() ? *decoded : *done;
+        break;
+      }
     }
-    auto decoded = proto::DecodePayload<proto::ResizeReply>(second->payload);
-    if (!decoded.ok()) {
-      std::fprintf(stderr, "elastra resize: %s\n", decoded.status().ToString().c_str());
-      return 1;
-    }
-    reply = *decoded;
   }
   nlohmann::json out;
   out["phase"] = reply.phase;

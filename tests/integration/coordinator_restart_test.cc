@@ -100,17 +100,24 @@ TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
   // Widen the window in which the workers build the next generation.
   Job job(2, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
   ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
-  auto grow = job.Resize("--workers 3");
-  ASSERT_EQ(grow.exit_code, 0) << grow.out;
-  ASSERT_NE(grow.out.find("accepted"), std::string::npos) << grow.out;
+  // A scheduler waits for the resize; the coordinator that accepted it dies before it is done.
+  testing::CommandResult grow;
+  std::thread waiter([&] { grow = job.Resize("--workers 3 --wait --timeout 60"); });
   // Kill while the workers build the next generation (the build takes 400 ms or more).
   const auto deadline = std::chrono::steady_clock::now() + seconds(20);
   std::string state;
   while (state != "building" && std::chrono::steady_clock::now() < deadline) {
     state = job.Status().value("state", std::string());
   }
+  if (state != "building") waiter.join();
   ASSERT_EQ(state, "building") << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
+  waiter.join();
+  // The waiting command still learns that the resize is done (from the restarted coordinator's
+  // status, which has the generation's timings).
+  EXPECT_EQ(grow.exit_code, 0) << grow.out;
+  EXPECT_NE(grow.out.find("\"phase\":\"done\""), std::string::npos) << grow.out;
+  EXPECT_NE(grow.out.find("\"workers\":3"), std::string::npos) << grow.out;
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("a change was in flight"), std::string::npos) << log;
