@@ -4,8 +4,9 @@
 #   OUT=/some/dir bash bench/gpu_check.sh        # OUT defaults to ./out
 #
 # Configures a fresh build-gpu (Release, CUDA arch 90, NCCL required), builds only what the GPU
-# checks need (nccl_communicator_test, nccl_rank_helper, bench_collectives and their libraries),
-# runs the NCCL tests one gtest case per step (each with its own timeout and JUnit XML), runs
+# checks need (nccl_communicator_test, nccl_rank_helper, bench_collectives, train_mlp_cuda_test
+# with train_mlp and elastra, and their libraries), runs the NCCL tests one gtest case per step
+# (each with its own timeout and JUnit XML), then train_mlp_cuda_test as one step, runs
 # bench_collectives, and writes every log, XML file, JSON line and nvidia-smi output under $OUT.
 # It never stops halfway: each step's exit code and duration go to $OUT/summary.txt. The whole run
 # is bounded by TOTAL_BUDGET_S (default 420 s): a step that would start with too little time left
@@ -88,7 +89,8 @@ step configure 180 "$OUT/configure.log" \
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DELASTRA_WITH_NCCL=ON
 step build 300 "$OUT/build.log" \
-  ninja -C "$BUILD_DIR" -j"$JOBS" nccl_communicator_test nccl_rank_helper bench_collectives
+  ninja -C "$BUILD_DIR" -j"$JOBS" nccl_communicator_test nccl_rank_helper bench_collectives \
+  train_mlp_cuda_test train_mlp elastra
 TEST_BIN=$BUILD_DIR/tests/gpu/nccl_communicator_test
 BENCH_BIN=$BUILD_DIR/bench/collectives/bench_collectives
 
@@ -109,6 +111,17 @@ run_tests collectives3 'NcclMultiProcessTest.CollectivesThreeRanks' 75
 run_tests split 'NcclMultiProcessTest.SplitAndPlannedShrinkThreeRanks' 75
 run_tests hang 'NcclMultiProcessTest.TimeoutAndAbortBreakHungCollectives' 60
 run_tests kill 'NcclMultiProcessTest.KilledRankSurvivorsDetectAndShrink' 100
+
+# --- train_mlp --device cuda against its CPU reference (one process, elastic jobs on gloo and nccl)
+MLP_TEST_BIN=$BUILD_DIR/tests/gpu/train_mlp_cuda_test
+if [[ -x $MLP_TEST_BIN ]]; then
+  step test:train_mlp_cuda 120 "$OUT/test_train_mlp_cuda.log" \
+    "$MLP_TEST_BIN" --gtest_output="xml:$OUT/test_train_mlp_cuda.xml"
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)|^max relative loss|Failure' \
+    "$OUT/test_train_mlp_cuda.log" | sed "s/^/    train_mlp_cuda: /" | head -20 | tee -a "$SUMMARY"
+else
+  echo "test:train_mlp_cuda rc=NOT_BUILT" | tee -a "$SUMMARY"
+fi
 
 # --- Benchmark (before the long leak test, so that its figures come back in any case) -----------
 if [[ -x $BENCH_BIN ]]; then
