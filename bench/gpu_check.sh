@@ -90,7 +90,7 @@ step configure 180 "$OUT/configure.log" \
   -DELASTRA_WITH_NCCL=ON
 step build 300 "$OUT/build.log" \
   ninja -C "$BUILD_DIR" -j"$JOBS" nccl_communicator_test nccl_rank_helper bench_collectives \
-  train_mlp_cuda_test train_mlp elastra
+  train_mlp_cuda_test train_mlp elastra bench_device
 TEST_BIN=$BUILD_DIR/tests/gpu/nccl_communicator_test
 BENCH_BIN=$BUILD_DIR/bench/collectives/bench_collectives
 
@@ -130,6 +130,18 @@ if [[ -x $BENCH_BIN ]]; then
   echo "    bench: $(cat "$OUT/bench_collectives.json")" | tee -a "$SUMMARY"
 else
   echo "bench rc=NOT_BUILT" | tee -a "$SUMMARY"
+fi
+
+# bench_device: device-to-device resharding vs raw NCCL, checkpoint of device state vs dd and
+# cudaMemcpy. Its ranks are killed after 60 s; the checkpoint's files go under $BUILD_DIR (real
+# disk: dd oflag=direct fails on a tmpfs /tmp) and are removed.
+DEVICE_BENCH_BIN=$BUILD_DIR/bench/device/bench_device
+if [[ -x $DEVICE_BENCH_BIN ]]; then
+  step bench_device 120 "$OUT/bench_device.log" "$DEVICE_BENCH_BIN" --dir "$BUILD_DIR"
+  grep '^{"bench":"device"' "$OUT/bench_device.log" | tail -1 >"$OUT/bench_device.json"
+  echo "    bench_device: $(cat "$OUT/bench_device.json")" | tee -a "$SUMMARY"
+else
+  echo "bench_device rc=NOT_BUILT" | tee -a "$SUMMARY"
 fi
 
 run_tests leak 'NcclMultiProcessTest.InitSplitShrinkCyclesDoNotLeak' $((ELASTRA_LEAK_BUDGET_S + 75))
