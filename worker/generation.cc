@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "collectives/gloo/gloo_communicator.h"
 #include "common/logging.h"
@@ -17,6 +18,19 @@ void GroupSet::Abort() {
   for (auto* c : {world.get(), dp.get(), pp.get(), tp.get(), control.get()}) {
     if (c != nullptr) c->Abort();
   }
+}
+
+void GroupSet::Interrupt() {
+#if ELASTRA_HAVE_NCCL
+  if (world != nullptr && std::string(world->backend()) == "nccl") {
+    static_cast<NcclCommunicator*>(world.get())->Interrupt();
+    for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
+      if (c != nullptr && c != world.get()) c->Abort();
+    }
+    return;
+  }
+#endif
+  Abort();
 }
 
 namespace {
@@ -52,20 +66,95 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
 
 namespace {
 
-// The NCCL training communicators: a world over the generation's prefix, then one ncclCommSplit
-// per group that differs from the world (every rank makes the same calls in the same order: the
-// layout decides them). Color: the group's lowest world rank; key: the rank's place in it.
-StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& layout, int rank) {
 #if ELASTRA_HAVE_NCCL
-  NcclOptions no;
-  no.store = options.store;
-  no.prefix = options.prefix + "nccl/world/";
-  no.rank = rank;
-  no.size = layout.world();
-  no.device = options.device;
-  no.timeout = options.timeout;
-  no.connect_timeout = options.connect_timeout;
-  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> world, CreateNcclCommunicator(no));
+// The new NCCL world made from the previous one, when every rank can (agreed over `control`):
+// ncclCommShrink without the ranks whose workers left (NCCL_SHRINK_ABORT: the old world may be
+// broken by a failure, and every survivor must use the same mode), then ncclCommSplit with the new
+// ranks as keys when the survivors' old order is not the new one. nullptr when a fresh init is
+// needed (new workers, nothing to exclude from a broken world, a rank without the old world).
+StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& options,
+                                                           int rank, Communicator& control) {
+  GroupSet* previous = options.previous;
+  NcclCommunicator* old = nullptr;
+  if (previous != nullptr && previous->world != nullptr &&
+      std::string(previous->world->backend()) == "nccl") {
+    old = static_cast<NcclCommunicator*>(previous->world.get());
+  }
+  std::vector<int> exclude;
+  std::vector<int> old_rank_of_new;  // by new rank
+  bool able = false;
+  if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
+    std::map<std::string, int> old_rank;
+    for (size_t r = 0; r < previous->member_ids.size(); ++r) {
+      old_rank[previous->member_ids[r]] = static_cast<int>(r);
+    }
+    able = true;
+    std::set<int> kept;
+    for (const std::string& id : options.member_ids) {
+      auto it = old_rank.find(id);
+      if (it == old_rank.end()) {
+        able = false;  // a worker that was not in the old world
+        break;
+      }
+      old_rank_of_new.push_back(it->second);
+      kept.insert(it->second);
+    }
+    for (int r = 0; able && r < old->size(); ++r) {
+      if (!kept.count(r)) exclude.push_back(r);
+    }
+    const Status health = old->health();
+    // Released (aborted) worlds are gone; a broken one can only be shrunk.
+    if (health.code() == StatusCode::kAborted) able = false;
+    if (!health.ok() && exclude.empty()) able = false;
+  }
+  int64_t unable = able ? 0 : 1;
+  ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax));
+  if (unable != 0) return std::shared_ptr<NcclCommunicator>();
+
+  std::shared_ptr<NcclCommunicator> base;
+  if (exclude.empty()) {
+    base = std::static_pointer_cast<NcclCommunicator>(previous->world);
+  } else {
+    ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> shrunk,
+                             old->Shrink(exclude, /*abort=*/true));
+    base = std::move(shrunk);
+  }
+  // `base` numbers the survivors in their old order.
+  if (std::is_sorted(old_rank_of_new.begin(), old_rank_of_new.end())) {
+    LOG(INFO) << "nccl world of " << options.member_ids.size() << " ranks made from the previous one"
+              << (exclude.empty() ? " (reused)" : " by ncclCommShrink");
+    return base;
+  }
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> ordered, base->Split(0, rank));
+  base->Abort();  // only the renumbered one is used
+  LOG(INFO) << "nccl world of " << options.member_ids.size() << " ranks made from the previous one"
+            << (exclude.empty() ? "" : " by ncclCommShrink") << " and renumbered by ncclCommSplit";
+  return std::shared_ptr<NcclCommunicator>(std::move(ordered));
+}
+#endif
+
+// The NCCL training communicators: a world (made from the previous generation's, or by a fresh
+// init over the generation's prefix), then one ncclCommSplit per group that differs from the
+// world (every rank makes the same calls in the same order: the layout decides them). Color: the
+// group's lowest world rank; key: the rank's place in it.
+StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& layout, int rank,
+                                   Communicator& control) {
+#if ELASTRA_HAVE_NCCL
+  ELASTRA_ASSIGN_OR_RETURN(std::shared_ptr<NcclCommunicator> world,
+                           ReuseNcclWorld(options, rank, control));
+  if (world == nullptr) {
+    NcclOptions no;
+    no.store = options.store;
+    no.prefix = options.prefix + "nccl/world/";
+    no.rank = rank;
+    no.size = layout.world();
+    no.device = options.device;
+    no.timeout = options.timeout;
+    no.connect_timeout = options.connect_timeout;
+    ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> fresh,
+                             CreateNcclCommunicator(no));
+    world = std::move(fresh);
+  }
   GroupSet set;
   NcclCommunicator* nccl_world = world.get();
   set.world = std::move(world);
@@ -88,6 +177,7 @@ StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& la
   (void)options;
   (void)layout;
   (void)rank;
+  (void)control;
   return UnavailableError("this build of Elastra has no NCCL backend (ELASTRA_BACKEND=nccl)");
 #endif
 }
@@ -105,12 +195,13 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
     ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> control,
                              ConnectGroup(options, "world", rank, layout.world()));
     std::shared_ptr<Communicator> shared_control = std::move(control);
-    auto set = BuildNcclGroups(options, layout, rank);
+    auto set = BuildNcclGroups(options, layout, rank, *shared_control);
     if (!set.ok()) {
       shared_control->Abort();
       return set.status();
     }
     set->control = std::move(shared_control);
+    set->member_ids = options.member_ids;
     return set;
   }
   if (options.backend != "gloo") {
@@ -119,6 +210,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
   GroupSet set;
   ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));
   set.control = set.world;
+  set.member_ids = options.member_ids;
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;

@@ -24,7 +24,12 @@ namespace elastra {
 struct GroupSet {
   std::shared_ptr<Communicator> world, dp, pp, tp;
   std::shared_ptr<Communicator> control;
+  std::vector<std::string> member_ids;  // the worker id of each world rank
+  // Breaks every call in flight on every communicator and releases them.
   void Abort();
+  // The same, except that an NCCL world is only interrupted (NcclCommunicator::Interrupt): it
+  // keeps its handle, so that the next generation can shrink it instead of starting NCCL afresh.
+  void Interrupt();
 };
 
 struct GroupOptions {
@@ -38,6 +43,13 @@ struct GroupOptions {
   // groups made by ncclCommSplit; `control` is a Gloo world beside them.
   std::string backend = "gloo";
   int device = -1;
+  // The new generation's worker ids by rank (GroupSet::member_ids).
+  std::vector<std::string> member_ids;
+  // NCCL: the previous generation's communicators (not owned; may be null). When every rank
+  // still holds that NCCL world and the new members are among its ranks, the new world is made
+  // from it (ncclCommShrink without the ranks that left, ncclCommSplit when the order changes)
+  // instead of a fresh init; the ranks agree on that over the Gloo control world first.
+  GroupSet* previous = nullptr;
 };
 
 // Connects the ranks of one group under `options.prefix` + name + "/".

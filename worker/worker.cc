@@ -343,9 +343,12 @@ class Worker::Impl {
     return OkStatus();
   }
 
-  // Breaks every call in flight on this worker's communicators. Call with comm_mu_ held.
+  // Breaks every call in flight on this worker's communicators. An NCCL world is only
+  // interrupted, so that the next generation may shrink it (GroupSet::Interrupt); one kept from
+  // the generation before is released (a build that uses it is doomed). Call with comm_mu_ held.
   void AbortLocked() {
-    groups_.Abort();
+    groups_.Interrupt();
+    previous_.Abort();
     if (handoff_ != nullptr) handoff_->Abort();
   }
 
@@ -671,13 +674,40 @@ class Worker::Impl {
       // during a reconfiguration.
       std::this_thread::sleep_for(options_.test_apply_delay);
     }
+    GroupSet old;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = GroupSet{};  // the old generation's contexts: everyone has left them
+      old = std::move(groups_);  // the old generation's communicators: everyone has left them
+      groups_ = GroupSet{};
+      // Only an NCCL world is worth keeping: the next one may be made from it.
+      if (backend_ == "nccl") {
+        previous_.world = old.world;
+        previous_.member_ids = old.member_ids;
+      }
     }
+    // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
+    // departed peer would make it wait): aborted, except for the world kept above.
+    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
+      if (c != nullptr && c != previous_.world.get() && std::string(c->backend()) == "nccl") {
+        c->Abort();
+      }
+    }
+    old = GroupSet{};
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
-    auto groups = BuildGroups(GroupOptionsFor(gen), gen.layout, my_rank);
+    GroupOptions group_options = GroupOptionsFor(gen);
+    for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
+    group_options.previous = &previous_;
+    auto groups = BuildGroups(group_options, gen.layout, my_rank);
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      // The kept world is now part of the new generation, or released.
+      if (previous_.world != nullptr &&
+          (!groups.ok() || previous_.world.get() != groups->world.get())) {
+        previous_.world->Abort();
+      }
+      previous_ = GroupSet{};
+    }
     if (!groups.ok()) {
       return groups.status().WithContext("building generation " + std::to_string(gen.generation));
     }
@@ -941,8 +971,9 @@ class Worker::Impl {
   std::unique_ptr<CoordinatorStore> store_;
   TensorCollection state_;
 
-  std::mutex comm_mu_;  // guards groups_ and handoff_ against Abort() from the I/O thread
+  std::mutex comm_mu_;  // guards groups_, previous_ and handoff_ against the I/O thread's aborts
   GroupSet groups_;
+  GroupSet previous_;  // while a generation is built: the NCCL world it may be made from
   Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
   Coordinates coords_;
   std::atomic<uint64_t> generation_{0};

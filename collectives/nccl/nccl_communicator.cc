@@ -97,12 +97,16 @@ StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
 // `stream` is given) the stream has drained. kPeerLost on an asynchronous NCCL error, kTimedOut at
 // `deadline`, kAborted as soon as `*abort` is set.
 Status Poll(ncclComm_t comm, cudaStream_t stream, Clock::time_point deadline,
-            const std::atomic<bool>* abort, const char* what) {
+            const std::atomic<bool>* abort, const char* what,
+            const std::atomic<bool>* interrupt = nullptr) {
   const Clock::time_point start = Clock::now();
   std::chrono::microseconds nap(20);
   while (true) {
     if (abort != nullptr && abort->load(std::memory_order_acquire)) {
       return AbortedError(std::string(what) + ": communicator aborted");
+    }
+    if (interrupt != nullptr && interrupt->load(std::memory_order_acquire)) {
+      return PeerLostError(std::string(what) + ": interrupted (the job is recovering)");
     }
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(comm, &async);
@@ -193,6 +197,7 @@ struct NcclCommunicator::Impl {
   bool in_call = false;
   Status broken;  // OK while usable
   std::atomic<bool> abort_requested{false};
+  std::atomic<bool> interrupt_requested{false};  // Interrupt(): broken, handle kept
 
   ~Impl();
 
@@ -318,7 +323,7 @@ Status NcclCommunicator::Impl::Run(const char* what, Communicator::Timeout t, F&
   Status s = [&]() -> Status {
     ELASTRA_CUDA_RETURN(cudaSetDevice(device));
     ELASTRA_RETURN_IF_ERROR(enqueue(comm, stream));
-    return Poll(comm, stream, deadline, &abort_requested, what);
+    return Poll(comm, stream, deadline, &abort_requested, what, &interrupt_requested);
   }();
   return EndCall(std::move(s));
 }
@@ -517,8 +522,17 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, i
   return impl_->FinishChild(r, child, "ncclCommSplit");
 }
 
+void NcclCommunicator::Interrupt() {
+  impl_->interrupt_requested.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  // A call in flight sees the flag in its polling loop and breaks the communicator in EndCall.
+  if (!impl_->in_call && impl_->broken.ok() && impl_->comm != nullptr) {
+    impl_->broken = PeerLostError("interrupted (the job is recovering)");
+  }
+}
+
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
-    std::vector<int> exclude_ranks) {
+    std::vector<int> exclude_ranks, bool abort) {
   // Our own copy: NCCL sorts the list in place.
   std::vector<int> exclude = std::move(exclude_ranks);
   std::sort(exclude.begin(), exclude.end());
@@ -533,10 +547,10 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
   }
   if (exclude.empty()) return InvalidArgumentError("Shrink: nothing to exclude");
   ELASTRA_RETURN_IF_ERROR(impl_->BeginCall(/*allow_broken=*/true).WithContext("Shrink"));
-  bool failure_path;
+  bool failure_path = abort;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    failure_path = !impl_->broken.ok();
+    failure_path |= !impl_->broken.ok();
   }
   Status dev = CudaStatus(cudaSetDevice(impl_->device), "cudaSetDevice");
   if (!dev.ok()) return impl_->EndCall(dev);

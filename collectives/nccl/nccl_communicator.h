@@ -92,8 +92,17 @@ class NcclCommunicator : public Communicator {
   // Healthy communicator: NCCL_SHRINK_DEFAULT, this one stays usable. Broken one (after
   // kPeerLost/kTimedOut): NCCL_SHRINK_ABORT, which first terminates the hung operations, then this
   // one is released with ncclCommAbort and its calls return kAborted afterwards.
+  // With `abort`, NCCL_SHRINK_ABORT and the release of this one even when it is healthy (every
+  // survivor must pass the same mode: NCCL requires it).
   // kInvalidArgument for a bad list or when the caller is in it; kTimedOut after connect_timeout.
-  StatusOr<std::unique_ptr<NcclCommunicator>> Shrink(std::vector<int> exclude_ranks);
+  StatusOr<std::unique_ptr<NcclCommunicator>> Shrink(std::vector<int> exclude_ranks,
+                                                     bool abort = false);
+
+  // Breaks the communicator without releasing its NCCL handle: a call in flight returns
+  // kPeerLost at its next poll, later calls fail fast, and Shrink() (in NCCL_SHRINK_ABORT mode)
+  // can still make the survivors' communicator from it. For a recovery that may shrink; Abort()
+  // when nothing will be made from it. Thread-safe, never blocks on peers.
+  void Interrupt();
 
   // The stream every call runs on (a cudaStream_t), created with cudaStreamNonBlocking.
   CUstream_st* stream() const;

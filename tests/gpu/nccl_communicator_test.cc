@@ -231,6 +231,12 @@ TEST_F(NcclMultiProcessTest, TimeoutAndAbortBreakHungCollectives) {
 
 // SIGKILL the last of three ranks while they loop over allreduces: both survivors must report
 // kPeerLost or kTimedOut within twice the collective timeout, then shrink and go on.
+// What a worker's recovery does: an interrupted world (handle kept) shrunk by the survivors.
+TEST_F(NcclMultiProcessTest, InterruptedWorldIsShrunkBySurvivors) {
+  auto codes = RunRanks("interrupt", 3, dir_.path(), Ms(90000));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
   const int kSize = 3;
   const Ms kTimeout(2000);

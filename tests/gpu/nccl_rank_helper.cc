@@ -4,7 +4,7 @@
 //   nccl_rank_helper <scenario> <rank> <size> <store_dir> <prefix> [timeout_ms]
 //
 // Exit code 0 when every check of the scenario passed; a failed check prints "FAIL ..." to stderr
-// and exits non-zero (the test reports the code). Scenarios: collectives, split, hang, kill, leak.
+// and exits non-zero (the test reports the code). Scenarios: collectives, split, hang, kill, interrupt, leak.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -457,6 +457,56 @@ Status StoreBarrier(KeyValueStore& store, const std::string& name, int rank, int
   return store.Wait(keys, Ms(60000));
 }
 
+// Interrupt() breaks a hung collective without releasing the handle, and the survivors shrink it:
+// rank size-1 never joins the allreduce (it waits, then aborts its own communicator); the others'
+// allreduce is interrupted from another thread after 300 ms (it must end with kPeerLost, long
+// before its 20 s timeout), then they shrink the interrupted world with NCCL_SHRINK_ABORT and
+// allreduce on the result. The worker does the same in a recovery.
+int ScenarioInterrupt(const Args& a, KeyValueStore& store) {
+  NcclOptions o{&store, a.prefix, a.rank, a.size, 0, Ms(20000), Ms(60000)};
+  auto made = CreateNcclCommunicator(o);
+  REQUIRE_OK(made.status());
+  std::unique_ptr<NcclCommunicator> world = std::move(made).value();
+  const int silent = a.size - 1;
+  if (a.rank == silent) {
+    REQUIRE_OK(store.Set(a.prefix + "silent_ready", "1"));
+    auto done = store.Get(a.prefix + "survivors_done", Ms(60000));
+    world->Abort();
+    return done.ok() ? 0 : 4;
+  }
+  DeviceBuffer<float> buf(4096);
+  buf.Upload(std::vector<float>(4096, 1.0f));
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(Ms(300));
+    world->Interrupt();
+  });
+  const auto t0 = Clock::now();
+  Status s = world->Allreduce(buf.get(), 4096, DataType::kFloat32, ReduceOp::kSum);
+  const auto waited = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
+  interrupter.join();
+  std::printf("rank %d: interrupted allreduce ended after %lld ms with %s\n", a.rank,
+              static_cast<long long>(waited), s.ToString().c_str());
+  EXPECT_TRUE_H(s.code() == StatusCode::kPeerLost, "interrupted allreduce: %s",
+                s.ToString().c_str());
+  EXPECT_TRUE_H(waited < 10000, "interrupt took %lld ms", static_cast<long long>(waited));
+  EXPECT_TRUE_H(world->health().code() == StatusCode::kPeerLost, "health after interrupt: %s",
+                world->health().ToString().c_str());
+  // Later calls fail fast with the same status.
+  EXPECT_TRUE_H(world->Barrier(Ms(20000)).code() == StatusCode::kPeerLost, "barrier after interrupt");
+  auto small = world->Shrink({silent}, /*abort=*/true);
+  REQUIRE_OK(small.status());
+  EXPECT_TRUE_H(world->health().code() == StatusCode::kAborted, "parent after the shrink: %s",
+                world->health().ToString().c_str());
+  EXPECT_TRUE_H((*small)->size() == a.size - 1 && (*small)->rank() == a.rank, "shrunk %d/%d",
+                (*small)->rank(), (*small)->size());
+  auto sum = SumOf(**small, a.rank + 1);
+  REQUIRE_OK(sum.status());
+  EXPECT_TRUE_H(*sum == (a.size - 1) * a.size / 2, "after shrink: %" PRId64, *sum);
+  REQUIRE_OK(StoreBarrier(store, a.prefix + "shrunk", a.rank, a.size - 1));
+  if (a.rank == 0) REQUIRE_OK(store.Set(a.prefix + "survivors_done", "1"));
+  return g_failures == 0 ? 0 : 1;
+}
+
 // Cycles of init / split / (planned shrink | abort) / teardown. After warm-up, host RSS and the
 // device's free memory must stay flat. Env: ELASTRA_LEAK_CYCLES (200), ELASTRA_LEAK_BUDGET_S (100).
 int ScenarioLeak(const Args& a, KeyValueStore& store) {
@@ -549,7 +599,7 @@ int main(int argc, char** argv) {
   using namespace elastra;
   if (argc < 6) {
     std::fprintf(stderr,
-                 "usage: %s <collectives|split|hang|kill|leak> <rank> <size> <store_dir> "
+                 "usage: %s <collectives|split|hang|kill|interrupt|leak> <rank> <size> <store_dir> "
                  "<prefix> [timeout_ms]\n",
                  argv[0]);
     return 64;
@@ -569,6 +619,7 @@ int main(int argc, char** argv) {
   if (a.scenario == "hang") return ScenarioHang(a, store);
   if (a.scenario == "kill") return ScenarioKill(a, store);
   if (a.scenario == "leak") return ScenarioLeak(a, store);
+  if (a.scenario == "interrupt") return ScenarioInterrupt(a, store);
   std::fprintf(stderr, "unknown scenario %s\n", a.scenario.c_str());
   return 64;
 }
