@@ -3,6 +3,7 @@
 // rounding, in one process and in elastic jobs under `elastra run` whose workers share the one GPU.
 // Every test skips when this process sees no CUDA device.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -177,6 +178,33 @@ TEST(TrainMlpCuda, ElasticJobOverNcclChangingLayoutMatchesCpuReference) {
   ASSERT_EQ(job.Wait(seconds(45)), 0) << LauncherLog(job);
   auto log = ExpectMatchesCpuReference(job.log_path(), args, steps, job.dir());
   EXPECT_EQ(Layouts(log), (std::set<std::tuple<int, int, int>>{{2, 1, 1}, {1, 1, 2}, {1, 2, 1}}));
+}
+
+// A worker killed in an NCCL job: the survivors' recovery interrupts their NCCL world instead of
+// releasing it, and the next generation is made from it by ncclCommShrink (no fresh NCCL init);
+// training goes on from the newest in-memory commit and still matches the CPU reference.
+TEST(TrainMlpCuda, KilledWorkerInNcclJobSurvivorsShrinkAndMatchCpuReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const int steps = 150;
+  const std::vector<std::string> args = ModelArgs(steps, 2, 2, 48);  // 48 splits over 3 and 2
+  Job job(3, With(args, "cuda"),
+          {"ELASTRA_DEVICE=0", "ELASTRA_BACKEND=nccl", "ELASTRA_NCCL_HOSTID_PER_WORKER=1",
+           "NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "ELASTRA_COLLECTIVE_TIMEOUT_MS=3000"});
+  ASSERT_TRUE(job.WaitForStep(15, seconds(60))) << LauncherLog(job);
+  pid_t victim = job.PidOfRank(2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        return j.value("state", std::string()) == "running" && j["layout"].value("dp", 0) == 2;
+      },
+      seconds(40)))
+      << LauncherLog(job);
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
+  EXPECT_NE(log.find("by ncclCommShrink"), std::string::npos) << log;
+  auto run = ExpectMatchesCpuReference(job.log_path(), args, steps, job.dir());
+  EXPECT_EQ(Layouts(run), (std::set<std::tuple<int, int, int>>{{3, 1, 1}, {2, 1, 1}}));
 }
 
 }  // namespace
