@@ -4,15 +4,21 @@
 #   OUT=/some/dir bash bench/gpu_check.sh        # OUT defaults to ./out
 #
 # Configures a fresh build-gpu (Release, CUDA arch 90, NCCL required), builds only what the GPU
-# checks need (nccl_communicator_test, nccl_rank_helper, bench_collectives, train_mlp_cuda_test
-# with train_mlp and elastra, and their libraries), runs the NCCL tests one gtest case per step
-# (each with its own timeout and JUnit XML), then train_mlp_cuda_test as one step, runs
-# bench_collectives, and writes every log, XML file, JSON line and nvidia-smi output under $OUT.
-# It never stops halfway: each step's exit code and duration go to $OUT/summary.txt. The whole run
-# is bounded by TOTAL_BUDGET_S (default 420 s): a step that would start with too little time left
-# is recorded as skipped. Without a GPU the tests skip and the benchmark runs its Gloo half only.
+# checks need, and runs, each as its own step with a timeout, its log and (for tests) JUnit XML:
+#   1. the NCCL backend's tests, one gtest case (or group) per step (nccl_communicator_test);
+#   2. device state (device_state_test) and device-to-device resharding over NCCL
+#      (device_reshard_test);
+#   3. train_mlp --device cuda against the CPU (train_mlp_cuda_test: reference, elastic jobs on
+#      gloo and nccl, a killed worker in an nccl job);
+#   4. the benchmarks bench_collectives (nccl_vs_raw, gloo_vs_raw) and bench_device
+#      (reshard_vs_raw_nccl, checkpoint_save_vs_dd, stall_vs_memcpy_d2h);
+#   5. the 200-cycle leak test last (it takes whatever time is left, up to its own budget).
+# Everything goes under $OUT. It never stops halfway: each step's exit code and duration go to
+# $OUT/summary.txt. The whole run is bounded by TOTAL_BUDGET_S (default 540 s, so that one device
+# command of 600 s holds it): a step that would start with too little time left is recorded as
+# skipped. Without a GPU the tests skip and the benchmarks print their no-device lines.
 #
-# Knobs (environment): OUT, JOBS (16), TOTAL_BUDGET_S (420), ELASTRA_LEAK_BUDGET_S (75),
+# Knobs (environment): OUT, JOBS (16), TOTAL_BUDGET_S (540), ELASTRA_LEAK_BUDGET_S (75),
 # ELASTRA_LEAK_CYCLES (200), BUILD_DIR (build-gpu).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -20,7 +26,7 @@ ROOT=$(pwd)
 OUT=${OUT:-$ROOT/out}
 JOBS=${JOBS:-16}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
-TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-420}
+TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-540}
 export ELASTRA_LEAK_BUDGET_S=${ELASTRA_LEAK_BUDGET_S:-75}
 export ELASTRA_LEAK_CYCLES=${ELASTRA_LEAK_CYCLES:-200}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -90,7 +96,8 @@ step configure 180 "$OUT/configure.log" \
   -DELASTRA_WITH_NCCL=ON
 step build 300 "$OUT/build.log" \
   ninja -C "$BUILD_DIR" -j"$JOBS" nccl_communicator_test nccl_rank_helper bench_collectives \
-  train_mlp_cuda_test train_mlp elastra bench_device
+  train_mlp_cuda_test train_mlp elastra bench_device device_state_test device_reshard_test \
+  device_reshard_helper
 TEST_BIN=$BUILD_DIR/tests/gpu/nccl_communicator_test
 BENCH_BIN=$BUILD_DIR/bench/collectives/bench_collectives
 
@@ -111,17 +118,24 @@ run_tests collectives3 'NcclMultiProcessTest.CollectivesThreeRanks' 75
 run_tests split 'NcclMultiProcessTest.SplitAndPlannedShrinkThreeRanks' 75
 run_tests hang 'NcclMultiProcessTest.TimeoutAndAbortBreakHungCollectives' 60
 run_tests kill 'NcclMultiProcessTest.KilledRankSurvivorsDetectAndShrink' 100
+run_tests interrupt 'NcclMultiProcessTest.InterruptedWorldIsShrunkBySurvivors' 90
 
-# --- train_mlp --device cuda against its CPU reference (one process, elastic jobs on gloo and nccl)
-MLP_TEST_BIN=$BUILD_DIR/tests/gpu/train_mlp_cuda_test
-if [[ -x $MLP_TEST_BIN ]]; then
-  step test:train_mlp_cuda 120 "$OUT/test_train_mlp_cuda.log" \
-    "$MLP_TEST_BIN" --gtest_output="xml:$OUT/test_train_mlp_cuda.xml"
-  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)|^max relative loss|Failure' \
-    "$OUT/test_train_mlp_cuda.log" | sed "s/^/    train_mlp_cuda: /" | head -20 | tee -a "$SUMMARY"
-else
-  echo "test:train_mlp_cuda rc=NOT_BUILT" | tee -a "$SUMMARY"
-fi
+# --- Device state and device-to-device resharding -----------------------------------------------
+run_binary() {  # NAME BINARY TIMEOUT
+  if [[ ! -x $2 ]]; then
+    echo "test:$1 rc=NOT_BUILT" | tee -a "$SUMMARY"
+    return
+  fi
+  step "test:$1" "$3" "$OUT/test_$1.log" "$2" --gtest_output="xml:$OUT/test_$1.xml"
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)|^max relative loss|Failure|FAIL rank' \
+    "$OUT/test_$1.log" | sed "s/^/    $1: /" | head -20 | tee -a "$SUMMARY"
+}
+run_binary device_state "$BUILD_DIR/tests/gpu/device_state_test" 90
+run_binary device_reshard "$BUILD_DIR/tests/gpu/device_reshard_test" 150
+
+# --- train_mlp --device cuda against its CPU reference (one process, elastic jobs on gloo and nccl,
+# a killed worker in an nccl job)
+run_binary train_mlp_cuda "$BUILD_DIR/tests/gpu/train_mlp_cuda_test" 180
 
 # --- Benchmark (before the long leak test, so that its figures come back in any case) -----------
 if [[ -x $BENCH_BIN ]]; then
