@@ -343,6 +343,21 @@ class Worker::Impl {
     return OkStatus();
   }
 
+  // Drops this worker's communicators when it leaves the layout mid-job (a shrink takes it out).
+  // NCCL ones are aborted first: a finalize could wait on peers that are already building the
+  // next generation without this worker.
+  void ReleaseGroups() {
+    GroupSet old;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      old = std::move(groups_);
+      groups_ = GroupSet{};
+    }
+    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
+      if (c != nullptr && std::string(c->backend()) == "nccl") c->Abort();
+    }
+  }
+
   // Breaks every call in flight on this worker's communicators. An NCCL world is only
   // interrupted, so that the next generation may shrink it (GroupSet::Interrupt); one kept from
   // the generation before is released (a build that uses it is doomed). Call with comm_mu_ held.
@@ -600,10 +615,7 @@ class Worker::Impl {
   // state comes back from the members at a later grow), and the worker joins again as standby
   // under its own id, so the coordinator uses it first when the job grows.
   Status Park(uint64_t generation) {
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = GroupSet{};
-    }
+    ReleaseGroups();
     commits_.clear();
     PublishCommits();
     state_.ReleaseShards();  // host and GPU memory go back while parked
@@ -954,10 +966,7 @@ class Worker::Impl {
 
   // A worker that a shrink removes hands off the shards only it holds, then goes.
   Status HandOff(const proto::NewGeneration& gen) {
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = GroupSet{};
-    }
+    ReleaseGroups();
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
