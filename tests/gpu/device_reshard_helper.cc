@@ -18,35 +18,14 @@
 #include "elastra/device_buffer.h"
 #include "elastra/sharding.h"
 #include "tests/gpu/file_kv_store.h"
+#include "tests/reshard/global_shards.h"
 #include "worker/reshard_executor.h"
 #include "worker/reshard_plan.h"
 
 namespace elastra {
 namespace {
 
-uint8_t GlobalByte(int t, int64_t e, size_t k) {
-  uint64_t x = (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(e) * 0x9E3779B97F4A7C15ULL) ^ k;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 32;
-  return static_cast<uint8_t>(x);
-}
-
-std::vector<uint8_t> Cut(int t, const TensorSpec& tensor, const Region& region) {
-  const size_t es = tensor.element_size;
-  std::vector<uint8_t> out(region.elements() * es);
-  const int64_t cols = FullRect(tensor.shape).col_end;
-  for (const Rect& p : region.Pieces()) {
-    for (int64_t r = p.row_begin; r < p.row_end; ++r) {
-      for (int64_t c = p.col_begin; c < p.col_end; ++c) {
-        for (size_t k = 0; k < es; ++k) {
-          out[region.LocalOffset(r, c) * es + k] = GlobalByte(t, r * cols + c, k);
-        }
-      }
-    }
-  }
-  return out;
-}
+using testing::MakeShard;
 
 StateSpec MakeState() {
   StateSpec s;
@@ -104,7 +83,7 @@ int Run(const std::string& scenario, int rank, int size, const std::string& dir)
     const Region region = LocalRegion(state.tensors[t], state.num_layers, from.layout,
                                       CoordinatesOf(from.layout, from_rank));
     if (region.empty()) continue;
-    std::vector<uint8_t> bytes = Cut(static_cast<int>(t), state.tensors[t], region);
+    std::vector<uint8_t> bytes = MakeShard(static_cast<int>(t), state.tensors[t], region);
     auto b = DeviceBuffer::Allocate(0, bytes.size());
     if (!b.ok()) return Fail(rank, b.status().ToString());
     if (!b->CopyFromHost(bytes.data(), bytes.size()).ok()) return Fail(rank, "upload");
@@ -140,7 +119,7 @@ int Run(const std::string& scenario, int rank, int size, const std::string& dir)
       Fail(rank, "missing " + name);
       continue;
     }
-    const std::vector<uint8_t> want = Cut(static_cast<int>(t), state.tensors[t], region);
+    const std::vector<uint8_t> want = MakeShard(static_cast<int>(t), state.tensors[t], region);
     std::vector<uint8_t> got(it->second.size());
     if (got.size() != want.size() || !it->second.CopyToHost(got.data(), got.size()).ok() ||
         std::memcmp(got.data(), want.data(), want.size()) != 0) {

@@ -92,18 +92,7 @@ examples::TrainLog ExpectMatchesCpuReference(const std::string& run_log,
                                              const std::string& dir) {
   const std::string ref = dir + "/cpu_ref.jsonl";
   EXPECT_TRUE(RunReferenceOn("cpu", args, ref));
-  auto run = examples::ReadTrainLog(run_log);
-  auto reference = examples::ReadTrainLog(ref);
-  EXPECT_TRUE(run.ok()) << run.status();
-  EXPECT_TRUE(reference.ok()) << reference.status();
-  if (!run.ok() || !reference.ok()) return {};
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LT(c.max_rel_loss_diff, kTolerance);
-  ::testing::Test::RecordProperty("max_rel_loss_diff", std::to_string(c.max_rel_loss_diff));
-  std::printf("max relative loss difference against the CPU: %.3g\n", c.max_rel_loss_diff);
-  return *run;
+  return ExpectLogMatches(run_log, ref, steps, kTolerance);
 }
 
 // Whether train_mlp's final line (it starts with `prefix`) says it ran on CUDA device 0.

@@ -135,20 +135,27 @@ std::string LauncherLog(const Job& job) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-examples::TrainLog ExpectMatchesReference(const Job& job,
-                                          const std::vector<std::string>& train_args, int steps) {
-  std::string ref = job.dir() + "/ref.jsonl";
-  EXPECT_TRUE(RunReference(train_args, ref));
-  auto run = examples::ReadTrainLog(job.log_path());
-  auto reference = examples::ReadTrainLog(ref);
+examples::TrainLog ExpectLogMatches(const std::string& run_log, const std::string& ref_log,
+                                    int steps, double tolerance) {
+  auto run = examples::ReadTrainLog(run_log);
+  auto reference = examples::ReadTrainLog(ref_log);
   EXPECT_TRUE(run.ok()) << run.status();
   EXPECT_TRUE(reference.ok()) << reference.status();
   if (!run.ok() || !reference.ok()) return {};
   auto c = examples::Compare(*run, *reference, steps);
   EXPECT_TRUE(c.accounting_ok) << c.problem;
   EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  EXPECT_LE(c.max_rel_loss_diff, tolerance);
+  ::testing::Test::RecordProperty("max_rel_loss_diff", std::to_string(c.max_rel_loss_diff));
+  std::printf("max relative loss difference against the reference: %.3g\n", c.max_rel_loss_diff);
   return *run;
+}
+
+examples::TrainLog ExpectMatchesReference(const Job& job,
+                                          const std::vector<std::string>& train_args, int steps) {
+  std::string ref = job.dir() + "/ref.jsonl";
+  EXPECT_TRUE(RunReference(train_args, ref));
+  return ExpectLogMatches(job.log_path(), ref, steps, 1e-4);
 }
 
 bool RunReference(const std::vector<std::string>& train_args, const std::string& log) {

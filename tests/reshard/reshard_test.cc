@@ -12,37 +12,15 @@
 #include "collectives/gloo/gloo_communicator.h"
 #include "collectives/kv_store.h"
 #include "elastra/sharding.h"
+#include "tests/reshard/global_shards.h"
 #include "worker/reshard_executor.h"
 #include "worker/reshard_plan.h"
 
 namespace elastra {
 namespace {
 
-// Byte `k` of element `e` of tensor `t` in the global tensors.
-uint8_t GlobalByte(int t, int64_t e, size_t k) {
-  uint64_t x = (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(e) * 0x9E3779B97F4A7C15ULL) ^ k;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 32;
-  return static_cast<uint8_t>(x);
-}
-
-// The local shard of `tensor` (index t) for `region`, cut from the global tensor.
-std::vector<uint8_t> MakeShard(int t, const TensorSpec& tensor, const Region& region) {
-  const size_t es = tensor.element_size;
-  std::vector<uint8_t> out(region.elements() * es);
-  const int64_t cols = FullRect(tensor.shape).col_end;
-  for (const Rect& p : region.Pieces()) {
-    for (int64_t r = p.row_begin; r < p.row_end; ++r) {
-      for (int64_t c = p.col_begin; c < p.col_end; ++c) {
-        for (size_t k = 0; k < es; ++k) {
-          out[region.LocalOffset(r, c) * es + k] = GlobalByte(t, r * cols + c, k);
-        }
-      }
-    }
-  }
-  return out;
-}
+using testing::GlobalByte;
+using testing::MakeShard;
 
 ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
   ShardMap shards;
