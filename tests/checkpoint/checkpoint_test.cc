@@ -678,6 +678,80 @@ TEST(CheckpointAsyncTest, SnapshotHoldsValuesWhileCallerMutates) {
   EXPECT_TRUE(original.Matches(*loaded));
 }
 
+// An Env that counts appends, so a test can see the write start.
+class CountingEnv : public FaultInjectionEnv {
+ public:
+  CountingEnv() : FaultInjectionEnv(Env::Default()) {}
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewWritableFile(path));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
+  }
+  StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
+    ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewDirectWritableFile(path));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
+  }
+  // Waits until at least one append happened; false after `timeout`.
+  bool WaitForAppend(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] { return appends_ > 0; });
+  }
+
+ private:
+  class File : public WritableFile {
+   public:
+    File(CountingEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
+    Status Append(std::span<const std::byte> d) override {
+      Status s = base_->Append(d);
+      {
+        std::lock_guard<std::mutex> l(env_->mu_);
+        ++env_->appends_;
+      }
+      env_->cv_.notify_all();
+      return s;
+    }
+    Status Sync() override { return base_->Sync(); }
+    Status Close() override { return base_->Close(); }
+
+   private:
+    CountingEnv* env_;
+    std::unique_ptr<WritableFile> base_;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int appends_ = 0;
+};
+
+// The write follows the copy block by block instead of waiting for the whole snapshot: while the
+// last tensor is still being copied (here, held in the copy hook), the first blocks are already
+// appended to the file. The file is still exactly the snapshot.
+TEST(CheckpointAsyncTest, WriteStartsWhileTheCopyIsStillRunning) {
+  TempDir root;
+  CountingEnv env;
+  State s(9);
+  StateView v = s.View();
+  for (auto& t : v.tensors) t.on_device = true;  // every copy goes through the hook
+  const std::byte* last = v.tensors.back().data.data();
+  std::atomic<bool> saw_append_during_copy{false};
+  WriterOptions o;
+  o.env = &env;
+  o.root = root.str();
+  o.write_block_bytes = 4096;
+  o.copy_from_device = [&](std::byte* dst, const std::byte* src, size_t n) {
+    if (src == last) saw_append_during_copy = env.WaitForAppend(std::chrono::seconds(10));
+    std::memcpy(dst, src, n);
+    return OkStatus();
+  };
+  auto w = CheckpointWriter::Create(o);
+  ASSERT_TRUE(w.ok());
+  auto d = (*w)->Write({"job", 9, 1}, v);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(saw_append_during_copy.load());
+  ASSERT_TRUE(CommitCheckpoint({&env, root.str(), 3}, {"job", 9, 1}, {}, {*d}).ok());
+  auto loaded = LoadLatest(&env, root.str(), s.Requests());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(s.Matches(*loaded));
+}
+
 TEST(CheckpointAsyncTest, BusyWriterSkipsOrWaits) {
   for (auto mode : {WriterOptions::WhenBusy::kSkip, WriterOptions::WhenBusy::kWait}) {
     TempDir root;

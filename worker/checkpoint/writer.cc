@@ -169,28 +169,59 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
   const auto start = std::chrono::steady_clock::now();
   std::byte* image = image_.get();
   EncodeShardHeader({kFormatVersion, options_.rank, id.step, id.generation}, image);
-  uint64_t pos = kShardHeaderBytes;
-  for (size_t i = 0; i < state.tensors.size(); ++i) {
-    const RegionEntry& r = d.tensors[i].regions[0];
-    if (r.offset > pos) std::memset(image + pos, 0, r.offset - pos);  // padding
-    const TensorShard& t = state.tensors[i];
-    if (t.on_device) {
-      Status copied = options_.copy_from_device(image + r.offset, t.data.data(), r.bytes);
-      if (!copied.ok()) return copied.WithContext("copying tensor '" + t.name + "' from the device");
-    } else {
-      std::memcpy(image + r.offset, t.data.data(), r.bytes);
-    }
-    pos = r.offset + r.bytes;
-  }
-  if (total > pos) std::memset(image + pos, 0, total - pos);
-  last_copy_seconds_ = SecondsSince(start);
   d.file_size = total;
+  std::vector<RegionEntry> regions;
+  for (const TensorEntry& e : d.tensors) regions.push_back(e.regions[0]);
+  // The write starts now and follows the copy: the background thread appends each block once the
+  // copy has passed it (copied_), so copying and writing overlap. This thread owns the image above
+  // copied_ until the copy is done.
   image_bytes_ = total;
   staged_ = std::move(d);
   pending_ = id;
   in_flight_ = true;
+  copied_ = kShardHeaderBytes;
+  copy_failed_ = false;
   l.unlock();
   cv_.notify_all();
+  auto advance = [&](uint64_t to) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      copied_ = to;
+    }
+    cv_.notify_all();
+  };
+  Status copy;
+  uint64_t pos = kShardHeaderBytes;
+  for (size_t i = 0; i < state.tensors.size() && copy.ok(); ++i) {
+    const RegionEntry& r = regions[i];
+    if (r.offset > pos) std::memset(image + pos, 0, r.offset - pos);  // padding
+    const TensorShard& t = state.tensors[i];
+    // In pieces of one write block, so the writer can follow closely.
+    for (uint64_t done = 0; done < r.bytes && copy.ok();) {
+      const uint64_t n = std::min<uint64_t>(options_.write_block_bytes, r.bytes - done);
+      if (t.on_device) {
+        copy = options_.copy_from_device(image + r.offset + done, t.data.data() + done, n);
+        if (!copy.ok()) copy = copy.WithContext("copying tensor '" + t.name + "' from the device");
+      } else {
+        std::memcpy(image + r.offset + done, t.data.data() + done, n);
+      }
+      done += n;
+      if (copy.ok()) advance(r.offset + done);
+    }
+    pos = r.offset + r.bytes;
+  }
+  if (copy.ok() && total > pos) std::memset(image + pos, 0, total - pos);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (copy.ok()) {
+      copied_ = total;
+    } else {
+      copy_failed_ = true;  // the background thread drops the write and reports the failure
+    }
+    last_copy_seconds_ = SecondsSince(start);
+  }
+  cv_.notify_all();
+  if (!copy.ok()) return copy;
   return SnapshotResult::kStarted;
 }
 
@@ -227,6 +258,7 @@ void CheckpointWriter::Loop() {
     pending_.reset();
     l.unlock();
     StatusOr<ShardDescriptor> result = WriteShard(id);
+    WaitForCopy();  // the image is Snapshot()'s until its copy ends, even after a failed write
     if (!result.ok()) {
       LOG(ERROR) << "checkpoint of step " << id.step << " failed on rank " << options_.rank
                  << ": " << result.status();
@@ -243,6 +275,11 @@ void CheckpointWriter::Loop() {
   }
 }
 
+void CheckpointWriter::WaitForCopy() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return copy_failed_ || copied_ >= image_bytes_; });
+}
+
 StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
   const std::string dir = CheckpointDir(options_.root, id);
   const std::string final_path = JoinPath(dir, staged_.file);
@@ -252,18 +289,30 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
   ELASTRA_RETURN_IF_ERROR(env_->CreateDir(dir).WithContext(context));
   ELASTRA_RETURN_IF_ERROR(env_->SyncDir(options_.root).WithContext(context));
 
-  ShardDescriptor d = staged_;
-  const std::byte* image = image_.get();
-  for (TensorEntry& t : d.tensors) {
-    RegionEntry& r = t.regions[0];
-    r.chunk_checksums = ChunkChecksums({image + r.offset, r.bytes}, r.chunk_bytes);
+  ShardDescriptor d;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    d = staged_;
   }
+  const std::byte* image = image_.get();
   auto file = options_.direct_io ? env_->NewDirectWritableFile(tmp_path)
                                  : env_->NewWritableFile(tmp_path);
   if (!file.ok()) return file.status().WithContext(context);
   Status s;
   for (size_t off = 0; off < image_bytes_ && s.ok(); off += options_.write_block_bytes) {
-    s = (*file)->Append({image + off, std::min(options_.write_block_bytes, image_bytes_ - off)});
+    const size_t n = std::min(options_.write_block_bytes, image_bytes_ - off);
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return copy_failed_ || copied_ >= off + n; });
+      if (copy_failed_) s = AbortedError("the snapshot's copy failed");
+    }
+    if (s.ok()) s = (*file)->Append({image + off, n});
+  }
+  if (s.ok()) {
+    for (TensorEntry& t : d.tensors) {  // the copy is complete: every block was appended
+      RegionEntry& r = t.regions[0];
+      r.chunk_checksums = ChunkChecksums({image + r.offset, r.bytes}, r.chunk_bytes);
+    }
   }
   if (s.ok()) s = (*file)->Sync();
   Status closed = (*file)->Close();

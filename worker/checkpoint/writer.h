@@ -103,8 +103,10 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Copies `state` into host memory and hands the write to the background thread; returns as
-  // soon as the copy is done (the caller may then change its tensors). When a write is in flight
+  // Copies `state` into host memory and hands the write to the background thread, which starts
+  // appending each block as soon as the copy has passed it; returns as soon as the copy is done
+  // (the caller may then change its tensors). A copy that fails (copy_from_device) is returned
+  // here and reported as a failed write to on_written. When a write is in flight
   // it first waits (kWait) or returns kSkipped without copying (kSkip); either is logged.
   // kInvalidArgument for a malformed view (a region outside its shape, a size that does not
   // match, the same box of a tensor twice); kResourceExhausted when the staging memory cannot be allocated.
@@ -128,6 +130,8 @@ class CheckpointWriter {
   StatusOr<ShardDescriptor> WriteShard(const CheckpointId& id);
   Status EnsureCapacity(size_t bytes);
   void ReleaseImage();
+  // Until Snapshot()'s copy into the image ended (done or failed).
+  void WaitForCopy();
 
   WriterOptions options_;
   Env* env_;
@@ -149,6 +153,10 @@ class CheckpointWriter {
   size_t capacity_ = 0;
   size_t image_bytes_ = 0;
   bool image_pinned_ = false;
+  // While Snapshot() copies (guarded by mu_): the image below copied_ is final, so the background
+  // thread may append it; copy_failed_ ends the write.
+  uint64_t copied_ = 0;
+  bool copy_failed_ = false;
   ShardDescriptor staged_;  // regions with offsets, checksums filled by the background thread
 
   std::thread thread_;
