@@ -374,7 +374,57 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
     };
 
     Counters sent_counters, received_counters;
-    if (options.concurrent_peers) {
+    if (options.batched && comm.has_exchange()) {
+      // Everything of the group posted at once: per peer, the packed stream as one message, then
+      // the direct runs; both sides list a pair's messages in the same order (build() depends on
+      // the plan only).
+      std::vector<PointToPoint> ops;
+      std::vector<typename Memory::Scratch> buffers;
+      struct Unpack {
+        std::vector<typename Stream::Item> items;
+        uint8_t* buffer;
+        int64_t bytes;
+      };
+      std::vector<Unpack> unpacks;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == me) continue;
+        for (bool sending : {true, false}) {
+          const auto& list = list_of(sending ? sends[g] : recvs[g], peer);
+          if (list.empty()) continue;
+          Direction d = build(list, sending);
+          int64_t staged = 0;
+          for (const auto& it : d.staged) staged += it.transfer->bytes;
+          if (staged > 0) {
+            auto scratch = memory.AllocateScratch(static_cast<size_t>(staged));
+            if (!scratch.ok()) return scratch.status().WithContext("reshard: staging buffer");
+            auto* buffer = static_cast<uint8_t*>(scratch->data());
+            buffers.push_back(std::move(scratch).value());
+            if (sending) {
+              Stream stream(std::move(d.staged), &memory);
+              ELASTRA_RETURN_IF_ERROR(stream.Transfer(buffer, staged, /*pack=*/true));
+            } else {
+              unpacks.push_back({std::move(d.staged), buffer, staged});
+            }
+            ops.push_back({sending, buffer, static_cast<size_t>(staged), peer});
+          }
+          for (const auto& [ptr, bytes] : d.direct) {
+            ops.push_back({sending, ptr, static_cast<size_t>(bytes), peer});
+          }
+        }
+      }
+      ELASTRA_RETURN_IF_ERROR(memory.Wait());  // packed before anything is sent
+      if (!ops.empty()) ELASTRA_RETURN_IF_ERROR(comm.Exchange(ops, tag, options.timeout));
+      for (auto& u : unpacks) {
+        Stream stream(std::move(u.items), &memory);
+        ELASTRA_RETURN_IF_ERROR(stream.Transfer(u.buffer, u.bytes, /*pack=*/false));
+      }
+      ELASTRA_RETURN_IF_ERROR(memory.Wait());
+      for (const PointToPoint& op : ops) {
+        Counters& c = op.send ? sent_counters : received_counters;
+        c.bytes += static_cast<int64_t>(op.bytes);
+        c.messages += 1;
+      }
+    } else if (options.concurrent_peers) {
       // One thread per peer and direction: a send to j is matched only by j's thread receiving
       // from this worker, so the pairs cannot wait on one another.
       struct Job {

@@ -9,8 +9,10 @@
 // Memory: tensors are processed in groups of consecutive tensors (at most group_bytes of full
 // tensor size, or one tensor when larger); a group's new shards are allocated, filled, and the
 // old shards of the group freed before the next group starts. Peak use is the worker's state,
-// plus the new shards of one group, plus two chunk buffers.
-// Schedule: per group, pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
+// plus the new shards of one group, plus two chunk buffers (the group's packed bytes when
+// batched).
+// Schedule: per group, with a communicator that has Exchange(), every transfer posted at once
+// (batched). Otherwise pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
 // first, the higher receives first, so blocking Send/Recv cannot deadlock. Or, with
 // concurrent_peers, every (peer, direction) on its own thread. Small or strided
 // transfers are packed into chunk-sized staging messages; large contiguous ones go directly.
@@ -47,6 +49,10 @@ struct ReshardExecutorOptions {
   // comm.Abort() so the other threads fail fast. Off: one thread, pairwise rounds (partner =
   // rank XOR k), the lower rank of a pair sending first.
   bool concurrent_peers = false;
+  // When the communicator has Exchange() (Gloo, NCCL): per group, every peer's transfers posted
+  // at once in one exchange (each peer's packed rectangles as one message, plus the direct runs),
+  // which beats both schedules above. Memory: the group's packed bytes instead of chunk buffers.
+  bool batched = true;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};
 };

@@ -364,6 +364,43 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Every transfer on its own unbound buffer, all posted at once (receives first), then waited
+  // on: waits that Abort() can wake. Messages between two ranks share one slot and match in
+  // posting order.
+  bool has_exchange() const override { return true; }
+  Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override {
+    bool any = false;
+    for (const PointToPoint& op : ops) {
+      ELASTRA_RETURN_IF_ERROR(CheckPointToPoint(op.send ? "Exchange (send)" : "Exchange (recv)",
+                                                op.data, op.bytes, op.peer, timeout));
+      any |= op.bytes > 0;
+    }
+    if (!any) return BrokenStatus();
+    const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
+    return Run("Exchange", [&] {
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs(ops.size());
+      std::vector<gloo::transport::UnboundBuffer*> watched;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].bytes == 0) continue;
+        bufs[i] = context_->createUnboundBuffer(ops[i].data, ops[i].bytes);
+        watched.push_back(bufs[i].get());
+      }
+      Watch watch(this, watched);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (bufs[i] != nullptr && !ops[i].send) bufs[i]->recv(ops[i].peer, slot);
+      }
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (bufs[i] != nullptr && ops[i].send) bufs[i]->send(ops[i].peer, slot);
+      }
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (bufs[i] == nullptr) continue;
+        const bool done = ops[i].send ? bufs[i]->waitSend(nullptr, timeout)
+                                      : bufs[i]->waitRecv(nullptr, timeout);
+        if (!done) throw std::runtime_error("aborted");
+      }
+    });
+  }
+
   Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
     return Run("Recv", [&] {

@@ -486,6 +486,36 @@ Status NcclCommunicator::SendRecv(const void* send, size_t send_bytes, int send_
   });
 }
 
+Status NcclCommunicator::Exchange(const std::vector<PointToPoint>& ops, uint32_t /*tag*/,
+                                  Timeout timeout) {
+  bool any = false;
+  for (const PointToPoint& op : ops) {
+    if (op.bytes == 0) continue;
+    if (op.peer < 0 || op.peer >= size() || op.peer == rank()) {
+      return InvalidArgumentError("Exchange: bad peer " + std::to_string(op.peer));
+    }
+    ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(op.data, op.bytes, impl_->device, "Exchange"));
+    any = true;
+  }
+  if (!any) return health();
+  return impl_->Run("ncclSend/ncclRecv group", timeout,
+                    [&](ncclComm_t c, cudaStream_t s) -> Status {
+    ELASTRA_NCCL_RETURN(ncclGroupStart(), c);
+    // Every call inside the group is checked, and the group is always closed.
+    Status first;
+    for (size_t i = 0; i < ops.size() && first.ok(); ++i) {
+      const PointToPoint& op = ops[i];
+      if (op.bytes == 0) continue;
+      first = op.send ? NcclStatus(ncclSend(op.data, op.bytes, ncclUint8, op.peer, c, s), c,
+                                   "ncclSend")
+                      : NcclStatus(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, c, s), c,
+                                   "ncclRecv");
+    }
+    Status end = NcclStatus(ncclGroupEnd(), c, "ncclGroupEnd");
+    return first.ok() ? end : first;
+  });
+}
+
 Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t /*tag*/,
                               Timeout timeout) {
   if (bytes > 0 && (peer < 0 || peer >= size() || peer == rank())) {

@@ -79,6 +79,11 @@ class NcclCommunicator : public Communicator {
   Status SendRecv(const void* send, size_t send_bytes, int send_peer, void* recv,
                   size_t recv_bytes, int recv_peer, Timeout timeout);
 
+  // Every transfer in one ncclGroupStart/End (device buffers; ncclSend/ncclRecv match in order
+  // per peer; `tag` is not transmitted).
+  bool has_exchange() const override { return true; }
+  Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override;
+
   void Abort() override;
 
   // ncclCommSplit: collective over this communicator. Ranks with the same `color` (>= 0) form a

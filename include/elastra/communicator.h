@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "elastra/status.h"
 
@@ -19,6 +20,14 @@ namespace elastra {
 
 enum class DataType : int { kFloat32 = 0, kFloat64 = 1, kInt64 = 2, kUint8 = 3 };
 enum class ReduceOp : int { kSum = 0, kMax = 1, kMin = 2 };
+
+// One point-to-point transfer of an Exchange().
+struct PointToPoint {
+  bool send = false;  // send `bytes` from `data` to `peer`, or receive them into `data`
+  void* data = nullptr;
+  size_t bytes = 0;
+  int peer = -1;
+};
 
 size_t DataTypeSize(DataType type);
 const char* DataTypeName(DataType type);
@@ -51,6 +60,19 @@ class Communicator {
   // Point-to-point: `bytes` bytes to or from `peer`; a send matches the recv with the same tag.
   virtual Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
   virtual Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) = 0;
+
+  // Posts every transfer of `ops` at once and returns when all are done: the schedule of a state
+  // move, without pairing rounds or a thread per peer. Transfers between two ranks match in the
+  // order each side lists them (`tag` separates concurrent exchanges where the backend has tags).
+  // Only where has_exchange(); otherwise kFailedPrecondition. kInvalidArgument for a bad peer or
+  // a null buffer with bytes > 0.
+  virtual bool has_exchange() const { return false; }
+  virtual Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) {
+    (void)ops;
+    (void)tag;
+    (void)timeout;
+    return FailedPreconditionError(std::string(backend()) + " has no Exchange()");
+  }
 
   // Breaks every call in flight (they return kAborted or kPeerLost) and every later one.
   // Thread-safe, never blocks on peers.

@@ -346,7 +346,8 @@ TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
     options.chunk_bytes = 1 + rng() % 700;  // chunks cut rows and rectangles anywhere
     options.group_bytes = static_cast<int64_t>(rng() % 3000);
     options.direct_min_bytes = static_cast<int64_t>(rng() % 400);  // some transfers go direct
-    options.concurrent_peers = trial % 2 == 1;
+    options.concurrent_peers = trial % 3 == 1;  // the three schedules in turn
+    options.batched = trial % 3 == 2;
     std::vector<ReshardExecutorStats> stats;
     const auto shards = Execute(*plan, "t" + std::to_string(trial) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
@@ -379,7 +380,8 @@ TEST(ReshardProperty, GptStateThroughEveryDimension) {
     ReshardExecutorOptions options;
     options.chunk_bytes = 4096;
     options.direct_min_bytes = 1024;
-    options.concurrent_peers = i % 2 == 0;
+    options.concurrent_peers = i % 3 == 0;
+    options.batched = i % 3 == 1;
     const auto shards = Execute(*plan, "gpt" + std::to_string(i) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
   }
@@ -407,7 +409,7 @@ TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
 }
 
 // A peer that never takes part: the executor returns the communicator's timeout instead of
-// hanging, in both schedules.
+// hanging, in every schedule.
 TEST(ReshardExecutor, AbsentPeerTimesOut) {
   StateSpec state;
   state.num_layers = 1;
@@ -415,14 +417,16 @@ TEST(ReshardExecutor, AbsentPeerTimesOut) {
   auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{2, 1, 1}, {0, 1}}, {0, 1});
   ASSERT_TRUE(plan.ok());
   ASSERT_GT(plan->bytes_moved, 0);
-  for (bool concurrent : {false, true}) {
+  for (int mode = 0; mode < 3; ++mode) {  // serial, concurrent, batched
+    const bool concurrent = mode == 1;
     InMemoryKeyValueStore store;
-    auto comms = ConnectAll(&store, concurrent ? "absent-c/" : "absent-s/", 2);
+    auto comms = ConnectAll(&store, "absent-" + std::to_string(mode) + "/", 2);
     ASSERT_EQ(comms.size(), 2u);
     ShardMap shards = ShardsOf(state, plan->from, 0);
     ReshardExecutorOptions options;
     options.timeout = std::chrono::milliseconds(300);
     options.concurrent_peers = concurrent;
+    options.batched = mode == 2;
     const auto start = std::chrono::steady_clock::now();
     const Status s = ExecuteReshard(*plan, *comms[0], &shards, options);  // worker 1 stays idle
     EXPECT_FALSE(s.ok());
