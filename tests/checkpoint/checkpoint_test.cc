@@ -603,25 +603,37 @@ TEST(CheckpointFaultTest, PowerLossDropsUnsyncedData) {
   EXPECT_FALSE(fs::exists(JoinPath(root.str(), "g")));
 }
 
-// An Env whose appends block until released, to hold a write in flight.
-class GateEnv : public FaultInjectionEnv {
+// An Env over the real filesystem whose writable files (buffered or direct) are wrapped in
+// `Derived::File(Derived*, base file)`, for tests that watch or hold appends.
+template <class Derived>
+class WrappingEnv : public FaultInjectionEnv {
  public:
-  GateEnv() : FaultInjectionEnv(Env::Default()) {}
+  WrappingEnv() : FaultInjectionEnv(Env::Default()) {}
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewWritableFile(path));
-    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
+    return Wrap(std::move(base));
   }
   StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
     ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewDirectWritableFile(path));
-    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
+    return Wrap(std::move(base));
   }
+
+ private:
+  std::unique_ptr<WritableFile> Wrap(std::unique_ptr<WritableFile> base) {
+    return std::unique_ptr<WritableFile>(
+        new typename Derived::File(static_cast<Derived*>(this), std::move(base)));
+  }
+};
+
+// An Env whose appends block until released, to hold a write in flight.
+class GateEnv : public WrappingEnv<GateEnv> {
+ public:
   void Open() {
     std::lock_guard<std::mutex> l(mu_);
     open_ = true;
     cv_.notify_all();
   }
 
- private:
   class File : public WritableFile {
    public:
     File(GateEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
@@ -679,24 +691,14 @@ TEST(CheckpointAsyncTest, SnapshotHoldsValuesWhileCallerMutates) {
 }
 
 // An Env that counts appends, so a test can see the write start.
-class CountingEnv : public FaultInjectionEnv {
+class CountingEnv : public WrappingEnv<CountingEnv> {
  public:
-  CountingEnv() : FaultInjectionEnv(Env::Default()) {}
-  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewWritableFile(path));
-    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
-  }
-  StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
-    ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewDirectWritableFile(path));
-    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
-  }
   // Waits until at least one append happened; false after `timeout`.
   bool WaitForAppend(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> l(mu_);
     return cv_.wait_for(l, timeout, [&] { return appends_ > 0; });
   }
 
- private:
   class File : public WritableFile {
    public:
     File(CountingEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
