@@ -66,6 +66,39 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
 
 namespace {
 
+}  // namespace
+
+NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
+                            const std::vector<std::string>& new_member_ids,
+                            const Status& old_world_health) {
+  NcclReusePlan plan;
+  // Released (aborted) worlds are gone.
+  if (old_world_health.code() == StatusCode::kAborted || new_member_ids.empty()) return plan;
+  std::map<std::string, int> old_rank;
+  for (size_t r = 0; r < old_member_ids.size(); ++r) {
+    if (!old_rank.emplace(old_member_ids[r], static_cast<int>(r)).second) return plan;
+  }
+  std::vector<int> old_rank_of_new;  // by new rank
+  std::set<int> kept;
+  for (const std::string& id : new_member_ids) {
+    auto it = old_rank.find(id);
+    if (it == old_rank.end() || !kept.insert(it->second).second) return plan;  // new, or twice
+    old_rank_of_new.push_back(it->second);
+  }
+  for (int r = 0; r < static_cast<int>(old_member_ids.size()); ++r) {
+    if (!kept.count(r)) plan.exclude.push_back(r);
+  }
+  if (!old_world_health.ok() && plan.exclude.empty()) {
+    plan.exclude.clear();
+    return plan;  // a broken world can only be shrunk
+  }
+  plan.possible = true;
+  plan.renumber = !std::is_sorted(old_rank_of_new.begin(), old_rank_of_new.end());
+  return plan;
+}
+
+namespace {
+
 #if ELASTRA_HAVE_NCCL
 // The new NCCL world made from the previous one, when every rank can (agreed over `control`):
 // ncclCommShrink without the ranks whose workers left (NCCL_SHRINK_ABORT: the old world may be
@@ -80,33 +113,12 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
       std::string(previous->world->backend()) == "nccl") {
     old = static_cast<NcclCommunicator*>(previous->world.get());
   }
-  std::vector<int> exclude;
-  std::vector<int> old_rank_of_new;  // by new rank
-  bool able = false;
+  NcclReusePlan plan;
   if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
-    std::map<std::string, int> old_rank;
-    for (size_t r = 0; r < previous->member_ids.size(); ++r) {
-      old_rank[previous->member_ids[r]] = static_cast<int>(r);
-    }
-    able = true;
-    std::set<int> kept;
-    for (const std::string& id : options.member_ids) {
-      auto it = old_rank.find(id);
-      if (it == old_rank.end()) {
-        able = false;  // a worker that was not in the old world
-        break;
-      }
-      old_rank_of_new.push_back(it->second);
-      kept.insert(it->second);
-    }
-    for (int r = 0; able && r < old->size(); ++r) {
-      if (!kept.count(r)) exclude.push_back(r);
-    }
-    const Status health = old->health();
-    // Released (aborted) worlds are gone; a broken one can only be shrunk.
-    if (health.code() == StatusCode::kAborted) able = false;
-    if (!health.ok() && exclude.empty()) able = false;
+    plan = PlanNcclReuse(previous->member_ids, options.member_ids, old->health());
   }
+  const bool able = plan.possible;
+  const std::vector<int>& exclude = plan.exclude;
   int64_t unable = able ? 0 : 1;
   ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax));
   if (unable != 0) return std::shared_ptr<NcclCommunicator>();
@@ -120,7 +132,7 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
     base = std::move(shrunk);
   }
   // `base` numbers the survivors in their old order.
-  if (std::is_sorted(old_rank_of_new.begin(), old_rank_of_new.end())) {
+  if (!plan.renumber) {
     LOG(INFO) << "nccl world of " << options.member_ids.size() << " ranks made from the previous one"
               << (exclude.empty() ? " (reused)" : " by ncclCommShrink");
     return base;

@@ -52,6 +52,20 @@ struct GroupOptions {
   GroupSet* previous = nullptr;
 };
 
+// How a generation's NCCL world can be made from the previous generation's (BuildGroups with
+// backend "nccl"): possible when every new member was a rank of the old world and the old world
+// is still held (not released) and either healthy or has ranks to exclude (a broken world can
+// only be shrunk). `exclude`: old ranks whose workers are not members any more, ascending.
+// `renumber`: the survivors' old order is not the new rank order (one ncclCommSplit fixes it).
+struct NcclReusePlan {
+  bool possible = false;
+  std::vector<int> exclude;
+  bool renumber = false;
+};
+NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
+                            const std::vector<std::string>& new_member_ids,
+                            const Status& old_world_health);
+
 // Connects the ranks of one group under `options.prefix` + name + "/".
 StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options,
                                                      const std::string& name, int rank, int size);
