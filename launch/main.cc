@@ -10,7 +10,8 @@ namespace {
 void PrintUsage() {
   std::fprintf(stderr,
                "usage: elastra <command> [flags]\n"
-               "  run         --nproc N [--state-dir DIR] [--max-workers M] -- PROGRAM ARGS...\n"
+               "  run         --nproc N [--state-dir DIR] [--max-workers M] [--gpus N|auto]\n"
+               "              -- PROGRAM ARGS...\n"
                "  coordinator --state-dir DIR --workers N [--bind tcp://HOST:PORT] | --state-dir DIR "
                "--restart\n"
                "  resize      --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] [--wait]\n"

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/control_client.h"
@@ -21,7 +22,9 @@
 #include "common/logging.h"
 #include "coordinator/embedded.h"
 #include "coordinator/server.h"
+#include "elastra/device_buffer.h"
 #include "launch/commands.h"
+#include "launch/device_slots.h"
 #include "launch/process.h"
 
 namespace elastra::launch {
@@ -148,7 +151,7 @@ class CoordinatorProcess {
 
 int RunCommand(const Args& args) {
   FlagParser flags("run", args);
-  if (!flags.Parse({"nproc", "state-dir", "max-workers", "job", "resume"}, {})) return 2;
+  if (!flags.Parse({"nproc", "state-dir", "max-workers", "job", "resume", "gpus"}, {})) return 2;
   long long nproc = 0, max_workers = 64;
   if (!flags.Has("nproc")) {
     std::fprintf(stderr, "elastra run: --nproc N is required\n");
@@ -160,6 +163,21 @@ int RunCommand(const Args& args) {
   if (flags.rest().empty()) {
     std::fprintf(stderr, "elastra run: no program given; usage: elastra run --nproc N -- PROGRAM\n");
     return 2;
+  }
+  // --gpus N|auto: each worker gets ELASTRA_DEVICE, a GPU of its own while there are enough.
+  std::optional<DeviceSlots> gpus;
+  if (flags.Has("gpus")) {
+    long long n = 0;
+    if (flags.Get("gpus") == "auto") {
+      n = CudaDeviceCount();
+      if (n == 0) {
+        std::fprintf(stderr, "elastra run: --gpus auto: this machine shows no CUDA device\n");
+        return 2;
+      }
+    } else if (!flags.GetInt("gpus", 1, 4096, &n)) {
+      return 2;
+    }
+    gpus.emplace(static_cast<int>(n));
   }
   std::string state_dir = flags.Get("state-dir", ".elastra");
   std::string job = flags.Get("job", "elastra");
@@ -215,14 +233,18 @@ int RunCommand(const Args& args) {
 
   ProcessGroup group;
   auto spawn = [&](const std::string& id) {
-    auto pid = group.Spawn(id, flags.rest(), WorkerEnv(info, id, state_dir));
+    auto env = WorkerEnv(info, id, state_dir);
+    if (gpus) env["ELASTRA_DEVICE"] = std::to_string(gpus->Acquire(id));
+    auto pid = group.Spawn(id, flags.rest(), env);
     if (!pid.ok()) {
+      if (gpus) gpus->Release(id);
       LOG(ERROR) << "cannot start worker " << id << ": " << pid.status();
       proto::ProcessExited exited{id, 127, 0};
       agent->Send(MessageType::kProcessExited, proto::EncodePayload(exited)).IgnoreError();
       return;
     }
-    LOG(INFO) << "started worker " << id << " as pid " << *pid;
+    LOG(INFO) << "started worker " << id << " as pid " << *pid
+              << (gpus ? " on GPU " + env["ELASTRA_DEVICE"] : std::string());
   };
   for (long long i = 0; i < nproc; ++i) spawn("w" + std::to_string(i));
 
@@ -247,6 +269,7 @@ int RunCommand(const Args& args) {
                      << "); starting it again on " << state_dir;
         continue;
       }
+      if (gpus) gpus->Release(exit->worker_id);
       if (exit->signal != 0) {
         LOG(WARNING) << "worker " << exit->worker_id << " (pid " << exit->pid
                      << ") killed by signal " << exit->signal;

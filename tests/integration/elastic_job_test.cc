@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "elastra/device_buffer.h"
 #include "elastra/layout.h"
 #include "examples/log_check.h"
 #include "tests/integration/job_harness.h"
@@ -235,6 +236,48 @@ TEST(ElasticJob, UnusableBackendIsRefusedClearly) {
   EXPECT_TRUE(log.find("ELASTRA_BACKEND=nccl needs a CUDA device") != std::string::npos ||
               log.find("has no NCCL") != std::string::npos)
       << log;
+}
+
+// `elastra run --gpus N` gives each worker a device of its own (ELASTRA_DEVICE; the workers
+// report it when they join, and this CPU model only carries it): a worker that a shrink removes
+// frees its device, and the worker a grow starts takes it. Bad values are refused.
+TEST(ElasticJob, GpusFlagGivesEachWorkerItsOwnDevice) {
+  auto devices = [](const nlohmann::json& status) {
+    std::multiset<int> out;
+    for (const auto& w : status.value("workers", nlohmann::json::array())) {
+      if (w.value("state", std::string()) == "member") out.insert(w.value("device", -1));
+    }
+    return out;
+  };
+  const int steps = 80;
+  auto args = TrainArgs(steps, 15);
+  Job job(2, args, {}, {"--gpus", "2"});
+  ASSERT_TRUE(job.WaitForStep(5, seconds(60))) << LauncherLog(job);
+  EXPECT_EQ(devices(job.Status()), (std::multiset<int>{0, 1})) << job.Status().dump();
+  auto shrink = job.Resize("--workers 1 --wait");
+  ASSERT_EQ(shrink.exit_code, 0) << shrink.out;
+  // The removed worker's device is free once the launcher has reaped it.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  while (LauncherLog(job).find(") exited with 0") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(LauncherLog(job).find(") exited with 0"), std::string::npos) << LauncherLog(job);
+  auto grow = job.Resize("--workers 2 --wait");
+  ASSERT_EQ(grow.exit_code, 0) << grow.out;
+  EXPECT_EQ(devices(job.Status()), (std::multiset<int>{0, 1})) << job.Status().dump();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectMatchesReference(job, args, steps);
+
+  for (const std::string bad : {"0", "two", "-1"}) {
+    auto r = RunShell(ElastraBinary() + " run --nproc 1 --gpus " + bad + " -- /bin/true");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+  }
+  if (CudaDeviceCount() == 0) {
+    auto r = RunShell(ElastraBinary() + " run --nproc 1 --gpus auto -- /bin/true");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("no CUDA device"), std::string::npos) << r.out;
+  }
 }
 
 TEST(ElasticJob, ClientWithWrongKeyIsRefusedClearly) {
