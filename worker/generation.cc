@@ -330,8 +330,8 @@ StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
   }
   ReshardExecutorOptions options;
   options.timeout = timeout;
-  // Every peer at once (gloo's Send and Recv may run on several threads): a new worker receives
-  // from all its senders in parallel instead of in pairwise rounds.
+  // Every peer at once: batched through Exchange() (Gloo has it); a communicator without it gets
+  // a thread per peer (gloo's Send and Recv may run on several threads), not pairwise rounds.
   options.concurrent_peers = true;
   ReshardExecutorStats stats;
   Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);
@@ -357,7 +357,9 @@ StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& co
   }
   ReshardExecutorOptions options;
   options.timeout = timeout;
-  options.concurrent_peers = false;  // one NCCL communicator: pairwise rounds on this thread
+  // Batched: every transfer in one NCCL group (Exchange); never a thread per peer on one NCCL
+  // communicator.
+  options.concurrent_peers = false;
   ReshardExecutorStats stats;
   Status s = ExecuteDeviceReshard(move.plan, comm, state->device(), &shards, options, &stats);
   for (auto& t : tensors) {

@@ -79,8 +79,9 @@ Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* sha
 
 // The same on shards in device memory, all on CUDA device `device`: new shards and staging
 // buffers are device buffers, packing and local copies run on the device, and the transfers go
-// over `comm` with device pointers, so `comm` must take them (an NCCL communicator: it matches
-// point-to-point messages by order, which the pairwise schedule keeps identical on both sides).
+// over `comm` with device pointers, so `comm` must take them (an NCCL communicator: batched, each
+// group of tensors is one ncclGroupStart/End; NCCL matches messages by order, which both sides
+// derive from the plan alike).
 // kInvalidArgument for concurrent_peers (one NCCL communicator is not used from several threads)
 // or a shard on another device; kUnavailable without CUDA; kResourceExhausted when the device
 // has no room for the new shards; otherwise as ExecuteReshard.
