@@ -45,6 +45,8 @@
 #include "coordinator/model_description.h"
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
+#include "tests/collectives/gloo_thread_ranks.h"
+#include "tests/reshard/global_shards.h"
 #include "worker/reshard_executor.h"
 #include "worker/reshard_plan.h"
 
@@ -54,64 +56,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
-uint8_t GlobalByte(size_t t, int64_t e, size_t k) {
-  uint64_t x = (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(e) * 0x9E3779B97F4A7C15ULL) ^ k;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  return static_cast<uint8_t>(x ^ (x >> 32));
-}
+using testing::ShardsOf;
 
-ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
-  ShardMap shards;
-  const int rank = p.RankOfWorker(worker);
-  if (rank < 0) return shards;
-  for (size_t t = 0; t < state.tensors.size(); ++t) {
-    const TensorSpec& spec = state.tensors[t];
-    const Region region =
-        LocalRegion(spec, state.num_layers, p.layout, CoordinatesOf(p.layout, rank));
-    if (region.empty()) continue;
-    const size_t es = spec.element_size;
-    const int64_t cols = FullRect(spec.shape).col_end;
-    std::vector<uint8_t> out(region.elements() * es);
-    for (const Rect& piece : region.Pieces()) {
-      for (int64_t r = piece.row_begin; r < piece.row_end; ++r) {
-        uint8_t* dst = out.data() + region.LocalOffset(r, piece.col_begin) * es;
-        for (int64_t c = piece.col_begin; c < piece.col_end; ++c) {
-          for (size_t k = 0; k < es; ++k) *dst++ = GlobalByte(t, r * cols + c, k);
-        }
-      }
-    }
-    shards[spec.name] = std::move(out);
-  }
-  return shards;
-}
-
-// Our communicators for n thread-ranks; retried under a fresh prefix when the backend's socket
-// discovery misses a socket (it scans /proc/self/fd, which races with other ranks' threads).
+// Our communicators for n thread-ranks (retried when socket discovery misses a socket).
 std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
                                                       const std::string& prefix, int n) {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    std::vector<std::unique_ptr<Communicator>> comms(n);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < n; ++w) {
-      threads.emplace_back([&, w] {
-        GlooOptions o;
-        o.store = store;
-        o.prefix = prefix + "a" + std::to_string(attempt) + "/";
-        o.rank = w;
-        o.size = n;
-        o.timeout = std::chrono::milliseconds(120000);
-        auto c = CreateGlooCommunicator(o);
-        if (c.ok()) comms[w] = std::move(c).value();
-      });
-    }
-    for (auto& t : threads) t.join();
-    bool all = true;
-    for (auto& c : comms) all = all && c != nullptr;
-    if (all) return comms;
+  auto comms = testing::ConnectThreadRanks(store, prefix, n, std::chrono::milliseconds(120000),
+                                           std::chrono::milliseconds(30000));
+  if (comms.empty()) {
+    std::fprintf(stderr, "bench_reshard: cannot connect %d ranks\n", n);
+    std::exit(1);
   }
-  std::fprintf(stderr, "bench_reshard: cannot connect %d ranks\n", n);
-  std::exit(1);
+  return comms;
 }
 
 struct ChangeResult {

@@ -1,6 +1,6 @@
-// Known global tensors for reshard tests: every byte is a hash of (tensor, element, byte), so a
-// shard cut for any region can be checked byte for byte after a move. Header-only, for the CPU
-// reshard tests and the GPU ones (tests/gpu/device_reshard_helper.cc).
+// Known global tensors for reshard tests and benchmarks: every byte is a hash of (tensor,
+// element, byte), so a shard cut for any region can be checked byte for byte after a move.
+// Header-only, for the CPU reshard test, bench_reshard and the GPU reshard helper.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "elastra/sharding.h"
+#include "worker/reshard_executor.h"
+#include "worker/reshard_plan.h"
 
 namespace elastra::testing {
 
@@ -27,14 +29,29 @@ inline std::vector<uint8_t> MakeShard(int t, const TensorSpec& tensor, const Reg
   const int64_t cols = FullRect(tensor.shape).col_end;
   for (const Rect& p : region.Pieces()) {
     for (int64_t r = p.row_begin; r < p.row_end; ++r) {
+      // A piece's row is contiguous in the local buffer.
+      uint8_t* dst = out.data() + region.LocalOffset(r, p.col_begin) * es;
       for (int64_t c = p.col_begin; c < p.col_end; ++c) {
-        for (size_t k = 0; k < es; ++k) {
-          out[region.LocalOffset(r, c) * es + k] = GlobalByte(t, r * cols + c, k);
-        }
+        for (size_t k = 0; k < es; ++k) *dst++ = GlobalByte(t, r * cols + c, k);
       }
     }
   }
   return out;
+}
+
+// Every shard `worker` holds under placement `p` (none when it holds no rank there).
+inline ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
+  ShardMap shards;
+  const int rank = p.RankOfWorker(worker);
+  if (rank < 0) return shards;
+  for (size_t t = 0; t < state.tensors.size(); ++t) {
+    const Region region = LocalRegion(state.tensors[t], state.num_layers, p.layout,
+                                      CoordinatesOf(p.layout, rank));
+    if (!region.empty()) {
+      shards[state.tensors[t].name] = MakeShard(static_cast<int>(t), state.tensors[t], region);
+    }
+  }
+  return shards;
 }
 
 }  // namespace elastra::testing

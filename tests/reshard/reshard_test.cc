@@ -12,6 +12,7 @@
 #include "collectives/gloo/gloo_communicator.h"
 #include "collectives/kv_store.h"
 #include "elastra/sharding.h"
+#include "tests/collectives/gloo_thread_ranks.h"
 #include "tests/reshard/global_shards.h"
 #include "worker/reshard_executor.h"
 #include "worker/reshard_plan.h"
@@ -19,20 +20,7 @@
 namespace elastra {
 namespace {
 
-using testing::GlobalByte;
-using testing::MakeShard;
-
-ShardMap ShardsOf(const StateSpec& state, const Placement& p, int worker) {
-  ShardMap shards;
-  const int rank = p.RankOfWorker(worker);
-  if (rank < 0) return shards;
-  for (size_t t = 0; t < state.tensors.size(); ++t) {
-    const Region region = LocalRegion(state.tensors[t], state.num_layers, p.layout,
-                                      CoordinatesOf(p.layout, rank));
-    if (!region.empty()) shards[state.tensors[t].name] = MakeShard(t, state.tensors[t], region);
-  }
-  return shards;
-}
+using testing::ShardsOf;
 
 TEST(Region, PiecesCoverTheFlatRangeInLocalOrder) {
   std::mt19937 rng(7);
@@ -222,34 +210,13 @@ TEST(ReshardPlan, KeptBytesMatchesThePlanForTheSameWorker) {
   EXPECT_EQ(KeptBytes(state, a, nullptr, b, CoordinatesOf(b, 0)), 0);
 }
 
-// Connects n ranks (threads) under `prefix`. The Gloo backend's socket discovery scans
-// /proc/self/fd and, with every rank in one process, now and then misses a socket
-// ("cannot find the socket to rank r"); then every rank retries under a fresh prefix.
+// n thread-ranks connected under `prefix` (retried when socket discovery misses a socket).
 std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
                                                       const std::string& prefix, int n) {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    std::vector<std::unique_ptr<Communicator>> comms(n);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < n; ++w) {
-      threads.emplace_back([&, w] {
-        GlooOptions o;
-        o.store = store;
-        o.prefix = prefix + "a" + std::to_string(attempt) + "/";
-        o.rank = w;
-        o.size = n;
-        o.timeout = std::chrono::milliseconds(20000);
-        o.connect_timeout = std::chrono::milliseconds(20000);
-        auto comm = CreateGlooCommunicator(o);
-        if (comm.ok()) comms[w] = std::move(comm).value();
-      });
-    }
-    for (auto& t : threads) t.join();
-    if (std::all_of(comms.begin(), comms.end(), [](const auto& c) { return c != nullptr; })) {
-      return comms;
-    }
-  }
-  ADD_FAILURE() << "could not connect " << n << " ranks under " << prefix;
-  return {};
+  auto comms = testing::ConnectThreadRanks(store, prefix, n, std::chrono::milliseconds(20000),
+                                           std::chrono::milliseconds(20000));
+  if (comms.empty()) ADD_FAILURE() << "could not connect " << n << " ranks under " << prefix;
+  return comms;
 }
 
 // Runs the plan on every worker as a thread over Gloo and returns each worker's final shards.
