@@ -117,9 +117,8 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
     plan = PlanNcclReuse(previous->member_ids, options.member_ids, old->health());
   }
-  const bool able = plan.possible;
   const std::vector<int>& exclude = plan.exclude;
-  int64_t unable = able ? 0 : 1;
+  int64_t unable = plan.possible ? 0 : 1;
   ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax));
   if (unable != 0) return std::shared_ptr<NcclCommunicator>();
 

@@ -316,14 +316,7 @@ TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(text.find("took back job standalone"), std::string::npos) << text;
   ASSERT_TRUE(RunReference(args, dir + "/ref.jsonl"));
-  auto run = examples::ReadTrainLog(dir + "/run.jsonl");
-  auto reference = examples::ReadTrainLog(dir + "/ref.jsonl");
-  ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  ExpectLogMatches(dir + "/run.jsonl", dir + "/ref.jsonl", steps, 1e-4);
   if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
