@@ -198,6 +198,12 @@ struct NcclCommunicator::Impl {
   Status broken;  // OK while usable
   std::atomic<bool> abort_requested{false};
   std::atomic<bool> interrupt_requested{false};  // Interrupt(): broken, handle kept
+  // Where ncclCommSplit/ncclCommShrink store the new handle. On a non-blocking communicator they
+  // return ncclInProgress with it still null; NCCL's thread stores it when the collective part is
+  // over (before the parent leaves ncclInProgress). It lives here, not on the caller's stack, so
+  // that a split abandoned at its deadline writes into memory that still exists; the handle is
+  // aborted with this communicator.
+  ncclComm_t pending_child = nullptr;
 
   ~Impl();
 
@@ -217,9 +223,14 @@ struct NcclCommunicator::Impl {
   template <typename F>
   Status Run(const char* what, Communicator::Timeout timeout, F&& enqueue);
 
-  // Split/Shrink: polls the child (and the parent) until the new communicator is ready.
-  StatusOr<std::unique_ptr<NcclCommunicator>> FinishChild(ncclResult_t r, ncclComm_t child,
-                                                          const char* what);
+  // Split/Shrink, after the call returned `r` into `pending_child`: polls the parent until the
+  // new communicator is ready (NCCL reports a failed child init on the parent only), then wraps
+  // it. `release_parent` (abortive shrink): this communicator is released afterwards.
+  StatusOr<std::unique_ptr<NcclCommunicator>> FinishChild(ncclResult_t r, const char* what,
+                                                          bool release_parent);
+  // With `mu` held, after `comm` was aborted (which joins NCCL's split thread): aborts a child
+  // that an abandoned split/shrink left behind.
+  void ReleasePendingChildLocked();
 };
 
 NcclCommunicator::Impl::~Impl() {
@@ -247,6 +258,7 @@ NcclCommunicator::Impl::~Impl() {
         comm = nullptr;
       }
     }
+    ReleasePendingChildLocked();
   }
   if (scratch != nullptr || stream != nullptr) {
     if (cudaSetDevice(device) != cudaSuccess) return;
@@ -312,7 +324,13 @@ void NcclCommunicator::Impl::AbortLocked(const std::string& why) {
     if (r != ncclSuccess) LOG(WARNING) << "ncclCommAbort: " << ncclGetErrorString(r);
     comm = nullptr;
   }
+  ReleasePendingChildLocked();
   if (broken.code() != StatusCode::kAborted) broken = AbortedError(why);
+}
+
+void NcclCommunicator::Impl::ReleasePendingChildLocked() {
+  ncclComm_t child = __atomic_exchange_n(&pending_child, nullptr, __ATOMIC_ACQ_REL);
+  if (child != nullptr) ncclCommAbort(child);
 }
 
 template <typename F>
@@ -329,29 +347,43 @@ Status NcclCommunicator::Impl::Run(const char* what, Communicator::Timeout t, F&
 }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Impl::FinishChild(
-    ncclResult_t r, ncclComm_t child, const char* what) {
+    ncclResult_t r, const char* what, bool release_parent) {
   const Clock::time_point deadline = Clock::now() + connect_timeout;
-  Status s = NcclStatus(r, child != nullptr ? child : comm, what);
-  if (s.ok() && child != nullptr) s = Poll(child, nullptr, deadline, &abort_requested, what);
-  // The parent is in progress until the collective part of split/shrink is over.
+  Status s = NcclStatus(r, comm, what);
+  // The parent is in progress until the collective part of split/shrink is over; the child's init
+  // result (success or not) is the parent's state then. The child's own state says nothing of it.
   if (s.ok()) s = Poll(comm, nullptr, deadline, &abort_requested, what);
+  ncclComm_t child = nullptr;
+  if (s.code() != StatusCode::kTimedOut && s.code() != StatusCode::kAborted) {
+    // NCCL's thread is done (or never started): the handle, if any, is final.
+    child = __atomic_exchange_n(&pending_child, nullptr, __ATOMIC_ACQ_REL);
+  }
+  if (s.ok() && child != nullptr) s = Poll(child, nullptr, deadline, &abort_requested, what);
   if (!s.ok()) {
     if (child != nullptr) ncclCommAbort(child);  // teardown: the error that matters is `s`
     if (s.code() == StatusCode::kInvalidArgument) s = PeerLostError(s.message());
+  }
+  if (release_parent) {
+    std::lock_guard<std::mutex> lock(mu);
+    in_call = false;
+    AbortLocked("released after an abortive shrink");
+    if (!s.ok()) return s;
+  } else if (!s.ok()) {
     return EndCall(std::move(s));
   }
   if (child == nullptr) {
+    if (release_parent) return InternalError(std::string(what) + " returned no communicator");
     ELASTRA_RETURN_IF_ERROR(EndCall(OkStatus()));
-    return std::unique_ptr<NcclCommunicator>();
+    return std::unique_ptr<NcclCommunicator>();  // NCCL_SPLIT_NOCOLOR
   }
   auto impl = Wrap(child, device, timeout, connect_timeout);
   if (!impl.ok()) {
     // Wrap owns `child` once it got past allocation; a failure there is local (CUDA), the parent
     // stays as it was.
-    EndCall(OkStatus()).IgnoreError();
+    if (!release_parent) EndCall(OkStatus()).IgnoreError();
     return impl.status();
   }
-  ELASTRA_RETURN_IF_ERROR(EndCall(OkStatus()));
+  if (!release_parent) ELASTRA_RETURN_IF_ERROR(EndCall(OkStatus()));
   return std::make_unique<NcclCommunicator>(std::move(impl).value());
 }
 
@@ -545,11 +577,14 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, i
                               .WithContext("Split"));
   Status dev = CudaStatus(cudaSetDevice(impl_->device), "cudaSetDevice");
   if (!dev.ok()) return impl_->EndCall(dev);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->ReleasePendingChildLocked();  // left by an earlier split that ran past its deadline
+  }
   ncclConfig_t config = NonBlockingConfig();
-  ncclComm_t child = nullptr;
-  ncclResult_t r = ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child,
-                                 &config);
-  return impl_->FinishChild(r, child, "ncclCommSplit");
+  ncclResult_t r = ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                 &impl_->pending_child, &config);
+  return impl_->FinishChild(r, "ncclCommSplit", /*release_parent=*/false);
 }
 
 void NcclCommunicator::Interrupt() {
@@ -581,36 +616,18 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     failure_path |= !impl_->broken.ok();
+    impl_->ReleasePendingChildLocked();  // left by a split that ran past its deadline
   }
   Status dev = CudaStatus(cudaSetDevice(impl_->device), "cudaSetDevice");
   if (!dev.ok()) return impl_->EndCall(dev);
   ncclConfig_t config = NonBlockingConfig();
-  ncclComm_t child = nullptr;
   ncclResult_t r =
-      ncclCommShrink(impl_->comm, exclude.data(), static_cast<int>(exclude.size()), &child,
-                     &config, failure_path ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
-  if (!failure_path) return impl_->FinishChild(r, child, "ncclCommShrink");
-
-  // Failure path: the parent's state is an error, so only the child is polled; then the parent is
-  // released, as NCCL asks after an abortive shrink.
-  const Clock::time_point deadline = Clock::now() + impl_->connect_timeout;
-  Status s = NcclStatus(r, child != nullptr ? child : impl_->comm, "ncclCommShrink(ABORT)");
-  if (s.ok() && child == nullptr) s = InternalError("ncclCommShrink returned no communicator");
-  if (s.ok()) s = Poll(child, nullptr, deadline, &impl_->abort_requested, "ncclCommShrink(ABORT)");
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->in_call = false;
-    impl_->AbortLocked("released after an abortive shrink");
-  }
-  if (!s.ok()) {
-    if (child != nullptr) ncclCommAbort(child);
-    if (s.code() == StatusCode::kInvalidArgument) s = PeerLostError(s.message());
-    return s;
-  }
-  ELASTRA_ASSIGN_OR_RETURN(auto impl,
-                           Impl::Wrap(child, impl_->device, impl_->timeout,
-                                      impl_->connect_timeout));
-  return std::make_unique<NcclCommunicator>(std::move(impl));
+      ncclCommShrink(impl_->comm, exclude.data(), static_cast<int>(exclude.size()),
+                     &impl_->pending_child, &config,
+                     failure_path ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  // Failure path: the parent is released afterwards, as NCCL asks after an abortive shrink.
+  return impl_->FinishChild(r, failure_path ? "ncclCommShrink(ABORT)" : "ncclCommShrink",
+                            /*release_parent=*/failure_path);
 }
 
 // ---------------------------------------------------------------------------------------------
