@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstring>
@@ -65,6 +66,19 @@ std::string ErrorString(int code) {
   MPI_Error_string(code, buf, &len);
   return std::string(buf, len);
 }
+
+// An MPI error code as a Status: a truncated message means the two sides disagree on sizes
+// (kCorrupt); anything else is a transport failure (kPeerLost).
+Status FromMpiError(int code, const std::string& what) {
+  int cls = 0;
+  MPI_Error_class(code, &cls);
+  std::string message = what + " failed: " + ErrorString(code);
+  return cls == MPI_ERR_TRUNCATE ? CorruptError(message) : PeerLostError(message);
+}
+
+// The largest piece of one point-to-point transfer handed to MPI as one message (counts are
+// int).
+std::atomic<size_t> g_piece_bytes{static_cast<size_t>(INT_MAX)};
 
 Status CheckCount(size_t count) {
   if (count > static_cast<size_t>(INT_MAX)) {
@@ -176,39 +190,16 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
   }
 
   Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
-    ELASTRA_RETURN_IF_ERROR(CheckUsable(timeout));
-    ELASTRA_RETURN_IF_ERROR(CheckPeer(peer, "peer"));
-    ELASTRA_RETURN_IF_ERROR(CheckTag(tag));
-    ELASTRA_RETURN_IF_ERROR(CheckCount(bytes));
-    if (data == nullptr && bytes > 0) return InvalidArgumentError("Send of a null buffer");
-    Abandoned op_state;
-    op_state.send.assign(static_cast<const std::byte*>(data),
-                         static_cast<const std::byte*>(data) + bytes);
-    MPI_Isend(op_state.send.data(), static_cast<int>(bytes), MPI_BYTE, peer, static_cast<int>(tag),
-              comm_, &op_state.request);
-    return Wait(std::move(op_state), timeout, "Send", nullptr, 0);
+    return Transfer({{true, const_cast<void*>(data), bytes, peer}}, tag, timeout, "Send");
   }
 
   Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
-    ELASTRA_RETURN_IF_ERROR(CheckUsable(timeout));
-    ELASTRA_RETURN_IF_ERROR(CheckPeer(peer, "peer"));
-    ELASTRA_RETURN_IF_ERROR(CheckTag(tag));
-    ELASTRA_RETURN_IF_ERROR(CheckCount(bytes));
-    if (data == nullptr && bytes > 0) return InvalidArgumentError("Recv into a null buffer");
-    Abandoned op_state;
-    op_state.recv.resize(bytes);
-    MPI_Irecv(op_state.recv.data(), static_cast<int>(bytes), MPI_BYTE, peer, static_cast<int>(tag),
-              comm_, &op_state.request);
-    MPI_Status st;
-    ELASTRA_RETURN_IF_ERROR(Wait(std::move(op_state), timeout, "Recv", data, bytes, &st));
-    int got = 0;
-    MPI_Get_count(&st, MPI_BYTE, &got);
-    if (static_cast<size_t>(got) != bytes) {
-      // The two sides disagree on the message: nothing later on this communicator can be trusted.
-      return Break(CorruptError("Recv expected " + std::to_string(bytes) + " bytes from rank " +
-                                std::to_string(peer) + " but got " + std::to_string(got)));
-    }
-    return OkStatus();
+    return Transfer({{false, data, bytes, peer}}, tag, timeout, "Recv");
+  }
+
+  bool has_exchange() const override { return true; }
+  Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override {
+    return Transfer(ops, tag, timeout, "Exchange");
   }
 
   void Abort() override { aborted_ = true; }
@@ -252,48 +243,168 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
     return OkStatus();
   }
 
+  // Why a call stopped waiting: Abort() or its deadline.
+  Status GaveUp(const char* what, Timeout timeout) const {
+    if (aborted_) return AbortedError(std::string(what) + " aborted");
+    return TimedOutError(std::string(what) + " on rank " + std::to_string(rank_) + " of " +
+                         std::to_string(size_) + " timed out after " +
+                         std::to_string(timeout.count()) + " ms");
+  }
+
   Status Break(Status s) {
     if (broken_.ok()) broken_ = s;
     return s;
   }
 
+  // Send, Recv and Exchange: every transfer of `ops` at once, each cut into pieces of at most
+  // g_piece_bytes (MPI counts are int), every piece one message with its own staging
+  // memory. The sends are posted first, in list order. A receive is not posted ahead: the next
+  // message from its peer is matched with MPI_Improbe (in list order per peer, and MPI never
+  // overtakes on one communicator, source and tag, so a pair's messages match in the order both
+  // sides list them), and received with MPI_Imrecv into staging of the size the sender sent.
+  // Sizes that disagree are kCorrupt without a truncated receive: Open MPI 4.1 writes a
+  // truncated rendezvous message past the receive buffer (measured, 1 MiB into 512 KiB). Every
+  // request is polled until all are done, the deadline passes or Abort() is called; a received
+  // piece is copied to the caller's buffer as soon as it completes. The tag is the caller's (the
+  // collectives are MPI's own non-blocking collectives, which never match point-to-point
+  // messages).
+  Status Transfer(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout,
+                  const char* what) {
+    ELASTRA_RETURN_IF_ERROR(CheckUsable(timeout));
+    ELASTRA_RETURN_IF_ERROR(CheckTag(tag));
+    const size_t piece_bytes = g_piece_bytes.load();
+    size_t count = 0;
+    for (const PointToPoint& op : ops) {
+      ELASTRA_RETURN_IF_ERROR(CheckPeer(op.peer, "peer"));
+      if (op.data == nullptr && op.bytes > 0) {
+        return InvalidArgumentError(std::string(what) + " with a null buffer");
+      }
+      count += op.bytes == 0 ? 1 : (op.bytes + piece_bytes - 1) / piece_bytes;
+    }
+    struct Piece {
+      Abandoned state;  // the request (MPI_REQUEST_NULL until posted) and its staging memory
+      bool send = false;
+      int peer = -1;
+      std::byte* out = nullptr;  // where a received piece goes
+      size_t bytes = 0;
+      bool done = false;
+    };
+    std::vector<Piece> pieces;
+    pieces.reserve(count);
+    // Per peer, its receive pieces in list order, and how many of them are matched.
+    std::vector<std::vector<size_t>> receives(static_cast<size_t>(size_));
+    std::vector<size_t> matched(static_cast<size_t>(size_), 0);
+    for (const PointToPoint& op : ops) {
+      auto* data = static_cast<std::byte*>(op.data);
+      size_t offset = 0;
+      do {
+        Piece& p = pieces.emplace_back();
+        p.state.request = MPI_REQUEST_NULL;
+        p.send = op.send;
+        p.peer = op.peer;
+        p.bytes = std::min(piece_bytes, op.bytes - offset);
+        if (op.send) {
+          p.state.send.assign(data + offset, data + offset + p.bytes);
+        } else {
+          p.out = data + offset;
+          receives[op.peer].push_back(pieces.size() - 1);
+        }
+        offset += p.bytes;
+      } while (offset < op.bytes);
+    }
+    // Hands every posted, unfinished piece to the abandoned list with its staging memory (all
+    // are sends or matched receives, which complete once the peer takes part) and says `s`.
+    auto fail = [&](Status s) {
+      {
+        std::lock_guard<std::mutex> lock(g_abandoned_mu);
+        for (Piece& p : pieces) {
+          if (!p.done && p.state.request != MPI_REQUEST_NULL) {
+            g_abandoned.push_back(std::move(p.state));
+          }
+        }
+        ProgressAbandonedLocked();
+      }
+      return Break(std::move(s));
+    };
+    for (Piece& p : pieces) {
+      if (!p.send) continue;
+      const int rc = MPI_Isend(p.state.send.data(), static_cast<int>(p.bytes), MPI_BYTE, p.peer,
+                               static_cast<int>(tag), comm_, &p.state.request);
+      if (rc != MPI_SUCCESS) return fail(FromMpiError(rc, what));
+    }
+    const auto deadline = SteadyClock::now() + timeout;
+    size_t left = pieces.size();
+    for (int spins = 0; left > 0; ++spins) {
+      // Match what has arrived from each peer, in list order.
+      for (int peer = 0; peer < size_; ++peer) {
+        while (matched[peer] < receives[peer].size()) {
+          int arrived = 0;
+          MPI_Message message = MPI_MESSAGE_NULL;
+          MPI_Status st;
+          int rc = MPI_Improbe(peer, static_cast<int>(tag), comm_, &arrived, &message, &st);
+          if (rc != MPI_SUCCESS) return fail(FromMpiError(rc, what));
+          if (!arrived) break;
+          int got = 0;
+          MPI_Get_count(&st, MPI_BYTE, &got);
+          Piece& p = pieces[receives[peer][matched[peer]++]];
+          // Received in full even when the size is wrong, so nothing is truncated.
+          p.state.recv.resize(static_cast<size_t>(got));
+          rc = MPI_Imrecv(p.state.recv.data(), got, MPI_BYTE, &message, &p.state.request);
+          if (rc != MPI_SUCCESS) return fail(FromMpiError(rc, what));
+          if (static_cast<size_t>(got) != p.bytes) {
+            // The two sides disagree on the message: nothing later here can be trusted.
+            return fail(CorruptError(std::string(what) + " expected " + std::to_string(p.bytes) +
+                                     " bytes from rank " + std::to_string(peer) + " but got " +
+                                     std::to_string(got)));
+          }
+          spins = 0;
+        }
+      }
+      for (Piece& p : pieces) {
+        if (p.done || p.state.request == MPI_REQUEST_NULL) continue;
+        int finished = 0;
+        const int rc = MPI_Test(&p.state.request, &finished, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          p.done = true;
+          return fail(FromMpiError(rc, std::string(what) + " with rank " + std::to_string(p.peer)));
+        }
+        if (!finished) continue;
+        p.done = true;
+        --left;
+        spins = 0;
+        if (!p.send && p.bytes > 0) std::memcpy(p.out, p.state.recv.data(), p.bytes);
+        // The staging memory is not needed any more.
+        p.state.send = std::vector<std::byte>();
+        p.state.recv = std::vector<std::byte>();
+      }
+      if (left == 0) break;
+      if (aborted_ || SteadyClock::now() >= deadline) return fail(GaveUp(what, timeout));
+      // As in Wait(): spin briefly for latency, then yield the core.
+      if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return OkStatus();
+  }
+
   // Polls the request until it completes (then copies `out_bytes` of op.recv to `out`), the
   // deadline passes (kTimedOut) or Abort() is called (kAborted). An unfinished request is handed
   // to the abandoned list with its staging memory.
-  Status Wait(Abandoned op, Timeout timeout, const char* what, void* out, size_t out_bytes,
-              MPI_Status* status = nullptr) {
+  Status Wait(Abandoned op, Timeout timeout, const char* what, void* out, size_t out_bytes) {
     auto deadline = SteadyClock::now() + timeout;
-    MPI_Status st;
     int done = 0;
     for (int spins = 0;; ++spins) {
-      int rc = MPI_Test(&op.request, &done, &st);
-      if (rc != MPI_SUCCESS) {
-        int cls = 0;
-        MPI_Error_class(rc, &cls);
-        std::string message = std::string(what) + " failed: " + ErrorString(rc);
-        // A truncated message means the two sides disagree on sizes; anything else is a
-        // transport failure.
-        return Break(cls == MPI_ERR_TRUNCATE ? CorruptError(message) : PeerLostError(message));
-      }
+      int rc = MPI_Test(&op.request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return Break(FromMpiError(rc, what));
       if (done) break;
       if (aborted_ || SteadyClock::now() >= deadline) break;
       // Spin briefly for latency, then yield the core (ranks often share cores).
       if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     if (!done) {
-      bool is_recv = std::string(what) == "Recv";
-      if (is_recv) MPI_Cancel(&op.request);  // point-to-point receives can be cancelled
-      {
-        std::lock_guard<std::mutex> lock(g_abandoned_mu);
-        g_abandoned.push_back(std::move(op));
-        ProgressAbandonedLocked();
-      }
-      if (aborted_) return Break(AbortedError(std::string(what) + " aborted"));
-      return Break(TimedOutError(std::string(what) + " on rank " + std::to_string(rank_) + " of " +
-                                 std::to_string(size_) + " timed out after " +
-                                 std::to_string(timeout.count()) + " ms"));
+      std::lock_guard<std::mutex> lock(g_abandoned_mu);
+      g_abandoned.push_back(std::move(op));
+      ProgressAbandonedLocked();
+      return Break(GaveUp(what, timeout));
     }
-    if (status != nullptr) *status = st;
     if (out != nullptr && out_bytes > 0) std::memcpy(out, op.recv.data(), out_bytes);
     return OkStatus();
   }
@@ -331,6 +442,11 @@ StatusOr<std::unique_ptr<MpiCommunicator>> CreateMpiWorldCommunicator(
   // Errors come back as codes (turned into Status), never abort the process.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicatorImpl(comm, default_timeout));
+}
+
+size_t SetMpiPieceBytesForTesting(size_t bytes) {
+  if (bytes == 0 || bytes > static_cast<size_t>(INT_MAX)) bytes = static_cast<size_t>(INT_MAX);
+  return g_piece_bytes.exchange(bytes);
 }
 
 int ProgressAbandonedMpiRequests() {

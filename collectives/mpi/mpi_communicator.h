@@ -5,6 +5,11 @@
 // the library, so a call abandoned at its deadline never writes into (or reads from) the caller's
 // buffer later; the abandoned request is progressed in the background until it completes.
 //
+// Point-to-point: Send, Recv and Exchange() (every transfer of a list posted at once) take any
+// size; above INT_MAX bytes a transfer goes as several messages. A receive matches its message
+// with MPI_Improbe before receiving it, so sizes that disagree are kCorrupt without the truncated
+// receive that Open MPI 4.1 lets write past the buffer.
+//
 // What it cannot do (use the Gloo backend, the default, for these): grow past the mpirun world
 // (no new process can join an MPI communicator), and survive a killed rank: with Open MPI 4 a dead
 // peer shows as kTimedOut at best, and the job's MPI state is not usable afterwards.
@@ -16,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 
 #include "elastra/communicator.h"
@@ -39,6 +45,12 @@ class MpiCommunicator : public Communicator {
 // kInvalidArgument for a non-positive timeout.
 StatusOr<std::unique_ptr<MpiCommunicator>> CreateMpiWorldCommunicator(
     std::chrono::milliseconds default_timeout);
+
+// Tests only: the largest piece of a Send, Recv or Exchange() transfer sent as one MPI message
+// (MPI counts are int, so the default and the most is INT_MAX bytes; 0 restores it). Returns the
+// previous value. Larger transfers go as consecutive pieces, which match in order like whole
+// messages.
+size_t SetMpiPieceBytesForTesting(size_t bytes);
 
 // Progresses the requests left behind by calls that timed out or were aborted; returns how many
 // are still pending. Call before MPI_Finalize (which would otherwise wait for them).
