@@ -67,7 +67,11 @@ StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int device, size_t bytes) {
     return CudaError(e, "cudaMalloc(" + std::to_string(bytes) + ")");
   }
   b.size_ = bytes;
+  // cudaMemset returns before the memset ran, on the default stream, which the non-blocking
+  // streams of the copier and of NCCL do not wait for: a later copy into the buffer could be
+  // overwritten with zeros. Wait for it here.
   e = cudaMemset(b.data_, 0, bytes);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
   if (e != cudaSuccess) return CudaError(e, "cudaMemset");
   return b;
 }
@@ -91,6 +95,9 @@ Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes, size_t offset) 
   ELASTRA_RETURN_IF_ERROR(SelectDevice(device_));
   cudaError_t e =
       cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice);
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the DMA into the
+  // buffer is done; work on other (non-blocking) streams is not ordered after it.
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
   if (e != cudaSuccess) return CudaError(e, "cudaMemcpy host to device");
   return OkStatus();
 }
