@@ -116,6 +116,14 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   NcclReusePlan plan;
   if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
     plan = PlanNcclReuse(previous->member_ids, options.member_ids, old->health());
+    // NCCL refuses to shrink or split a world whose own state is an error (after a SIGKILLed
+    // peer its proxy has usually seen the connection close) or stuck in progress; a rank that
+    // started a shrink would then wait out connect_timeout for one that could not.
+    if (plan.possible && !old->CanMakeChild()) {
+      LOG(INFO) << "the previous nccl world cannot be shrunk or split (NCCL reports an error); "
+                   "starting NCCL afresh";
+      plan.possible = false;
+    }
   }
   const std::vector<int>& exclude = plan.exclude;
   int64_t unable = plan.possible ? 0 : 1;

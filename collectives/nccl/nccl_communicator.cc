@@ -596,6 +596,15 @@ void NcclCommunicator::Interrupt() {
   }
 }
 
+bool NcclCommunicator::CanMakeChild() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  // Not while another thread's call is inside NCCL on this communicator.
+  if (impl_->comm == nullptr || impl_->in_call || impl_->abort_requested.load()) return false;
+  ncclResult_t state = ncclInProgress;
+  if (ncclCommGetAsyncError(impl_->comm, &state) != ncclSuccess) return false;
+  return state == ncclSuccess;
+}
+
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
     std::vector<int> exclude_ranks, bool abort) {
   // Our own copy: NCCL sorts the list in place.

@@ -109,6 +109,12 @@ class NcclCommunicator : public Communicator {
   // when nothing will be made from it. Thread-safe, never blocks on peers.
   void Interrupt();
 
+  // Whether NCCL would start a Split() or Shrink() of this communicator now. NCCL 2.28 refuses
+  // both, NCCL_SHRINK_ABORT included, while the communicator's NCCL state is an error (e.g. its
+  // proxy saw a dead peer's connection close) or still in progress (a call interrupted while NCCL
+  // was connecting). Local, never blocks.
+  bool CanMakeChild() const;
+
   // The stream every call runs on (a cudaStream_t), created with cudaStreamNonBlocking.
   CUstream_st* stream() const;
   int device() const;
