@@ -274,7 +274,8 @@ TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
   }
   auto codes = testing::WaitRanks(pids, Clock::now() + Ms(40000));
   EXPECT_EQ(codes[kSize - 1], 128 + SIGKILL);
-  // 0: shrink worked. 3: shrink failed, abort + re-init worked (reported, but a failure).
+  // 0: shrink worked, or NCCL refused it (an error on the world) and abort + re-init worked.
+  // 3: a shrink NCCL should have accepted failed, abort + re-init worked (a failure).
   for (int r = 0; r < kSize - 1; ++r) EXPECT_EQ(codes[r], 0) << "survivor " << r;
 }
 

@@ -82,6 +82,9 @@ class DeviceBuffer {
   size_t size() const { return n_; }
   void Upload(const std::vector<T>& v) {
     CUDA_CHECK(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // From pageable memory the copy may still be in flight when cudaMemcpy returns, and the
+    // communicator's non-blocking stream is not ordered after the default stream.
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   std::vector<T> Download() const {
     std::vector<T> v(n_);
@@ -384,8 +387,9 @@ int ScenarioHang(const Args& a, KeyValueStore& store) {
 }
 
 // Allreduces in a loop until the test SIGKILLs the last rank; survivors report the error, shrink
-// (NCCL_SHRINK_ABORT) and continue. Exit 0: shrink worked; 3: shrink failed but abort + re-init
-// worked; other: failure.
+// (NCCL_SHRINK_ABORT) and continue, or, when NCCL reports an error on the world (it then refuses
+// any shrink), abort and re-init. Exit 0: either worked; 3: a shrink NCCL should have accepted
+// failed but abort + re-init worked; other: failure.
 int ScenarioKill(const Args& a, KeyValueStore& store) {
   NcclOptions o{&store, a.prefix, a.rank, a.size, 0, a.timeout, Ms(60000)};
   auto made = CreateNcclCommunicator(o);
@@ -411,6 +415,29 @@ int ScenarioKill(const Args& a, KeyValueStore& store) {
   if (err.code() != StatusCode::kPeerLost && err.code() != StatusCode::kTimedOut) return 2;
 
   const int lost = a.size - 1;
+  // NCCL 2.28 refuses to shrink a communicator whose state is an error: over sockets the proxy
+  // usually sees the killed rank's connections close (kPeerLost above). The survivors agree, as
+  // the worker does: shrink only when every one of them can, otherwise abort and start afresh.
+  REQUIRE_OK(store.Set(a.prefix + "can_shrink/" + std::to_string(a.rank),
+                       world->CanMakeChild() ? "1" : "0"));
+  bool all_can = true;
+  for (int r = 0; r < lost; ++r) {
+    auto v = store.Get(a.prefix + "can_shrink/" + std::to_string(r), Ms(60000));
+    REQUIRE_OK(v.status());
+    all_can = all_can && *v == "1";
+  }
+  if (!all_can) {
+    std::printf("rank %d: NCCL reports an error on the world; abort + re-init\n", a.rank);
+    world->Abort();
+    world.reset();
+    NcclOptions again{&store, a.prefix + "reinit/", a.rank, a.size - 1, 0, a.timeout, Ms(60000)};
+    auto fresh = CreateNcclCommunicator(again);
+    REQUIRE_OK(fresh.status());
+    auto sum = SumOf(**fresh, a.rank + 1);
+    REQUIRE_OK(sum.status());
+    EXPECT_TRUE_H(*sum == (a.size - 1) * a.size / 2, "after re-init: %" PRId64, *sum);
+    return g_failures == 0 ? 0 : 1;
+  }
   auto t0 = Clock::now();
   auto small = world->Shrink({lost});
   const auto shrink_ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
@@ -467,6 +494,14 @@ int ScenarioInterrupt(const Args& a, KeyValueStore& store) {
   auto made = CreateNcclCommunicator(o);
   REQUIRE_OK(made.status());
   std::unique_ptr<NcclCommunicator> world = std::move(made).value();
+  // One allreduce with every rank first: NCCL connects peers at their first collective, and an
+  // allreduce interrupted while connecting leaves the world in ncclInProgress, which NCCL refuses
+  // to shrink. A worker's world has run steps before a failure.
+  {
+    auto warm = SumOf(*world, 1);
+    REQUIRE_OK(warm.status());
+    EXPECT_TRUE_H(*warm == a.size, "warm-up allreduce %" PRId64, *warm);
+  }
   const int silent = a.size - 1;
   if (a.rank == silent) {
     REQUIRE_OK(store.Set(a.prefix + "silent_ready", "1"));
@@ -493,6 +528,7 @@ int ScenarioInterrupt(const Args& a, KeyValueStore& store) {
                 world->health().ToString().c_str());
   // Later calls fail fast with the same status.
   EXPECT_TRUE_H(world->Barrier(Ms(20000)).code() == StatusCode::kPeerLost, "barrier after interrupt");
+  EXPECT_TRUE_H(world->CanMakeChild(), "NCCL reports an error on the interrupted world");
   auto small = world->Shrink({silent}, /*abort=*/true);
   REQUIRE_OK(small.status());
   EXPECT_TRUE_H(world->health().code() == StatusCode::kAborted, "parent after the shrink: %s",
@@ -557,6 +593,9 @@ int ScenarioLeak(const Args& a, KeyValueStore& store) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const size_t rss = RssBytes();
+    // The free memory is the device's, other ranks' included: nobody starts the next cycle's
+    // communicators before every rank has measured.
+    REQUIRE_OK(StoreBarrier(store, p + "measured", a.rank, a.size));
     if (cycle == kWarmup - 1) {
       base_rss = rss;
       base_free = free_b;
