@@ -628,6 +628,7 @@ class Worker::Impl {
     logging::SetTag("worker " + options_.worker_id + " parked");
     LOG(INFO) << "parked after step " << step() << " (removed by generation " << generation
               << "); waiting to be brought back";
+    if (options_.on_park) options_.on_park();  // the program's own memory goes back too
     return OkStatus();
   }
 

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -84,6 +85,12 @@ struct WorkerOptions {
   // StepEnd() blocks while parked and returns kReconfigured when back, or kLeave when the job
   // ends meanwhile. Default false; true under mpirun, where a rank cannot be started again.
   bool park_when_removed = false;
+  // Called when this worker parks: on the training thread, inside StepEnd(), after the worker has
+  // released its communicators and shards and before it waits to be brought back. The program
+  // gives back memory of its own there (device scratch pools, library handles, staging buffers)
+  // and makes it again lazily once StepEnd() has returned kReconfigured. It must not call the
+  // Worker. Optional; not read from the environment.
+  std::function<void()> on_park;
   // This process's rank on its host under mpirun (OMPI_COMM_WORLD_LOCAL_RANK), -1 otherwise.
   // ELASTRA_DEVICE=local sets `device` to it.
   int local_rank = -1;
