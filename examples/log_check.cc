@@ -1,6 +1,7 @@
 #include "examples/log_check.h"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -73,6 +74,40 @@ Comparison Compare(const TrainLog& run, const TrainLog& reference, int64_t expec
     if (c.problem.empty()) c.problem = "the run applied steps past the last one";
   }
   return c;
+}
+
+LogMatch MatchLogs(const std::string& run_log, const std::string& reference_log, int64_t steps,
+                   double tolerance) {
+  LogMatch m;
+  auto run = ReadTrainLog(run_log);
+  if (!run.ok()) {
+    m.status = run.status();
+    return m;
+  }
+  m.run = std::move(run).value();
+  auto reference = ReadTrainLog(reference_log);
+  if (!reference.ok()) {
+    m.status = reference.status().WithContext("reference");
+    return m;
+  }
+  m.comparison = Compare(m.run, *reference, steps);
+  const Comparison& c = m.comparison;
+  std::string problems;
+  auto add = [&problems](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  if (!c.accounting_ok) add("sample accounting: " + c.problem);
+  if (c.steps != steps) {
+    add(std::to_string(c.steps) + " of " + std::to_string(steps) + " steps compared");
+  }
+  if (!(c.max_rel_loss_diff <= tolerance)) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "max relative loss difference %.3g exceeds %.3g",
+                  c.max_rel_loss_diff, tolerance);
+    add(buf);
+  }
+  if (!problems.empty()) {
+    m.status = CorruptError(run_log + " against " + reference_log + ": " + problems);
+  }
+  return m;
 }
 
 }  // namespace elastra::examples

@@ -41,4 +41,18 @@ struct Comparison {
 // Compares `run` against `reference` over steps [0, expected_steps).
 Comparison Compare(const TrainLog& run, const TrainLog& reference, int64_t expected_steps);
 
+struct LogMatch {
+  // OK when both logs were read, the accounting holds over all `steps` steps and the loss is
+  // within the tolerance; otherwise the reason (the read error, or every check that failed).
+  Status status;
+  TrainLog run;  // the run's log (empty when it could not be read)
+  Comparison comparison;
+};
+
+// Reads the logs at `run_log` and `reference_log` and checks the run against the reference over
+// steps [0, steps): exact sample accounting, every step compared, loss within `tolerance`
+// relative. A read error is that error (kNotFound for a missing file); a mismatch is kCorrupt.
+LogMatch MatchLogs(const std::string& run_log, const std::string& reference_log, int64_t steps,
+                   double tolerance);
+
 }  // namespace elastra::examples

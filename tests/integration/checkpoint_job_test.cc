@@ -60,13 +60,7 @@ class CheckpointJobTest : public ::testing::Test {
     auto args = Args(steps, 0);
     args.resize(args.size() - 4);  // the reference writes no checkpoints
     ASSERT_TRUE(RunReference(args, ref));
-    auto run = examples::ReadTrainLog(all);
-    auto reference = examples::ReadTrainLog(ref);
-    ASSERT_TRUE(run.ok() && reference.ok());
-    auto c = examples::Compare(*run, *reference, steps);
-    EXPECT_TRUE(c.accounting_ok) << c.problem;
-    EXPECT_EQ(c.steps, steps);
-    EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+    ExpectLogMatches(all, ref, steps, 1e-4);
   }
 
   void KillTensorRankAndRecover(int steps, int step_ms, int every);

@@ -137,18 +137,12 @@ std::string LauncherLog(const Job& job) {
 
 examples::TrainLog ExpectLogMatches(const std::string& run_log, const std::string& ref_log,
                                     int steps, double tolerance) {
-  auto run = examples::ReadTrainLog(run_log);
-  auto reference = examples::ReadTrainLog(ref_log);
-  EXPECT_TRUE(run.ok()) << run.status();
-  EXPECT_TRUE(reference.ok()) << reference.status();
-  if (!run.ok() || !reference.ok()) return {};
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, tolerance);
-  ::testing::Test::RecordProperty("max_rel_loss_diff", std::to_string(c.max_rel_loss_diff));
-  std::printf("max relative loss difference against the reference: %.3g\n", c.max_rel_loss_diff);
-  return *run;
+  examples::LogMatch m = examples::MatchLogs(run_log, ref_log, steps, tolerance);
+  EXPECT_TRUE(m.status.ok()) << m.status;
+  const double diff = m.comparison.max_rel_loss_diff;
+  ::testing::Test::RecordProperty("max_rel_loss_diff", std::to_string(diff));
+  std::printf("max relative loss difference against the reference: %.3g\n", diff);
+  return std::move(m.run);
 }
 
 examples::TrainLog ExpectMatchesReference(const Job& job,

@@ -64,8 +64,8 @@ bool RunReference(const std::vector<std::string>& train_args, const std::string&
 // What `elastra run` printed so far (for failure messages).
 std::string LauncherLog(const Job& job);
 
-// Checks a run's log against a reference log (gtest expectations: exact sample accounting over
-// `steps` steps, loss within `tolerance` relative). Returns the run's log.
+// Checks a run's log against a reference log (a gtest expectation on examples::MatchLogs: exact
+// sample accounting over `steps` steps, loss within `tolerance` relative). Returns the run's log.
 examples::TrainLog ExpectLogMatches(const std::string& run_log, const std::string& ref_log,
                                     int steps, double tolerance);
 

@@ -159,6 +159,24 @@ class MpirunJob {
   int exit_code_ = -1;
 };
 
+// Runs `train_mlp --reference` with the job's `args` next to its log and matches the log
+// against it (examples::MatchLogs: exact sample accounting over `steps` steps, loss within 1e-4
+// relative).
+examples::LogMatch MatchReference(const MpirunJob& job, const std::vector<std::string>& args,
+                                  int steps) {
+  std::string ref = job.dir() + "/ref.jsonl";
+  std::string cmd = std::string(TRAIN_MLP_BINARY) + " --reference --log " + ref;
+  for (const auto& a : args) cmd += " " + a;
+  auto r = RunShell(cmd);
+  if (r.exit_code != 0) {
+    examples::LogMatch failed;
+    failed.status = InternalError("train_mlp --reference exited with " +
+                                  std::to_string(r.exit_code) + ": " + r.out);
+    return failed;
+  }
+  return examples::MatchLogs(job.dir() + "/run.jsonl", ref, steps, 1e-4);
+}
+
 std::map<std::string, nlohmann::json> WorkersById(const nlohmann::json& status) {
   std::map<std::string, nlohmann::json> out;
   for (const auto& w : status.value("workers", nlohmann::json::array())) {
@@ -232,21 +250,10 @@ TEST(MpirunJob, ShrinkParksGrowBringsBackAndMatchesReference) {
       << "warned although the flag was given";
   EXPECT_NE(out.find("parked after step"), std::string::npos);
 
-  std::string ref = job.dir() + "/ref.jsonl";
-  std::string cmd = std::string(TRAIN_MLP_BINARY) + " --reference --log " + ref;
-  for (const auto& a : args) cmd += " " + a;
-  auto r = RunShell(cmd);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  auto run = examples::ReadTrainLog(job.dir() + "/run.jsonl");
-  auto reference = examples::ReadTrainLog(ref);
-  ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_EQ(c.steps, steps);
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  auto match = MatchReference(job, args, steps);
+  EXPECT_TRUE(match.status.ok()) << match.status;
   std::set<int> dps;
-  for (const auto& [step, rec] : run->applied) dps.insert(rec.dp);
+  for (const auto& [step, rec] : match.run.applied) dps.insert(rec.dp);
   EXPECT_EQ(dps, (std::set<int>{2, 4}));
 }
 
@@ -294,16 +301,8 @@ TEST(MpirunJob, KilledRankIsSurvivedWithEnableRecovery) {
       << job.output();
   // The survivors finish the training and mpirun ends (not hung in MPI_Finalize) with 0.
   ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
-  std::string ref = job.dir() + "/ref.jsonl";
-  std::string cmd = std::string(TRAIN_MLP_BINARY) + " --reference --log " + ref;
-  for (const auto& a : args) cmd += " " + a;
-  ASSERT_EQ(RunShell(cmd).exit_code, 0);
-  auto run = examples::ReadTrainLog(job.dir() + "/run.jsonl");
-  auto reference = examples::ReadTrainLog(ref);
-  ASSERT_TRUE(run.ok() && reference.ok());
-  auto c = examples::Compare(*run, *reference, steps);
-  EXPECT_TRUE(c.accounting_ok) << c.problem;
-  EXPECT_LE(c.max_rel_loss_diff, 1e-4);
+  auto match = MatchReference(job, args, steps);
+  EXPECT_TRUE(match.status.ok()) << match.status;
 }
 
 TEST(MpirunJob, JoinsANamedCoordinator) {
