@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "worker/device_copy.h"
@@ -22,6 +23,12 @@ struct HostMemory {
   };
   static uint8_t* Data(Buffer& b) { return b.data(); }
   StatusOr<Buffer> Allocate(size_t n) { return Buffer(n, 0); }
+  // `old` as an n-byte buffer when its memory suffices (contents undefined), else nullopt.
+  static std::optional<Buffer> Reuse(Buffer& old, size_t n) {
+    if (old.capacity() < n) return std::nullopt;
+    old.resize(n);
+    return std::move(old);
+  }
   StatusOr<Scratch> AllocateScratch(size_t n) {
     return Scratch{std::unique_ptr<uint8_t[]>(new uint8_t[n])};
   }
@@ -41,6 +48,10 @@ struct DeviceMemory {
   DeviceCopier* copier;
   static uint8_t* Data(Buffer& b) { return static_cast<uint8_t*>(b.data()); }
   StatusOr<Buffer> Allocate(size_t n) { return DeviceBuffer::Allocate(copier->device(), n); }
+  static std::optional<Buffer> Reuse(Buffer& old, size_t n) {
+    if (old.size() != n) return std::nullopt;
+    return std::move(old);
+  }
   StatusOr<Scratch> AllocateScratch(size_t n) { return Allocate(n); }
   Status Copy(void* dst, const void* src, size_t n) { return copier->Copy(dst, src, n); }
   Status Wait() { return copier->Wait(); }
@@ -250,6 +261,18 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
       if (new_region[i].empty()) continue;
       if (same[i]) continue;  // kept as it is below
       const int64_t bytes = new_region[i].elements() * tensors[i].element_size;
+      // A buffer held for a tensor of which the old layout gives this worker nothing (a joining
+      // worker's whole tensor from before Start()) is no source: the new shard takes its memory
+      // over. Fresh memory would first have to be faulted in, on the downtime's critical path
+      // (about 35 ms per 64 MiB on our test machines, against 6 ms to copy it).
+      if (auto stale = shards->find(tensors[i].name);
+          old_region[i].empty() && stale != shards->end()) {
+        if (auto reused = Memory::Reuse(stale->second, static_cast<size_t>(bytes))) {
+          fresh.emplace(tensors[i].name, std::move(*reused));
+          fresh_bytes += bytes;
+          continue;
+        }
+      }
       auto buffer = memory.Allocate(static_cast<size_t>(bytes));
       if (!buffer.ok()) return buffer.status().WithContext("reshard: new shard of " + tensors[i].name);
       fresh.emplace(tensors[i].name, std::move(buffer).value());

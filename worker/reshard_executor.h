@@ -10,7 +10,9 @@
 // tensor size, or one tensor when larger); a group's new shards are allocated, filled, and the
 // old shards of the group freed before the next group starts. Peak use is the worker's state,
 // plus the new shards of one group, plus two chunk buffers (the group's packed bytes when
-// batched).
+// batched). A buffer in `shards` for a tensor of which the old layout gives this worker nothing
+// (a joining worker's whole tensor) is no source: its memory becomes the new shard when large
+// enough, which spares faulting in fresh memory during the downtime.
 // Schedule: per group, with a communicator that has Exchange(), every transfer posted at once
 // (batched). Otherwise pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
 // first, the higher receives first, so blocking Send/Recv cannot deadlock. Or, with

@@ -375,6 +375,42 @@ TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
   EXPECT_EQ(right["w"], std::vector<uint8_t>(64, 7));
 }
 
+// A joining worker arrives with its tensors whole (as registered before Start()), which the old
+// layout does not count as its shards: the new shards take over that memory when it is large
+// enough (no fresh allocation to fault in), and are allocated anew when it is not. Either way
+// every byte is right, whatever the stale buffer held.
+TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"big", {64, 48}, 4, {}});
+  state.tensors.push_back({"small", {32}, 8, {}});
+  // dp 1 -> 2: worker 1 joins and receives the replica.
+  auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{2, 1, 1}, {0, 1}}, {0, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (bool batched : {false, true}) {
+    InMemoryKeyValueStore store;
+    auto comms = ConnectAll(&store, std::string("joiner-") + (batched ? "b" : "s") + "/", 2);
+    ASSERT_EQ(comms.size(), 2u);
+    std::vector<ShardMap> shards(2);
+    shards[0] = ShardsOf(state, plan->from, 0);
+    shards[1]["big"] = std::vector<uint8_t>(64 * 48 * 4, 0xab);  // whole, garbage
+    shards[1]["small"] = std::vector<uint8_t>(8, 0xcd);         // too small to take over
+    const uint8_t* big_memory = shards[1]["big"].data();
+    ReshardExecutorOptions options;
+    options.batched = batched;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        const Status s = ExecuteReshard(*plan, *comms[w], &shards[w], options);
+        EXPECT_TRUE(s.ok()) << "worker " << w << ": " << s;
+      });
+    }
+    for (auto& t : threads) t.join();
+    CheckAgainstGlobal(*plan, shards);
+    EXPECT_EQ(shards[1]["big"].data(), big_memory) << "the whole tensor's memory was not reused";
+  }
+}
+
 // A peer that never takes part: the executor returns the communicator's timeout instead of
 // hanging, in every schedule.
 TEST(ReshardExecutor, AbsentPeerTimesOut) {
