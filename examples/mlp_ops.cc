@@ -34,6 +34,10 @@ bool TakesDeviceMemory(const Communicator& comm) {
 }  // namespace
 
 double* OpsCollectives::Stage(const Communicator& comm, Span x, bool copy_in, Status* status) {
+  if (!ops_->status().ok()) {
+    *status = ops_->status();
+    return nullptr;
+  }
   if (!ops_->on_device()) {
     if (TakesDeviceMemory(comm)) {
       *status = FailedPreconditionError(
@@ -45,16 +49,23 @@ double* OpsCollectives::Stage(const Communicator& comm, Span x, bool copy_in, St
   }
   if (TakesDeviceMemory(comm)) {
     ops_->Synchronize();  // NCCL runs on its own stream: our writes to x must be done
-    return x.data;
+  } else {
+    host_.resize(x.size);
+    if (copy_in) ops_->CopyToHost(x, host_.data());
   }
-  host_.resize(x.size);
-  if (copy_in) ops_->CopyToHost(x, host_.data());
-  return host_.data();
+  // A kernel that failed before shows up at the synchronization or the copy.
+  if (!ops_->status().ok()) {
+    *status = ops_->status();
+    return nullptr;
+  }
+  return TakesDeviceMemory(comm) ? x.data : host_.data();
 }
 
 void OpsCollectives::Unstage(const double* staged, Span x) {
   if (staged != x.data) ops_->CopyFromHost(staged, x);
 }
+
+void OpsCollectives::ReleaseMemory() { std::vector<double>().swap(host_); }
 
 Status OpsCollectives::AllreduceSum(Communicator& comm, Span x) {
   Status s;

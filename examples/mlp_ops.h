@@ -9,6 +9,10 @@
 // Matrices are row-major, [rows x cols], float64. Calls only queue work: results are visible to
 // the host after CopyToHost or Synchronize, and to other CUDA streams (NCCL) after Synchronize.
 //
+// Errors: the calls return nothing; a CUDA or cuBLAS call that fails puts the ops in a failed
+// state (status() says which call and why) and every later call returns at once without doing
+// anything, so a step runs to its end and reports the first error there. CpuOps never fails.
+//
 // OpsCollectives carries the model's collectives: a Communicator of the "nccl" backend takes
 // device buffers, the others (gloo, mpi) host buffers, so device memory goes through a host copy
 // for them.
@@ -19,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "elastra/communicator.h"
@@ -71,8 +76,23 @@ class MlpOps {
   // True when Spans are CUDA device memory.
   virtual bool on_device() const = 0;
 
-  // `n` zeros. Aborts when the memory cannot be had (like operator new).
+  // `n` zeros. On the CPU a failed allocation aborts (like operator new); on a device it fails
+  // the ops (status()) and the Array holds no memory.
   Array Allocate(size_t n);
+
+  // OK, or the first failed CUDA or cuBLAS call (kResourceExhausted for out of memory, kInternal
+  // otherwise), named with CUDA's message. It stays: the device's work of the step is lost, and a
+  // CUDA error can leave the context unusable, so the program gives up this process.
+  const Status& status() const { return status_; }
+  // Test hook (train_mlp's ELASTRA_TEST_FAIL_OPS): fails the ops with `s` as a CUDA error would.
+  // CpuOps go on computing, but OpsCollectives refuse to run, as for a failed device.
+  void FailForTest(Status s) { Fail(std::move(s)); }
+
+  // Gives memory the ops keep for reuse back: waits for the queue, then returns the device pool's
+  // unused memory and the cuBLAS workspace to the device (a parked worker). The ops stay usable;
+  // later calls take memory from the device again. Returns the pool bytes given back (0 on the
+  // CPU).
+  virtual size_t ReleaseMemory() { return 0; }
 
   // Copies between host memory and `span`. Both return once `src` may be reused; CopyToHost
   // waits for the work queued before it.
@@ -108,6 +128,14 @@ class MlpOps {
   // `n` > 0 zero-filled elements; Free takes back what Allocate gave.
   virtual double* AllocateRaw(size_t n) = 0;
   virtual void Free(double* p) = 0;
+
+  // Records `s` as status() unless a failure is recorded already.
+  void Fail(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+ private:
+  Status status_;
 };
 
 // The CPU arithmetic: loops over host memory, results independent of the build.
@@ -115,15 +143,15 @@ std::unique_ptr<MlpOps> MakeCpuOps();
 
 // The CUDA arithmetic on device `device` (mlp_ops_cuda.cu; only in a build with
 // ELASTRA_TRAIN_MLP_CUDA). Selects the device for the calling thread. kUnavailable when CUDA has
-// no such device, kInternal when cuBLAS or the stream cannot be set up. CUDA errors after that
-// abort the process with the call and CUDA's message: a worker that dies is what the job knows
-// how to survive.
+// no such device, kInternal when cuBLAS or the stream cannot be set up. Errors after that fail
+// the ops (MlpOps::status()).
 StatusOr<std::unique_ptr<MlpOps>> MakeCudaOps(int device);
 
 // The model's collectives on `ops`' memory. With a device buffer and a host backend each call is
 // a synchronous round trip through host memory; with the nccl backend the ops' queue is drained
 // first (NCCL runs on its own stream) and the buffer is passed as it is. kFailedPrecondition for a
-// host buffer on the nccl backend; otherwise the communicator's status.
+// host buffer on the nccl backend; the ops' status when they have failed (nothing is sent: a
+// failed device's buffers hold no trustworthy values); otherwise the communicator's status.
 class OpsCollectives {
  public:
   explicit OpsCollectives(MlpOps* ops) : ops_(ops) {}
@@ -131,6 +159,9 @@ class OpsCollectives {
   Status AllreduceSum(Communicator& comm, Span x);
   Status Send(Communicator& comm, Span x, int peer, uint32_t tag);
   Status Recv(Communicator& comm, Span x, int peer, uint32_t tag);
+
+  // Frees the host copy (a parked worker).
+  void ReleaseMemory();
 
  private:
   // The buffer to hand to `comm` for `x`: x itself or the host copy (filled from x when

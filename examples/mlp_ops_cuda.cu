@@ -4,7 +4,12 @@
 // kernels in this file. Everything runs in order on one stream that CudaOps creates
 // (cudaStreamCreate: a blocking stream, so the legacy default stream that the Worker's synchronous
 // copies use waits for it and it waits for them). Scratch memory comes from the device's
-// stream-ordered pool (cudaMallocAsync), which keeps freed memory for the next step.
+// stream-ordered pool (cudaMallocAsync), which keeps freed memory for the next step until
+// ReleaseMemory() trims it.
+//
+// A failed CUDA or cuBLAS call is recorded as the ops' status (the first one wins) and turns every
+// later call into a no-op; asynchronous errors of kernels surface at the next call that reports
+// them (usually a synchronization or a copy), named as that call.
 //
 // Sums on the device are grouped differently from CpuOps' loops (cuBLAS blocking, fused
 // multiply-adds), so a run differs from the CPU reference by rounding: ~1e-15 relative in the loss.
@@ -13,32 +18,18 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "examples/mlp_ops.h"
 
 namespace elastra::examples {
 namespace {
 
-// A failed CUDA or cuBLAS call after setup: the device or the program is broken, the step cannot
-// be completed or undone here, so the worker dies with the reason and the job recovers without it.
-void CheckCuda(cudaError_t e, const char* call, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "train_mlp: %s:%d: %s: %s (%s)\n", file, line, call, cudaGetErrorName(e),
-               cudaGetErrorString(e));
-  std::abort();
+std::string CudaMessage(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
-void CheckCublas(cublasStatus_t s, const char* call, const char* file, int line) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "train_mlp: %s:%d: %s: %s\n", file, line, call, cublasGetStatusString(s));
-  std::abort();
-}
-#define OPS_CUDA(call) CheckCuda((call), #call, __FILE__, __LINE__)
-#define OPS_CUBLAS(call) CheckCublas((call), #call, __FILE__, __LINE__)
-#define OPS_LAUNCHED() CheckCuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 constexpr int kThreads = 256;
 constexpr size_t kMaxBlocks = 4096;  // grid-stride loops cover the rest
@@ -130,43 +121,61 @@ __global__ void AdamKernel(const double* g, AdamStep s, double* p, double* m, do
 
 class CudaOps : public MlpOps {
  public:
-  CudaOps(cudaStream_t stream, cublasHandle_t cublas) : stream_(stream), cublas_(cublas) {}
+  CudaOps(int device, cudaStream_t stream, cudaMemPool_t pool, cublasHandle_t cublas)
+      : device_(device), stream_(stream), pool_(pool), cublas_(cublas) {}
   ~CudaOps() override {
-    cudaStreamSynchronize(stream_);  // teardown: nothing to report an error to
-    cublasDestroy(cublas_);
+    // Teardown: nothing to report an error to.
+    cudaStreamSynchronize(stream_);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
 
   bool on_device() const override { return true; }
 
   void CopyFromHost(const double* src, Span dst) override {
-    if (dst.empty()) return;
-    OPS_CUDA(
-        cudaMemcpyAsync(dst.data, src, dst.size * sizeof(double), cudaMemcpyHostToDevice, stream_));
-    OPS_CUDA(cudaStreamSynchronize(stream_));
+    if (failed() || dst.empty()) return;
+    if (Cuda(cudaMemcpyAsync(dst.data, src, dst.size * sizeof(double), cudaMemcpyHostToDevice,
+                             stream_),
+             "cudaMemcpyAsync (host to device)")) {
+      Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
   }
+  // On a failure `dst` is left as it was.
   void CopyToHost(Span src, double* dst) override {
-    if (src.empty()) return;
-    OPS_CUDA(
-        cudaMemcpyAsync(dst, src.data, src.size * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-    OPS_CUDA(cudaStreamSynchronize(stream_));
+    if (failed() || src.empty()) return;
+    if (Cuda(cudaMemcpyAsync(dst, src.data, src.size * sizeof(double), cudaMemcpyDeviceToHost,
+                             stream_),
+             "cudaMemcpyAsync (device to host)")) {
+      Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
   }
-  void Synchronize() override { OPS_CUDA(cudaStreamSynchronize(stream_)); }
+  void Synchronize() override {
+    if (failed()) return;
+    Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
 
   // Row-major y [rows x out] = x [rows x in] w^T is column-major y^T = w x^T: with w seen as the
   // column-major [in x out] matrix w^T, that is op(A) = A^T (m = out, k = in) times x^T (k x n,
   // n = rows).
   void Linear(Span x, Span w, Span b, int64_t rows, int in, int out, Span y) override {
-    if (rows == 0 || out == 0) return;
+    if (failed() || rows == 0 || out == 0) return;
     double beta = 0;
     if (!b.empty()) {
-      BroadcastRowsKernel<<<Blocks(y.size), kThreads, 0, stream_>>>(b.data, y.size, out, y.data);
-      OPS_LAUNCHED();
+      if (!Launch("BroadcastRowsKernel", BroadcastRowsKernel, Blocks(y.size), b.data, y.size, out,
+                  y.data)) {
+        return;
+      }
       beta = 1;
     }
+    cublasHandle_t h = Cublas();
+    if (h == nullptr) return;
     const double one = 1;
-    OPS_CUBLAS(cublasDgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, static_cast<int>(rows), in, &one,
-                           w.data, in, x.data, in, &beta, y.data, out));
+    // Leading dimensions of at least 1, as cuBLAS demands even of an empty (in = 0) operand; with
+    // k = 0 it computes y = beta y, the bias or zeros as on the CPU.
+    const int ldi = std::max(in, 1), ldo = std::max(out, 1);
+    Blas(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, out, static_cast<int>(rows), in, &one, w.data,
+                     ldi, x.data, ldi, &beta, y.data, ldo),
+         "cublasDgemm (Linear)");
   }
 
   // gw^T [in x out] += x^T [in x rows] dy [rows x out]: column-major A = x (in x rows, lda in),
@@ -174,82 +183,162 @@ class CudaOps : public MlpOps {
   // dy^T [out x rows].
   void LinearBackward(Span dy, Span x, Span w, int64_t rows, int in, int out, Span dx, Span gw,
                       Span gb) override {
-    if (rows == 0) return;
+    if (failed() || rows == 0) return;
+    cublasHandle_t h = Cublas();
+    if (h == nullptr) return;
     const double one = 1, zero = 0;
     const int n = static_cast<int>(rows);
-    OPS_CUBLAS(cublasDgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x.data, in, dy.data,
-                           out, &one, gw.data, in));
+    const int ldi = std::max(in, 1), ldo = std::max(out, 1);  // see Linear
+    if (!Blas(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x.data, ldi, dy.data, ldo,
+                          &one, gw.data, ldi),
+              "cublasDgemm (LinearBackward, weight gradient)")) {
+      return;
+    }
     if (!gb.empty()) {
-      ColumnSumsKernel<<<Blocks(out), kThreads, 0, stream_>>>(dy.data, rows, out, gb.data);
-      OPS_LAUNCHED();
+      if (!Launch("ColumnSumsKernel", ColumnSumsKernel, Blocks(out), dy.data, rows, out,
+                  gb.data)) {
+        return;
+      }
     }
     if (!dx.empty()) {
-      OPS_CUBLAS(cublasDgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w.data, in,
-                             dy.data, out, &zero, dx.data, in));
+      Blas(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w.data, ldi, dy.data, ldo,
+                       &zero, dx.data, ldi),
+           "cublasDgemm (LinearBackward, input gradient)");
     }
   }
 
   void Tanh(Span x) override {
-    if (x.empty()) return;
-    TanhKernel<<<Blocks(x.size), kThreads, 0, stream_>>>(x.data, x.size);
-    OPS_LAUNCHED();
+    if (failed() || x.empty()) return;
+    Launch("TanhKernel", TanhKernel, Blocks(x.size), x.data, x.size);
   }
 
   void TanhBackward(Span y, Span grad) override {
-    if (grad.empty()) return;
-    TanhBackwardKernel<<<Blocks(grad.size), kThreads, 0, stream_>>>(y.data, grad.data, grad.size);
-    OPS_LAUNCHED();
+    if (failed() || grad.empty()) return;
+    Launch("TanhBackwardKernel", TanhBackwardKernel, Blocks(grad.size), y.data, grad.data,
+           grad.size);
   }
 
   void AddResidual(Span x, Span b, int64_t rows, int cols, Span y) override {
     const size_t n = static_cast<size_t>(rows) * cols;
-    if (n == 0) return;
-    AddResidualKernel<<<Blocks(n), kThreads, 0, stream_>>>(x.data, b.data, n, cols, y.data);
-    OPS_LAUNCHED();
+    if (failed() || n == 0) return;
+    Launch("AddResidualKernel", AddResidualKernel, Blocks(n), x.data, b.data, n, cols, y.data);
   }
 
   void Add(Span x, Span y) override {
-    if (y.empty()) return;
-    AddKernel<<<Blocks(y.size), kThreads, 0, stream_>>>(x.data, y.data, y.size);
-    OPS_LAUNCHED();
+    if (failed() || y.empty()) return;
+    Launch("AddKernel", AddKernel, Blocks(y.size), x.data, y.data, y.size);
   }
 
   void SquaredError(Span target, Span out, Span loss) override {
-    if (out.empty()) return;
-    SquaredErrorKernel<<<1, kThreads, 0, stream_>>>(target.data, out.data, out.size, loss.data);
-    OPS_LAUNCHED();
+    if (failed() || out.empty()) return;
+    // One block: its fixed reduction tree makes the loss the same every run.
+    Launch("SquaredErrorKernel", SquaredErrorKernel, 1, target.data, out.data, out.size, loss.data);
   }
 
   void Divide(Span x, double divisor) override {
-    if (x.empty()) return;
-    DivideKernel<<<Blocks(x.size), kThreads, 0, stream_>>>(x.data, x.size, divisor);
-    OPS_LAUNCHED();
+    if (failed() || x.empty()) return;
+    Launch("DivideKernel", DivideKernel, Blocks(x.size), x.data, x.size, divisor);
   }
 
   void Adam(Span g, const AdamStep& step, Span p, Span m, Span v) override {
-    if (p.empty()) return;
-    AdamKernel<<<Blocks(p.size), kThreads, 0, stream_>>>(g.data, step, p.data, m.data, v.data,
-                                                         p.size);
-    OPS_LAUNCHED();
+    if (failed() || p.empty()) return;
+    Launch("AdamKernel", AdamKernel, Blocks(p.size), g.data, step, p.data, m.data, v.data, p.size);
+  }
+
+  // Waits for the stream (the frees queued on it must be done before the pool can give their
+  // memory back), drops the cuBLAS handle with its workspace (Cublas() makes a new one when a
+  // product is next needed), and trims the pool to nothing.
+  size_t ReleaseMemory() override {
+    if (failed()) return 0;
+    if (!Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")) return 0;
+    if (cublas_ != nullptr) {
+      cublasHandle_t h = std::exchange(cublas_, nullptr);
+      if (!Blas(cublasDestroy(h), "cublasDestroy")) return 0;
+    }
+    uint64_t before = 0, after = 0;
+    if (!Cuda(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &before),
+              "cudaMemPoolGetAttribute") ||
+        !Cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo") ||
+        !Cuda(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &after),
+              "cudaMemPoolGetAttribute")) {
+      return 0;
+    }
+    return before > after ? static_cast<size_t>(before - after) : 0;
   }
 
  protected:
   double* AllocateRaw(size_t n) override {
+    if (failed()) return nullptr;
     void* p = nullptr;
-    OPS_CUDA(cudaMallocAsync(&p, n * sizeof(double), stream_));
-    OPS_CUDA(cudaMemsetAsync(p, 0, n * sizeof(double), stream_));
+    if (!Cuda(cudaMallocAsync(&p, n * sizeof(double), stream_),
+              ("cudaMallocAsync(" + std::to_string(n * sizeof(double)) + " bytes)").c_str())) {
+      return nullptr;
+    }
+    if (!Cuda(cudaMemsetAsync(p, 0, n * sizeof(double), stream_), "cudaMemsetAsync")) {
+      cudaFreeAsync(p, stream_);
+      return nullptr;
+    }
     return static_cast<double*>(p);
   }
-  void Free(double* p) override { OPS_CUDA(cudaFreeAsync(p, stream_)); }
+  // Also after a failure: the pool takes its memory back (an error here is not reported again).
+  void Free(double* p) override {
+    cudaError_t e = cudaFreeAsync(p, stream_);
+    if (!failed()) Cuda(e, "cudaFreeAsync");
+  }
 
  private:
-  cudaStream_t stream_;
-  cublasHandle_t cublas_;
-};
+  bool failed() const { return !status().ok(); }
 
-std::string CudaMessage(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
+  // True when `e` is cudaSuccess; otherwise records the first failure, naming `call`.
+  bool Cuda(cudaError_t e, const char* call) {
+    if (e == cudaSuccess) return true;
+    if (!failed()) {
+      std::string msg = std::string(call) + " on CUDA device " + std::to_string(device_) +
+                        ": " + CudaMessage(e);
+      Fail(e == cudaErrorMemoryAllocation ? ResourceExhaustedError(std::move(msg))
+                                          : InternalError(std::move(msg)));
+    }
+    return false;
+  }
+  bool Blas(cublasStatus_t s, const char* call) {
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    if (!failed()) {
+      std::string msg = std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
+                        cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")";
+      Fail(s == CUBLAS_STATUS_ALLOC_FAILED ? ResourceExhaustedError(std::move(msg))
+                                           : InternalError(std::move(msg)));
+    }
+    return false;
+  }
+  // Launches `kernel` with `blocks` blocks (> 0) of kThreads on our stream; false (and failed) on
+  // a bad configuration or an earlier sticky error. A stale error of some other call on this
+  // thread is cleared first, so that it is not taken for this launch's.
+  template <typename... Params, typename... Args>
+  bool Launch(const char* name, void (*kernel)(Params...), unsigned blocks, Args... args) {
+    cudaGetLastError();
+    kernel<<<blocks, kThreads, 0, stream_>>>(args...);
+    return Cuda(cudaGetLastError(), (std::string("launch of ") + name).c_str());
+  }
+
+  // The cuBLAS handle on our stream, made again after ReleaseMemory(); null (and failed) when it
+  // cannot be.
+  cublasHandle_t Cublas() {
+    if (cublas_ != nullptr) return cublas_;
+    cublasHandle_t h = nullptr;
+    if (!Blas(cublasCreate(&h), "cublasCreate")) return nullptr;
+    if (!Blas(cublasSetStream(h, stream_), "cublasSetStream")) {
+      cublasDestroy(h);
+      return nullptr;
+    }
+    cublas_ = h;
+    return cublas_;
+  }
+
+  const int device_;
+  cudaStream_t stream_;
+  cudaMemPool_t pool_;
+  cublasHandle_t cublas_;  // null after ReleaseMemory() until the next product
+};
 
 }  // namespace
 
@@ -267,10 +356,11 @@ StatusOr<std::unique_ptr<MlpOps>> MakeCudaOps(int device) {
   if ((e = cudaSetDevice(device)) != cudaSuccess) {
     return InternalError("cudaSetDevice(" + std::to_string(device) + "): " + CudaMessage(e));
   }
-  // Keep freed scratch memory in the pool across the synchronizations of a step.
+  // Keep freed scratch memory in the pool that cudaMallocAsync draws from across the
+  // synchronizations of a step (ReleaseMemory() gives it back).
   cudaMemPool_t pool;
-  if ((e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess) {
-    return InternalError("cudaDeviceGetDefaultMemPool: " + CudaMessage(e));
+  if ((e = cudaDeviceGetMemPool(&pool, device)) != cudaSuccess) {
+    return InternalError("cudaDeviceGetMemPool: " + CudaMessage(e));
   }
   uint64_t keep = UINT64_MAX;
   if ((e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep)) != cudaSuccess) {
@@ -288,7 +378,7 @@ StatusOr<std::unique_ptr<MlpOps>> MakeCudaOps(int device) {
     cudaStreamDestroy(stream);
     return InternalError(std::string("cuBLAS setup: ") + cublasGetStatusString(s));
   }
-  std::unique_ptr<MlpOps> ops = std::make_unique<CudaOps>(stream, cublas);
+  std::unique_ptr<MlpOps> ops = std::make_unique<CudaOps>(device, stream, pool, cublas);
   return ops;
 }
 

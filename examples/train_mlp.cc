@@ -21,7 +21,9 @@
 // --reference the single process runs on it too. The model above the arithmetic (schedule,
 // collectives, data, logging) is the same code for both. The training communicators take device
 // buffers on the nccl backend; on gloo (ELASTRA_BACKEND=gloo) device buffers go through host
-// copies. A build without CUDA refuses --device cuda (exit 2).
+// copies. A build without CUDA refuses --device cuda (exit 2). A CUDA or cuBLAS error ends the
+// process with a message naming the call and exit status 1 (the job goes on without it); a worker
+// parked by a shrink (mpirun) gives its scratch memory back to the device while it waits.
 //
 //   ELASTRA_DEVICE=0 train_mlp --reference --device cuda --steps 200 --log gpu_ref.jsonl
 //
@@ -254,11 +256,24 @@ class Model {
   // One training step; the loss (mean over the global batch) lands in *loss on global rank 0.
   // The shards are looked up afresh every step (they move at a reconfiguration), and the ops'
   // queue is drained before returning, also on an error: the Worker reads and writes the device
-  // shards between steps.
+  // shards between steps. When the ops have failed (a CUDA error) their status is returned
+  // whatever else went wrong: see device_failed().
   Status Step(TensorCollection* state, const Placement& at, double* loss) {
     Status s = RunStep(state, at, loss);
     ops_->Synchronize();
+    if (device_failed()) return ops_->status();
     return s;
+  }
+
+  // True once the arithmetic has failed (MlpOps::status()): the step's device work is lost and
+  // the device may be unusable, so the process gives up.
+  bool device_failed() const { return !ops_->status().ok(); }
+
+  // Gives the memory the model keeps between steps back (a parked worker): the ops' pool and
+  // handles, the host copy of the collectives. Returns the device bytes given back.
+  size_t ReleaseMemory() {
+    comm_.ReleaseMemory();
+    return ops_->ReleaseMemory();
   }
 
  private:
@@ -498,6 +513,27 @@ int DeviceOrdinal() {
   return 0;
 }
 
+// Test hook: ELASTRA_TEST_FAIL_OPS=WORKER_ID:STEP makes the arithmetic of the worker WORKER_ID fail
+// at step STEP as a CUDA error would (MlpOps::FailForTest), on any device.
+struct InjectedFailure {
+  std::string worker_id;
+  int64_t step = -1;
+};
+InjectedFailure InjectedFailureFromEnvironment() {
+  InjectedFailure f;
+  const char* v = std::getenv("ELASTRA_TEST_FAIL_OPS");
+  if (v == nullptr) return f;
+  std::string s = v;
+  size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 ||
+      !ParseInt(s.substr(colon + 1).c_str(), &f.step)) {
+    std::fprintf(stderr, "train_mlp: ELASTRA_TEST_FAIL_OPS=%s is not WORKER_ID:STEP\n", v);
+    std::exit(2);
+  }
+  f.worker_id = s.substr(0, colon);
+  return f;
+}
+
 // The arithmetic for --device: CpuOps, or CudaOps on `device`; null (after saying why) when CUDA
 // cannot be set up.
 std::unique_ptr<MlpOps> MakeOps(const Flags& flags, int device) {
@@ -540,7 +576,11 @@ int RunReference(const Flags& flags) {
   double loss = 0;
   for (int64_t step = 0; step < flags.steps; ++step) {
     int64_t begin = state.GetScalar("cursor");
-    if (!model.Step(&state, at, &loss).ok()) return 1;
+    if (Status s = model.Step(&state, at, &loss); !s.ok()) {
+      std::fprintf(stderr, "train_mlp: step %lld: %s\n", static_cast<long long>(step),
+                   s.ToString().c_str());
+      return 1;
+    }
     state.SetScalar(elastra::kStepScalarName, step + 1);
     log.Write(step, 0, elastra::Layout{}, loss, begin, begin + flags.global_batch);
   }
@@ -574,6 +614,17 @@ int RunElastic(const Flags& flags) {
     options->checkpoint_dir = flags.checkpoint_dir;
     options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;
   }
+  // Under mpirun a worker that a shrink takes out parks inside StepEnd(); the model's scratch
+  // memory goes back to the device then, and comes back with the next step's allocations.
+  Model* model_to_park = nullptr;  // set once the model exists; outlives the worker
+  options->on_park = [&model_to_park, &flags] {
+    if (model_to_park == nullptr) return;
+    size_t bytes = model_to_park->ReleaseMemory();
+    if (flags.cuda) {
+      std::fprintf(stderr, "train_mlp: parked: %zu bytes of scratch memory back to the device\n",
+                   bytes);
+    }
+  };
   auto worker_or = elastra::Worker::Create(*options);
   if (!worker_or.ok()) {
     std::fprintf(stderr, "train_mlp: %s\n", worker_or.status().ToString().c_str());
@@ -584,6 +635,7 @@ int RunElastic(const Flags& flags) {
   std::unique_ptr<MlpOps> ops = MakeOps(flags, device);
   if (ops == nullptr) return 1;
   Model model(flags, ops.get());
+  model_to_park = &model;
   // The parameters are initialized whole in host memory; with a device, Start() moves the shards
   // there.
   if (Status s = model.Register(&worker->state()); !s.ok()) {
@@ -607,6 +659,7 @@ int RunElastic(const Flags& flags) {
     return 2;
   }
   StepLog log(flags.log);
+  const InjectedFailure inject = InjectedFailureFromEnvironment();
   double loss = 0;
   while (worker->step() < flags.steps) {
     auto start = std::chrono::steady_clock::now();
@@ -624,9 +677,21 @@ int RunElastic(const Flags& flags) {
     at.pp_group = &worker->pp_group();
     at.tp_group = &worker->tp_group();
     at.world = &worker->world();
+    if (step == inject.step && worker->worker_id() == inject.worker_id) {
+      ops->FailForTest(elastra::InternalError("injected by ELASTRA_TEST_FAIL_OPS"));
+    }
     // Step() looks the shards (DeviceView with --device cuda) up afresh, so the views it uses are
     // always those of the current generation, also after a StepEnd that returned kReconfigured.
     Status s = model.Step(&worker->state(), at, &loss);
+    if (model.device_failed()) {
+      // Not handed to StepEnd(): a recovery would bring this process back on the failed device.
+      // Returning closes this worker's communicators and coordinator connection (as for the
+      // other fatal errors below), so the peers' collectives and the coordinator see it gone and
+      // the job recovers without it.
+      std::fprintf(stderr, "train_mlp: step %lld failed%s: %s; this worker gives up\n",
+                   static_cast<long long>(step), DeviceNote(device).c_str(), s.ToString().c_str());
+      return 1;
+    }
     if (s.ok()) PadStep(start, flags.step_time_ms);
     auto action = worker->StepEnd(s);
     if (!action.ok()) {

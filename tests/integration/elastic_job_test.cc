@@ -100,6 +100,27 @@ TEST(ElasticJob, KilledWorkerIsDetectedAndSurvivorsRollBack) {
   EXPECT_EQ(DpValues(log), (std::set<int>{2, 3}));
 }
 
+// A worker whose arithmetic fails (a CUDA error with --device cuda; injected here through
+// train_mlp's ELASTRA_TEST_FAIL_OPS) says which step failed and why and exits 1 instead of
+// aborting; its peers see it gone, recover without it and still follow the reference.
+TEST(ElasticJob, WorkerWhoseArithmeticFailsExitsAndTheOthersGoOn) {
+  const int steps = 60;
+  auto args = TrainArgs(steps, 15);
+  Job job(3, args, {"ELASTRA_TEST_FAIL_OPS=w1:20"});
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
+  EXPECT_NE(log.find("train_mlp: step 20 failed: kInternal: injected by ELASTRA_TEST_FAIL_OPS; "
+                     "this worker gives up"),
+            std::string::npos)
+      << log;
+  size_t w1 = log.find("worker w1 (pid ");
+  ASSERT_NE(w1, std::string::npos) << log;
+  const std::string w1_line = log.substr(w1, log.find('\n', w1) - w1);
+  EXPECT_NE(w1_line.find("exited with 1"), std::string::npos) << w1_line;
+  auto run = ExpectMatchesReference(job, args, steps);
+  EXPECT_EQ(DpValues(run), (std::set<int>{2, 3}));
+}
+
 TEST(ElasticJob, KillDuringReconfigurationRecovers) {
   const int steps = 100;
   auto args = TrainArgs(steps, 15);
