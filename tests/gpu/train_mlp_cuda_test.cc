@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -194,6 +196,80 @@ TEST(TrainMlpCuda, KilledWorkerInNcclJobSurvivorsShrinkAndMatchCpuReference) {
   EXPECT_NE(log.find("by ncclCommShrink"), std::string::npos) << log;
   auto run = ExpectMatchesCpuReference(job.log_path(), args, steps, job.dir());
   EXPECT_EQ(Layouts(run), (std::set<std::tuple<int, int, int>>{{3, 1, 1}, {2, 1, 1}}));
+}
+
+// Under mpirun a rank that a shrink takes out parks (it cannot be started again); train_mlp then
+// gives the model's scratch memory (the CUDA pool's free memory, the cuBLAS workspace) back to the
+// device, and makes it again when the rank comes back at the grow. Two ranks on the one GPU over
+// gloo. Skips without Open MPI's mpirun or a train_mlp built with MPI.
+TEST(TrainMlpCuda, ParkedMpirunRankGivesItsScratchMemoryBack) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  if (RunShell("mpirun --version | grep -q 'Open MPI'").exit_code != 0) {
+    GTEST_SKIP() << "no Open MPI mpirun";
+  }
+  if (RunShell("ldd " + TrainBinary() + " | grep -q libmpi").exit_code != 0) {
+    GTEST_SKIP() << "train_mlp built without MPI";
+  }
+  const int steps = 200;
+  const std::vector<std::string> args = ModelArgs(steps);
+  TempDir dir;
+  const std::string d = dir.path();
+  // mpirun in the background; its exit code lands in `rc`.
+  CommandResult started = RunShell(
+      "cd " + d +
+      " && (OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ELASTRA_DEVICE=0 "
+      "ELASTRA_BACKEND=gloo mpirun --oversubscribe -np 2 --enable-recovery -x ELASTRA_DEVICE "
+      "-x ELASTRA_BACKEND " +
+      TrainBinary() + " --log " + d + "/run.jsonl" + Join(With(args, "cuda")) +
+      "; echo $? > rc) > mpirun.out 2>&1 & echo $! > " + d + "/pid");
+  ASSERT_EQ(started.exit_code, 0) << started.out;
+  auto output = [&] { return RunShell("cat " + d + "/mpirun.out").out; };
+  struct Stop {  // mpirun (the child of the shell whose pid is in `pid`) goes at the end
+    std::string dir;
+    ~Stop() {
+      RunShell("p=$(cat " + dir + "/pid) && [ -n \"$p\" ] && pkill -TERM -P \"$p\" && sleep 2");
+    }
+  } stop{d};
+  auto status = [&]() -> nlohmann::json {
+    CommandResult r = RunShell(ElastraBinary() + " status --json --state-dir " + d + "/.elastra");
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    return r.exit_code == 0 && j.is_object() ? j : nlohmann::json::object();
+  };
+  auto wait_for = [&](const std::function<bool()>& done, seconds timeout) {
+    for (auto end = std::chrono::steady_clock::now() + timeout;
+         std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(std::chrono::milliseconds(200))) {
+      if (done()) return true;
+    }
+    return false;
+  };
+  auto at_step = [&](int64_t step) {
+    return wait_for([&] { return status().value("step", int64_t{0}) >= step; }, seconds(45));
+  };
+  ASSERT_TRUE(at_step(10)) << output();
+  CommandResult down =
+      RunShell(ElastraBinary() + " resize --state-dir " + d + "/.elastra --workers 1 --wait");
+  ASSERT_EQ(down.exit_code, 0) << down.out << output();
+  // "train_mlp: parked: N bytes of scratch memory back to the device" from the parked rank.
+  const std::string kParked = "train_mlp: parked: ";
+  ASSERT_TRUE(wait_for([&] { return output().find(kParked) != std::string::npos; }, seconds(10)))
+      << output();
+  const std::string out = output();
+  const long long released = std::atoll(out.c_str() + out.find(kParked) + kParked.size());
+  EXPECT_GT(released, 0) << out;
+  ASSERT_TRUE(at_step(status().value("step", int64_t{0}) + 10)) << output();
+  CommandResult up =
+      RunShell(ElastraBinary() + " resize --state-dir " + d + "/.elastra --workers 2 --wait");
+  ASSERT_EQ(up.exit_code, 0) << up.out << output();
+  // Back from parking, the rank allocates and multiplies (a new cuBLAS handle) again.
+  ASSERT_TRUE(at_step(status().value("step", int64_t{0}) + 5)) << output();
+  ASSERT_TRUE(wait_for([&] { return RunShell("test -s " + d + "/rc").exit_code == 0; },
+                       seconds(45)))
+      << output();
+  EXPECT_EQ(RunShell("cat " + d + "/rc").out, "0\n") << output();
+  EXPECT_TRUE(RanOnDevice0(output(), "train_mlp: ")) << output();
+  auto log = ExpectMatchesCpuReference(d + "/run.jsonl", args, steps, d);
+  EXPECT_EQ(Layouts(log), (std::set<std::tuple<int, int, int>>{{2, 1, 1}, {1, 1, 1}}));
 }
 
 }  // namespace
