@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -172,9 +173,12 @@ TEST(TrainMlpCuda, ElasticJobOverNcclChangingLayoutMatchesCpuReference) {
 }
 
 // A worker killed in an NCCL job: the survivors' recovery interrupts their NCCL world instead of
-// releasing it, and the next generation is made from it by ncclCommShrink (no fresh NCCL init);
-// training goes on from the newest in-memory commit and still matches the CPU reference.
-TEST(TrainMlpCuda, KilledWorkerInNcclJobSurvivorsShrinkAndMatchCpuReference) {
+// releasing it, and the next generation is made from it by ncclCommShrink where NCCL allows it,
+// or by a fresh init where it does not (NCCL 2.28 refuses to shrink a world whose own state is an
+// error, which it usually is once its proxy has seen the killed peer's socket close); either way
+// all survivors agree on the same, and training goes on from the newest in-memory commit and
+// still matches the CPU reference.
+TEST(TrainMlpCuda, KilledWorkerInNcclJobSurvivorsRebuildAndMatchCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const int steps = 150;
   const std::vector<std::string> args = ModelArgs(steps, 2, 2, 48);  // 48 splits over 3 and 2
@@ -193,7 +197,11 @@ TEST(TrainMlpCuda, KilledWorkerInNcclJobSurvivorsShrinkAndMatchCpuReference) {
       << LauncherLog(job);
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
-  EXPECT_NE(log.find("by ncclCommShrink"), std::string::npos) << log;
+  const bool shrunk = log.find("by ncclCommShrink") != std::string::npos;
+  const bool afresh = log.find("starting NCCL afresh") != std::string::npos;
+  EXPECT_TRUE(shrunk || afresh) << log;
+  std::printf("[   INFO   ] the survivors' NCCL world was %s\n",
+              shrunk ? "shrunk (ncclCommShrink)" : "initialized afresh");
   auto run = ExpectMatchesCpuReference(job.log_path(), args, steps, job.dir());
   EXPECT_EQ(Layouts(run), (std::set<std::tuple<int, int, int>>{{3, 1, 1}, {2, 1, 1}}));
 }
