@@ -356,6 +356,14 @@ StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& co
   if (state->device() < 0) {
     return InvalidArgumentError("a device state move needs a state on a device (SetDevice)");
   }
+  if (move.plan.from.RankOfWorker(comm.rank()) < 0) {
+    // Nothing of the old layout is here (a joiner, whose tensors are still whole from before
+    // Start()): no source, so the whole tensors are dropped rather than uploaded (a whole model
+    // need not fit one GPU), and the executor allocates the new shards.
+    for (auto& t : state->mutable_tensors()) {
+      if (!t.on_device) std::vector<uint8_t>().swap(t.data);
+    }
+  }
   ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());
   auto& tensors = state->mutable_tensors();
   DeviceShardMap shards;
