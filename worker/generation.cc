@@ -116,9 +116,17 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   NcclReusePlan plan;
   if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
     plan = PlanNcclReuse(previous->member_ids, options.member_ids, old->health());
+    // An interrupted world is being revoked (NCCL 2.28.7+) or was released (NCCL reported an
+    // error on it); wait, bounded, until NCCL has settled. On a timeout or a release the check
+    // below fails and every rank starts afresh.
+    if (plan.possible && !old->health().ok()) {
+      Status settled = old->Quiesce(options.timeout);
+      if (!settled.ok()) LOG(INFO) << "the previous nccl world did not settle: " << settled;
+    }
     // NCCL refuses to shrink or split a world whose own state is an error (after a SIGKILLed
-    // peer its proxy has usually seen the connection close) or stuck in progress; a rank that
-    // started a shrink would then wait out connect_timeout for one that could not.
+    // peer its proxy has usually seen the connection close; a revoke does not clear that) or in
+    // progress; a rank that started a shrink would then wait out connect_timeout for one that
+    // could not.
     if (plan.possible && !old->CanMakeChild()) {
       LOG(INFO) << "the previous nccl world cannot be shrunk or split (NCCL reports an error); "
                    "starting NCCL afresh";

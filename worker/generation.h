@@ -27,8 +27,9 @@ struct GroupSet {
   std::vector<std::string> member_ids;  // the worker id of each world rank
   // Breaks every call in flight on every communicator and releases them.
   void Abort();
-  // The same, except that an NCCL world is only interrupted (NcclCommunicator::Interrupt): it
-  // keeps its handle, so that the next generation can shrink it instead of starting NCCL afresh.
+  // The same, except that an NCCL world is only interrupted (NcclCommunicator::Interrupt): it is
+  // revoked (NCCL 2.28.7+) and keeps its handle, so that the next generation can shrink it
+  // instead of starting NCCL afresh; released at once when NCCL already reports an error on it.
   void Interrupt();
 };
 

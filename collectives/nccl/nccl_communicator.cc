@@ -1,6 +1,7 @@
 #include "collectives/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/nccl/nccl_interrupt.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -173,6 +175,38 @@ bool FromHex(const std::string& hex, void* data, size_t n) {
   return true;
 }
 
+// ncclCommRevoke appeared in NCCL 2.28.7, and the libnccl.so.2 a job runs with may be older than
+// the header it was built with (e.g. PyTorch's): it is looked up at run time, never linked.
+using RevokeFn = ncclResult_t (*)(ncclComm_t, int);
+constexpr int kRevokeDefault = 0;  // NCCL_REVOKE_DEFAULT, which older headers lack
+
+RevokeFn LookupRevoke() {
+  static const RevokeFn revoke = [] {
+    void* sym = dlsym(RTLD_DEFAULT, "ncclCommRevoke");
+    if (sym == nullptr) {
+      // A libnccl loaded outside the global scope.
+      if (void* lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD)) {
+        sym = dlsym(lib, "ncclCommRevoke");
+        dlclose(lib);  // drops only the reference RTLD_NOLOAD took
+      }
+    }
+    int version = 0;
+    if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+    LOG(INFO) << "NCCL " << version << ": ncclCommRevoke "
+              << (sym != nullptr ? "available" : "missing (interrupted worlds are not revoked)");
+    return reinterpret_cast<RevokeFn>(sym);
+  }();
+  return revoke;
+}
+
+NcclCommState StateOf(ncclComm_t comm, ncclResult_t* async) {
+  *async = ncclInternalError;
+  if (ncclCommGetAsyncError(comm, async) != ncclSuccess) return NcclCommState::kError;
+  if (*async == ncclSuccess) return NcclCommState::kSuccess;
+  if (*async == ncclInProgress) return NcclCommState::kInProgress;
+  return NcclCommState::kError;
+}
+
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -198,6 +232,7 @@ struct NcclCommunicator::Impl {
   Status broken;  // OK while usable
   std::atomic<bool> abort_requested{false};
   std::atomic<bool> interrupt_requested{false};  // Interrupt(): broken, handle kept
+  bool revoke_issued = false;  // ncclCommRevoke was called on `comm` (never twice)
   // Where ncclCommSplit/ncclCommShrink store the new handle. On a non-blocking communicator they
   // return ncclInProgress with it still null; NCCL's thread stores it when the collective part is
   // over (before the parent leaves ncclInProgress). It lives here, not on the caller's stack, so
@@ -231,6 +266,10 @@ struct NcclCommunicator::Impl {
   // With `mu` held, after `comm` was aborted (which joins NCCL's split thread): aborts a child
   // that an abandoned split/shrink left behind.
   void ReleasePendingChildLocked();
+  // With `mu` held and no call in flight: breaks the communicator (kPeerLost) and takes one step
+  // of NextInterruptStep (nccl_interrupt.h): revoke it, or release it when NCCL reports an error.
+  // Returns kReady once NCCL would shrink it; kRelease once `comm` is gone. Never blocks on peers.
+  InterruptStep InterruptLocked();
 };
 
 NcclCommunicator::Impl::~Impl() {
@@ -315,7 +354,45 @@ Status NcclCommunicator::Impl::EndCall(Status s) {
     broken = s;
     LOG(WARNING) << "nccl rank " << rank << "/" << size << " broken: " << s;
   }
+  // Interrupt() during this call left its NCCL part to us (one thread per communicator).
+  if (interrupt_requested.load(std::memory_order_acquire) && comm != nullptr) InterruptLocked();
   return s;
+}
+
+InterruptStep NcclCommunicator::Impl::InterruptLocked() {
+  if (broken.ok()) broken = PeerLostError("interrupted (the job is recovering)");
+  if (comm == nullptr) return InterruptStep::kRelease;
+  ncclResult_t async = ncclSuccess;
+  const NcclCommState state = StateOf(comm, &async);
+  const RevokeFn revoke = LookupRevoke();
+  const InterruptStep step = NextInterruptStep(state, revoke != nullptr, revoke_issued);
+  if (step == InterruptStep::kRevoke) {
+    // Sets NCCL's abort flags at once (the kernel of a hung call leaves its spin loop), then NCCL's
+    // thread drains the streams and stops the proxy; the state is ncclInProgress until then.
+    revoke_issued = true;
+    const ncclResult_t r = revoke(comm, kRevokeDefault);
+    if (r == ncclSuccess || r == ncclInProgress) {
+      LOG(INFO) << "nccl rank " << rank << "/" << size << ": interrupted communicator revoked";
+    } else {
+      // Refused up front (state unchanged: polling goes on without a revoke), or failed (NCCL
+      // stored the error: the next step releases the communicator).
+      LOG(WARNING) << "nccl rank " << rank << "/" << size
+                   << ": ncclCommRevoke: " << ncclGetErrorString(r);
+    }
+    return InterruptStep::kWait;
+  }
+  if (step == InterruptStep::kRelease) {
+    LOG(WARNING) << "nccl rank " << rank << "/" << size << ": NCCL reports "
+                 << ncclGetErrorString(async)
+                 << " on the interrupted communicator, which it will never shrink; releasing it";
+    broken =
+        PeerLostError(broken.message() + "; released, NCCL reported: " + ncclGetErrorString(async));
+    const ncclResult_t r = ncclCommAbort(comm);
+    if (r != ncclSuccess) LOG(WARNING) << "ncclCommAbort: " << ncclGetErrorString(r);
+    comm = nullptr;
+    ReleasePendingChildLocked();
+  }
+  return step;
 }
 
 void NcclCommunicator::Impl::AbortLocked(const std::string& why) {
@@ -590,19 +667,55 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, i
 void NcclCommunicator::Interrupt() {
   impl_->interrupt_requested.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  // A call in flight sees the flag in its polling loop and breaks the communicator in EndCall.
-  if (!impl_->in_call && impl_->broken.ok() && impl_->comm != nullptr) {
-    impl_->broken = PeerLostError("interrupted (the job is recovering)");
+  // A call in flight sees the flag in its polling loop and takes the step in EndCall.
+  if (!impl_->in_call && impl_->comm != nullptr && !impl_->abort_requested.load()) {
+    impl_->InterruptLocked();
   }
+}
+
+Status NcclCommunicator::Quiesce(Timeout timeout) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + timeout;
+  std::chrono::microseconds nap(100);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (impl_->abort_requested.load() || impl_->comm == nullptr) {
+        return impl_->broken.ok() ? AbortedError("Quiesce: communicator released") : impl_->broken;
+      }
+      if (impl_->broken.ok() && !impl_->interrupt_requested.load()) return OkStatus();
+      if (!impl_->in_call) {  // another thread's call finishes the step in its EndCall
+        impl_->interrupt_requested.store(true, std::memory_order_release);
+        const InterruptStep step = impl_->InterruptLocked();
+        if (step == InterruptStep::kReady) return OkStatus();
+        if (step == InterruptStep::kRelease) return impl_->broken;
+      }
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      return TimedOutError(
+          "Quiesce: NCCL still in progress after " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+          " ms");
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(5000));
+  }
+}
+
+bool NcclCommunicator::revoked() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->revoke_issued;
 }
 
 bool NcclCommunicator::CanMakeChild() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   // Not while another thread's call is inside NCCL on this communicator.
   if (impl_->comm == nullptr || impl_->in_call || impl_->abort_requested.load()) return false;
-  ncclResult_t state = ncclInProgress;
-  if (ncclCommGetAsyncError(impl_->comm, &state) != ncclSuccess) return false;
-  return state == ncclSuccess;
+  ncclResult_t async = ncclInProgress;
+  // ncclInProgress while a revoke runs; ncclSuccess once it is quiescent.
+  return StateOf(impl_->comm, &async) == NcclCommState::kSuccess;
 }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
@@ -620,6 +733,16 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
     if (r == rank()) return InvalidArgumentError("Shrink: an excluded rank may not call Shrink");
   }
   if (exclude.empty()) return InvalidArgumentError("Shrink: nothing to exclude");
+  {
+    // NCCL_SHRINK_ABORT raises and lowers NCCL's abort flags, which a revoke in progress relies
+    // on; NCCL would refuse the shrink then anyway (the state is ncclInProgress).
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    ncclResult_t async = ncclSuccess;
+    if (impl_->revoke_issued && impl_->comm != nullptr && !impl_->in_call &&
+        StateOf(impl_->comm, &async) == NcclCommState::kInProgress) {
+      return UnavailableError("Shrink: the communicator is still being revoked (Quiesce first)");
+    }
+  }
   ELASTRA_RETURN_IF_ERROR(impl_->BeginCall(/*allow_broken=*/true).WithContext("Shrink"));
   bool failure_path = abort;
   {
@@ -640,6 +763,8 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Shrink(
 }
 
 // ---------------------------------------------------------------------------------------------
+
+bool NcclRevokeAvailable() { return LookupRevoke() != nullptr; }
 
 bool NcclDeviceAvailable() {
   int n = 0;

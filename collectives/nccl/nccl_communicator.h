@@ -5,7 +5,9 @@
 // blocks forever: an asynchronous NCCL error gives kPeerLost, a passed deadline gives kTimedOut,
 // Abort() from any thread gives kAborted. After such an error the communicator is broken (later
 // calls fail fast with the same code) but its NCCL handle is kept, so that the survivors can
-// Shrink() it with NCCL_SHRINK_ABORT; the destructor releases it with ncclCommAbort.
+// Shrink() it with NCCL_SHRINK_ABORT; the destructor releases it with ncclCommAbort. A recovery
+// Interrupt()s it first: NCCL 2.28.7+ then revokes it (the hung kernel stops at once), or, when
+// NCCL already reports an error (it then refuses every shrink), it is released at once.
 //
 // Growth: NCCL has no grow. A larger world is a fresh CreateNcclCommunicator() with a new key
 // prefix (hence a new unique id) on every member, old and new.
@@ -99,20 +101,40 @@ class NcclCommunicator : public Communicator {
   // one is released with ncclCommAbort and its calls return kAborted afterwards.
   // With `abort`, NCCL_SHRINK_ABORT and the release of this one even when it is healthy (every
   // survivor must pass the same mode: NCCL requires it).
-  // kInvalidArgument for a bad list or when the caller is in it; kTimedOut after connect_timeout.
+  // kInvalidArgument for a bad list or when the caller is in it; kTimedOut after connect_timeout;
+  // kUnavailable while a revoke is not yet quiescent (Quiesce() first; nothing is changed).
   StatusOr<std::unique_ptr<NcclCommunicator>> Shrink(std::vector<int> exclude_ranks,
                                                      bool abort = false);
 
-  // Breaks the communicator without releasing its NCCL handle: a call in flight returns
-  // kPeerLost at its next poll, later calls fail fast, and Shrink() (in NCCL_SHRINK_ABORT mode)
-  // can still make the survivors' communicator from it. For a recovery that may shrink; Abort()
-  // when nothing will be made from it. Thread-safe, never blocks on peers.
+  // Breaks the communicator for a recovery that may shrink it: a call in flight returns kPeerLost
+  // at its next poll, later calls fail fast (kPeerLost), and, by what NCCL reports on it
+  // (docs/collectives.md, "Interrupt, revoke and shrink"):
+  //  - ncclSuccess: ncclCommRevoke when this libnccl has it (2.28.7+; looked up at run time):
+  //    NCCL's abort flags stop a kernel that spins on a dead peer, NCCL's thread drains the
+  //    streams and stops the proxy, and the state is ncclInProgress until it is quiescent, then
+  //    ncclSuccess again: Shrink() (NCCL_SHRINK_ABORT) makes the survivors' communicator from it.
+  //    Without ncclCommRevoke, the handle is only kept, as before (the shrink stops the kernel).
+  //  - an error (e.g. its proxy saw a dead peer's connection close): NCCL refuses every split and
+  //    shrink of it for good, so the handle is released (ncclCommAbort) at once.
+  //  - ncclInProgress (NCCL's thread still runs a call): nothing yet; Quiesce() takes the step.
+  // Abort() when nothing will be made from it. Thread-safe; a call in flight on another thread
+  // takes the NCCL part at its end. Never blocks on peers.
   void Interrupt();
+
+  // For a broken communicator: Interrupt()s it (if not yet) and waits, at most `timeout`, until it
+  // is quiescent. OK: NCCL reports ncclSuccess on it (revoked, or never running anything), so a
+  // Shrink() will be accepted; kTimedOut: NCCL still in progress (try CanMakeChild() later or start
+  // afresh); the status that broke it (kPeerLost, ...) when it was released. Healthy: OK at once,
+  // nothing changes. Polls; never blocks inside NCCL.
+  Status Quiesce(Timeout timeout);
+
+  // Whether ncclCommRevoke was called on this communicator (by Interrupt or Quiesce).
+  bool revoked() const;
 
   // Whether NCCL would start a Split() or Shrink() of this communicator now. NCCL 2.28 refuses
   // both, NCCL_SHRINK_ABORT included, while the communicator's NCCL state is an error (e.g. its
   // proxy saw a dead peer's connection close) or still in progress (a call interrupted while NCCL
-  // was connecting). Local, never blocks.
+  // was connecting, or a revoke not yet quiescent). Local, never blocks.
   bool CanMakeChild() const;
 
   // The stream every call runs on (a cudaStream_t), created with cudaStreamNonBlocking.
@@ -134,5 +156,8 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOpt
 
 // Whether this process sees at least one CUDA device (for tests and benchmarks that must skip).
 bool NcclDeviceAvailable();
+
+// Whether the libnccl this process runs with has ncclCommRevoke (NCCL 2.28.7 and later).
+bool NcclRevokeAvailable();
 
 }  // namespace elastra
