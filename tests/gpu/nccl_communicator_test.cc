@@ -229,14 +229,16 @@ TEST_F(NcclMultiProcessTest, TimeoutAndAbortBreakHungCollectives) {
   EXPECT_EQ(codes, std::vector<int>({0, 0}));
 }
 
-// SIGKILL the last of three ranks while they loop over allreduces: both survivors must report
-// kPeerLost or kTimedOut within twice the collective timeout, then shrink and go on.
-// What a worker's recovery does: an interrupted world (handle kept) shrunk by the survivors.
+// What a worker's recovery does: an interrupted world (revoked by NCCL 2.28.7+, handle kept) shrunk
+// by the survivors; with ncclCommRevoke the device must drain before the shrink (the helper checks).
 TEST_F(NcclMultiProcessTest, InterruptedWorldIsShrunkBySurvivors) {
   auto codes = RunRanks("interrupt", 3, dir_.path(), Ms(90000));
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// SIGKILL the last of three ranks while they loop over allreduces: both survivors must report
+// kPeerLost or kTimedOut within twice the collective timeout, then interrupt their world (revoked,
+// or released when NCCL reports an error), shrink it or start afresh, and go on.
 TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
   const int kSize = 3;
   const Ms kTimeout(2000);
@@ -276,6 +278,7 @@ TEST_F(NcclMultiProcessTest, KilledRankSurvivorsDetectAndShrink) {
   EXPECT_EQ(codes[kSize - 1], 128 + SIGKILL);
   // 0: shrink worked, or NCCL refused it (an error on the world) and abort + re-init worked.
   // 3: a shrink NCCL should have accepted failed, abort + re-init worked (a failure).
+  // 5: the device did not drain after a revoke or release (a kernel still spins: a failure).
   for (int r = 0; r < kSize - 1; ++r) EXPECT_EQ(codes[r], 0) << "survivor " << r;
 }
 

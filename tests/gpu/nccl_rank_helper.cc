@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -386,10 +388,31 @@ int ScenarioHang(const Args& a, KeyValueStore& store) {
   return g_failures == 0 ? 0 : 1;
 }
 
-// Allreduces in a loop until the test SIGKILLs the last rank; survivors report the error, shrink
-// (NCCL_SHRINK_ABORT) and continue, or, when NCCL reports an error on the world (it then refuses
-// any shrink), abort and re-init. Exit 0: either worked; 3: a shrink NCCL should have accepted
-// failed but abort + re-init worked; other: failure.
+// Whether the device drains within `limit`: cudaDeviceSynchronize on a helper thread. A kernel
+// that still spins on a dead peer would block it, and any cudaFree, forever; then the process
+// cannot even free its buffers, so it exits here (code 5) instead of hanging.
+void RequireDeviceDrains(Ms limit, const char* after) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([done] {
+    cudaDeviceSynchronize();
+    done->store(true);
+  }).detach();
+  const auto end = Clock::now() + limit;
+  while (!done->load() && Clock::now() < end) std::this_thread::sleep_for(Ms(10));
+  if (!done->load()) {
+    std::fprintf(stderr, "FAIL rank %d: the device did not drain within %lld ms after %s\n", g_rank,
+                 static_cast<long long>(limit.count()), after);
+    std::fflush(nullptr);
+    std::_Exit(5);
+  }
+}
+
+// Allreduces in a loop until the test SIGKILLs the last rank; survivors report the error and
+// recover as a worker does: Interrupt() (NCCL 2.28.7+ revokes the world when NCCL reports no
+// error; an error releases it, NCCL would never shrink it), Quiesce(), then shrink
+// (NCCL_SHRINK_ABORT) when every survivor can, otherwise abort and re-init. Exit 0: either worked;
+// 3: a shrink NCCL should have accepted failed but abort + re-init worked; 5: the device did not
+// drain although NCCL stopped the kernels; other: failure.
 int ScenarioKill(const Args& a, KeyValueStore& store) {
   NcclOptions o{&store, a.prefix, a.rank, a.size, 0, a.timeout, Ms(60000)};
   auto made = CreateNcclCommunicator(o);
@@ -416,8 +439,33 @@ int ScenarioKill(const Args& a, KeyValueStore& store) {
 
   const int lost = a.size - 1;
   // NCCL 2.28 refuses to shrink a communicator whose state is an error: over sockets the proxy
-  // usually sees the killed rank's connections close (kPeerLost above). The survivors agree, as
-  // the worker does: shrink only when every one of them can, otherwise abort and start afresh.
+  // usually sees the killed rank's connections close (kPeerLost above), and a revoke does not
+  // clear the proxy's error. The survivors agree, as the worker does: shrink only when every one
+  // of them can, otherwise abort and start afresh.
+  const bool error_before = !world->CanMakeChild();
+  world->Interrupt();
+  const Status settled = world->Quiesce(Ms(10000));
+  std::printf(
+      "rank %d: NCCL state before interrupt %s; ncclCommRevoke %s; revoked %d; "
+      "quiesce: %s\n",
+      a.rank, error_before ? "not shrinkable" : "ok",
+      NcclRevokeAvailable() ? "available" : "missing", world->revoked() ? 1 : 0,
+      settled.ToString().c_str());
+  EXPECT_TRUE_H(world->health().code() == StatusCode::kPeerLost, "health after interrupt: %s",
+                world->health().ToString().c_str());
+  if (settled.ok()) {
+    // NCCL reports success: either revoked and quiescent (its streams drained: the kernel is
+    // over), or no revoke in this libnccl (the kernel may still spin until the shrink).
+    EXPECT_TRUE_H(world->CanMakeChild(), "quiescent but NCCL refuses a child");
+    if (NcclRevokeAvailable()) {
+      EXPECT_TRUE_H(world->revoked(), "ncclCommRevoke exists but the world was not revoked");
+      RequireDeviceDrains(Ms(10000), "the revoke");
+    }
+  } else if (settled.code() != StatusCode::kTimedOut) {
+    // Released with ncclCommAbort, which ends the kernels before it returns.
+    EXPECT_TRUE_H(!world->CanMakeChild(), "released world offers a child");
+    RequireDeviceDrains(Ms(10000), "the release");
+  }
   REQUIRE_OK(store.Set(a.prefix + "can_shrink/" + std::to_string(a.rank),
                        world->CanMakeChild() ? "1" : "0"));
   bool all_can = true;
@@ -427,7 +475,10 @@ int ScenarioKill(const Args& a, KeyValueStore& store) {
     all_can = all_can && *v == "1";
   }
   if (!all_can) {
-    std::printf("rank %d: NCCL reports an error on the world; abort + re-init\n", a.rank);
+    std::printf(
+        "rank %d: a survivor's world cannot be shrunk (NCCL error or still in progress); "
+        "abort + re-init\n",
+        a.rank);
     world->Abort();
     world.reset();
     NcclOptions again{&store, a.prefix + "reinit/", a.rank, a.size - 1, 0, a.timeout, Ms(60000)};
@@ -442,7 +493,8 @@ int ScenarioKill(const Args& a, KeyValueStore& store) {
   auto small = world->Shrink({lost});
   const auto shrink_ms = std::chrono::duration_cast<Ms>(Clock::now() - t0).count();
   if (small.ok()) {
-    std::printf("rank %d: shrink (abort) took %lld ms\n", a.rank, (long long)shrink_ms);
+    std::printf("rank %d: world %s and shrunk (abort) in %lld ms\n", a.rank,
+                world->revoked() ? "revoked" : "not revoked", (long long)shrink_ms);
     EXPECT_TRUE_H(world->health().code() == StatusCode::kAborted,
                   "parent after abortive shrink: %s", world->health().ToString().c_str());
     NcclCommunicator& comm = **small;
@@ -487,8 +539,10 @@ Status StoreBarrier(KeyValueStore& store, const std::string& name, int rank, int
 // Interrupt() breaks a hung collective without releasing the handle, and the survivors shrink it:
 // rank size-1 never joins the allreduce (it waits, then aborts its own communicator); the others'
 // allreduce is interrupted from another thread after 300 ms (it must end with kPeerLost, long
-// before its 20 s timeout), then they shrink the interrupted world with NCCL_SHRINK_ABORT and
-// allreduce on the result. The worker does the same in a recovery.
+// before its 20 s timeout). NCCL reports no error (the silent rank is alive), so with NCCL 2.28.7+
+// the world is revoked: once Quiesce() returns, the hung kernel is over (the device drains). Then
+// they shrink the interrupted world with NCCL_SHRINK_ABORT and allreduce on the result. The worker
+// does the same in a recovery.
 int ScenarioInterrupt(const Args& a, KeyValueStore& store) {
   NcclOptions o{&store, a.prefix, a.rank, a.size, 0, Ms(20000), Ms(60000)};
   auto made = CreateNcclCommunicator(o);
@@ -528,6 +582,19 @@ int ScenarioInterrupt(const Args& a, KeyValueStore& store) {
                 world->health().ToString().c_str());
   // Later calls fail fast with the same status.
   EXPECT_TRUE_H(world->Barrier(Ms(20000)).code() == StatusCode::kPeerLost, "barrier after interrupt");
+  const Status settled = world->Quiesce(Ms(10000));
+  std::printf("rank %d: ncclCommRevoke %s; revoked %d; quiesce: %s\n", a.rank,
+              NcclRevokeAvailable() ? "available" : "missing", world->revoked() ? 1 : 0,
+              settled.ToString().c_str());
+  REQUIRE_OK(settled);
+  EXPECT_TRUE_H(world->health().code() == StatusCode::kPeerLost, "health after quiesce: %s",
+                world->health().ToString().c_str());
+  if (NcclRevokeAvailable()) {
+    EXPECT_TRUE_H(world->revoked(), "ncclCommRevoke exists but the world was not revoked");
+    // The revoke drained NCCL's streams (its abort flag ended the kernel) before NCCL reported
+    // ncclSuccess again: nothing runs on the device any more, before any shrink or abort.
+    RequireDeviceDrains(Ms(10000), "the revoke");
+  }
   EXPECT_TRUE_H(world->CanMakeChild(), "NCCL reports an error on the interrupted world");
   auto small = world->Shrink({silent}, /*abort=*/true);
   REQUIRE_OK(small.status());
