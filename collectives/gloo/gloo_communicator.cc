@@ -190,6 +190,28 @@ void IgnoreSigpipeOnce() {
   });
 }
 
+// One gloo tcp device per bind address, shared by every context of the process while any of them
+// holds it. Each tcp::Device owns an epoll loop thread, and in this gloo that loop only "ticks"
+// every 10 ms when idle: a device's destructor joins the thread (up to 10 ms), so a device per
+// context made every reconfiguration pay device creation plus up to 10 ms per context destroyed
+// (a 1-D layout has three contexts: the world and the size-1 pp and tp groups). Sharing is safe:
+// in this gloo every pair listens on and connects its own sockets; the device only multiplexes
+// them (PyTorch's ProcessGroupGloo shares devices the same way). Held weakly, so the device goes
+// when the last communicator on it does (a worker keeps the old generation's communicators until
+// the new ones are built, so a reconfiguration reuses the device).
+std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostname) {
+  static std::mutex mu;
+  static auto* devices = new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::weak_ptr<gloo::transport::Device>& slot = (*devices)[hostname];
+  if (std::shared_ptr<gloo::transport::Device> device = slot.lock()) return device;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = hostname;
+  std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+  slot = device;
+  return device;
+}
+
 bool LooksLikeTimeout(const char* what) {
   return std::strstr(what, "Timed out") != nullptr || std::strstr(what, "timeout") != nullptr;
 }
@@ -688,10 +710,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
   }
   IgnoreSigpipeOnce();
   try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
-    std::shared_ptr<gloo::transport::Device> device =
-        gloo::transport::tcp::CreateDevice(attr);
+    std::shared_ptr<gloo::transport::Device> device = SharedDevice(options.hostname);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.connect_timeout);
     GlooStore store(options.store, options.connect_timeout);
