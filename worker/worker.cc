@@ -263,6 +263,7 @@ class Worker::Impl {
 
   void Shutdown() {
     writer_.reset();  // lets a checkpoint write in flight finish and report
+    WaitRetired();
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       groups_ = GroupSet{};
@@ -344,10 +345,23 @@ class Worker::Impl {
     return OkStatus();
   }
 
+  // Destroys `old`, a generation's communicators nobody uses any more, on another thread (one
+  // retirement at a time: a second waits for the first).
+  void Retire(GroupSet old) {
+    WaitRetired();
+    retired_ = std::async(std::launch::async,
+                          [old = std::move(old)]() mutable { old = GroupSet{}; });
+  }
+
+  void WaitRetired() {
+    if (retired_.valid()) retired_.get();
+  }
+
   // Drops this worker's communicators when it leaves the layout mid-job (a shrink takes it out).
   // NCCL ones are aborted first: a finalize could wait on peers that are already building the
   // next generation without this worker.
   void ReleaseGroups() {
+    WaitRetired();
     GroupSet old;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
@@ -780,13 +794,18 @@ class Worker::Impl {
         c->Abort();
       }
     }
-    old = GroupSet{};
+    if (backend_ == "nccl") old = GroupSet{};  // Gloo: retired once the new groups exist (below)
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
     GroupOptions group_options = GroupOptionsFor(gen);
     for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
     group_options.previous = &previous_;
     auto groups = BuildGroups(group_options, gen.layout, my_rank);
+    // Destroying a gloo context waits for its device loop to tick once per pair (up to 10 ms
+    // each in this gloo), 25-50 ms for a 4-rank world on the 2-core bench VM: that used to sit
+    // between the pause and the new world's connect on every worker. Nobody uses the old
+    // communicators any more, so they go on another thread once the new ones exist.
+    Retire(std::move(old));
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       // The kept world is now part of the new generation, or released.
@@ -1078,6 +1097,7 @@ class Worker::Impl {
   std::deque<Commit_> commits_;
   std::vector<Commit_> spare_;     // images of forgotten commits, for reuse (see TakeImage)
   std::future<Commit_> prefault_;  // an image being faulted in on another thread
+  std::future<void> retired_;      // the previous generation's communicators being destroyed
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   std::deque<proto::Envelope> inbox_;
   uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
