@@ -350,9 +350,16 @@ Status NcclCommunicator::Impl::EndCall(Status s) {
     AbortLocked(s.ok() ? std::string("Abort() was called") : s.message());
     return broken;
   }
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument && broken.ok()) {
-    broken = s;
-    LOG(WARNING) << "nccl rank " << rank << "/" << size << " broken: " << s;
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
+    if (broken.ok()) {
+      broken = s;
+      LOG(WARNING) << "nccl rank " << rank << "/" << size << " broken: " << s;
+    }
+    // A call that timed out or saw a peer's error may leave its kernel spinning on the caller's
+    // buffers, and a cudaFree of them (a device reshard unwinding) would wait for it forever. So
+    // the failure takes Interrupt()'s step now: revoke (the kernel stops, the handle stays
+    // shrinkable) or, when NCCL reports an error, release.
+    interrupt_requested.store(true, std::memory_order_release);
   }
   // Interrupt() during this call left its NCCL part to us (one thread per communicator).
   if (interrupt_requested.load(std::memory_order_acquire) && comm != nullptr) InterruptLocked();

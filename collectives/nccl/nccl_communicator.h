@@ -4,10 +4,12 @@
 // Every call is polled against a deadline (ncclCommGetAsyncError + cudaStreamQuery), so no call
 // blocks forever: an asynchronous NCCL error gives kPeerLost, a passed deadline gives kTimedOut,
 // Abort() from any thread gives kAborted. After such an error the communicator is broken (later
-// calls fail fast with the same code) but its NCCL handle is kept, so that the survivors can
-// Shrink() it with NCCL_SHRINK_ABORT; the destructor releases it with ncclCommAbort. A recovery
-// Interrupt()s it first: NCCL 2.28.7+ then revokes it (the hung kernel stops at once), or, when
-// NCCL already reports an error (it then refuses every shrink), it is released at once.
+// calls fail fast with the same code) and is Interrupt()ed at once, so that no kernel of the
+// failed call still runs when the caller frees its buffers: NCCL 2.28.7+ revokes it (the hung
+// kernel stops; the handle is kept, so that the survivors can Quiesce() it and Shrink() it with
+// NCCL_SHRINK_ABORT), or, when NCCL already reports an error (it then refuses every shrink), it is
+// released. Without ncclCommRevoke only the handle is kept (the kernel stops at the shrink or the
+// release). The destructor releases it with ncclCommAbort.
 //
 // Growth: NCCL has no grow. A larger world is a fresh CreateNcclCommunicator() with a new key
 // prefix (hence a new unique id) on every member, old and new.
