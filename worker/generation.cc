@@ -135,7 +135,11 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   }
   const std::vector<int>& exclude = plan.exclude;
   int64_t unable = plan.possible ? 0 : 1;
-  ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax));
+  // A rank may arrive up to one Quiesce() bound (options.timeout) after the others: the agreement
+  // waits that long on top of its own timeout, so that a slow revoke means a fresh init, as
+  // intended, not a failed generation.
+  ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax,
+                                            options.timeout * 2));
   if (unable != 0) return std::shared_ptr<NcclCommunicator>();
 
   std::shared_ptr<NcclCommunicator> base;
