@@ -263,11 +263,9 @@ class Worker::Impl {
 
   void Shutdown() {
     writer_.reset();  // lets a checkpoint write in flight finish and report
-    WaitRetired();
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = GroupSet{};
-    }
+    // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
+    // pace, and a finalize may wait for them (up to the timeout per communicator).
+    ReleaseGroups();
     if (client_) client_->Close();
   }
 
@@ -697,6 +695,7 @@ class Worker::Impl {
     ReleaseGroups();
     ReleaseCommits();
     state_.ReleaseShards();  // host and GPU memory go back while parked
+    writer_.reset();         // and the checkpoint writer's (page-locked) image
     proto::JoinRequest join = MakeJoin();
     auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
