@@ -835,7 +835,12 @@ class Worker::Impl {
     }
     bool held = false;
     for (const auto& m : gen.prev_members) held |= m.worker_id == options_.worker_id && m.has_state;
-    if (held && step() != gen.restore_step) {
+    // A generation that failed after its state move started (a timeout in the move, a failed
+    // broadcast) left the shards in its own layout, partly moved, while the step is still that of
+    // the commit: roll back to the commit then too.
+    const bool moved_since_commit =
+        !commits_.empty() && commits_.back().step == step() && !CommitMatchesState();
+    if (held && (step() != gen.restore_step || moved_since_commit)) {
       ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
