@@ -269,7 +269,11 @@ struct NcclCommunicator::Impl {
   // With `mu` held and no call in flight: breaks the communicator (kPeerLost) and takes one step
   // of NextInterruptStep (nccl_interrupt.h): revoke it, or release it when NCCL reports an error.
   // Returns kReady once NCCL would shrink it; kRelease once `comm` is gone. Never blocks on peers.
-  InterruptStep InterruptLocked();
+  // Without `may_release` a release is left to a later call (kWait): ncclCommAbort frees device
+  // memory, and cudaFree waits for every kernel on the device, e.g. one of another communicator
+  // that is still spinning until its own interrupt; Interrupt() runs on the worker's I/O thread,
+  // which must keep answering the coordinator, so it only flags and revokes.
+  InterruptStep InterruptLocked(bool may_release = true);
 };
 
 NcclCommunicator::Impl::~Impl() {
@@ -366,7 +370,7 @@ Status NcclCommunicator::Impl::EndCall(Status s) {
   return s;
 }
 
-InterruptStep NcclCommunicator::Impl::InterruptLocked() {
+InterruptStep NcclCommunicator::Impl::InterruptLocked(bool may_release) {
   if (broken.ok()) broken = PeerLostError("interrupted (the job is recovering)");
   if (comm == nullptr) return InterruptStep::kRelease;
   ncclResult_t async = ncclSuccess;
@@ -388,6 +392,7 @@ InterruptStep NcclCommunicator::Impl::InterruptLocked() {
     }
     return InterruptStep::kWait;
   }
+  if (step == InterruptStep::kRelease && !may_release) return InterruptStep::kWait;
   if (step == InterruptStep::kRelease) {
     LOG(WARNING) << "nccl rank " << rank << "/" << size << ": NCCL reports "
                  << ncclGetErrorString(async)
@@ -676,7 +681,7 @@ void NcclCommunicator::Interrupt() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   // A call in flight sees the flag in its polling loop and takes the step in EndCall.
   if (!impl_->in_call && impl_->comm != nullptr && !impl_->abort_requested.load()) {
-    impl_->InterruptLocked();
+    impl_->InterruptLocked(/*may_release=*/false);  // Quiesce() or Abort() releases
   }
 }
 

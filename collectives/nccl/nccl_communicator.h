@@ -117,7 +117,9 @@ class NcclCommunicator : public Communicator {
   //    ncclSuccess again: Shrink() (NCCL_SHRINK_ABORT) makes the survivors' communicator from it.
   //    Without ncclCommRevoke, the handle is only kept, as before (the shrink stops the kernel).
   //  - an error (e.g. its proxy saw a dead peer's connection close): NCCL refuses every split and
-  //    shrink of it for good, so the handle is released (ncclCommAbort) at once.
+  //    shrink of it for good, so the handle is released (ncclCommAbort) by the next Quiesce() (or
+  //    Abort(), or the end of a call in flight), never by Interrupt() itself: the abort frees
+  //    device memory, which waits for every kernel on the device.
   //  - ncclInProgress (NCCL's thread still runs a call): nothing yet; Quiesce() takes the step.
   // Abort() when nothing will be made from it. Thread-safe; a call in flight on another thread
   // takes the NCCL part at its end. Never blocks on peers.
