@@ -20,17 +20,39 @@ void GroupSet::Abort() {
   }
 }
 
+namespace {
+
+// Breaks the calls in flight on `c` without waiting on the device: an NCCL communicator is
+// released later, on its owner's thread (NcclCommunicator::RequestAbort), anything else now.
+void BreakWithoutWaiting(Communicator* c) {
+#if ELASTRA_HAVE_NCCL
+  if (std::string(c->backend()) == "nccl") {
+    static_cast<NcclCommunicator*>(c)->RequestAbort();
+    return;
+  }
+#endif
+  c->Abort();
+}
+
+}  // namespace
+
 void GroupSet::Interrupt() {
 #if ELASTRA_HAVE_NCCL
   if (world != nullptr && std::string(world->backend()) == "nccl") {
     static_cast<NcclCommunicator*>(world.get())->Interrupt();
     for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
-      if (c != nullptr && c != world.get()) c->Abort();
+      if (c != nullptr && c != world.get()) BreakWithoutWaiting(c);
     }
     return;
   }
 #endif
   Abort();
+}
+
+void GroupSet::RequestAbort() {
+  for (auto* c : {world.get(), dp.get(), pp.get(), tp.get(), control.get()}) {
+    if (c != nullptr) BreakWithoutWaiting(c);
+  }
 }
 
 namespace {

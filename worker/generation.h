@@ -27,10 +27,14 @@ struct GroupSet {
   std::vector<std::string> member_ids;  // the worker id of each world rank
   // Breaks every call in flight on every communicator and releases them.
   void Abort();
-  // The same, except that an NCCL world is only interrupted (NcclCommunicator::Interrupt): it is
-  // revoked (NCCL 2.28.7+) and keeps its handle, so that the next generation can shrink it
-  // instead of starting NCCL afresh; released at once when NCCL already reports an error on it.
+  // Breaks every call in flight without ever waiting on the device, for the worker's I/O thread:
+  // an NCCL world is only interrupted (NcclCommunicator::Interrupt: revoked, NCCL 2.28.7+, and
+  // kept, so that the next generation can shrink it instead of starting NCCL afresh), the other
+  // NCCL communicators are released later on the training thread (RequestAbort), Gloo ones now.
   void Interrupt();
+  // Breaks every call in flight and releases the communicators, the NCCL ones later on the
+  // training thread (as Interrupt() does for the groups).
+  void RequestAbort();
 };
 
 struct GroupOptions {

@@ -371,12 +371,13 @@ class Worker::Impl {
     }
   }
 
-  // Breaks every call in flight on this worker's communicators. An NCCL world is only
-  // interrupted, so that the next generation may shrink it (GroupSet::Interrupt); one kept from
-  // the generation before is released (a build that uses it is doomed). Call with comm_mu_ held.
+  // Breaks every call in flight on this worker's communicators, without waiting on the device
+  // (the I/O thread calls it). An NCCL world is only interrupted, so that the next generation may
+  // shrink it (GroupSet::Interrupt); one kept from the generation before is released (a build
+  // that uses it is doomed). Call with comm_mu_ held.
   void AbortLocked() {
     groups_.Interrupt();
-    previous_.Abort();
+    previous_.RequestAbort();
     if (handoff_ != nullptr) handoff_->Abort();
   }
 

@@ -661,6 +661,10 @@ void NcclCommunicator::Abort() {
   if (!impl_->in_call) impl_->AbortLocked("Abort() was called");
 }
 
+void NcclCommunicator::RequestAbort() {
+  impl_->abort_requested.store(true, std::memory_order_release);
+}
+
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, int key) {
   ELASTRA_RETURN_IF_ERROR(impl_->BeginCall(/*allow_broken=*/false)
                               .WithContext("Split"));

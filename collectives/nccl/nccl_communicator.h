@@ -89,6 +89,11 @@ class NcclCommunicator : public Communicator {
   Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override;
 
   void Abort() override;
+  // Abort() without releasing now: a call in flight fails at its next poll and releases the
+  // handle at its end; otherwise the next call, Abort() or the destructor does, on its thread.
+  // For threads that must not wait on the device (the release frees device memory, and cudaFree
+  // waits for every kernel on it, e.g. a hung one of another communicator). Thread-safe.
+  void RequestAbort();
 
   // ncclCommSplit: collective over this communicator. Ranks with the same `color` (>= 0) form a
   // new communicator, ordered by `key`. A negative color takes no part and gets a null pointer.
