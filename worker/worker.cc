@@ -154,6 +154,7 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   v = 0;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
   o.test_apply_delay = milliseconds(v);
+  o.test_fail_after_move = Getenv("ELASTRA_TEST_FAIL_AFTER_MOVE");
   return o;
 }
 
@@ -864,6 +865,11 @@ class Worker::Impl {
     for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
     client_->SetHeartbeatStep(step());
     double transfer_ms = MillisSince(t1);
+    if (!options_.test_fail_after_move.empty() &&
+        options_.test_fail_after_move ==
+            options_.worker_id + ":" + std::to_string(gen.generation)) {
+      return InternalError("injected by ELASTRA_TEST_FAIL_AFTER_MOVE after the state move");
+    }
 
     generation_ = gen.generation;
     layout_ = gen.layout;

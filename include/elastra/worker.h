@@ -80,6 +80,10 @@ struct WorkerOptions {
   std::string model_json;
   // Test hook: sleep this long before building each generation (ELASTRA_TEST_APPLY_DELAY_MS).
   std::chrono::milliseconds test_apply_delay{0};
+  // Test hook: "WORKER_ID:GENERATION" makes that worker's build of that generation fail right
+  // after its state moved, as a failure there would leave its shards
+  // (ELASTRA_TEST_FAIL_AFTER_MOVE).
+  std::string test_fail_after_move;
   // When a shrink takes this worker out, park instead of leaving: release the communicators, stay
   // in the job as standby (heartbeating), and come back with the members' state at a later grow.
   // StepEnd() blocks while parked and returns kReconfigured when back, or kLeave when the job

@@ -220,6 +220,23 @@ TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   ExpectMatchesReference(job, args, steps);
 }
 
+// A generation whose build fails on one worker after the state moved (its shards are in the new
+// layout, its commits in the old one; the others have finished and committed the new layout):
+// the recovery rolls every worker back to a commit they all hold, and the job still matches the
+// reference, whatever layout it goes on in.
+TEST(ElasticJob, BuildFailingAfterTheStateMovedRollsBack) {
+  const int steps = 80;
+  std::vector<std::string> args = ThreeDArgs(steps);
+  Job job(2, args, {"ELASTRA_TEST_FAIL_AFTER_MOVE=w1:2"});
+  ASSERT_TRUE(job.WaitForStep(4, seconds(60))) << LauncherLog(job);
+  auto r = job.Resize("--workers 2 --layout dp=1,pp=1,tp=2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  const std::string log = LauncherLog(job);
+  EXPECT_NE(log.find("injected by ELASTRA_TEST_FAIL_AFTER_MOVE"), std::string::npos) << log;
+  ExpectMatchesReference(job, args, steps);
+}
+
 TEST(ElasticJob, PlannerPicksTheLayoutUnderAPin) {
   // With a model description and tp pinned to 2, a resize that names only a worker count gets a
   // tp=2 layout from the planner, and training still matches the reference.
