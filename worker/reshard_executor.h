@@ -51,9 +51,10 @@ struct ReshardExecutorOptions {
   // comm.Abort() so the other threads fail fast. Off: one thread, pairwise rounds (partner =
   // rank XOR k), the lower rank of a pair sending first.
   bool concurrent_peers = false;
-  // When the communicator has Exchange() (Gloo, NCCL, MPI): per group, every peer's transfers posted
-  // at once in one exchange (each peer's packed rectangles as one message, plus the direct runs),
-  // which beats both schedules above. Memory: the group's packed bytes instead of chunk buffers.
+  // When the communicator has Exchange() (Gloo, NCCL, MPI): per group, every peer's transfers
+  // posted at once in one exchange (each peer's packed rectangles as one message, plus the direct
+  // runs), which beats both schedules above. Memory: the group's packed bytes instead of chunk
+  // buffers.
   bool batched = true;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};

@@ -229,8 +229,9 @@ TEST_F(NcclMultiProcessTest, TimeoutAndAbortBreakHungCollectives) {
   EXPECT_EQ(codes, std::vector<int>({0, 0}));
 }
 
-// What a worker's recovery does: an interrupted world (revoked by NCCL 2.28.7+, handle kept) shrunk
-// by the survivors; with ncclCommRevoke the device must drain before the shrink (the helper checks).
+// What a worker's recovery does: an interrupted world (revoked by NCCL 2.28.7+, handle kept)
+// shrunk by the survivors; with ncclCommRevoke the device must drain before the shrink (the
+// helper checks).
 TEST_F(NcclMultiProcessTest, InterruptedWorldIsShrunkBySurvivors) {
   auto codes = RunRanks("interrupt", 3, dir_.path(), Ms(90000));
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;

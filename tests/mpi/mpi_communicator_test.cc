@@ -310,7 +310,8 @@ void ExchangeManyToMany(Communicator* comm, uint32_t tag) {
       for (size_t i = 0; i < msg.size(); ++i) msg[i] = ExchangeByte(r, peer, k, i);
       out.push_back(std::move(msg));
       // The receive's buffer is filled with a byte that the sender never writes at offset 0.
-      in.emplace_back(ExchangeBytes(peer, r, k), static_cast<uint8_t>(~ExchangeByte(peer, r, k, 0)));
+      in.emplace_back(ExchangeBytes(peer, r, k),
+                      static_cast<uint8_t>(~ExchangeByte(peer, r, k, 0)));
       expect.push_back({in.size() - 1, peer, k});
     }
   }
