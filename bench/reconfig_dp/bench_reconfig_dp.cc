@@ -8,7 +8,12 @@
 // Raw: 4 processes that connectFullMesh a fresh gloo context over a FileStore and broadcast the
 // same bytes from rank 0: what any elastic DP system must at least do for the same change.
 //
-// Prints one JSON line at the end: ... "rebuild_vs_raw": x, "downtime_vs_raw": y.
+// With --change tp, the same two workers go from dp=2 to tp=2 and back instead (the state is
+// split over tp): to tp=2 nothing moves (each keeps its half), back to dp=2 each receives the
+// other's half. Raw: 2 processes connect and swap halves over unbound buffers.
+//
+// Prints one JSON line at the end: ... "rebuild_vs_raw": x, "downtime_vs_raw": y (for --change
+// tp: of the change back to dp=2, which moves the bytes).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +30,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -56,8 +62,9 @@ int RunWorker(size_t state_mb) {
   auto worker = elastra::Worker::Create(*options);
   if (!worker.ok()) return 1;
   auto& w = *worker;
+  // Split over tp: whole on every worker while tp = 1 (a replica), halves at tp = 2.
   if (!w->state().AddTensor("blob", {static_cast<int64_t>(state_mb << 18)},
-                            elastra::DataType::kFloat32).ok()) {
+                            elastra::DataType::kFloat32, elastra::SplitOverTp(0)).ok()) {
     return 1;
   }
   auto blob = w->state().View<float>("blob");
@@ -71,7 +78,10 @@ int RunWorker(size_t state_mb) {
   }
 }
 
-// Raw Gloo: one rank of connectFullMesh + broadcast over a FileStore. Writes "connect_ms bcast_ms".
+// Raw Gloo: one rank of connectFullMesh + broadcast over a FileStore (size > 2), or of
+// connectFullMesh + a swap of halves with the other rank (size == 2). Writes "connect_ms move_ms".
+int RunRawSwap(gloo::rendezvous::Context& context, std::vector<float>& data, int rank);
+
 int RunRawRank(const std::string& dir, const std::string& prefix, int rank, int size,
                size_t state_mb) {
   std::vector<float> data(state_mb << 18, rank == 0 ? 1.0f : 0.0f);
@@ -85,6 +95,13 @@ int RunRawRank(const std::string& dir, const std::string& prefix, int rank, int 
   context->setTimeout(milliseconds(60000));
   context->connectFullMesh(store, device);
   auto t1 = Clock::now();
+  if (size == 2) {
+    std::vector<float> whole(state_mb << 18, static_cast<float>(rank + 1));
+    const int rc = RunRawSwap(*context, whole, rank);
+    std::ofstream(dir + "/" + prefix + "_" + std::to_string(rank))
+        << Ms(t0, t1) << " " << Ms(t1, Clock::now());
+    return rc;
+  }
   gloo::BroadcastOptions opts(context);
   opts.setRoot(0);
   opts.setOutput(data.data(), data.size());
@@ -92,6 +109,20 @@ int RunRawRank(const std::string& dir, const std::string& prefix, int rank, int 
   auto t2 = Clock::now();
   std::ofstream(dir + "/" + prefix + "_" + std::to_string(rank)) << Ms(t0, t1) << " " << Ms(t1, t2);
   return data[data.size() - 1] == 1.0f ? 0 : 1;
+}
+
+// Rank r holds half r of `data` and receives the other half into it, both posted at once.
+int RunRawSwap(gloo::rendezvous::Context& context, std::vector<float>& data, int rank) {
+  const size_t half = data.size() / 2;
+  float* mine = data.data() + (rank == 0 ? 0 : half);
+  float* theirs = data.data() + (rank == 0 ? half : 0);
+  auto send = context.createUnboundBuffer(mine, half * sizeof(float));
+  auto recv = context.createUnboundBuffer(theirs, half * sizeof(float));
+  recv->recv(1 - rank, 0);
+  send->send(1 - rank, 0);
+  send->waitSend();
+  recv->waitRecv();
+  return theirs[half - 1] == static_cast<float>(2 - rank) ? 0 : 1;
 }
 
 struct RawResult {
@@ -137,10 +168,15 @@ struct Phases {
   }
 };
 
-bool Resize(elastra::ControlClient* admin, int workers, Phases* phases) {
+bool Resize(elastra::ControlClient* admin, int workers, Phases* phases,
+            const elastra::Layout* layout = nullptr) {
   elastra::proto::ResizeRequest req;
   req.workers = workers;
   req.wait = true;
+  if (layout != nullptr) {
+    req.has_layout = true;
+    req.layout = *layout;
+  }
   auto first = admin->Call<elastra::proto::ResizeReply>(elastra::proto::MessageType::kResize, req,
                                                         milliseconds(10000));
   if (!first.ok()) {
@@ -155,8 +191,11 @@ bool Resize(elastra::ControlClient* admin, int workers, Phases* phases) {
   phases->agreement.push_back(r->agreement_ms);
   phases->rebuild.push_back(r->rebuild_ms);
   phases->transfer.push_back(r->transfer_ms);
-  std::fprintf(stderr, "resize to %d: downtime %.1f ms (agreement %.1f, rebuild %.1f, transfer %.1f)\n",
-               workers, r->downtime_ms, r->agreement_ms, r->rebuild_ms, r->transfer_ms);
+  std::fprintf(stderr,
+               "resize to %d (%s): downtime %.1f ms (agreement %.1f, rebuild %.1f, "
+               "transfer %.1f)\n",
+               workers, r->layout.ToString().c_str(), r->downtime_ms, r->agreement_ms,
+               r->rebuild_ms, r->transfer_ms);
   return true;
 }
 
@@ -165,17 +204,26 @@ bool Resize(elastra::ControlClient* admin, int workers, Phases* phases) {
 int main(int argc, char** argv) {
   size_t state_mb = 64;
   int reps = 3;
+  std::string change = "dp";
   std::string self = argv[0];
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--worker" && i + 2 < argc + 1) return RunWorker(std::strtoull(argv[i + 1], nullptr, 10));
+    if (a == "--worker" && i + 2 < argc + 1) {
+      return RunWorker(std::strtoull(argv[i + 1], nullptr, 10));
+    }
     if (a == "--raw-rank" && i + 5 < argc) {
       return RunRawRank(argv[i + 1], argv[i + 2], std::atoi(argv[i + 3]), std::atoi(argv[i + 4]),
                         std::strtoull(argv[i + 5], nullptr, 10));
     }
     if (a == "--state-mb" && i + 1 < argc) state_mb = std::strtoull(argv[++i], nullptr, 10);
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (a == "--change" && i + 1 < argc) change = argv[++i];
   }
+  if (change != "dp" && change != "tp") {
+    std::fprintf(stderr, "bench_reconfig_dp: --change takes dp or tp\n");
+    return 2;
+  }
+  const bool tp = change == "tp";
   if (self.find('/') == std::string::npos) self = "/proc/self/exe";
   self = std::filesystem::canonical("/proc/self/exe").string();
 
@@ -186,7 +234,7 @@ int main(int argc, char** argv) {
   if (launcher == 0) {
     std::string log = dir + "/launcher.log";
     if (std::freopen(log.c_str(), "w", stderr) == nullptr) _exit(1);
-    execl(ELASTRA_BINARY, ELASTRA_BINARY, "run", "--nproc", "2", "--max-workers", "4",
+    execl(ELASTRA_BINARY, ELASTRA_BINARY, "run", "--nproc", "2", "--max-workers", tp ? "2" : "4",
           "--state-dir", state_dir.c_str(), "--", self.c_str(), "--worker",
           std::to_string(state_mb).c_str(), nullptr);
     _exit(127);
@@ -228,9 +276,14 @@ int main(int argc, char** argv) {
     kill_launcher();
     return 1;
   }
+  // dp: grow to 4 and shrink to 2. tp: to tp=2 and back to dp=2 (first, second).
   Phases grow, shrink;
+  const elastra::Layout to_tp{1, 1, 2}, to_dp{2, 1, 1};
   for (int rep = 0; rep < reps; ++rep) {
-    if (!Resize(admin.get(), 4, &grow) || !Resize(admin.get(), 2, &shrink)) {
+    const bool ok =
+        tp ? Resize(admin.get(), 2, &grow, &to_tp) && Resize(admin.get(), 2, &shrink, &to_dp)
+           : Resize(admin.get(), 4, &grow) && Resize(admin.get(), 2, &shrink);
+    if (!ok) {
       std::fprintf(stderr, "bench_reconfig_dp: resize failed (see %s/launcher.log)\n", dir.c_str());
       kill_launcher();
       return 1;
@@ -242,12 +295,12 @@ int main(int argc, char** argv) {
 
   std::vector<double> raw_connect, raw_total, raw_bcast;
   for (int rep = 0; rep < reps; ++rep) {
-    RawResult r = RunRaw(self, 4, state_mb, rep);
+    RawResult r = RunRaw(self, tp ? 2 : 4, state_mb, rep);
     raw_connect.push_back(r.connect_ms);
     raw_bcast.push_back(r.broadcast_ms);
     raw_total.push_back(r.connect_ms + r.broadcast_ms);
-    std::fprintf(stderr, "raw gloo, 4 ranks: connect %.1f ms, broadcast %.1f ms\n", r.connect_ms,
-                 r.broadcast_ms);
+    std::fprintf(stderr, "raw gloo, %d ranks: connect %.1f ms, %s %.1f ms\n", tp ? 2 : 4,
+                 r.connect_ms, tp ? "swap of halves" : "broadcast", r.broadcast_ms);
   }
   std::filesystem::remove_all(dir);
 
@@ -255,14 +308,25 @@ int main(int argc, char** argv) {
   out["bench"] = "reconfig_dp";
   out["state_mb"] = state_mb;
   out["reps"] = reps;
-  out["change"] = "dp 2 -> 4 (grow) and 4 -> 2 (shrink)";
-  out["grow"] = grow.Json();
-  out["shrink"] = shrink.Json();
-  out["raw_gloo"] = {{"connect_ms", Median(raw_connect)},
-                     {"broadcast_ms", Median(raw_bcast)},
-                     {"total_ms", Median(raw_total)}};
-  out["rebuild_vs_raw"] = Median(grow.rebuild) / std::max(Median(raw_connect), 1e-9);
-  out["downtime_vs_raw"] = Median(grow.downtime) / std::max(Median(raw_total), 1e-9);
+  if (tp) {
+    out["change"] = "dp=2 -> tp=2 (nothing moves) and tp=2 -> dp=2 (halves swapped)";
+    out["to_tp"] = grow.Json();
+    out["to_dp"] = shrink.Json();
+    out["raw_gloo"] = {{"connect_ms", Median(raw_connect)},
+                       {"swap_ms", Median(raw_bcast)},
+                       {"total_ms", Median(raw_total)}};
+    out["rebuild_vs_raw"] = Median(shrink.rebuild) / std::max(Median(raw_connect), 1e-9);
+    out["downtime_vs_raw"] = Median(shrink.downtime) / std::max(Median(raw_total), 1e-9);
+  } else {
+    out["change"] = "dp 2 -> 4 (grow) and 4 -> 2 (shrink)";
+    out["grow"] = grow.Json();
+    out["shrink"] = shrink.Json();
+    out["raw_gloo"] = {{"connect_ms", Median(raw_connect)},
+                       {"broadcast_ms", Median(raw_bcast)},
+                       {"total_ms", Median(raw_total)}};
+    out["rebuild_vs_raw"] = Median(grow.rebuild) / std::max(Median(raw_connect), 1e-9);
+    out["downtime_vs_raw"] = Median(grow.downtime) / std::max(Median(raw_total), 1e-9);
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
