@@ -603,30 +603,46 @@ TEST(CheckpointFaultTest, PowerLossDropsUnsyncedData) {
   EXPECT_FALSE(fs::exists(JoinPath(root.str(), "g")));
 }
 
-// An Env over the real filesystem whose writable files (buffered or direct) are wrapped in
-// `Derived::File(Derived*, base file)`, for tests that watch or hold appends.
-template <class Derived>
+// An Env over the real filesystem whose writable files (buffered or direct) call BeforeAppend()
+// and AfterAppend() around every append, for tests that hold or watch appends.
 class WrappingEnv : public FaultInjectionEnv {
  public:
   WrappingEnv() : FaultInjectionEnv(Env::Default()) {}
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewWritableFile(path));
-    return Wrap(std::move(base));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
   }
   StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
     ELASTRA_ASSIGN_OR_RETURN(auto base, FaultInjectionEnv::NewDirectWritableFile(path));
-    return Wrap(std::move(base));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(base)));
   }
 
+ protected:
+  virtual void BeforeAppend() {}
+  virtual void AfterAppend() {}
+
  private:
-  std::unique_ptr<WritableFile> Wrap(std::unique_ptr<WritableFile> base) {
-    return std::unique_ptr<WritableFile>(
-        new typename Derived::File(static_cast<Derived*>(this), std::move(base)));
-  }
+  class File : public WritableFile {
+   public:
+    File(WrappingEnv* env, std::unique_ptr<WritableFile> base)
+        : env_(env), base_(std::move(base)) {}
+    Status Append(std::span<const std::byte> d) override {
+      env_->BeforeAppend();
+      Status s = base_->Append(d);
+      env_->AfterAppend();
+      return s;
+    }
+    Status Sync() override { return base_->Sync(); }
+    Status Close() override { return base_->Close(); }
+
+   private:
+    WrappingEnv* env_;
+    std::unique_ptr<WritableFile> base_;
+  };
 };
 
 // An Env whose appends block until released, to hold a write in flight.
-class GateEnv : public WrappingEnv<GateEnv> {
+class GateEnv : public WrappingEnv {
  public:
   void Open() {
     std::lock_guard<std::mutex> l(mu_);
@@ -634,22 +650,12 @@ class GateEnv : public WrappingEnv<GateEnv> {
     cv_.notify_all();
   }
 
-  class File : public WritableFile {
-   public:
-    File(GateEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
-    Status Append(std::span<const std::byte> d) override {
-      std::unique_lock<std::mutex> l(env_->mu_);
-      env_->cv_.wait(l, [&] { return env_->open_; });
-      l.unlock();
-      return base_->Append(d);
-    }
-    Status Sync() override { return base_->Sync(); }
-    Status Close() override { return base_->Close(); }
+ private:
+  void BeforeAppend() override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return open_; });
+  }
 
-   private:
-    GateEnv* env_;
-    std::unique_ptr<WritableFile> base_;
-  };
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
@@ -691,7 +697,7 @@ TEST(CheckpointAsyncTest, SnapshotHoldsValuesWhileCallerMutates) {
 }
 
 // An Env that counts appends, so a test can see the write start.
-class CountingEnv : public WrappingEnv<CountingEnv> {
+class CountingEnv : public WrappingEnv {
  public:
   // Waits until at least one append happened; false after `timeout`.
   bool WaitForAppend(std::chrono::milliseconds timeout) {
@@ -699,25 +705,15 @@ class CountingEnv : public WrappingEnv<CountingEnv> {
     return cv_.wait_for(l, timeout, [&] { return appends_ > 0; });
   }
 
-  class File : public WritableFile {
-   public:
-    File(CountingEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
-    Status Append(std::span<const std::byte> d) override {
-      Status s = base_->Append(d);
-      {
-        std::lock_guard<std::mutex> l(env_->mu_);
-        ++env_->appends_;
-      }
-      env_->cv_.notify_all();
-      return s;
+ private:
+  void AfterAppend() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++appends_;
     }
-    Status Sync() override { return base_->Sync(); }
-    Status Close() override { return base_->Close(); }
+    cv_.notify_all();
+  }
 
-   private:
-    CountingEnv* env_;
-    std::unique_ptr<WritableFile> base_;
-  };
   std::mutex mu_;
   std::condition_variable cv_;
   int appends_ = 0;
