@@ -47,6 +47,15 @@ Status SelectDevice(int device) {
   return OkStatus();
 }
 
+// kInvalidArgument unless [offset, offset + bytes) lies in a buffer of `size` bytes; `where` is
+// "into" or "out of".
+Status CheckCopyRange(size_t bytes, size_t offset, size_t size, const char* where) {
+  if (offset <= size && bytes <= size - offset) return OkStatus();
+  return InvalidArgumentError("copy of " + std::to_string(bytes) + " bytes at " +
+                              std::to_string(offset) + " " + where + " a device buffer of " +
+                              std::to_string(size));
+}
+
 }  // namespace
 
 StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int device, size_t bytes) {
@@ -86,11 +95,7 @@ void DeviceBuffer::Reset() {
 }
 
 Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes, size_t offset) {
-  if (offset > size_ || bytes > size_ - offset) {
-    return InvalidArgumentError("copy of " + std::to_string(bytes) + " bytes at " +
-                                std::to_string(offset) + " into a device buffer of " +
-                                std::to_string(size_));
-  }
+  ELASTRA_RETURN_IF_ERROR(CheckCopyRange(bytes, offset, size_, "into"));
   if (bytes == 0) return OkStatus();
   ELASTRA_RETURN_IF_ERROR(SelectDevice(device_));
   cudaError_t e =
@@ -103,11 +108,7 @@ Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes, size_t offset) 
 }
 
 Status DeviceBuffer::CopyToHost(void* dst, size_t bytes, size_t offset) const {
-  if (offset > size_ || bytes > size_ - offset) {
-    return InvalidArgumentError("copy of " + std::to_string(bytes) + " bytes at " +
-                                std::to_string(offset) + " out of a device buffer of " +
-                                std::to_string(size_));
-  }
+  ELASTRA_RETURN_IF_ERROR(CheckCopyRange(bytes, offset, size_, "out of"));
   if (bytes == 0) return OkStatus();
   ELASTRA_RETURN_IF_ERROR(SelectDevice(device_));
   cudaError_t e =
