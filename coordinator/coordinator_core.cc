@@ -2,8 +2,8 @@
 
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "launch/commands.h"
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/format.h"
-#include "worker/checkpoint/reader.h"
+#include "checkpoint/env.h"
+#include "checkpoint/format.h"
+#include "checkpoint/reader.h"
 
 namespace elastra::launch {
 namespace {

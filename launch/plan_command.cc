@@ -17,7 +17,7 @@
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
 #include "launch/commands.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_plan.h"
 
 namespace elastra::launch {
 namespace {

@@ -10,7 +10,7 @@
 #if ELASTRA_HAVE_NCCL
 #include "collectives/nccl/nccl_communicator.h"
 #endif
-#include "worker/reshard_executor.h"
+#include "state/reshard_executor.h"
 
 namespace elastra {
 

@@ -13,7 +13,7 @@
 #include "common/messages.h"
 #include "elastra/communicator.h"
 #include "elastra/tensor_collection.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 

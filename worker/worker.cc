@@ -19,7 +19,7 @@
 #include "elastra/config.h"
 #include "elastra/device_buffer.h"
 #include "worker/coordinator_store.h"
-#include "worker/checkpoint/collection_adapter.h"
+#include "worker/collection_adapter.h"
 #include "worker/generation.h"
 #include "worker/mpi_bootstrap.h"
 

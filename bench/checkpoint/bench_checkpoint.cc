@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/env.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 namespace ck = elastra::checkpoint;
 using Clock = std::chrono::steady_clock;

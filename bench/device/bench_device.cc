@@ -67,12 +67,12 @@
 #include "elastra/tensor_collection.h"
 #include "tests/gpu/file_kv_store.h"
 #include "tests/gpu/rank_process.h"
-#include "worker/checkpoint/collection_adapter.h"
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
-#include "worker/reshard_executor.h"
-#include "worker/reshard_plan.h"
+#include "worker/collection_adapter.h"
+#include "checkpoint/env.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
+#include "state/reshard_executor.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -47,8 +47,8 @@
 #include "elastra/sharding.h"
 #include "tests/collectives/gloo_thread_ranks.h"
 #include "tests/reshard/global_shards.h"
-#include "worker/reshard_executor.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_executor.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 namespace {

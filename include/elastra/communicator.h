@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "elastra/data_type.h"
 #include "elastra/status.h"
 
 namespace elastra {
 
-enum class DataType : int { kFloat32 = 0, kFloat64 = 1, kInt64 = 2, kUint8 = 3 };
 enum class ReduceOp : int { kSum = 0, kMax = 1, kMin = 2 };
 
 // One point-to-point transfer of an Exchange().
@@ -28,9 +28,6 @@ struct PointToPoint {
   size_t bytes = 0;
   int peer = -1;
 };
-
-size_t DataTypeSize(DataType type);
-const char* DataTypeName(DataType type);
 
 class Communicator {
  public:

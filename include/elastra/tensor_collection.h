@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "elastra/communicator.h"
+#include "elastra/data_type.h"
 #include "elastra/device_buffer.h"
 #include "elastra/layout.h"
 #include "elastra/sharding.h"

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "launch/commands.h"
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/format.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/env.h"
+#include "checkpoint/format.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 namespace elastra::checkpoint {
 namespace {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "worker/checkpoint/collection_adapter.h"
+#include "worker/collection_adapter.h"
 
 namespace elastra::checkpoint {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "common/codec.h"
 #include "coordinator/coordinator_core.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 namespace elastra::coordinator {
 namespace {

@@ -19,8 +19,8 @@
 #include "elastra/sharding.h"
 #include "tests/gpu/file_kv_store.h"
 #include "tests/reshard/global_shards.h"
-#include "worker/reshard_executor.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_executor.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 namespace {

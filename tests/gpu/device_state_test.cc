@@ -14,9 +14,9 @@
 
 #include "elastra/device_buffer.h"
 #include "elastra/tensor_collection.h"
-#include "worker/checkpoint/collection_adapter.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "worker/collection_adapter.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 namespace elastra {
 namespace {

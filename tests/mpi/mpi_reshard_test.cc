@@ -13,8 +13,8 @@
 #include "collectives/mpi/mpi_communicator.h"
 #include "elastra/sharding.h"
 #include "tests/reshard/global_shards.h"
-#include "worker/reshard_executor.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_executor.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 namespace {

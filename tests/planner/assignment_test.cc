@@ -8,7 +8,7 @@
 
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "elastra/sharding.h"
-#include "worker/reshard_executor.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_executor.h"
+#include "state/reshard_plan.h"
 
 namespace elastra::testing {
 

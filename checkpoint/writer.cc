@@ -1,4 +1,4 @@
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/writer.h"
 
 #include <algorithm>
 #include <chrono>

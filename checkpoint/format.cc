@@ -1,4 +1,4 @@
-#include "worker/checkpoint/format.h"
+#include "checkpoint/format.h"
 
 #include <xxhash.h>
 

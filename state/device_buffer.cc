@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "elastra/config.h"
-#include "worker/device_copy.h"
+#include "state/device_copy.h"
 
 #if ELASTRA_HAVE_CUDA
 #include <cuda_runtime.h>

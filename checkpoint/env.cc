@@ -1,4 +1,4 @@
-#include "worker/checkpoint/env.h"
+#include "checkpoint/env.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/reader.h"
+#include "checkpoint/reader.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "elastra/tensor_collection.h"
-#include "worker/checkpoint/format.h"
-#include "worker/checkpoint/reader.h"
-#include "worker/checkpoint/writer.h"
+#include "checkpoint/format.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 
 namespace elastra::checkpoint {
 

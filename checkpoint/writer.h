@@ -22,8 +22,8 @@
 
 #include "elastra/layout.h"
 #include "elastra/status.h"
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/format.h"
+#include "checkpoint/env.h"
+#include "checkpoint/format.h"
 
 namespace elastra::checkpoint {
 

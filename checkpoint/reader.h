@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "elastra/status.h"
-#include "worker/checkpoint/env.h"
-#include "worker/checkpoint/format.h"
+#include "checkpoint/env.h"
+#include "checkpoint/format.h"
 
 namespace elastra::checkpoint {
 

@@ -30,7 +30,7 @@
 #include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"
-#include "worker/reshard_plan.h"
+#include "state/reshard_plan.h"
 
 namespace elastra {
 

@@ -1,4 +1,4 @@
-#include "elastra/communicator.h"
+#include "elastra/data_type.h"
 
 namespace elastra {
 

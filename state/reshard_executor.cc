@@ -1,5 +1,5 @@
 // The reshard executor: see reshard_executor.h.
-#include "worker/reshard_executor.h"
+#include "state/reshard_executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <optional>
 #include <thread>
 
-#include "worker/device_copy.h"
+#include "state/device_copy.h"
 
 namespace elastra {
 namespace {

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "elastra/communicator.h"  // DataType
+#include "elastra/data_type.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 

@@ -1,5 +1,5 @@
 // The reshard planner: see reshard_plan.h and docs/resharding.md.
-#include "worker/reshard_plan.h"
+#include "state/reshard_plan.h"
 
 #include <algorithm>
 #include <map>
