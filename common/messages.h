@@ -7,10 +7,13 @@
 // repeats; pushes from the coordinator carry request id 0.
 #pragma once
 
+#include <cereal/cereal.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "elastra/layout.h"
@@ -37,8 +40,97 @@ void serialize(A& ar, StateSpec& s) {
 namespace elastra::proto {
 
 inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: enums on the wire (reasons, phases, states) and a typed job status.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
+
+// ---------------------------------------------------------------------------------------------
+// The protocol's vocabulary. Every decision a peer makes reads one of these, never a string.
+// Each has a name (ToString) for logs, status JSON and the journal, and FromString for the
+// journal's replay.
+
+// Why a generation formed.
+enum class GenerationReason : uint8_t {
+  kStart = 0,    // the job's first generation (rank 0's initial state is broadcast)
+  kResize = 1,   // a planned change: resize, layout change
+  kFailure = 2,  // recovery after a lost worker
+  kResume = 3,   // the first generation of a job restarted from a disk checkpoint
+};
+
+// Where a resize request stands, in the replies to it.
+enum class ResizePhase : uint8_t {
+  kAccepted = 0,  // admitted; the change runs
+  kDone = 1,      // the job runs at the new size
+  kFailed = 2,    // it did not happen (message says why)
+};
+
+// What a client's CURVE key grants (decided by the server from the key, never sent).
+enum class Role : uint8_t {
+  kWorker = 0,  // join, heartbeat, key-value store, status
+  kAdmin = 1,   // everything a worker may do, plus resize, agent registration, exit reports
+};
+
+// A worker as the coordinator sees it.
+enum class WorkerState : uint8_t {
+  kStandby = 0,   // joined, holds no rank
+  kMember = 1,    // has a rank in the current (or building) generation
+  kLeaving = 2,   // told to leave in a shrink; exits 0
+  kLost = 3,      // died or missed its heartbeat deadline
+  kFinished = 4,  // finished training
+};
+
+// The job as a whole.
+enum class JobState : uint8_t {
+  kForming = 0,     // waiting for the first generation
+  kRunning = 1,     // training; no change in flight
+  kPausing = 2,     // a planned change waits for the members to pause at one step
+  kBuilding = 3,    // the members build the next generation
+  kRecovering = 4,  // survivors of a failure report what they hold
+  kFinished = 5,    // every member finished training
+  kFailed = 6,      // the job cannot go on
+};
+
+// Why a worker leaves the job outside a resize.
+enum class LeaveReason : uint8_t {
+  kFinished = 0,  // it finished training (keeps its rank for status)
+  kQuit = 1,      // it stops for another reason (LeaveRequest::detail); the others recover
+};
+
+const char* ToString(GenerationReason v);
+const char* ToString(ResizePhase v);
+const char* ToString(Role v);
+const char* ToString(WorkerState v);
+const char* ToString(JobState v);
+const char* ToString(LeaveReason v);
+// False when `name` is none of the enum's names (`out` unchanged).
+bool FromString(std::string_view name, GenerationReason* out);
+bool FromString(std::string_view name, WorkerState* out);
+
+// The last enumerator of each wire enum: a decoded byte above it is a malformed payload.
+template <class E>
+inline constexpr E kLastEnumerator = E{};
+template <> inline constexpr GenerationReason kLastEnumerator<GenerationReason> =
+    GenerationReason::kResume;
+template <> inline constexpr ResizePhase kLastEnumerator<ResizePhase> = ResizePhase::kFailed;
+template <> inline constexpr WorkerState kLastEnumerator<WorkerState> = WorkerState::kFinished;
+template <> inline constexpr JobState kLastEnumerator<JobState> = JobState::kFailed;
+template <> inline constexpr LeaveReason kLastEnumerator<LeaveReason> = LeaveReason::kQuit;
+
+// An enum travels as one byte and is checked when decoded: a value the enum does not have makes
+// the payload malformed (kCorrupt from DecodePayload), never an enum out of range.
+template <class A, class E>
+  requires std::is_enum_v<E>
+void SerializeEnum(A& ar, E& e) {
+  static_assert(kLastEnumerator<E> != E{}, "add a kLastEnumerator for this enum");
+  uint8_t v = static_cast<uint8_t>(e);
+  ar(v);
+  if constexpr (std::is_base_of_v<cereal::detail::InputArchiveBase, A>) {
+    if (v > static_cast<uint8_t>(kLastEnumerator<E>)) {
+      throw cereal::Exception("enum value " + std::to_string(v) + " out of range");
+    }
+    e = static_cast<E>(v);
+  }
+}
 
 enum class MessageType : uint16_t {
   kError = 1,  // ErrorReply: answer to a request that failed
@@ -128,8 +220,12 @@ struct JoinReply {
 };
 
 struct LeaveRequest {
-  std::string reason;
-  template <class A> void serialize(A& ar) { ar(reason); }
+  LeaveReason reason = LeaveReason::kFinished;
+  std::string detail;  // for logs: why, in words
+  template <class A> void serialize(A& ar) {
+    SerializeEnum(ar, reason);
+    ar(detail);
+  }
 };
 
 struct Heartbeat {
@@ -142,8 +238,11 @@ struct Heartbeat {
 // sends PausedReport.
 struct PauseRequest {
   uint64_t target_generation = 0;
-  std::string reason;
-  template <class A> void serialize(A& ar) { ar(target_generation, reason); }
+  GenerationReason reason = GenerationReason::kResize;
+  template <class A> void serialize(A& ar) {
+    ar(target_generation);
+    SerializeEnum(ar, reason);
+  }
 };
 
 // Coordinator -> survivors: a member was lost. Abort communicators at once (a collective blocked on
@@ -183,7 +282,7 @@ struct NewGeneration {
   int32_t source_rank = 0;      // a rank holding the state at restore_step
   bool leave = false;           // for this recipient: hand off and exit 0
   std::string kv_prefix;        // rendezvous prefix for this generation's communicators
-  std::string reason;           // "start", "resize", "failure"
+  GenerationReason reason = GenerationReason::kStart;
   // Where the state is now: the previous generation's layout and members by old global rank
   // (has_state = false for a rank whose worker is lost or holds no usable commit). For the first
   // generation: layout dp=pp=tp=1 held by members[0]. Members and leaving workers compute the
@@ -195,8 +294,9 @@ struct NewGeneration {
   // "resume" (a job restarted from disk), when prev_members is empty.
   std::string checkpoint_dir;
   template <class A> void serialize(A& ar) {
-    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix, reason,
-       prev_layout, prev_members, checkpoint_dir);
+    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix);
+    SerializeEnum(ar, reason);
+    ar(prev_layout, prev_members, checkpoint_dir);
   }
 };
 
@@ -271,7 +371,7 @@ struct ResizeRequest {
 };
 
 struct ResizeReply {
-  std::string phase;  // "accepted", "done", "failed"
+  ResizePhase phase = ResizePhase::kAccepted;
   uint64_t generation = 0;
   int32_t workers = 0;
   Layout layout;
@@ -282,8 +382,9 @@ struct ResizeReply {
   double total_ms = 0;      // request -> done (includes starting new workers)
   std::string message;
   template <class A> void serialize(A& ar) {
-    ar(phase, generation, workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms,
-       total_ms, message);
+    SerializeEnum(ar, phase);
+    ar(generation, workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms, total_ms,
+       message);
   }
 };
 
@@ -291,9 +392,74 @@ struct StatusRequest {
   template <class A> void serialize(A&) {}
 };
 
+// The job as the coordinator sees it: what `elastra status` shows (common/status_json.h turns it
+// into the object `elastra status --json` prints) and what launchers and parked workers decide on.
+struct WorkerStatus {
+  std::string id;
+  std::string host;
+  int64_t pid = 0;
+  int32_t device = -1;
+  WorkerState state = WorkerState::kStandby;
+  int32_t rank = -1;
+  int64_t step = -1;                   // the last step it reported applying
+  int64_t last_heartbeat_ms_ago = -1;  // -1: none awaited
+  template <class A> void serialize(A& ar) {
+    ar(id, host, pid, device);
+    SerializeEnum(ar, state);
+    ar(rank, step, last_heartbeat_ms_ago);
+  }
+};
+
+// One committed generation and what forming it cost.
+struct GenerationRecord {
+  uint64_t generation = 0;
+  GenerationReason reason = GenerationReason::kStart;
+  std::vector<std::string> workers;  // by rank
+  Layout layout;
+  double downtime_ms = 0;   // first worker paused -> last worker ready
+  double agreement_ms = 0;  // pause request -> all paused
+  double rebuild_ms = 0;    // slowest communicator build
+  double transfer_ms = 0;   // slowest state transfer
+  template <class A> void serialize(A& ar) {
+    ar(generation);
+    SerializeEnum(ar, reason);
+    ar(workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms);
+  }
+};
+
+struct AgentStatus {
+  std::string id;
+  std::string host;
+  int32_t max_workers = 0;
+  template <class A> void serialize(A& ar) { ar(id, host, max_workers); }
+};
+
+struct JobStatus {
+  std::string job;
+  JobState state = JobState::kForming;
+  uint64_t generation = 0;  // committed
+  Layout layout;
+  int64_t step = -1;        // the furthest step a member or finished worker reported
+  std::vector<WorkerStatus> workers;       // by join order
+  std::vector<GenerationRecord> history;   // oldest first
+  std::vector<AgentStatus> agents;
+  uint64_t malformed_frames = 0;
+  uint64_t stale_messages = 0;
+  bool resize_pending = false;             // an accepted resize not yet done or failed
+  int32_t resize_workers = 0;              // what it asked for
+  bool resize_waiting_for_workers = false;  // it waits for workers to start and join
+  template <class A> void serialize(A& ar) {
+    ar(job);
+    SerializeEnum(ar, state);
+    ar(generation, layout, step, workers, history, agents, malformed_frames, stale_messages,
+       resize_pending, resize_workers, resize_waiting_for_workers);
+  }
+  bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
+};
+
 struct StatusReply {
-  std::string json;  // the object `elastra status --json` prints
-  template <class A> void serialize(A& ar) { ar(json); }
+  JobStatus status;
+  template <class A> void serialize(A& ar) { ar(status); }
 };
 
 struct AgentRegister {

@@ -108,7 +108,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
   if (const JournalGeneration* g = s.current()) {
     generation_ = g->generation;
     layout_ = g->layout;
-    job_state_ = JobState::kRunning;
+    job_state_ = proto::JobState::kRunning;
     for (const auto& m : g->members) {
       current_members_.push_back(m.id);
       if (state_of(m.id) == "lost") continue;
@@ -146,8 +146,8 @@ void CoordinatorCore::Restore(const JournalState& s) {
     p.received = now;
     resize_ = p;
   }
-  if (s.ended == "finished") job_state_ = JobState::kFinished;
-  if (s.ended == "failed") job_state_ = JobState::kFailed;
+  if (s.ended == "finished") job_state_ = proto::JobState::kFinished;
+  if (s.ended == "failed") job_state_ = proto::JobState::kFailed;
   restart_pending_ = !JobOver();
   restart_recover_ = s.change_in_flight;
   restart_why_ = "the coordinator restarted while changing to generation " +
@@ -277,16 +277,11 @@ std::vector<Outgoing> CoordinatorCore::HandleMalformed(const std::string& identi
   return std::move(out_);
 }
 
-std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity,
-                                              const std::string& role,
+std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto::Role role,
                                               const proto::Envelope& e) {
   out_.clear();
   using T = proto::MessageType;
-  const bool admin = role == "admin";
-  if (!admin && role != "worker") {
-    SendError(identity, e.request_id, UnauthenticatedError("unknown client role '" + role + "'"));
-    return std::move(out_);
-  }
+  const bool admin = role == proto::Role::kAdmin;
   if (!e.job.empty() && e.job != options_.job) {
     SendError(identity, e.request_id,
               InvalidArgumentError("this coordinator runs job '" + options_.job + "', not '" +
@@ -311,7 +306,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity,
     case T::kKvAdd: OnKv(identity, e); break;
     case T::kStatusRequest: {
       proto::StatusReply reply;
-      reply.json = StatusJson();
+      reply.status = Snapshot();
       Send(identity, T::kStatusReply, reply, e.request_id, generation_);
       break;
     }
@@ -391,7 +386,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
   if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle &&
       clock_->Now() >= resize_->spawn_deadline) {
     size_t have = membership_.Members().size() + membership_.Standby().size();
-    ReplyResize("failed", "only " + std::to_string(have) + " of " +
+    ReplyResize(proto::ResizePhase::kFailed, "only " + std::to_string(have) + " of " +
                               std::to_string(resize_->workers) +
                               " workers were available within spawn_timeout (" +
                               std::to_string(options_.spawn_timeout.count()) + " ms)");
@@ -482,7 +477,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
     case WorkerState::kMember:
       break;
   }
-  if (req.reason == "finished") {
+  if (req.reason == proto::LeaveReason::kFinished) {
     if (journal_) Journaled(journal_->RecordWorkerState(e.sender, "finished"));
     w->state = WorkerState::kFinished;  // keeps its rank for status
     bool all = !current_members_.empty();
@@ -496,7 +491,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
     return;
   }
   // Any other reason: the member is gone from this generation; the others recover without it.
-  LoseWorkers({e.sender}, "left (" + req.reason + ")");
+  LoseWorkers({e.sender}, "left (" + req.detail + ")");
 }
 
 void CoordinatorCore::OnHeartbeat(const proto::Envelope& e) {
@@ -673,8 +668,8 @@ void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::
   if (JobOver()) {
     // An agent registering again after a restart may have missed the job's end.
     proto::Shutdown shutdown;
-    shutdown.exit_code = job_state_ == JobState::kFinished ? 0 : 1;
-    shutdown.reason = job_state_ == JobState::kFinished ? "every member finished" : "the job failed";
+    shutdown.exit_code = job_state_ == proto::JobState::kFinished ? 0 : 1;
+    shutdown.reason = job_state_ == proto::JobState::kFinished ? "every member finished" : "the job failed";
     Send(identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
     return;
   }
@@ -704,7 +699,8 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
     Status valid = ValidateLayout(req.layout);
     if (!valid.ok()) return refuse(valid);
   }
-  if (JobOver()) return refuse(FailedPreconditionError("the job is " + state()));
+  if (JobOver()) return refuse(FailedPreconditionError(std::string("the job is ") +
+                                                        proto::ToString(state())));
   if (generation_ == 0) {
     return refuse(FailedPreconditionError("no generation has formed yet; wait for the job to "
                                           "start before resizing"));
@@ -717,13 +713,13 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
     }
   }
   if (resize_ || reconf_.phase() != Phase::kIdle || restart_pending_) {
-    return refuse(FailedPreconditionError("another reconfiguration is in progress (" + state() +
-                                          "); retry when it is done"));
+    return refuse(FailedPreconditionError(std::string("another reconfiguration is in progress (") +
+                                          proto::ToString(state()) + "); retry when it is done"));
   }
   const size_t members = membership_.Members().size();
   if (static_cast<size_t>(req.workers) == members && (!req.has_layout || req.layout == layout_)) {
     proto::ResizeReply reply;
-    reply.phase = "done";
+    reply.phase = proto::ResizePhase::kDone;
     reply.generation = generation_;
     reply.workers = req.workers;
     reply.layout = layout_;
@@ -748,7 +744,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
     Journaled(journal_->RecordResize(z));
   }
   proto::ResizeReply accepted;
-  accepted.phase = "accepted";
+  accepted.phase = proto::ResizePhase::kAccepted;
   accepted.generation = generation_;
   accepted.workers = req.workers;
   accepted.layout = req.has_layout ? req.layout : DefaultLayout(req.workers);
@@ -757,7 +753,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   ContinueResize();
 }
 
-void CoordinatorCore::ReplyResize(const std::string& phase, const std::string& message) {
+void CoordinatorCore::ReplyResize(proto::ResizePhase phase, const std::string& message) {
   if (!resize_) return;
   if (resize_->wait) {
     proto::ResizeReply reply;
@@ -766,7 +762,7 @@ void CoordinatorCore::ReplyResize(const std::string& phase, const std::string& m
     reply.workers = static_cast<int32_t>(membership_.Members().size());
     reply.layout = layout_;
     reply.message = message;
-    if (phase == "done" && !history_.empty()) {
+    if (phase == proto::ResizePhase::kDone && !history_.empty()) {
       const auto& t = history_.back().timings;
       reply.downtime_ms = t.downtime_ms;
       reply.agreement_ms = t.agreement_ms;
@@ -777,7 +773,9 @@ void CoordinatorCore::ReplyResize(const std::string& phase, const std::string& m
     Send(resize_->identity, proto::MessageType::kResizeReply, reply, resize_->request_id,
          generation_);
   }
-  if (phase != "done") LOG(WARNING) << "resize " << phase << ": " << message;
+  if (phase != proto::ResizePhase::kDone) {
+    LOG(WARNING) << "resize " << proto::ToString(phase) << ": " << message;
+  }
 }
 
 Status CoordinatorCore::ValidateLayout(const Layout& layout) const {
@@ -893,7 +891,7 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
 // The state machine.
 
 void CoordinatorCore::MaybeFormFirstGeneration() {
-  if (job_state_ != JobState::kForming || reconf_.phase() != Phase::kIdle) return;
+  if (job_state_ != proto::JobState::kForming || reconf_.phase() != Phase::kIdle) return;
   auto standby = membership_.Standby();
   if (standby.size() < static_cast<size_t>(options_.initial_workers)) return;
   standby.resize(options_.initial_workers);
@@ -905,7 +903,7 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   plan.has_state[0] = true;  // rank 0's initial state is broadcast
   plan.restore_step = 0;
   plan.source_rank = 0;
-  plan.reason = "start";
+  plan.reason = proto::GenerationReason::kStart;
   plan.prev_layout = Layout{};
   plan.prev_members = {standby[0]};
   plan.prev_has_state = {true};
@@ -925,7 +923,7 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
     plan.prev_members.clear();
     plan.prev_has_state.clear();
     plan.restore_step = newest.step;
-    plan.reason = "resume";
+    plan.reason = proto::GenerationReason::kResume;
     LOG(INFO) << "resuming from " << newest.dir << " (step " << newest.step << ", "
               << newest.layout.ToString() << ") on " << standby.size() << " workers";
   }
@@ -938,7 +936,7 @@ void CoordinatorCore::ContinueResize() {
   const auto members = membership_.Members();
   const size_t want = static_cast<size_t>(resize_->workers);
   if (want == members.size() && (!resize_->has_layout || resize_->layout == layout_)) {
-    ReplyResize("done", "");
+    ReplyResize(proto::ResizePhase::kDone, "");
     EndResize();
     outstanding_spawns_.clear();
     return;
@@ -981,7 +979,7 @@ void CoordinatorCore::BeginPause() {
   reconf_.BeginPause(target, members);
   proto::PauseRequest pause;
   pause.target_generation = target;
-  pause.reason = "resize";
+  pause.reason = proto::GenerationReason::kResize;
   for (const auto& id : members) Push(id, proto::MessageType::kPauseRequest, pause, generation_);
   LOG(INFO) << "pausing generation " << generation_ << " for generation " << target;
 }
@@ -1014,7 +1012,7 @@ void CoordinatorCore::FinishPause(int64_t step) {
   }
   plan.restore_step = step;
   plan.source_rank = 0;
-  plan.reason = "resize";
+  plan.reason = proto::GenerationReason::kResize;
   plan.prev_layout = layout_;
   plan.prev_members = current_members_;
   plan.prev_has_state.assign(current_members_.size(), true);
@@ -1159,7 +1157,7 @@ void CoordinatorCore::FinishRecovery() {
     plan.has_state.assign(survivors.size(), false);
     plan.has_state[0] = true;
     plan.restore_step = 0;
-    plan.reason = "start";
+    plan.reason = proto::GenerationReason::kStart;
     plan.prev_layout = Layout{};
     plan.prev_members = {survivors[0]};
     plan.prev_has_state = {true};
@@ -1176,7 +1174,7 @@ void CoordinatorCore::FinishRecovery() {
       plan.has_state.push_back(false);
     }
     plan.restore_step = recovery->restore_step;
-    plan.reason = "failure";
+    plan.reason = proto::GenerationReason::kFailure;
     plan.prev_layout = layout_;
     plan.prev_members = current_members_;
     for (const auto& id : current_members_) {
@@ -1251,7 +1249,8 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   for (const auto& id : plan.leaving) {
     Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
   }
-  LOG(INFO) << "building generation " << plan.generation << " (" << plan.reason << ", "
+  LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
+            << ", "
             << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));
 }
@@ -1280,7 +1279,7 @@ void CoordinatorCore::Commit() {
   generation_ = plan.generation;
   layout_ = plan.layout;
   current_members_ = plan.members;
-  job_state_ = JobState::kRunning;
+  job_state_ = proto::JobState::kRunning;
   reconf_.Reset();
   if (generation_ >= 2) kv_.DropGenerationsBefore(generation_ - 1);
   LOG(INFO) << "generation " << generation_ << " committed (" << layout_.ToString() << ")";
@@ -1288,7 +1287,7 @@ void CoordinatorCore::Commit() {
 }
 
 void CoordinatorCore::FinishJob() {
-  job_state_ = JobState::kFinished;
+  job_state_ = proto::JobState::kFinished;
   if (journal_) Journaled(journal_->RecordEnd("finished", "every member finished"));
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
@@ -1296,13 +1295,13 @@ void CoordinatorCore::FinishJob() {
   for (const auto& agent : membership_.agents()) {
     Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
   }
-  ReplyResize("failed", "the job finished");
+  ReplyResize(proto::ResizePhase::kFailed, "the job finished");
   resize_.reset();  // the end record closes it
   LOG(INFO) << "job " << options_.job << " finished";
 }
 
 void CoordinatorCore::FailJob(const std::string& why) {
-  job_state_ = JobState::kFailed;
+  job_state_ = proto::JobState::kFailed;
   if (journal_) Journaled(journal_->RecordEnd("failed", why));
   reconf_.Reset();
   proto::Shutdown shutdown;
@@ -1316,7 +1315,7 @@ void CoordinatorCore::FailJob(const std::string& why) {
       Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
     }
   }
-  ReplyResize("failed", "the job failed: " + why);
+  ReplyResize(proto::ResizePhase::kFailed, "the job failed: " + why);
   resize_.reset();  // the end record closes it
   LOG(ERROR) << "job " << options_.job << " failed: " << why;
 }
@@ -1324,69 +1323,62 @@ void CoordinatorCore::FailJob(const std::string& why) {
 // ---------------------------------------------------------------------------------------------
 // Status.
 
-std::string CoordinatorCore::state() const {
-  switch (job_state_) {
-    case JobState::kFinished: return "finished";
-    case JobState::kFailed: return "failed";
-    default: break;
-  }
+proto::JobState CoordinatorCore::state() const {
+  if (JobOver()) return job_state_;
   switch (reconf_.phase()) {
-    case Phase::kPausing: return "pausing";
-    case Phase::kRecovering: return "recovering";
-    case Phase::kBuilding: return generation_ == 0 ? "forming" : "building";
+    case Phase::kPausing: return proto::JobState::kPausing;
+    case Phase::kRecovering: return proto::JobState::kRecovering;
+    case Phase::kBuilding:
+      return generation_ == 0 ? proto::JobState::kForming : proto::JobState::kBuilding;
     case Phase::kIdle: break;
   }
-  return job_state_ == JobState::kForming ? "forming" : "running";
+  return job_state_;
 }
 
-std::string CoordinatorCore::StatusJson() const {
-  using nlohmann::json;
-  auto layout_json = [](const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; };
-  json j;
-  j["job"] = options_.job;
-  j["state"] = state();
-  j["generation"] = generation_;
-  j["layout"] = layout_json(layout_);
-  int64_t step = -1;
-  json workers = json::array();
+proto::JobStatus CoordinatorCore::Snapshot() const {
+  proto::JobStatus s;
+  s.job = options_.job;
+  s.state = state();
+  s.generation = generation_;
+  s.layout = layout_;
   for (const WorkerInfo* w : membership_.All()) {
     if (w->state == WorkerState::kMember || w->state == WorkerState::kFinished) {
-      step = std::max(step, w->step);
+      s.step = std::max(s.step, w->step);
     }
-    workers.push_back({{"id", w->id},
-                       {"host", w->host},
-                       {"pid", w->pid},
-                       {"device", w->device},
-                       {"state", WorkerStateName(w->state)},
-                       {"rank", w->rank},
-                       {"step", w->step},
-                       {"last_heartbeat_ms_ago", health_.MillisSinceLast(w->id)}});
+    proto::WorkerStatus ws;
+    ws.id = w->id;
+    ws.host = w->host;
+    ws.pid = w->pid;
+    ws.device = w->device;
+    ws.state = w->state;
+    ws.rank = w->rank;
+    ws.step = w->step;
+    ws.last_heartbeat_ms_ago = health_.MillisSinceLast(w->id);
+    s.workers.push_back(std::move(ws));
   }
-  j["step"] = step;
-  j["workers"] = workers;
-  json history = json::array();
   for (const auto& h : history_) {
-    history.push_back({{"generation", h.generation},
-                       {"reason", h.reason},
-                       {"workers", h.workers},
-                       {"layout", layout_json(h.layout)},
-                       {"downtime_ms", h.timings.downtime_ms},
-                       {"agreement_ms", h.timings.agreement_ms},
-                       {"rebuild_ms", h.timings.rebuild_ms},
-                       {"transfer_ms", h.timings.transfer_ms}});
+    proto::GenerationRecord r;
+    r.generation = h.generation;
+    r.reason = h.reason;
+    r.workers = h.workers;
+    r.layout = h.layout;
+    r.downtime_ms = h.timings.downtime_ms;
+    r.agreement_ms = h.timings.agreement_ms;
+    r.rebuild_ms = h.timings.rebuild_ms;
+    r.transfer_ms = h.timings.transfer_ms;
+    s.history.push_back(std::move(r));
   }
-  j["history"] = history;
-  json agents = json::array();
   for (const auto& a : membership_.agents()) {
-    agents.push_back({{"id", a.sender}, {"host", a.host}, {"max_workers", a.max_workers}});
+    s.agents.push_back(proto::AgentStatus{a.sender, a.host, a.max_workers});
   }
-  j["agents"] = agents;
-  j["counters"] = {{"malformed_frames", malformed_frames_}, {"stale_messages", stale_messages_}};
+  s.malformed_frames = malformed_frames_;
+  s.stale_messages = stale_messages_;
   if (resize_) {
-    j["pending_resize"] = {{"workers", resize_->workers},
-                           {"waiting_for_workers", resize_->waiting_for_workers}};
+    s.resize_pending = true;
+    s.resize_workers = resize_->workers;
+    s.resize_waiting_for_workers = resize_->waiting_for_workers;
   }
-  return j.dump();
+  return s;
 }
 
 }  // namespace elastra::coordinator

@@ -31,7 +31,7 @@ struct Outgoing {
 
 struct HistoryEntry {
   uint64_t generation = 0;
-  std::string reason;
+  proto::GenerationReason reason = proto::GenerationReason::kStart;
   std::vector<std::string> workers;
   Layout layout;
   ReconfigurationTimings timings;
@@ -41,8 +41,8 @@ class CoordinatorCore {
  public:
   explicit CoordinatorCore(const CoordinatorOptions& options);
 
-  // Handles one decoded envelope. `role` is "admin" or "worker"; anything else is refused.
-  std::vector<Outgoing> Handle(const std::string& identity, const std::string& role,
+  // Handles one decoded envelope from a client whose CURVE key grants `role`.
+  std::vector<Outgoing> Handle(const std::string& identity, proto::Role role,
                                const proto::Envelope& envelope);
   // Answers a frame that did not decode (counted in malformed_frames) with an ErrorReply carrying
   // request id 0.
@@ -50,10 +50,9 @@ class CoordinatorCore {
   // Heartbeat deadlines, key-value wait deadlines, recovery and spawn deadlines.
   std::vector<Outgoing> Tick();
 
-  // The object `elastra status --json` prints.
-  std::string StatusJson() const;
-  // "forming", "running", "pausing", "building", "recovering", "finished", "failed".
-  std::string state() const;
+  // The job as `elastra status` shows it (common/status_json.h makes the JSON).
+  proto::JobStatus Snapshot() const;
+  proto::JobState state() const;
   uint64_t generation() const { return generation_; }
   const Layout& layout() const { return layout_; }
   const Membership& membership() const { return membership_; }
@@ -72,8 +71,6 @@ class CoordinatorCore {
   const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_; }
 
  private:
-  enum class JobState { kForming, kRunning, kFinished, kFailed };
-
   // The state the workers registered (from the first join that carried one), and the model
   // description they gave, if any.
   StateSpec state_spec_;
@@ -149,9 +146,9 @@ class CoordinatorCore {
   void Commit();
   void FinishJob();
   void FailJob(const std::string& why);
-  void ReplyResize(const std::string& phase, const std::string& message);
+  void ReplyResize(proto::ResizePhase phase, const std::string& message);
   bool JobOver() const {
-    return job_state_ == JobState::kFinished || job_state_ == JobState::kFailed;
+    return job_state_ == proto::JobState::kFinished || job_state_ == proto::JobState::kFailed;
   }
   void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
 
@@ -184,7 +181,8 @@ class CoordinatorCore {
   KvStore kv_;
   Reconfiguration reconf_;
 
-  JobState job_state_ = JobState::kForming;
+  // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
+  proto::JobState job_state_ = proto::JobState::kForming;
   uint64_t generation_ = 0;          // committed
   uint64_t highest_generation_ = 0;  // highest number handed out
   Layout layout_;

@@ -218,7 +218,10 @@ Status ApplyRecord(const json& r, JournalState* state) {
         throw BadRecord{"generation " + std::to_string(g.generation) +
                         " committed after generation " + std::to_string(s.current()->generation)};
       }
-      g.reason = Str(r, "reason");
+      const std::string reason = Str(r, "reason");
+      if (!proto::FromString(reason, &g.reason)) {
+        throw BadRecord{"unknown generation reason '" + reason + "'"};
+      }
       g.layout = LayoutFrom(Field(r, "layout"));
       g.members = WorkersFrom(r, "members");
       if (g.members.empty()) throw BadRecord{"a generation without members"};
@@ -493,7 +496,7 @@ Status Journal::RecordChangeBegun(uint64_t target, const std::string& kind,
 Status Journal::RecordCommit(const JournalGeneration& g) {
   return Append(Dump(json{{"t", "commit"},
                           {"generation", g.generation},
-                          {"reason", g.reason},
+                          {"reason", proto::ToString(g.reason)},
                           {"layout", LayoutJson(g.layout)},
                           {"members", WorkersJson(g.members)},
                           {"downtime_ms", g.downtime_ms},

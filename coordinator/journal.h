@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 
@@ -33,7 +34,7 @@ struct JournalWorker {
 // One committed generation.
 struct JournalGeneration {
   uint64_t generation = 0;
-  std::string reason;
+  proto::GenerationReason reason = proto::GenerationReason::kStart;
   Layout layout;
   std::vector<JournalWorker> members;  // by rank
   double downtime_ms = 0;

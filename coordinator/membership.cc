@@ -6,17 +6,6 @@
 
 namespace elastra::coordinator {
 
-const char* WorkerStateName(WorkerState state) {
-  switch (state) {
-    case WorkerState::kStandby: return "standby";
-    case WorkerState::kMember: return "member";
-    case WorkerState::kLeaving: return "leaving";
-    case WorkerState::kLost: return "lost";
-    case WorkerState::kFinished: return "finished";
-  }
-  return "unknown";
-}
-
 Status Membership::Join(const proto::JoinRequest& request, const std::string& identity,
                         TimePoint now) {
   if (request.worker_id.empty()) return InvalidArgumentError("join without a worker id");

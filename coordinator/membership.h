@@ -15,15 +15,7 @@
 
 namespace elastra::coordinator {
 
-enum class WorkerState {
-  kStandby,   // joined, holds no rank
-  kMember,    // has a rank in the current (or building) generation
-  kLeaving,   // told to leave in a shrink; exits 0
-  kLost,      // died or missed its heartbeat deadline
-  kFinished,  // finished training (LeaveRequest "finished")
-};
-
-const char* WorkerStateName(WorkerState state);
+using proto::WorkerState;  // standby, member, leaving, lost, finished (common/messages.h)
 
 struct WorkerInfo {
   std::string id;

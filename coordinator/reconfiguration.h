@@ -28,7 +28,7 @@ struct GenerationPlan {
   std::vector<std::string> leaving;
   int64_t restore_step = 0;
   int32_t source_rank = 0;
-  std::string reason;  // "start", "resize", "failure"
+  proto::GenerationReason reason = proto::GenerationReason::kStart;
   // Where the state is now (see proto::NewGeneration): the previous layout and its workers by old
   // rank, with whether each still holds its part of the state at restore_step.
   Layout prev_layout;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -179,9 +180,9 @@ class CoordinatorServer::Impl {
         zmq_z85_encode(z85, static_cast<const uint8_t*>(zmq_msg_data(&frames[6])), 32);
         std::string key(z85, 40);
         if (admins_.count(key)) {
-          user_id = "admin";
+          user_id = proto::ToString(proto::Role::kAdmin);
         } else if (workers_.count(key)) {
-          user_id = "worker";
+          user_id = proto::ToString(proto::Role::kWorker);
         }
         if (!user_id.empty()) {
           status = "200";
@@ -214,15 +215,24 @@ class CoordinatorServer::Impl {
           identity, CorruptError("expected one frame per message, got " +
                                  std::to_string(total - 1)));
     } else {
+      // The role the ZAP handler gave the client's key (ZAP carries it as the User-Id string).
       const char* user = zmq_msg_gets(&frames[1], "User-Id");
-      std::string role = user != nullptr ? user : "";
+      std::optional<proto::Role> role;
+      if (user != nullptr && std::string_view(user) == proto::ToString(proto::Role::kAdmin)) {
+        role = proto::Role::kAdmin;
+      } else if (user != nullptr &&
+                 std::string_view(user) == proto::ToString(proto::Role::kWorker)) {
+        role = proto::Role::kWorker;
+      }
       auto envelope = proto::DecodeEnvelope(std::string_view(
           static_cast<const char*>(zmq_msg_data(&frames[1])), zmq_msg_size(&frames[1])));
       std::lock_guard<std::mutex> lock(mu_);
       if (!envelope.ok()) {
         out = core_.HandleMalformed(identity, envelope.status());
+      } else if (!role) {
+        out = core_.HandleMalformed(identity, UnauthenticatedError("the client has no role"));
       } else {
-        out = core_.Handle(identity, role, *envelope);
+        out = core_.Handle(identity, *role, *envelope);
       }
     }
     CloseAll(&frames);
@@ -294,10 +304,10 @@ CoordinatorServer::~CoordinatorServer() { Stop(); }
 void CoordinatorServer::Stop() { impl_->Stop(); }
 const std::string& CoordinatorServer::address() const { return impl_->address(); }
 const std::string& CoordinatorServer::public_key() const { return impl_->public_key(); }
-std::string CoordinatorServer::StatusJson() const {
-  return impl_->WithCore([](const CoordinatorCore& c) { return c.StatusJson(); });
+proto::JobStatus CoordinatorServer::Snapshot() const {
+  return impl_->WithCore([](const CoordinatorCore& c) { return c.Snapshot(); });
 }
-std::string CoordinatorServer::state() const {
+proto::JobState CoordinatorServer::state() const {
   return impl_->WithCore([](const CoordinatorCore& c) { return c.state(); });
 }
 uint64_t CoordinatorServer::generation() const {

@@ -1,6 +1,6 @@
 // CoordinatorServer: the coordinator as a running service. A ZeroMQ ROUTER socket with CURVE
 // encryption; a ZAP handler admits only the listed worker and admin public keys and tags each
-// connection "worker" or "admin"; one loop thread decodes frames, hands them to CoordinatorCore,
+// connection a role (worker or admin); one loop thread decodes frames, hands them to CoordinatorCore,
 // sends what it answers, and ticks its deadlines. Thread-safe: every method may be called from any
 // thread while the loop runs.
 //
@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "common/messages.h"
 #include "coordinator/options.h"
 #include "elastra/status.h"
 
@@ -41,8 +42,8 @@ class CoordinatorServer {
   const std::string& public_key() const;
 
   // Snapshots of the core, taken under its lock.
-  std::string StatusJson() const;
-  std::string state() const;  // "forming", "running", ..., "finished", "failed"
+  proto::JobStatus Snapshot() const;
+  proto::JobState state() const;
   uint64_t generation() const;
   uint64_t malformed_frames() const;  // frames that did not decode (or had the wrong shape)
   uint64_t stale_messages() const;

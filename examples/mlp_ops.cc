@@ -28,7 +28,7 @@ Array MlpOps::Allocate(size_t n) {
 namespace {
 
 bool TakesDeviceMemory(const Communicator& comm) {
-  return std::string_view(comm.backend()) == "nccl";
+  return comm.backend() == Backend::kNccl;
 }
 
 }  // namespace

@@ -652,7 +652,7 @@ int RunElastic(const Flags& flags) {
     std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
     return 1;
   }
-  if (!flags.cuda && std::string(worker->world().backend()) == "nccl") {
+  if (!flags.cuda && worker->world().backend() == elastra::Backend::kNccl) {
     std::fprintf(stderr,
                  "train_mlp: the nccl backend takes device buffers: use --device cuda or "
                  "ELASTRA_BACKEND=gloo\n");

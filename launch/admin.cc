@@ -9,6 +9,7 @@
 
 #include "common/control_client.h"
 #include "common/keys.h"
+#include "common/status_json.h"
 #include "launch/commands.h"
 
 namespace elastra::launch {
@@ -52,37 +53,19 @@ std::optional<proto::ResizeReply> DoneFromStatus(ControlClient& client, uint64_t
                                                  const proto::ResizeRequest& req) {
   auto st = client.Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                             milliseconds(2000));
-  if (!st.ok()) return std::nullopt;
-  auto j = nlohmann::json::parse(st->json, nullptr, false);
-  if (!j.is_object() || j.contains("pending_resize") || !j.contains("history")) return std::nullopt;
-  if (!j["history"].is_array()) return std::nullopt;
-  for (const auto& h : j["history"]) {
-    // Entries list the generation's worker ids; a malformed entry is skipped, never thrown on.
-    if (!h.is_object() || !h.contains("workers") || !h["workers"].is_array() ||
-        !h.contains("layout") || !h["layout"].is_object() || !h["generation"].is_number()) {
-      continue;
-    }
-    if (h["generation"].get<uint64_t>() <= before ||
-        static_cast<int>(h["workers"].size()) != req.workers) {
-      continue;
-    }
-    auto number = [](const nlohmann::json& o, const char* key) {
-      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
-    };
-    Layout l;
-    l.dp = static_cast<int>(number(h["layout"], "dp"));
-    l.pp = static_cast<int>(number(h["layout"], "pp"));
-    l.tp = static_cast<int>(number(h["layout"], "tp"));
-    if (req.has_layout && !(l == req.layout)) continue;
+  if (!st.ok() || st->status.resize_pending) return std::nullopt;
+  for (const proto::GenerationRecord& h : st->status.history) {
+    if (h.generation <= before || static_cast<int>(h.workers.size()) != req.workers) continue;
+    if (req.has_layout && !(h.layout == req.layout)) continue;
     proto::ResizeReply r;
-    r.phase = "done";
-    r.generation = h["generation"].get<uint64_t>();
+    r.phase = proto::ResizePhase::kDone;
+    r.generation = h.generation;
     r.workers = req.workers;
-    r.layout = l;
-    r.downtime_ms = number(h, "downtime_ms");
-    r.agreement_ms = number(h, "agreement_ms");
-    r.rebuild_ms = number(h, "rebuild_ms");
-    r.transfer_ms = number(h, "transfer_ms");
+    r.layout = h.layout;
+    r.downtime_ms = h.downtime_ms;
+    r.agreement_ms = h.agreement_ms;
+    r.rebuild_ms = h.rebuild_ms;
+    r.transfer_ms = h.transfer_ms;
     r.message = "confirmed from the job's status (the coordinator restarted meanwhile)";
     return r;
   }
@@ -120,7 +103,7 @@ int ResizeCommand(const Args& args) {
     return 1;
   }
   proto::ResizeReply reply = *first;
-  if (req.wait && reply.phase == "accepted") {
+  if (req.wait && reply.phase == proto::ResizePhase::kAccepted) {
     const uint64_t id = client->last_request_id();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     for (;;) {
@@ -157,11 +140,11 @@ int ResizeCommand(const Args& args) {
     }
   }
   nlohmann::json out;
-  out["phase"] = reply.phase;
+  out["phase"] = proto::ToString(reply.phase);
   out["generation"] = reply.generation;
   out["workers"] = reply.workers;
   out["layout"] = LayoutJson(reply.layout);
-  if (reply.phase == "done") {
+  if (reply.phase == proto::ResizePhase::kDone) {
     out["downtime_ms"] = reply.downtime_ms;
     out["agreement_ms"] = reply.agreement_ms;
     out["rebuild_ms"] = reply.rebuild_ms;
@@ -170,7 +153,7 @@ int ResizeCommand(const Args& args) {
   }
   if (!reply.message.empty()) out["message"] = reply.message;
   std::printf("%s\n", out.dump().c_str());
-  return reply.phase == "failed" ? 1 : 0;
+  return reply.phase == proto::ResizePhase::kFailed ? 1 : 0;
 }
 
 int StatusCommand(const Args& args) {
@@ -184,46 +167,29 @@ int StatusCommand(const Args& args) {
     std::fprintf(stderr, "elastra status: %s\n", reply.status().ToString().c_str());
     return 1;
   }
+  const proto::JobStatus& st = reply->status;
   if (flags.Has("json")) {
-    std::printf("%s\n", reply->json.c_str());
+    std::printf("%s\n", proto::StatusJson(st).c_str());
     return 0;
   }
-  auto j = nlohmann::json::parse(reply->json, nullptr, false);
-  if (j.is_discarded()) {
-    std::fprintf(stderr, "elastra status: the coordinator sent unreadable JSON\n");
-    return 1;
-  }
-  auto layout = j.value("layout", nlohmann::json::object());
-  std::printf("job %s  state %s  generation %llu  layout dp=%d,pp=%d,tp=%d  step %lld\n",
-              j.value("job", std::string("?")).c_str(), j.value("state", std::string("?")).c_str(),
-              static_cast<unsigned long long>(j.value("generation", 0ULL)),
-              layout.value("dp", 0), layout.value("pp", 0), layout.value("tp", 0),
-              static_cast<long long>(j.value("step", 0LL)));
+  std::printf("job %s  state %s  generation %llu  layout %s  step %lld\n", st.job.c_str(),
+              proto::ToString(st.state), static_cast<unsigned long long>(st.generation),
+              st.layout.ToString().c_str(), static_cast<long long>(st.step));
   std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP",
               "HEARTBEAT", "PID", "HOST");
-  for (const auto& w : j.value("workers", nlohmann::json::array())) {
-    std::string hb = std::to_string(w.value("last_heartbeat_ms_ago", 0LL)) + " ms ago";
-    std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.value("id", std::string()).c_str(),
-                w.value("state", std::string()).c_str(), w.value("rank", -1),
-                static_cast<long long>(w.value("step", 0LL)), hb.c_str(),
-                static_cast<long long>(w.value("pid", 0LL)),
-                w.value("host", std::string()).c_str());
+  for (const proto::WorkerStatus& w : st.workers) {
+    std::string hb = std::to_string(w.last_heartbeat_ms_ago) + " ms ago";
+    std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.id.c_str(), proto::ToString(w.state),
+                w.rank, static_cast<long long>(w.step), hb.c_str(),
+                static_cast<long long>(w.pid), w.host.c_str());
   }
-  auto history = j.value("history", nlohmann::json::array());
-  if (!history.empty()) {
+  if (!st.history.empty()) {
     std::printf("%-10s %-8s %7s %-16s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
                 "DOWNTIME");
-    for (const auto& h : history) {
-      auto l = h.value("layout", nlohmann::json::object());
-      char lay[64];
-      std::snprintf(lay, sizeof(lay), "dp=%d,pp=%d,tp=%d", l.value("dp", 0), l.value("pp", 0),
-                    l.value("tp", 0));
-      auto members = h.value("workers", nlohmann::json::array());
-      int count = members.is_array() ? static_cast<int>(members.size()) : members.get<int>();
-      std::printf("%-10llu %-8s %7d %-16s %8.1f ms\n",
-                  static_cast<unsigned long long>(h.value("generation", 0ULL)),
-                  h.value("reason", std::string()).c_str(), count, lay,
-                  h.value("downtime_ms", 0.0));
+    for (const proto::GenerationRecord& h : st.history) {
+      std::printf("%-10llu %-8s %7zu %-16s %8.1f ms\n",
+                  static_cast<unsigned long long>(h.generation), proto::ToString(h.reason),
+                  h.workers.size(), h.layout.ToString().c_str(), h.downtime_ms);
     }
   }
   return 0;

@@ -18,8 +18,10 @@
 #include <thread>
 
 #include "common/control_client.h"
+#include "common/coordinator_process.h"
 #include "common/keys.h"
 #include "common/logging.h"
+#include "common/status_json.h"
 #include "coordinator/embedded.h"
 #include "coordinator/server.h"
 #include "elastra/device_buffer.h"
@@ -54,98 +56,13 @@ std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const s
 }
 
 
-// The coordinator of `elastra run` runs as a child process (`elastra coordinator`), so that
-// killing it does not kill the launcher: when it dies, the launcher starts it again with
-// --restart on the same state directory and it takes the job back (docs/journal.md).
-class CoordinatorProcess {
- public:
-  CoordinatorProcess(std::string state_dir, std::vector<std::string> first_args)
-      : state_dir_(std::move(state_dir)), first_args_(std::move(first_args)) {}
-
-  // Starts it (with --restart after the first time) and waits until it wrote coordinator.json.
-  StatusOr<ConnectionInfo> Start() {
-    std::vector<std::string> argv = {SelfPath(), "coordinator", "--state-dir", state_dir_};
-    if (started_) {
-      argv.push_back("--restart");
-    } else {
-      argv.insert(argv.end(), first_args_.begin(), first_args_.end());
-      std::remove((state_dir_ + "/coordinator.json").c_str());  // never read an old job's file
-    }
-    std::vector<char*> args;
-    for (auto& s : argv) args.push_back(s.data());
-    args.push_back(nullptr);
-    pid_t pid = fork();
-    if (pid < 0) return InternalError(std::string("fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      // Its own process group: a Ctrl-C on the launcher stops the workers first, and the launcher
-      // stops the coordinator last. It dies with the launcher.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      int devnull = open("/dev/null", O_WRONLY);
-      if (devnull >= 0) dup2(devnull, STDOUT_FILENO);  // it prints its address; we read the file
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    started_ = true;
-    pid_ = pid;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid_ = 0;
-        return UnavailableError("the coordinator process exited (" + Describe(status) +
-                                ") before it was ready");
-      }
-      auto info = ReadConnectionInfo(state_dir_ + "/coordinator.json");
-      if (info.ok() && info->pid == pid) return info;
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    pid_ = 0;
-    return UnavailableError("the coordinator process did not come up within 15 s");
-  }
-
-  pid_t pid() const { return pid_; }
-  // Called when the launcher reaped `pid` (ProcessGroup::Reap waits for any child).
-  bool IsIt(pid_t pid) const { return pid_ != 0 && pid == pid_; }
-  void Reaped() { pid_ = 0; }
-
-  // SIGTERM, then SIGKILL after `grace`.
-  void Stop(milliseconds grace) {
-    if (pid_ == 0) return;
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = 0;
-        return;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = 0;
-  }
-
-  static std::string Describe(int status) {
-    if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
-    return "exit code " + std::to_string(WEXITSTATUS(status));
-  }
-
- private:
-  static std::string SelfPath() {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return "elastra";
-    return std::string(buf, static_cast<size_t>(n));
-  }
-
-  std::string state_dir_;
-  std::vector<std::string> first_args_;
-  bool started_ = false;
-  pid_t pid_ = 0;
-};
+// The launcher's own path: the coordinator it starts is `elastra coordinator` of the same build.
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "elastra";
+  return std::string(buf, static_cast<size_t>(n));
+}
 
 }  // namespace
 
@@ -190,7 +107,7 @@ int RunCommand(const Args& args) {
     coordinator_args.push_back("--resume");
     coordinator_args.push_back(flags.Get("resume"));
   }
-  CoordinatorProcess coordinator(state_dir, coordinator_args);
+  CoordinatorProcess coordinator(SelfPath(), state_dir, coordinator_args);
   auto info_or = coordinator.Start();
   if (!info_or.ok()) {
     std::fprintf(stderr, "elastra run: %s\n", info_or.status().ToString().c_str());
@@ -328,12 +245,7 @@ int RunCommand(const Args& args) {
         auto st = agent->Call<proto::StatusReply>(MessageType::kStatusRequest,
                                                   proto::StatusRequest{}, milliseconds(2000));
         if (!st.ok() && coordinator.pid() == 0 && failed_restarts < 3) continue;
-        std::string state;
-        if (st.ok()) {
-          auto j = nlohmann::json::parse(st->json, nullptr, false);
-          if (!j.is_discarded()) state = j.value("state", std::string());
-        }
-        shutdown_code = (state == "finished") ? 0 : 1;
+        shutdown_code = st.ok() && st->status.state == proto::JobState::kFinished ? 0 : 1;
       }
       break;
     }
@@ -347,7 +259,10 @@ int RunCommand(const Args& args) {
   // Keep the final status beside coordinator.json for reports.
   auto st = agent->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                             milliseconds(2000));
-  if (st.ok()) WriteFileAtomically(state_dir + "/status.json", st->json + "\n", 0600).IgnoreError();
+  if (st.ok()) {
+    WriteFileAtomically(state_dir + "/status.json", proto::StatusJson(st->status) + "\n", 0600)
+        .IgnoreError();
+  }
   agent->Close();
   coordinator.Stop(milliseconds(5000));
   int code = shutdown_code.value_or(any_failed ? 1 : 0);

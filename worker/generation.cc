@@ -26,7 +26,7 @@ namespace {
 // released later, on its owner's thread (NcclCommunicator::RequestAbort), anything else now.
 void BreakWithoutWaiting(Communicator* c) {
 #if ELASTRA_HAVE_NCCL
-  if (std::string(c->backend()) == "nccl") {
+  if (c->backend() == Backend::kNccl) {
     static_cast<NcclCommunicator*>(c)->RequestAbort();
     return;
   }
@@ -38,7 +38,7 @@ void BreakWithoutWaiting(Communicator* c) {
 
 void GroupSet::Interrupt() {
 #if ELASTRA_HAVE_NCCL
-  if (world != nullptr && std::string(world->backend()) == "nccl") {
+  if (world != nullptr && world->backend() == Backend::kNccl) {
     static_cast<NcclCommunicator*>(world.get())->Interrupt();
     for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
       if (c != nullptr && c != world.get()) BreakWithoutWaiting(c);
@@ -132,7 +132,7 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   GroupSet* previous = options.previous;
   NcclCommunicator* old = nullptr;
   if (previous != nullptr && previous->world != nullptr &&
-      std::string(previous->world->backend()) == "nccl") {
+      previous->world->backend() == Backend::kNccl) {
     old = static_cast<NcclCommunicator*>(previous->world.get());
   }
   NcclReusePlan plan;
@@ -242,7 +242,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
   // be aborted (a blocked call on one waited out its timeout; seen in the kill tests), so the
   // groups are built in sequence. Only 3-D layouts pay for it: with pp = tp = 1 every group is
   // the world.
-  if (options.backend == "nccl") {
+  if (options.backend == Backend::kNccl) {
     // The Gloo control world first: it carries the step agreement and the state moves, and its
     // rendezvous confirms every rank is here before NCCL's longer init starts.
     ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> control,
@@ -257,8 +257,9 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
     set->member_ids = options.member_ids;
     return set;
   }
-  if (options.backend != "gloo") {
-    return InvalidArgumentError("unknown backend '" + options.backend + "' (gloo or nccl)");
+  if (options.backend != Backend::kGloo) {
+    return InvalidArgumentError(std::string("the training communicators cannot be ") +
+                                BackendName(options.backend) + " (gloo or nccl)");
   }
   GroupSet set;
   ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));

@@ -43,10 +43,10 @@ struct GroupOptions {
   std::string bind_host = "127.0.0.1";
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{10000};
-  // "gloo": every communicator is Gloo. "nccl": the training communicators are NCCL
+  // kGloo: every communicator is Gloo. kNccl: the training communicators are NCCL
   // communicators on CUDA device `device`: one NCCL world (unique id through `store`) and its
   // groups made by ncclCommSplit; `control` is a Gloo world beside them.
-  std::string backend = "gloo";
+  Backend backend = Backend::kGloo;
   int device = -1;
   // The new generation's worker ids by rank (GroupSet::member_ids).
   std::vector<std::string> member_ids;

@@ -10,13 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
+#include "common/control_client.h"
+#include "common/coordinator_process.h"
 #include "common/logging.h"
-#include "coordinator/embedded.h"
-#include "coordinator/server.h"
 #include "elastra/config.h"
 
 #if ELASTRA_HAVE_MPI
@@ -199,29 +198,34 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
 
   std::string payload;
   if (env.world_rank == 0) {
-    coordinator::EmbeddedOptions o;
-    o.state_dir = Getenv("ELASTRA_STATE_DIR");
-    if (o.state_dir.empty()) o.state_dir = ".elastra";
+    // The coordinator runs as a child process of rank 0 (`elastra coordinator`), as under
+    // `elastra run`: no training process carries the coordinator, and rank 0 starts it again
+    // when it dies.
+    std::string state_dir = Getenv("ELASTRA_STATE_DIR");
+    if (state_dir.empty()) state_dir = ".elastra";
     std::string job = Getenv("ELASTRA_JOB");
-    if (!job.empty()) o.job = job;
-    o.bind = "tcp://" + b->bind_host_ + ":0";
-    o.initial_workers = env.world_size;
-    o.max_workers = static_cast<int>(max_workers);
-    auto started = coordinator::StartEmbeddedCoordinator(o);
+    if (job.empty()) job = "elastra";
+    std::vector<std::string> args = {"--job", job,
+                                     "--bind", "tcp://" + b->bind_host_ + ":0",
+                                     "--workers", std::to_string(env.world_size),
+                                     "--max-workers", std::to_string(max_workers)};
+    b->coordinator_ = std::make_unique<CoordinatorProcess>(ElastraBinary(), state_dir, args);
+    auto started = b->coordinator_->Start();
     if (started.ok()) {
-      b->server_ = std::move(started->server);
-      b->info_ = started->info;
-      b->state_dir_ = o.state_dir;
+      b->info_ = *started;
+      b->state_dir_ = state_dir;
       PutField(&payload, "ok");
       PutField(&payload, b->info_.address);
       PutField(&payload, b->info_.job);
       PutField(&payload, b->info_.server_public);
       PutField(&payload, b->info_.worker.public_key);
       PutField(&payload, b->info_.worker.secret_key);
-      LOG(INFO) << "mpirun: rank 0 hosts the coordinator of job '" << o.job << "' at "
-                << b->info_.address << " for " << env.world_size << " ranks; state in "
-                << o.state_dir;
+      LOG(INFO) << "mpirun: rank 0 started the coordinator of job '" << job << "' (pid "
+                << b->coordinator_->pid() << ") at " << b->info_.address << " for "
+                << env.world_size << " ranks; state in " << state_dir;
+      b->StartSupervisor();
     } else {
+      b->coordinator_.reset();
       PutField(&payload, "error");
       PutField(&payload, started.status().ToString());
     }
@@ -271,43 +275,84 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
 
 MpiBootstrap::MpiBootstrap(const MpirunEnvironment& env) : env_(env) {}
 
+// Rank 0 keeps its coordinator process running: when it dies (even by SIGKILL) it is started
+// again with --restart on the same state directory, and the workers reconnect by themselves.
+void MpiBootstrap::StartSupervisor() {
+  supervisor_ = std::thread([this] {
+    int failed_restarts = 0;
+    std::unique_lock<std::mutex> lock(supervisor_mu_);
+    while (!stopping_) {
+      supervisor_cv_.wait_for(lock, milliseconds(20));
+      if (stopping_) break;
+      int status = 0;
+      if (coordinator_->pid() != 0 && !coordinator_->PollExited(&status)) continue;
+      if (coordinator_->pid() == 0 && failed_restarts >= 3) continue;
+      LOG(WARNING) << "mpirun: the coordinator process died ("
+                   << CoordinatorProcess::Describe(status) << "); starting it again";
+      auto restarted = coordinator_->Start();
+      if (restarted.ok()) {
+        failed_restarts = 0;
+        LOG(INFO) << "mpirun: coordinator restarted (pid " << coordinator_->pid() << ")";
+      } else if (++failed_restarts >= 3) {
+        LOG(ERROR) << "mpirun: cannot restart the coordinator: " << restarted.status();
+      }
+    }
+  });
+}
+
 MpiBootstrap::~MpiBootstrap() {
-  if (server_) {
+  if (coordinator_) {
     // The other ranks may still be training, parked, or finishing: keep the coordinator up until
     // the job is over or no worker is left, within a bound.
     long long timeout_ms = 60000;
     auto t = EnvNumber("ELASTRA_MPI_FINISH_TIMEOUT_MS", timeout_ms, 0, 1LL << 40);
     if (t.ok()) timeout_ms = *t;
     auto deadline = SteadyClock::now() + milliseconds(timeout_ms);
+    ControlClientOptions co;
+    co.address = info_.address;
+    co.server_public = info_.server_public;
+    co.client_keys = info_.worker;
+    co.job = info_.job;
+    co.sender = worker_id_ + "-bootstrap";
+    auto client = ControlClient::Connect(co);
     // Parked workers look at the job's state about once a second and then say they leave; give
     // them a few seconds after the job is over.
     std::optional<SteadyClock::time_point> over_since;
-    while (SteadyClock::now() < deadline) {
-      std::string state = server_->state();
-      auto j = nlohmann::json::parse(server_->StatusJson(), nullptr, false);
-      int live = 0, standby = 0;
-      if (!j.is_discarded() && j.contains("workers")) {
-        for (const auto& w : j["workers"]) {
-          std::string s = w.value("state", std::string());
-          live += (s == "member" || s == "standby");
-          standby += (s == "standby");
+    proto::JobState state = proto::JobState::kForming;
+    while (client.ok() && SteadyClock::now() < deadline) {
+      auto st = (*client)->Call<proto::StatusReply>(proto::MessageType::kStatusRequest,
+                                                     proto::StatusRequest{}, milliseconds(1000));
+      if (st.ok()) {
+        state = st->status.state;
+        int live = 0, standby = 0;
+        for (const auto& w : st->status.workers) {
+          live += w.state == proto::WorkerState::kMember || w.state == proto::WorkerState::kStandby;
+          standby += w.state == proto::WorkerState::kStandby;
         }
-      }
-      if (state == "finished" || state == "failed") {
-        if (standby == 0) break;
-        if (!over_since) over_since = SteadyClock::now();
-        if (SteadyClock::now() - *over_since > milliseconds(5000)) break;
-      } else if (live == 0) {
-        break;
+        if (st->status.over()) {
+          if (standby == 0) break;
+          if (!over_since) over_since = SteadyClock::now();
+          if (SteadyClock::now() - *over_since > milliseconds(5000)) break;
+        } else if (live == 0) {
+          break;
+        }
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
     if (SteadyClock::now() >= deadline) {
-      LOG(WARNING) << "mpirun: stopping the coordinator with the job still " << server_->state()
-                   << " after " << timeout_ms << " ms (ELASTRA_MPI_FINISH_TIMEOUT_MS)";
+      LOG(WARNING) << "mpirun: stopping the coordinator with the job still "
+                   << proto::ToString(state) << " after " << timeout_ms
+                   << " ms (ELASTRA_MPI_FINISH_TIMEOUT_MS)";
     }
-    server_->Stop();
-    server_.reset();
+    if (client.ok()) (*client)->Close();
+    {
+      std::lock_guard<std::mutex> lock(supervisor_mu_);
+      stopping_ = true;
+    }
+    supervisor_cv_.notify_all();
+    if (supervisor_.joinable()) supervisor_.join();
+    coordinator_->Stop(milliseconds(5000));
+    coordinator_.reset();
   }
 #if ELASTRA_HAVE_MPI
   if (finalize_mpi_) {

@@ -1,33 +1,36 @@
 // The mpirun bootstrap (internal to the worker library). Under `mpirun` (Open MPI's
 // OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK in the environment) a training program needs no
 // other set-up:
-//   - without ELASTRA_COORDINATOR, MPI is initialized, MPI rank 0 starts an embedded coordinator
-//     (initial workers = the MPI world size), writes <ELASTRA_STATE_DIR or .elastra>/coordinator.json
-//     as `elastra run` does, and broadcasts the address, job and worker keys to every rank over MPI;
+//   - without ELASTRA_COORDINATOR, MPI is initialized, MPI rank 0 starts the coordinator as a child
+//     process (`elastra coordinator`, found by ElastraBinary(); initial workers = the MPI world
+//     size; it writes <ELASTRA_STATE_DIR or .elastra>/coordinator.json as under `elastra run`),
+//     starts it again with --restart when it dies, and broadcasts the address, job and worker keys
+//     to every rank over MPI;
 //   - with ELASTRA_COORDINATOR set, the ranks join that coordinator (keys from the environment or
 //     ELASTRA_STATE_DIR); MPI is not initialized for this.
-// Worker ids are "mpi-<world rank>" (embedded coordinator) or "mpi-<mpirun job id>-<world rank>"
+// Worker ids are "mpi-<world rank>" (rank 0's coordinator) or "mpi-<mpirun job id>-<world rank>"
 // (external coordinator, so two mpirun jobs can share one coordinator).
 //
-// The object must outlive the Worker's use of the coordinator: rank 0's coordinator runs inside
-// it. Its destructor on rank 0 waits (up to ELASTRA_MPI_FINISH_TIMEOUT_MS, default 60000) for the
+// The object must outlive the Worker's use of the coordinator: rank 0's coordinator process is
+// stopped with it. Its destructor on rank 0 waits (up to ELASTRA_MPI_FINISH_TIMEOUT_MS, default 60000) for the
 // job to finish or fail, so that the other ranks can still reach the coordinator, then stops it;
 // every rank then calls MPI_Finalize if this object initialized MPI.
 // Thread-compatible: create and destroy from one thread.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "common/keys.h"
 #include "elastra/status.h"
 
 namespace elastra {
 
-namespace coordinator {
-class CoordinatorServer;
-}
+class CoordinatorProcess;
 
 // What mpirun tells a rank about its place.
 struct MpirunEnvironment {
@@ -67,20 +70,25 @@ class MpiBootstrap {
   // The address this rank's collectives bind to: 127.0.0.1 for a single-host job, the host's
   // address otherwise (ELASTRA_BIND_HOST overrides).
   const std::string& bind_host() const { return bind_host_; }
-  // True on the rank whose process runs the embedded coordinator.
-  bool hosts_coordinator() const { return server_ != nullptr; }
+  // True on the rank that started the coordinator process.
+  bool hosts_coordinator() const { return coordinator_ != nullptr; }
   // Where coordinator.json was written (empty when joining an external coordinator).
   const std::string& state_dir() const { return state_dir_; }
 
  private:
   explicit MpiBootstrap(const MpirunEnvironment& env);
+  void StartSupervisor();
 
   MpirunEnvironment env_;
   ConnectionInfo info_;
   std::string worker_id_;
   std::string bind_host_ = "127.0.0.1";
   std::string state_dir_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  std::unique_ptr<CoordinatorProcess> coordinator_;  // rank 0's `elastra coordinator` child
+  std::thread supervisor_;  // starts it again when it dies
+  std::mutex supervisor_mu_;
+  std::condition_variable supervisor_cv_;
+  bool stopping_ = false;
   bool finalize_mpi_ = false;
 };
 

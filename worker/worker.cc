@@ -8,7 +8,6 @@
 #include <deque>
 #include <future>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -128,11 +127,12 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
     o.device = static_cast<int>(v);
   }
   std::string backend = Getenv("ELASTRA_BACKEND");
-  if (!backend.empty()) {
-    if (backend != "auto" && backend != "gloo" && backend != "nccl") {
-      return InvalidArgumentError("ELASTRA_BACKEND='" + backend + "' (auto, gloo or nccl)");
-    }
-    o.backend = backend;
+  if (backend == "gloo") {
+    o.backend = Backend::kGloo;
+  } else if (backend == "nccl") {
+    o.backend = Backend::kNccl;
+  } else if (!backend.empty() && backend != "auto") {
+    return InvalidArgumentError("ELASTRA_BACKEND='" + backend + "' (auto, gloo or nccl)");
   }
   v = o.commit_every;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COMMIT_EVERY", &v));
@@ -245,7 +245,7 @@ class Worker::Impl {
 
   void Finish() {
     if (left_ || client_ == nullptr) return;
-    proto::LeaveRequest req{"finished"};
+    proto::LeaveRequest req{proto::LeaveReason::kFinished, "finished training"};
     auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
                                            generation_.load());
     // A coordinator that is being restarted (docs/journal.md) may have lost the request: ask
@@ -286,7 +286,7 @@ class Worker::Impl {
     CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
     return *groups_.world;
   }
-  const std::string& backend() const { return backend_; }
+  Backend backend() const { return backend_; }
 
  private:
   proto::JoinRequest MakeJoin() const {
@@ -318,12 +318,13 @@ class Worker::Impl {
       }
       options_.device = state_device;
     }
-    backend_ = options_.backend;
-    if (backend_ == "auto") backend_ = (state_device >= 0 && ELASTRA_HAVE_NCCL) ? "nccl" : "gloo";
-    if (backend_ != "gloo" && backend_ != "nccl") {
-      return InvalidArgumentError("backend '" + backend_ + "' (auto, gloo or nccl)");
+    backend_ = options_.backend.value_or(
+        state_device >= 0 && ELASTRA_HAVE_NCCL ? Backend::kNccl : Backend::kGloo);
+    if (backend_ != Backend::kGloo && backend_ != Backend::kNccl) {
+      return InvalidArgumentError(std::string("backend ") + BackendName(backend_) +
+                                  " (auto, gloo or nccl)");
     }
-    if (backend_ == "nccl") {
+    if (backend_ == Backend::kNccl) {
       if (!ELASTRA_HAVE_NCCL) {
         return UnavailableError("ELASTRA_BACKEND=nccl, but this build of Elastra has no NCCL");
       }
@@ -338,7 +339,7 @@ class Worker::Impl {
         setenv("NCCL_HOSTID", options_.worker_id.c_str(), 1);
       }
     }
-    LOG(INFO) << "training communicators: " << backend_
+    LOG(INFO) << "training communicators: " << BackendName(backend_)
               << (options_.device >= 0 ? " on CUDA device " + std::to_string(options_.device)
                                        : std::string());
     return OkStatus();
@@ -368,7 +369,7 @@ class Worker::Impl {
       groups_ = GroupSet{};
     }
     for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && std::string(c->backend()) == "nccl") c->Abort();
+      if (c != nullptr && c->backend() == Backend::kNccl) c->Abort();
     }
   }
 
@@ -727,19 +728,17 @@ class Worker::Impl {
       return false;
     }
     status_failures_ = 0;
-    auto j = nlohmann::json::parse(st->json, nullptr, false);
-    std::string state = j.is_object() ? j.value("state", std::string()) : std::string();
-    if (state == "failed") {
+    if (st->status.state == proto::JobState::kFailed) {
       SayLeavingParked("job failed");
       return AbortedError("the job failed while this worker was parked");
     }
-    return state == "finished";
+    return st->status.state == proto::JobState::kFinished;
   }
 
   // Tells the coordinator this standby worker is gone, so a host waiting for the job's workers
   // to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
   void SayLeavingParked(const std::string& why) {
-    proto::LeaveRequest req{"parked: " + why};
+    proto::LeaveRequest req{proto::LeaveReason::kQuit, "parked: " + why};
     client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), generation_.load())
         .status()
         .IgnoreError();
@@ -783,7 +782,7 @@ class Worker::Impl {
       old = std::move(groups_);  // the old generation's communicators: everyone has left them
       groups_ = GroupSet{};
       // Only an NCCL world is worth keeping: the next one may be made from it.
-      if (backend_ == "nccl") {
+      if (backend_ == Backend::kNccl) {
         previous_.world = old.world;
         previous_.member_ids = old.member_ids;
       }
@@ -791,11 +790,11 @@ class Worker::Impl {
     // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
     // departed peer would make it wait): aborted, except for the world kept above.
     for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && c != previous_.world.get() && std::string(c->backend()) == "nccl") {
+      if (c != nullptr && c != previous_.world.get() && c->backend() == Backend::kNccl) {
         c->Abort();
       }
     }
-    if (backend_ == "nccl") old = GroupSet{};  // Gloo: retired once the new groups exist (below)
+    if (backend_ == Backend::kNccl) old = GroupSet{};  // Gloo: retired once the new groups exist (below)
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
     GroupOptions group_options = GroupOptionsFor(gen);
@@ -898,7 +897,7 @@ class Worker::Impl {
     StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
-    LOG(INFO) << "generation " << gen.generation << " (" << gen.reason << "): "
+    LOG(INFO) << "generation " << gen.generation << " (" << proto::ToString(gen.reason) << "): "
               << gen.layout.ToString() << ", step " << step() << ", rebuild " << rebuild_ms
               << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in), commit "
               << commit_ms << " ms";
@@ -930,14 +929,14 @@ class Worker::Impl {
   // NCCL training communicators, and not turned off with ELASTRA_DEVICE_RESHARD=0 (then they are
   // staged through host memory over Gloo). Decided alike on every worker of a job.
   bool DeviceToDevice() const {
-    return backend_ == "nccl" && state_.device() >= 0 &&
+    return backend_ == Backend::kNccl && state_.device() >= 0 &&
            Getenv("ELASTRA_DEVICE_RESHARD") != "0";
   }
 
   // Moves this worker's state to where generation `gen` wants it. `my_rank` is the worker's rank
   // in `gen`, or -1 for a worker that leaves (it only sends). Returns the bytes received.
   StatusOr<int64_t> MoveState(const proto::NewGeneration& gen, int my_rank) {
-    if (gen.reason == "resume") return LoadCheckpoint(gen, my_rank);
+    if (gen.reason == proto::GenerationReason::kResume) return LoadCheckpoint(gen, my_rank);
     auto planned = PlanStateMove(gen, state_.Spec());
     if (!planned.ok() && planned.status().code() == StatusCode::kFailedPrecondition &&
         !gen.checkpoint_dir.empty()) {
@@ -1103,7 +1102,7 @@ class Worker::Impl {
   int64_t published_step_ = 0;  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
-  std::string backend_ = "gloo";  // resolved by Start()
+  Backend backend_ = Backend::kGloo;  // resolved by Start()
 
   std::deque<Commit_> commits_;
   std::vector<Commit_> spare_;     // images of forgotten commits, for reuse (see TakeImage)
@@ -1140,7 +1139,7 @@ const Layout& Worker::layout() const { return impl_->layout(); }
 int Worker::rank() const { return impl_->rank(); }
 int Worker::world_size() const { return impl_->world_size(); }
 const std::string& Worker::worker_id() const { return impl_->worker_id(); }
-const std::string& Worker::backend() const { return impl_->backend(); }
+Backend Worker::backend() const { return impl_->backend(); }
 Communicator& Worker::world() { return impl_->world(); }
 Communicator& Worker::dp_group() { return impl_->dp_group(); }
 Communicator& Worker::pp_group() { return impl_->pp_group(); }

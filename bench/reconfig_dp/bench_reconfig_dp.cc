@@ -186,7 +186,7 @@ bool Resize(elastra::ControlClient* admin, int workers, Phases* phases,
   auto done = admin->AwaitReply(admin->last_request_id(), milliseconds(120000));
   if (!done.ok()) return false;
   auto r = elastra::proto::DecodePayload<elastra::proto::ResizeReply>(done->payload);
-  if (!r.ok() || r->phase != "done") return false;
+  if (!r.ok() || r->phase != elastra::proto::ResizePhase::kDone) return false;
   phases->downtime.push_back(r->downtime_ms);
   phases->agreement.push_back(r->agreement_ms);
   phases->rebuild.push_back(r->rebuild_ms);
@@ -264,10 +264,7 @@ int main(int argc, char** argv) {
     auto st = admin->Call<elastra::proto::StatusReply>(elastra::proto::MessageType::kStatusRequest,
                                                        elastra::proto::StatusRequest{},
                                                        milliseconds(2000));
-    if (st.ok()) {
-      auto j = nlohmann::json::parse(st->json, nullptr, false);
-      running = !j.is_discarded() && j.value("state", std::string()) == "running";
-    }
+    running = st.ok() && st->status.state == elastra::proto::JobState::kRunning;
     if (!running) std::this_thread::sleep_for(milliseconds(100));
   }
   if (!running) {

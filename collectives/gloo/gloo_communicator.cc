@@ -284,7 +284,7 @@ class GlooCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* backend() const override { return "gloo"; }
+  Backend backend() const override { return Backend::kGloo; }
   Timeout default_timeout() const override { return timeout_; }
 
   Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,

@@ -111,7 +111,7 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* backend() const override { return "mpi"; }
+  Backend backend() const override { return Backend::kMpi; }
   Timeout default_timeout() const override { return default_timeout_; }
 
   Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,

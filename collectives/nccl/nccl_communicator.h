@@ -55,7 +55,7 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override;
   int size() const override;
-  const char* backend() const override { return "nccl"; }
+  Backend backend() const override { return Backend::kNccl; }
   // The overloads with default_timeout().
   using Communicator::Allreduce;
   using Communicator::Barrier;

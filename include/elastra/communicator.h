@@ -21,6 +21,15 @@ namespace elastra {
 
 enum class ReduceOp : int { kSum = 0, kMax = 1, kMin = 2 };
 
+// The collective library behind a Communicator.
+enum class Backend : int {
+  kGloo = 0,  // CPU buffers over TCP
+  kNccl = 1,  // CUDA device buffers
+  kMpi = 2,   // a fixed mpirun world
+};
+// "gloo", "nccl", "mpi"; "unknown" for a value outside the enum.
+const char* BackendName(Backend backend);
+
 // One point-to-point transfer of an Exchange().
 struct PointToPoint {
   bool send = false;  // send `bytes` from `data` to `peer`, or receive them into `data`
@@ -37,8 +46,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "gloo", "nccl", "mpi"
-  virtual const char* backend() const = 0;
+  virtual Backend backend() const = 0;
   // The timeout used by the overloads without one.
   virtual Timeout default_timeout() const = 0;
 
@@ -68,7 +76,7 @@ class Communicator {
     (void)ops;
     (void)tag;
     (void)timeout;
-    return FailedPreconditionError(std::string(backend()) + " has no Exchange()");
+    return FailedPreconditionError(std::string(BackendName(backend())) + " has no Exchange()");
   }
 
   // Breaks every call in flight (they return kAborted or kPeerLost) and every later one.

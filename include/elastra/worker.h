@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "elastra/communicator.h"
@@ -52,11 +53,11 @@ struct WorkerOptions {
   // rank). A state on a device (TensorCollection::SetDevice) sets it when it is -1; the two must
   // agree otherwise.
   int device = -1;
-  // The training communicators' backend (ELASTRA_BACKEND): "gloo", "nccl", or "auto" (default):
-  // "nccl" when the state lives on a CUDA device and the build has NCCL, else "gloo". With "nccl"
-  // world() and the groups take device buffers; the worker's own traffic (step agreement, state
-  // moves) always goes over Gloo on host buffers.
-  std::string backend = "auto";
+  // The training communicators' backend (ELASTRA_BACKEND=gloo|nccl|auto): kGloo, kNccl, or
+  // nullopt for auto (the default): kNccl when the state lives on a CUDA device and the build has
+  // NCCL, else kGloo. With kNccl world() and the groups take device buffers; the worker's own
+  // traffic (step agreement, state moves) always goes over Gloo on host buffers.
+  std::optional<Backend> backend;
   // Address this worker's collectives bind to (ELASTRA_BIND_HOST, default 127.0.0.1).
   std::string bind_host = "127.0.0.1";
   // In-memory commit every this many steps (ELASTRA_COMMIT_EVERY, default 10). A failure rolls
@@ -152,9 +153,9 @@ class Worker {
   int rank() const;
   int world_size() const;
   const std::string& worker_id() const;
-  // The training communicators' backend once Start() resolved WorkerOptions::backend: "gloo" or
-  // "nccl".
-  const std::string& backend() const;
+  // The training communicators' backend once Start() resolved WorkerOptions::backend: kGloo or
+  // kNccl.
+  Backend backend() const;
   // This worker's place in the current layout.
   const Coordinates& coordinates() const;
   // The current generation's communicators: the world, and this worker's data-parallel group

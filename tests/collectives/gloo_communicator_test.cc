@@ -249,7 +249,7 @@ TEST(GlooArguments, BadArgumentsAreRejectedAndDoNotBreakTheCommunicator) {
     // Still usable.
     ASSERT_TRUE(comm.Allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum).ok());
     EXPECT_EQ(v, 2);
-    EXPECT_STREQ(comm.backend(), "gloo");
+    EXPECT_EQ(comm.backend(), Backend::kGloo);
   });
 
   GlooOptions options;

@@ -37,7 +37,7 @@ class CheckpointCommitTest : public ::testing::Test {
     e.job = "job";
     e.sender = id;
     e.payload = payload;
-    core_->Handle("id-" + id, "worker", e);
+    core_->Handle("id-" + id, proto::Role::kWorker, e);
   }
 
   // Writes rank `rank`'s half of a 2 x 4 float tensor for step `step` and returns the report.

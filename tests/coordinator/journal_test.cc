@@ -42,7 +42,7 @@ class JournalTest : public ::testing::Test {
     ASSERT_TRUE(journal.RecordChangeBegun(1, "build", {W("w0"), W("w1")}).ok());
     JournalGeneration g;
     g.generation = 1;
-    g.reason = "start";
+    g.reason = proto::GenerationReason::kStart;
     g.layout.dp = 2;
     g.members = {W("w0"), W("w1")};
     g.rebuild_ms = 3.5;
@@ -123,7 +123,7 @@ TEST_F(JournalTest, RoundTrip) {
     EXPECT_EQ((*j)->state().records, 9u);
     JournalGeneration g;
     g.generation = 2;
-    g.reason = "resize";
+    g.reason = proto::GenerationReason::kResize;
     g.layout.dp = 1;
     g.members = {W("w0")};
     ASSERT_TRUE((*j)->RecordCommit(g).ok());
@@ -151,7 +151,7 @@ TEST_F(JournalTest, RefusesInconsistentRecordsWithoutWriting) {
   const uint64_t size = FileSize();
   JournalGeneration g;
   g.generation = 1;
-  g.reason = "start";
+  g.reason = proto::GenerationReason::kStart;
   g.layout.dp = 3;  // three ranks, one member
   g.members = {W("w0")};
   EXPECT_FALSE((*j)->RecordCommit(g).ok());
@@ -257,13 +257,18 @@ TEST_F(JournalTest, BadHeadersAndRecordsNeverCrash) {
       {"negative step", job + Framed(R"({"t":"checkpoint","step":-1,"generation":1,"dir":""})"), 1},
       {"commit going back",
        job +
-           Framed(R"({"t":"commit","generation":2,"reason":"r","layout":{"dp":1,"pp":1,"tp":1},)"
+           Framed(R"({"t":"commit","generation":2,"reason":"resize","layout":{"dp":1,"pp":1,"tp":1},)"
                   R"("members":[{"id":"a","host":"h","device":0,"pid":1}],"downtime_ms":0,)"
                   R"("agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})") +
-           Framed(R"({"t":"commit","generation":1,"reason":"r","layout":{"dp":1,"pp":1,"tp":1},)"
+           Framed(R"({"t":"commit","generation":1,"reason":"resize","layout":{"dp":1,"pp":1,"tp":1},)"
                   R"("members":[{"id":"a","host":"h","device":0,"pid":1}],"downtime_ms":0,)"
                   R"("agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})"),
        2},
+      {"unknown reason",
+       job + Framed(R"({"t":"commit","generation":1,"reason":"growth","layout":{"dp":1,"pp":1,)"
+                    R"("tp":1},"members":[{"id":"a","host":"h","device":0,"pid":1}],)"
+                    R"("downtime_ms":0,"agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})"),
+       1},
       {"no job first", Framed(R"({"t":"resize_end"})"), 0},
       {"second job", job + job, 1},
       {"unknown version",
@@ -328,7 +333,7 @@ class RestartTest : public JournalTest {
 
   template <class P>
   std::vector<proto::Envelope> Send(CoordinatorCore& core, const std::string& sender,
-                                    const std::string& role, T type, const P& payload,
+                                    proto::Role role, T type, const P& payload,
                                     uint64_t rid = 0, const std::string& identity_suffix = "") {
     proto::Envelope e;
     e.type = type;
@@ -357,12 +362,12 @@ class RestartTest : public JournalTest {
   // Two workers join and generation 1 commits.
   void StartTwo(CoordinatorCore& core) {
     for (const std::string id : {"w0", "w1"}) {
-      Send(core, id, "worker", T::kJoin, proto::JoinRequest{id, "host-" + id, 0, 100}, 1);
+      Send(core, id, proto::Role::kWorker, T::kJoin, proto::JoinRequest{id, "host-" + id, 0, 100}, 1);
     }
     for (const std::string id : {"w0", "w1"}) {
-      Send(core, id, "worker", T::kGenerationReady, proto::GenerationReady{1, 1.0, 0.0, 0});
+      Send(core, id, proto::Role::kWorker, T::kGenerationReady, proto::GenerationReady{1, 1.0, 0.0, 0});
     }
-    ASSERT_EQ(core.state(), "running");
+    ASSERT_EQ(core.state(), proto::JobState::kRunning);
     ASSERT_EQ(core.generation(), 1u);
   }
 
@@ -373,12 +378,12 @@ TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   {
     auto core = NewCore(2);
     StartTwo(*core);
-    Send(*core, "w0", "worker", T::kHeartbeat, proto::Heartbeat{5});
+    Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{5});
   }
   auto core = NewCore(2);  // the restart: a new core on the same state directory
   EXPECT_TRUE(core->restored());
   EXPECT_EQ(core->generation(), 1u);
-  EXPECT_EQ(core->state(), "running");
+  EXPECT_EQ(core->state(), proto::JobState::kRunning);
   EXPECT_EQ(core->membership().Members(), (std::vector<std::string>{"w0", "w1"}));
   EXPECT_EQ(core->membership().Find("w1")->host, "host-w1");
   ASSERT_EQ(core->history().size(), 1u);
@@ -386,19 +391,19 @@ TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   // Heartbeats refresh the deadlines; no recovery, no message to the workers.
   clock_.Advance(Duration(1000));
   for (const std::string id : {"w0", "w1"}) {
-    EXPECT_TRUE(Send(*core, id, "worker", T::kHeartbeat, proto::Heartbeat{7}).empty());
+    EXPECT_TRUE(Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7}).empty());
   }
   clock_.Advance(Duration(1000));
   EXPECT_TRUE(Decode(core->Tick()).empty());
-  EXPECT_EQ(core->state(), "running");
+  EXPECT_EQ(core->state(), proto::JobState::kRunning);
   // A member that never comes back is lost after the heartbeat timeout, as usual.
   for (int i = 0; i < 10; ++i) {
     clock_.Advance(Duration(200));
-    Send(*core, "w0", "worker", T::kHeartbeat, proto::Heartbeat{8});
+    Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{8});
     core->Tick();
   }
   EXPECT_EQ(core->membership().Find("w1")->state, WorkerState::kLost);
-  EXPECT_EQ(core->state(), "recovering");
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
 }
 
 TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues) {
@@ -408,7 +413,7 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
     StartTwo(*core);
     ASSERT_TRUE(core->RecordCheckpoint(10, 1, dir_ + "/ckpt/step-10").ok());
     auto out =
-        Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
+        Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
     auto pauses = OfType(out, T::kPauseRequest);
     ASSERT_EQ(pauses.size(), 2u);
     pause_target = proto::DecodePayload<proto::PauseRequest>(pauses[0].payload)->target_generation;
@@ -418,25 +423,25 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   EXPECT_EQ(core->generation(), 1u);
   // A resize while the restart is settling is refused.
   auto refused =
-      Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
+      Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].type, T::kError);
   // Nothing is sent before the workers are heard from (their ROUTER identities are unknown).
   EXPECT_TRUE(Decode(core->Tick()).empty());
-  Send(*core, "w0", "worker", T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
   EXPECT_TRUE(Decode(core->Tick()).empty());
-  Send(*core, "w1", "worker", T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  Send(*core, "w1", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
   auto out = Decode(core->Tick());
   auto recovers = OfType(out, T::kRecoverRequest);
   ASSERT_EQ(recovers.size(), 2u);
   const uint64_t target =
       proto::DecodePayload<proto::RecoverRequest>(recovers[0].payload)->target_generation;
   EXPECT_GT(target, pause_target);  // never a number the workers may have seen
-  EXPECT_EQ(core->state(), "recovering");
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
   // The workers answer with their commits and the recovery builds and commits.
   std::vector<proto::Envelope> gens;
   for (const std::string id : {"w0", "w1"}) {
-    auto o = Send(*core, id, "worker", T::kPaused, proto::PausedReport{target, 12, {10, 12}, true});
+    auto o = Send(*core, id, proto::Role::kWorker, T::kPaused, proto::PausedReport{target, 12, {10, 12}, true});
     for (auto& e : OfType(o, T::kNewGeneration)) gens.push_back(e);
   }
   ASSERT_EQ(gens.size(), 2u);
@@ -449,50 +454,52 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   EXPECT_EQ(core->checkpoints()[0].step, 10);
   std::vector<proto::Envelope> after;
   for (const std::string id : {"w0", "w1"}) {
-    after = Send(*core, id, "worker", T::kGenerationReady, proto::GenerationReady{target, 1, 0, 0});
+    after = Send(*core, id, proto::Role::kWorker, T::kGenerationReady, proto::GenerationReady{target, 1, 0, 0});
   }
   EXPECT_EQ(core->generation(), target);
   // The journaled resize (to 1 worker) goes on: a pause for the next generation.
   auto pauses = OfType(after, T::kPauseRequest);
   EXPECT_EQ(pauses.size(), 2u);
-  EXPECT_EQ(core->state(), "pausing");
+  EXPECT_EQ(core->state(), proto::JobState::kPausing);
 }
 
 TEST_F(RestartTest, UnheardWorkersAreRecoveredAfterTheHeartbeatTimeout) {
   {
     auto core = NewCore(2);
     StartTwo(*core);
-    Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{1, false, {}, false}, 9);
+    Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, false}, 9);
   }
   auto core = NewCore(2);
-  Send(*core, "w0", "worker", T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
   EXPECT_TRUE(Decode(core->Tick()).empty());
   clock_.Advance(Duration(1600));
-  Send(*core, "w0", "worker", T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
   auto out = Decode(core->Tick());
   // w1 missed its deadline: it is lost and w0 is asked to recover.
   EXPECT_EQ(core->membership().Find("w1")->state, WorkerState::kLost);
   EXPECT_EQ(OfType(out, T::kRecoverRequest).size(), 1u);
-  EXPECT_EQ(core->state(), "recovering");
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
 }
 
 TEST_F(RestartTest, FinishedWorkersAndTheJobEndSurviveARestart) {
   {
     auto core = NewCore(2);
     StartTwo(*core);
-    Send(*core, "w0", "worker", T::kLeave, proto::LeaveRequest{"finished"}, 4);
+    Send(*core, "w0", proto::Role::kWorker, T::kLeave,
+         proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
   }
   {
     auto core = NewCore(2);
     EXPECT_EQ(core->membership().Find("w0")->state, WorkerState::kFinished);
-    EXPECT_EQ(core->state(), "running");
-    Send(*core, "w1", "worker", T::kLeave, proto::LeaveRequest{"finished"}, 4);
-    EXPECT_EQ(core->state(), "finished");
+    EXPECT_EQ(core->state(), proto::JobState::kRunning);
+    Send(*core, "w1", proto::Role::kWorker, T::kLeave,
+         proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
+    EXPECT_EQ(core->state(), proto::JobState::kFinished);
   }
   auto core = NewCore(2);
-  EXPECT_EQ(core->state(), "finished");
+  EXPECT_EQ(core->state(), proto::JobState::kFinished);
   // An agent registering after the restart learns that the job is over.
-  auto out = Send(*core, "agent", "admin", T::kAgentRegister, proto::AgentRegister{"h", 4}, 2);
+  auto out = Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 4}, 2);
   auto shutdown = OfType(out, T::kShutdown);
   ASSERT_EQ(shutdown.size(), 1u);
   EXPECT_EQ(proto::DecodePayload<proto::Shutdown>(shutdown[0].payload)->exit_code, 0);
@@ -502,17 +509,17 @@ TEST_F(RestartTest, WorkerIdsAreNeverReusedAfterARestart) {
   {
     auto core = NewCore(2);
     StartTwo(*core);
-    auto reg = Send(*core, "agent", "admin", T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
+    auto reg = Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
     auto out =
-        Send(*core, "admin", "admin", T::kResize, proto::ResizeRequest{3, false, {}, false}, 9);
+        Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{3, false, {}, false}, 9);
     (void)reg;
     (void)out;
   }
   auto core = NewCore(2);
   // After the restart, the resize to 3 continues and asks the agent for a fresh id (not w2).
-  Send(*core, "agent", "admin", T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
+  Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
   for (const std::string id : {"w0", "w1"}) {
-    Send(*core, id, "worker", T::kHeartbeat, proto::Heartbeat{1}, 0, "-new");
+    Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{1}, 0, "-new");
   }
   auto out = Decode(core->Tick());
   auto spawns = OfType(out, T::kSpawnRequest);

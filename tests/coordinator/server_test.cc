@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/codec.h"
+#include "common/status_json.h"
 #include "common/control_client.h"
 
 namespace elastra::coordinator {
@@ -233,7 +234,7 @@ TEST_F(ServerTest, MalformedFramesAreAnsweredCountedAndServingGoesOn) {
   auto c = Connect(worker_keys_, "w0");
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(Join(*c, "w0").ok());
-  auto status = nlohmann::json::parse(server_->StatusJson());
+  auto status = nlohmann::json::parse(proto::StatusJson(server_->Snapshot()));
   EXPECT_EQ(status["counters"]["malformed_frames"], 4);
 }
 
@@ -256,7 +257,7 @@ TEST_F(ServerTest, AdminGrowsTheJobEndToEnd) {
   auto accepted = admin->Call<proto::ResizeReply>(MessageType::kResize,
                                                   proto::ResizeRequest{2, false, {}, true}, 3s);
   ASSERT_TRUE(accepted.ok()) << accepted.status();
-  EXPECT_EQ(accepted->phase, "accepted");
+  EXPECT_EQ(accepted->phase, proto::ResizePhase::kAccepted);
   const uint64_t resize_id = admin->last_request_id();
 
   auto w1 = Connect(worker_keys_, "w1");
@@ -277,10 +278,10 @@ TEST_F(ServerTest, AdminGrowsTheJobEndToEnd) {
   ASSERT_TRUE(done.ok()) << done.status();
   auto reply = proto::DecodePayload<proto::ResizeReply>(done->payload);
   ASSERT_TRUE(reply.ok());
-  EXPECT_EQ(reply->phase, "done");
+  EXPECT_EQ(reply->phase, proto::ResizePhase::kDone);
   EXPECT_EQ(reply->workers, 2);
   EXPECT_EQ(reply->generation, 2u);
-  EXPECT_EQ(server_->state(), "running");
+  EXPECT_EQ(server_->state(), proto::JobState::kRunning);
 }
 
 TEST_F(ServerTest, HeartbeatsCarryTheStepAndBlockingKvGetCompletes) {
@@ -294,7 +295,7 @@ TEST_F(ServerTest, HeartbeatsCarryTheStepAndBlockingKvGetCompletes) {
   bool seen = false;
   auto deadline = std::chrono::steady_clock::now() + 5s;
   while (!seen && std::chrono::steady_clock::now() < deadline) {
-    auto s = nlohmann::json::parse(server_->StatusJson());
+    auto s = nlohmann::json::parse(proto::StatusJson(server_->Snapshot()));
     for (const auto& w : s["workers"]) seen |= w["step"] == 42;
     if (!seen) std::this_thread::sleep_for(10ms);
   }

@@ -152,7 +152,7 @@ int ScenarioCollectives(const Args& a, KeyValueStore& store) {
   NcclCommunicator& comm = **made;
   EXPECT_TRUE_H(comm.rank() == a.rank && comm.size() == a.size, "rank/size %d/%d", comm.rank(),
                 comm.size());
-  EXPECT_TRUE_H(std::string(comm.backend()) == "nccl", "backend %s", comm.backend());
+  EXPECT_TRUE_H(comm.backend() == Backend::kNccl, "backend %s", BackendName(comm.backend()));
   const size_t kCount = 4099;  // not a multiple of anything NCCL likes
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
     if (CheckAllreduce<float>(comm, op, kCount)) return 1;

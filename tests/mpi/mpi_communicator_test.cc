@@ -45,7 +45,7 @@ TEST(MpiCommunicator, WorldMatchesMpirun) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   EXPECT_EQ(world->rank(), rank);
   EXPECT_EQ(world->size(), size);
-  EXPECT_STREQ(world->backend(), "mpi");
+  EXPECT_EQ(world->backend(), Backend::kMpi);
   EXPECT_GE(size, 2) << "run under mpirun -np 4";
 }
 

@@ -1,0 +1,83 @@
+// Names of the protocol's enums (common/messages.h): for logs, the status JSON and the journal.
+#include "common/messages.h"
+
+namespace elastra::proto {
+namespace {
+
+// FromString over the names ToString gives, for enums numbered 0..kLastEnumerator.
+template <class E>
+bool ParseEnum(std::string_view name, E* out) {
+  for (int v = 0; v <= static_cast<int>(kLastEnumerator<E>); ++v) {
+    if (name == ToString(static_cast<E>(v))) {
+      *out = static_cast<E>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* ToString(GenerationReason v) {
+  switch (v) {
+    case GenerationReason::kStart: return "start";
+    case GenerationReason::kResize: return "resize";
+    case GenerationReason::kFailure: return "failure";
+    case GenerationReason::kResume: return "resume";
+  }
+  return "unknown";
+}
+
+const char* ToString(ResizePhase v) {
+  switch (v) {
+    case ResizePhase::kAccepted: return "accepted";
+    case ResizePhase::kDone: return "done";
+    case ResizePhase::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+const char* ToString(Role v) {
+  switch (v) {
+    case Role::kWorker: return "worker";
+    case Role::kAdmin: return "admin";
+  }
+  return "unknown";
+}
+
+const char* ToString(WorkerState v) {
+  switch (v) {
+    case WorkerState::kStandby: return "standby";
+    case WorkerState::kMember: return "member";
+    case WorkerState::kLeaving: return "leaving";
+    case WorkerState::kLost: return "lost";
+    case WorkerState::kFinished: return "finished";
+  }
+  return "unknown";
+}
+
+const char* ToString(JobState v) {
+  switch (v) {
+    case JobState::kForming: return "forming";
+    case JobState::kRunning: return "running";
+    case JobState::kPausing: return "pausing";
+    case JobState::kBuilding: return "building";
+    case JobState::kRecovering: return "recovering";
+    case JobState::kFinished: return "finished";
+    case JobState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+const char* ToString(LeaveReason v) {
+  switch (v) {
+    case LeaveReason::kFinished: return "finished";
+    case LeaveReason::kQuit: return "quit";
+  }
+  return "unknown";
+}
+
+bool FromString(std::string_view name, GenerationReason* out) { return ParseEnum(name, out); }
+bool FromString(std::string_view name, WorkerState* out) { return ParseEnum(name, out); }
+
+}  // namespace elastra::proto

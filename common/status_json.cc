@@ -1,0 +1,58 @@
+#include "common/status_json.h"
+
+#include <nlohmann/json.hpp>
+
+namespace elastra::proto {
+namespace {
+
+nlohmann::json LayoutJson(const Layout& l) { return {{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
+
+}  // namespace
+
+std::string StatusJson(const JobStatus& s) {
+  using nlohmann::json;
+  json j;
+  j["job"] = s.job;
+  j["state"] = ToString(s.state);
+  j["generation"] = s.generation;
+  j["layout"] = LayoutJson(s.layout);
+  j["step"] = s.step;
+  json workers = json::array();
+  for (const WorkerStatus& w : s.workers) {
+    workers.push_back({{"id", w.id},
+                       {"host", w.host},
+                       {"pid", w.pid},
+                       {"device", w.device},
+                       {"state", ToString(w.state)},
+                       {"rank", w.rank},
+                       {"step", w.step},
+                       {"last_heartbeat_ms_ago", w.last_heartbeat_ms_ago}});
+  }
+  j["workers"] = workers;
+  json history = json::array();
+  for (const GenerationRecord& h : s.history) {
+    history.push_back({{"generation", h.generation},
+                       {"reason", ToString(h.reason)},
+                       {"workers", h.workers},
+                       {"layout", LayoutJson(h.layout)},
+                       {"downtime_ms", h.downtime_ms},
+                       {"agreement_ms", h.agreement_ms},
+                       {"rebuild_ms", h.rebuild_ms},
+                       {"transfer_ms", h.transfer_ms}});
+  }
+  j["history"] = history;
+  json agents = json::array();
+  for (const AgentStatus& a : s.agents) {
+    agents.push_back({{"id", a.id}, {"host", a.host}, {"max_workers", a.max_workers}});
+  }
+  j["agents"] = agents;
+  j["counters"] = {{"malformed_frames", s.malformed_frames},
+                   {"stale_messages", s.stale_messages}};
+  if (s.resize_pending) {
+    j["pending_resize"] = {{"workers", s.resize_workers},
+                           {"waiting_for_workers", s.resize_waiting_for_workers}};
+  }
+  return j.dump();
+}
+
+}  // namespace elastra::proto
