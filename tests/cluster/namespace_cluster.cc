@@ -63,8 +63,8 @@ std::string FirstLine(const std::string& text) {
   return line.empty() ? text : line;
 }
 
-// Holder processes, and the processes they sweep, may be orphaned into this process: reap them
-// here rather than leave zombies to an init that may not reap.
+// Processes killed in a host whose parent died first are orphaned into this process, which
+// reaps them, rather than to init, which may leave them zombies for a while.
 void BecomeSubreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
 }  // namespace

@@ -22,8 +22,9 @@
 //   call Spawn from any thread. The destructor kills every process in every host (grandchildren
 //   and processes started through RshAgent() included), reaps what it can, and removes the
 //   cluster's temp dir. Create makes the test process a child subreaper
-//   (PR_SET_CHILD_SUBREAPER), so that orphans killed in a host are reaped here rather than left
-//   as zombies of an init that may not reap them.
+//   (PR_SET_CHILD_SUBREAPER), so that orphans killed in a host are reaped here, by the
+//   destructor, rather than left as zombies until init gets to them (on our test machines it
+//   reaps orphans only now and then).
 //
 // Use
 //   if (std::string why = NamespaceCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
@@ -44,6 +45,12 @@
 //
 // Cost: each step runs `ip` or forks a holder; on a loaded 2-core machine 1-3 hosts take
 // 0.1-0.4 s to build, 16 hosts 0.5 s, 64 hosts ~3-7 s; SetLinkUp ~50 ms; destruction ms.
+//
+// Not isolated between hosts, unlike real machines: the file system (a unix socket or a file
+// made on one host is there on every host; only /etc/hosts differs), /dev/shm, the pid space
+// (pids are global, any host's process can be signalled from anywhere) and /sys (sysfs is the
+// root's: /sys/class/net lists the machine's interfaces, not the host's; getifaddrs() and
+// netlink see the host's own).
 //
 // Thread-safety: after Create, every method may be called from any thread at the same time.
 // Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `ip` (iproute2), `nsenter` (util-linux) and bash.
@@ -85,7 +92,7 @@ class NamespaceCluster {
 
   // Empty when this process can build a cluster here; else a one-line reason (not root, unshare
   // refused, `ip`/`nsenter`/bash missing, no veth or bridge support). Tests skip with it.
-  // Takes a few milliseconds: it makes and drops a throwaway network namespace.
+  // Takes ~0.1 s: it makes a throwaway namespace with a bridge and a veth pair in it.
   static std::string Unavailable();
 
   // Builds `hosts` hosts (1..kMaxHosts) and waits until every host's link forwards. Logs one line

@@ -366,7 +366,7 @@ TEST_F(NamespaceClusterTest, MpirunStartsRanksOnOtherHostsThroughTheRshAgent) {
   EXPECT_EQ(ranks_on, (std::multiset<std::string>{"host1", "host2"})) << r->output;
 }
 
-TEST_F(NamespaceClusterTest, SpawnReportsBadHostsProgramsAndLogs) {
+TEST_F(NamespaceClusterTest, SpawnAndRunReportBadArgumentsAndTimeouts) {
   MakeCluster(1);
   EXPECT_EQ(cluster_->Spawn(1, {"true"}, {}, dir_ + "/x.log").status().code(),
             StatusCode::kInvalidArgument);
@@ -452,7 +452,7 @@ TEST_F(NamespaceClusterTest, DestroyingTheClusterLeavesNothingBehind) {
 
 TEST_F(NamespaceClusterTest, SigkilledOwnerLeavesNoProcessOrInterfaceBehind) {
   const std::set<std::string> links_before = RootLinks();
-  // The owner's orphans come to this process, which reaps them (an init may not).
+  // The owner's orphans come to this process, which reaps them at once (init may take a while).
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   int out[2];
   ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
