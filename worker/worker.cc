@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "elastra/config.h"
 #include "elastra/device_buffer.h"
+#include "worker/commit_store.h"
 #include "worker/coordinator_store.h"
 #include "worker/collection_adapter.h"
 #include "worker/generation.h"
@@ -27,9 +28,6 @@ namespace {
 
 using proto::MessageType;
 using std::chrono::milliseconds;
-
-// Commits kept in memory: two, because after a failure the survivors may differ by one commit.
-constexpr size_t kCommitsKept = 2;
 
 std::string Getenv(const char* name) {
   const char* v = std::getenv(name);
@@ -114,7 +112,7 @@ class Worker::Impl {
     Status s = control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
-    if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(Commit());
+    if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_.Commit());
     if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
       checkpoint::CheckpointId id{options_.job, step(), generation_.load()};
       auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
@@ -263,13 +261,6 @@ class Worker::Impl {
     if (handoff_ != nullptr) handoff_->Abort();
   }
 
-  struct Commit_ {
-    int64_t step = 0;
-    std::vector<std::vector<uint8_t>> tensors;  // local shards
-    std::vector<Region> regions;                // and what they are
-    std::vector<int64_t> scalars;
-  };
-
   void SetStep(int64_t s) {
     state_.SetScalar(kStepScalarName, s);
     client_->SetHeartbeatStep(s);
@@ -278,143 +269,8 @@ class Worker::Impl {
   // Makes the commits held and the step visible to the I/O thread (see the push observer).
   void PublishCommits() {
     std::lock_guard<std::mutex> lock(published_mu_);
-    published_commits_ = CommitSteps();
+    published_commits_ = commits_.steps();
     published_step_ = step();
-  }
-
-  std::vector<int64_t> CommitSteps() const {
-    std::vector<int64_t> out;
-    for (const auto& c : commits_) out.push_back(c.step);
-    return out;
-  }
-
-  // The bytes of each tensor's shard in the current regions.
-  std::vector<size_t> ShardSizes() const {
-    std::vector<size_t> sizes;
-    for (const auto& t : state_.tensors()) sizes.push_back(t.bytes());
-    return sizes;
-  }
-
-  // Commit images and their memory. Fresh memory is faulted in as it is first written, which
-  // costs several times the copy into it (about 35 ms against 6 ms for 64 MiB on our test
-  // machines), and a commit made while a generation is built lands on the downtime. So the
-  // images are kept and reused (spare_), and a worker that has fewer than kCommitsKept of them
-  // faults one in on another thread (PrefaultImage) before it needs it: while the groups are
-  // built and the state moves, or while it trains. The commits, the spare images and the one
-  // being faulted in are never more than kCommitsKept together.
-  //
-  // An image for a commit of shards of `sizes` bytes: the oldest commit when kCommitsKept are
-  // held; else a spare image that fits; else the one being faulted in; else any spare; else new.
-  Commit_ TakeImage(const std::vector<size_t>& sizes) {
-    Commit_ c;
-    auto fits = [&](const Commit_& image) {
-      if (image.tensors.size() != sizes.size()) return false;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        if (image.tensors[i].capacity() < sizes[i]) return false;
-      }
-      return true;
-    };
-    if (commits_.size() >= kCommitsKept) {
-      c = std::move(commits_.front());
-      commits_.pop_front();
-    } else if (!spare_.empty() && (fits(spare_.back()) || !prefault_.valid())) {
-      c = std::move(spare_.back());
-      spare_.pop_back();
-    } else if (prefault_.valid()) {
-      c = prefault_.get();
-    }
-    return c;
-  }
-
-  // Starts faulting in an image of `sizes` on another thread when fewer than kCommitsKept are
-  // held or coming.
-  void PrefaultImage(std::vector<size_t> sizes) {
-    if (prefault_.valid() || commits_.size() + spare_.size() >= kCommitsKept) return;
-    prefault_ = std::async(std::launch::async, [sizes = std::move(sizes)] {
-      Commit_ c;
-      c.tensors.resize(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) c.tensors[i].resize(sizes[i]);  // writes each page
-      return c;
-    });
-  }
-
-  // Forgets every commit (they belong to another layout or timeline) and keeps their memory.
-  void ForgetCommits() {
-    for (auto& c : commits_) spare_.push_back(std::move(c));
-    commits_.clear();
-    PublishCommits();
-  }
-
-  // Frees every commit and image: the worker parks or leaves.
-  void ReleaseCommits() {
-    commits_.clear();
-    spare_.clear();
-    if (prefault_.valid()) prefault_.get();
-    PublishCommits();
-  }
-
-  // Copies the local shards (from device memory where they live there) into a new commit.
-  Status Commit() {
-    if (!commits_.empty() && commits_.back().step == step()) return OkStatus();
-    Commit_ c = TakeImage(ShardSizes());
-    c.step = step();
-    const auto& tensors = state_.tensors();
-    c.tensors.resize(tensors.size());
-    c.regions.resize(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      c.tensors[i].resize(tensors[i].bytes());
-      Status copied = state_.CopyToHost(tensors[i], c.tensors[i].data());
-      if (!copied.ok()) return copied.WithContext("committing step " + std::to_string(step()));
-      c.regions[i] = tensors[i].region;
-    }
-    c.scalars.clear();
-    for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
-    commits_.push_back(std::move(c));
-    PublishCommits();
-    return OkStatus();
-  }
-
-  // True when the newest commit is of the current step and holds exactly the current regions
-  // (valid only when nothing wrote into the shards since it was made).
-  bool CommitMatchesState() const {
-    if (commits_.empty() || commits_.back().step != step()) return false;
-    const Commit_& c = commits_.back();
-    const auto& tensors = state_.tensors();
-    if (c.regions.size() != tensors.size()) return false;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const Region& a = c.regions[i];
-      const Region& b = tensors[i].region;
-      if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end ||
-          c.tensors[i].size() != tensors[i].bytes()) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Restores the commit of `target_step` and forgets newer ones (they belong to an abandoned
-  // timeline). kFailedPrecondition when no such commit is held.
-  Status RestoreCommit(int64_t target_step) {
-    while (!commits_.empty() && commits_.back().step > target_step) {
-      spare_.push_back(std::move(commits_.back()));
-      commits_.pop_back();
-    }
-    if (commits_.empty() || commits_.back().step != target_step) {
-      return FailedPreconditionError("no in-memory commit of step " +
-                                     std::to_string(target_step) + " to roll back to");
-    }
-    const Commit_& c = commits_.back();
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // overwritten below
-    auto& tensors = state_.mutable_tensors();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      tensors[i].data.assign(c.tensors[i].begin(), c.tensors[i].end());
-      tensors[i].region = c.regions[i];
-    }
-    auto& scalars = state_.mutable_scalars();
-    for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
-    client_->SetHeartbeatStep(step());
-    PublishCommits();
-    return OkStatus();
   }
 
   // Reads the pushes that arrived since the last look, without waiting.
@@ -455,9 +311,9 @@ class Worker::Impl {
 
   StatusOr<StepAction> Pause(uint64_t target) {
     pending_target_ = std::max(pending_target_, target);
-    ELASTRA_RETURN_IF_ERROR(Commit());
+    ELASTRA_RETURN_IF_ERROR(commits_.Commit());
     LOG(INFO) << "pausing after step " << step() << " for generation " << target;
-    proto::PausedReport report{target, step(), CommitSteps(), false};
+    proto::PausedReport report{target, step(), commits_.steps(), false};
     answered_target_ = std::max(answered_target_, target);
     Status s = client_->Send(MessageType::kPaused, proto::EncodePayload(report), generation_.load());
     if (!s.ok()) return s;
@@ -506,10 +362,10 @@ class Worker::Impl {
         }
         answered_target_ = std::max(answered_target_, req->target_generation);
         LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
-                  << CommitSteps().size() << " (newest step "
-                  << (commits_.empty() ? -1 : commits_.back().step) << ")";
+                  << commits_.steps().size() << " (newest step "
+                  << (commits_.empty() ? -1 : commits_.newest()->step) << ")";
         if (answered_by_io_.load() >= req->target_generation) continue;  // answered already
-        proto::PausedReport report{req->target_generation, step(), CommitSteps(), true};
+        proto::PausedReport report{req->target_generation, step(), commits_.steps(), true};
         ELASTRA_RETURN_IF_ERROR(client_->Send(MessageType::kPaused,
                                               proto::EncodePayload(report), generation_.load()));
         continue;
@@ -576,7 +432,7 @@ class Worker::Impl {
   // under its own id, so the coordinator uses it first when the job grows.
   Status Park(uint64_t generation) {
     ReleaseGroups();
-    ReleaseCommits();
+    commits_.Release();
     state_.ReleaseShards();  // host and GPU memory go back while parked
     writer_.reset();         // and the checkpoint writer's (page-locked) image
     proto::JoinRequest join = MakeJoin();
@@ -642,14 +498,14 @@ class Worker::Impl {
     if (my_rank < 0) return InvalidArgumentError("this worker is not a member of the generation");
     {
       // The commit made once the state has moved needs an image of the new shards: one is
-      // faulted in meanwhile, unless the worker holds enough (see TakeImage).
+      // faulted in meanwhile, unless the worker holds enough (see CommitStore::TakeImage).
       std::vector<size_t> sizes;
       for (const auto& t : state_.tensors()) {
         const Region r = LocalRegion(t.spec, state_.num_layers(), gen.layout,
                                      gen.members[my_rank].coords);
         sizes.push_back(static_cast<size_t>(r.elements()) * t.spec.element_size);
       }
-      PrefaultImage(std::move(sizes));
+      commits_.Prefault(std::move(sizes));
     }
     if (options_.test_apply_delay.count() > 0) {
       // Test hook (ELASTRA_TEST_APPLY_DELAY_MS): widens the window in which a test kills a worker
@@ -718,11 +574,10 @@ class Worker::Impl {
     for (const auto& m : gen.prev_members) held |= m.worker_id == options_.worker_id && m.has_state;
     // A generation that failed after its state move started (a timeout in the move, a failed
     // broadcast) left the shards in its own layout, partly moved, while the step is still that of
-    // the commit: roll back to the commit then too.
-    const bool moved_since_commit =
-        !commits_.empty() && commits_.back().step == step() && !CommitMatchesState();
-    if (held && (step() != gen.restore_step || moved_since_commit)) {
-      ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
+    // the commit: roll back to the commit then too (CommitStore::MustRollBack).
+    if (held && commits_.MustRollBack(gen.restore_step)) {
+      ELASTRA_RETURN_IF_ERROR(commits_.Restore(gen.restore_step));
+      client_->SetHeartbeatStep(step());
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
     int64_t bytes = 0;
@@ -761,18 +616,14 @@ class Worker::Impl {
     // received nothing and holds the same regions) keeps the commit it made when it paused: the
     // state is that commit, and copying it again would only add to the downtime.
     const auto t2 = std::chrono::steady_clock::now();
-    if (bytes != 0 || !CommitMatchesState()) {
-      ForgetCommits();
-      ELASTRA_RETURN_IF_ERROR(Commit());
+    if (bytes != 0 || !commits_.MatchesState()) {
+      commits_.Forget();
+      ELASTRA_RETURN_IF_ERROR(commits_.Commit());
     } else {
-      while (commits_.size() > 1) {
-        spare_.push_back(std::move(commits_.front()));
-        commits_.pop_front();
-      }
-      PublishCommits();
+      commits_.KeepNewestOnly();
     }
     const double commit_ms = MillisSince(t2);
-    PrefaultImage(ShardSizes());  // for the next commit, while training
+    commits_.Prefault(commits_.ShardSizes());  // for the next commit, while training
     ELASTRA_RETURN_IF_ERROR(state_.MoveToDevice());
     StartCheckpointWriter();
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
@@ -891,7 +742,7 @@ class Worker::Impl {
       if (ok == 1) {
         int64_t bytes = static_cast<int64_t>(state_.bytes());
         ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
-        ForgetCommits();
+        commits_.Forget();
         LOG(INFO) << "loaded checkpoint " << candidate << " (step " << step() << ")";
         return bytes;
       }
@@ -960,7 +811,7 @@ class Worker::Impl {
     store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
-    ReleaseCommits();
+    commits_.Release();
     return OkStatus();
   }
 
@@ -984,9 +835,7 @@ class Worker::Impl {
   int rank_ = -1;
   Backend backend_ = Backend::kGloo;  // resolved by Start()
 
-  std::deque<Commit_> commits_;
-  std::vector<Commit_> spare_;     // images of forgotten commits, for reuse (see TakeImage)
-  std::future<Commit_> prefault_;  // an image being faulted in on another thread
+  CommitStore commits_{&state_, [this] { PublishCommits(); }};
   std::future<void> retired_;      // the previous generation's communicators being destroyed
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   std::deque<proto::Envelope> inbox_;
