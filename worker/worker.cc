@@ -18,6 +18,7 @@
 #include "elastra/config.h"
 #include "elastra/device_buffer.h"
 #include "worker/commit_store.h"
+#include "worker/control_channel.h"
 #include "worker/coordinator_store.h"
 #include "worker/collection_adapter.h"
 #include "worker/generation.h"
@@ -41,45 +42,7 @@ class Worker::Impl {
   explicit Impl(const WorkerOptions& options) : options_(options) {}
 
   Status Connect() {
-    ControlClientOptions co;
-    co.address = options_.coordinator;
-    co.server_public = options_.server_public_key;
-    co.client_keys = KeyPair{options_.public_key, options_.secret_key};
-    co.job = options_.job;
-    co.sender = options_.worker_id;
-    co.heartbeat_interval = options_.heartbeat_interval;
-    ELASTRA_ASSIGN_OR_RETURN(client_, ControlClient::Connect(co));
-    store_ = std::make_unique<CoordinatorStore>(client_.get());
-    // A RecoverRequest must break a collective blocked on a dead peer right away, so it is acted
-    // on from the I/O thread the moment it lands.
-    client_->SetPushObserver([this](const proto::Envelope& e) {
-      if (e.type != MessageType::kRecoverRequest) return;
-      auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-      if (!req.ok() || req->target_generation <= generation_.load()) return;
-      uint64_t seen = recover_seen_.load();
-      while (seen < req->target_generation &&
-             !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
-      }
-      {
-        std::lock_guard<std::mutex> lock(comm_mu_);
-        AbortLocked();
-      }
-      // Answer at once from here: the training thread may be stuck in a call that the abort
-      // could not break (it then returns at its own timeout), and the coordinator must not take a
-      // live survivor for dead meanwhile. The commits it holds are what the answer needs.
-      proto::PausedReport report;
-      {
-        std::lock_guard<std::mutex> lock(published_mu_);
-        report = proto::PausedReport{req->target_generation, published_step_,
-                                     published_commits_, true};
-      }
-      uint64_t answered = answered_by_io_.load();
-      while (answered < req->target_generation &&
-             !answered_by_io_.compare_exchange_weak(answered, req->target_generation)) {
-      }
-      client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation)
-          .IgnoreError();
-    });
+    ELASTRA_RETURN_IF_ERROR(channel_.Connect(options_));
     return state_.AddScalar(kStepScalarName, 0);
   }
 
@@ -87,7 +50,7 @@ class Worker::Impl {
     logging::SetTag("worker " + options_.worker_id);
     ELASTRA_RETURN_IF_ERROR(ResolveBackend());
     proto::JoinRequest join = MakeJoin();
-    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+    auto reply = channel_.client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("joining the job");
     LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
               << "; waiting for a layout";
@@ -103,18 +66,20 @@ class Worker::Impl {
     if (left_) return FailedPreconditionError("this worker has left the job");
     if (!step_status.ok()) return Recover(step_status);
     SetStep(step() + 1);
-    DrainPushes();
-    if (shutdown_) return *shutdown_;
-    if (recover_pending_) return Recover(PeerLostError("the coordinator started a recovery"));
+    channel_.DrainPushes(parked_);
+    if (channel_.inbox().shutdown()) return *channel_.inbox().shutdown();
+    if (channel_.inbox().recover_pending()) {
+      return Recover(PeerLostError("the coordinator started a recovery"));
+    }
     // The one small collective per step: agree on whether to pause. Everyone contributes the
     // newest target generation it was asked to pause for, so all stop after this same step.
-    int64_t flag = static_cast<int64_t>(pending_target_);
+    int64_t flag = static_cast<int64_t>(channel_.inbox().pause_target());
     Status s = control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
     if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_.Commit());
     if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
-      checkpoint::CheckpointId id{options_.job, step(), generation_.load()};
+      checkpoint::CheckpointId id{options_.job, step(), channel_.generation()};
       auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
       if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step() << ": " << started.status();
     }
@@ -122,18 +87,18 @@ class Worker::Impl {
   }
 
   void Finish() {
-    if (left_ || client_ == nullptr) return;
+    if (left_) return;
     proto::LeaveRequest req{proto::LeaveReason::kFinished, "finished training"};
-    auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
-                                           generation_.load());
+    auto reply = channel_.client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
+                                           channel_.generation());
     // A coordinator that is being restarted (docs/journal.md) may have lost the request: ask
     // again (a finished worker's Leave is acknowledged again).
     for (int attempt = 1; attempt < 4 && !reply.ok() &&
                           (reply.status().code() == StatusCode::kTimedOut ||
                            reply.status().code() == StatusCode::kUnavailable);
          ++attempt) {
-      reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
-                                        generation_.load());
+      reply = channel_.client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
+                                        channel_.generation());
     }
     if (!reply.ok()) LOG(WARNING) << "finish not acknowledged: " << reply.status();
     left_ = true;
@@ -145,12 +110,12 @@ class Worker::Impl {
     // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
     // pace, and a finalize may wait for them (up to the timeout per communicator).
     ReleaseGroups();
-    if (client_) client_->Close();
+    channel_.Close();
   }
 
   TensorCollection& state() { return state_; }
   int64_t step() const { return state_.GetScalar(kStepScalarName); }
-  uint64_t generation() const { return generation_.load(); }
+  uint64_t generation() const { return channel_.generation(); }
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }
   int world_size() const { return layout_.world(); }
@@ -263,73 +228,33 @@ class Worker::Impl {
 
   void SetStep(int64_t s) {
     state_.SetScalar(kStepScalarName, s);
-    client_->SetHeartbeatStep(s);
+    channel_.client().SetHeartbeatStep(s);
   }
 
   // Makes the commits held and the step visible to the I/O thread (see the push observer).
-  void PublishCommits() {
-    std::lock_guard<std::mutex> lock(published_mu_);
-    published_commits_ = commits_.steps();
-    published_step_ = step();
-  }
-
-  // Reads the pushes that arrived since the last look, without waiting.
-  void DrainPushes() {
-    while (auto e = client_->PollPush(milliseconds(0))) Stash(std::move(*e));
-  }
-
-  void Stash(proto::Envelope e) {
-    switch (e.type) {
-      case MessageType::kPauseRequest: {
-        auto req = proto::DecodePayload<proto::PauseRequest>(e.payload);
-        if (req.ok() && req->target_generation > generation_.load()) {
-          pending_target_ = std::max(pending_target_, req->target_generation);
-        }
-        return;
-      }
-      case MessageType::kRecoverRequest: {
-        auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-        if (req.ok() && req->target_generation > generation_.load()) recover_pending_ = true;
-        inbox_.push_back(std::move(e));
-        return;
-      }
-      case MessageType::kShutdown: {
-        if (parked_) {  // a parked worker reads it as the end of the job (AwaitGeneration)
-          inbox_.push_back(std::move(e));
-          return;
-        }
-        // The coordinator declared this worker lost (or the job failed): it must not go on.
-        auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
-        shutdown_ = AbortedError("the coordinator stopped this worker: " +
-                                 (req.ok() ? req->reason : std::string("(unreadable reason)")));
-        return;
-      }
-      default:
-        inbox_.push_back(std::move(e));
-    }
-  }
+  void PublishCommits() { channel_.Publish(step(), commits_.steps()); }
 
   StatusOr<StepAction> Pause(uint64_t target) {
-    pending_target_ = std::max(pending_target_, target);
+    channel_.inbox().RaisePauseTarget(target);
     ELASTRA_RETURN_IF_ERROR(commits_.Commit());
     LOG(INFO) << "pausing after step " << step() << " for generation " << target;
     proto::PausedReport report{target, step(), commits_.steps(), false};
     answered_target_ = std::max(answered_target_, target);
-    Status s = client_->Send(MessageType::kPaused, proto::EncodePayload(report), generation_.load());
+    Status s = channel_.client().Send(MessageType::kPaused, proto::EncodePayload(report), channel_.generation());
     if (!s.ok()) return s;
     return AwaitGeneration();
   }
 
   StatusOr<StepAction> Recover(const Status& cause) {
-    LOG(WARNING) << "step " << step() << " failed in generation " << generation_.load() << ": "
+    LOG(WARNING) << "step " << step() << " failed in generation " << channel_.generation() << ": "
                  << cause << "; recovering";
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       AbortLocked();
     }
-    proto::FailureReport report{generation_.load(), static_cast<int32_t>(cause.code()),
+    proto::FailureReport report{channel_.generation(), static_cast<int32_t>(cause.code()),
                                 cause.message()};
-    client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), generation_.load())
+    channel_.client().Send(MessageType::kFailureReport, proto::EncodePayload(report), channel_.generation())
         .IgnoreError();
     return AwaitGeneration();
   }
@@ -339,23 +264,21 @@ class Worker::Impl {
   StatusOr<StepAction> AwaitGeneration() {
     auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
     while (parked_ || std::chrono::steady_clock::now() < deadline) {
-      if (shutdown_) return *shutdown_;
-      if (inbox_.empty()) {
-        auto e = client_->PollPush(milliseconds(100));
-        if (!e && parked_) {
+      if (channel_.inbox().shutdown()) return *channel_.inbox().shutdown();
+      if (channel_.inbox().empty()) {
+        const bool polled = channel_.Poll(milliseconds(100), parked_);
+        if (!polled && parked_) {
           auto over = CheckJobWhileParked();
           if (!over.ok()) return over.status();
           if (*over) return LeaveParked();
         }
-        if (!e) continue;
-        Stash(std::move(*e));
-        if (inbox_.empty()) continue;  // a pause request; nothing else to do while waiting
+        if (!polled) continue;
+        if (channel_.inbox().empty()) continue;  // a pause request; nothing else to do while waiting
       }
-      proto::Envelope e = std::move(inbox_.front());
-      inbox_.pop_front();
+      proto::Envelope e = channel_.inbox().Pop();
       if (e.type == MessageType::kRecoverRequest) {
         auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-        if (!req.ok() || req->target_generation <= generation_.load()) continue;
+        if (!req.ok() || req->target_generation <= channel_.generation()) continue;
         {
           std::lock_guard<std::mutex> lock(comm_mu_);
           AbortLocked();
@@ -364,10 +287,10 @@ class Worker::Impl {
         LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
                   << commits_.steps().size() << " (newest step "
                   << (commits_.empty() ? -1 : commits_.newest()->step) << ")";
-        if (answered_by_io_.load() >= req->target_generation) continue;  // answered already
+        if (channel_.AnsweredByIo(req->target_generation)) continue;  // answered already
         proto::PausedReport report{req->target_generation, step(), commits_.steps(), true};
-        ELASTRA_RETURN_IF_ERROR(client_->Send(MessageType::kPaused,
-                                              proto::EncodePayload(report), generation_.load()));
+        ELASTRA_RETURN_IF_ERROR(channel_.client().Send(MessageType::kPaused,
+                                              proto::EncodePayload(report), channel_.generation()));
         continue;
       }
       if (parked_ && e.type == MessageType::kShutdown) {
@@ -386,7 +309,7 @@ class Worker::Impl {
         LOG(ERROR) << "undecodable NewGeneration: " << gen.status();
         continue;
       }
-      if (gen->generation <= generation_.load() || gen->generation < answered_target_) {
+      if (gen->generation <= channel_.generation() || gen->generation < answered_target_) {
         LOG(DEBUG) << "dropping stale generation " << gen->generation;
         continue;
       }
@@ -417,7 +340,7 @@ class Worker::Impl {
         AbortLocked();
       }
       proto::FailureReport report{gen->generation, static_cast<int32_t>(s.code()), s.message()};
-      client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
+      channel_.client().Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
           .IgnoreError();
       if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInvalidArgument) {
         return s;  // this worker cannot take part: nothing to wait for
@@ -436,7 +359,7 @@ class Worker::Impl {
     state_.ReleaseShards();  // host and GPU memory go back while parked
     writer_.reset();         // and the checkpoint writer's (page-locked) image
     proto::JoinRequest join = MakeJoin();
-    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+    auto reply = channel_.client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
     parked_ = true;
     parked_since_check_ = std::chrono::steady_clock::now();
@@ -454,7 +377,7 @@ class Worker::Impl {
     auto now = std::chrono::steady_clock::now();
     if (now - parked_since_check_ < milliseconds(1000)) return false;
     parked_since_check_ = now;
-    auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
+    auto st = channel_.client().Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                                 milliseconds(2000));
     if (!st.ok()) {
       if (++status_failures_ >= 5) {
@@ -475,7 +398,7 @@ class Worker::Impl {
   // to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
   void SayLeavingParked(const std::string& why) {
     proto::LeaveRequest req{proto::LeaveReason::kQuit, "parked: " + why};
-    client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), generation_.load())
+    channel_.client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), channel_.generation())
         .status()
         .IgnoreError();
   }
@@ -532,7 +455,7 @@ class Worker::Impl {
     }
     if (backend_ == Backend::kNccl) old = GroupSet{};  // Gloo: retired once the new groups exist (below)
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
-    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
+    channel_.CancelOnRecovery(gen.generation);
     GroupOptions group_options = GroupOptionsFor(gen);
     for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
     group_options.previous = &previous_;
@@ -577,7 +500,7 @@ class Worker::Impl {
     // the commit: roll back to the commit then too (CommitStore::MustRollBack).
     if (held && commits_.MustRollBack(gen.restore_step)) {
       ELASTRA_RETURN_IF_ERROR(commits_.Restore(gen.restore_step));
-      client_->SetHeartbeatStep(step());
+      channel_.client().SetHeartbeatStep(step());
       LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
     }
     int64_t bytes = 0;
@@ -597,7 +520,7 @@ class Worker::Impl {
         control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
     auto& mine = state_.mutable_scalars();
     for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
-    client_->SetHeartbeatStep(step());
+    channel_.client().SetHeartbeatStep(step());
     double transfer_ms = MillisSince(t1);
     if (!options_.test_fail_after_move.empty() &&
         options_.test_fail_after_move ==
@@ -605,12 +528,11 @@ class Worker::Impl {
       return InternalError("injected by ELASTRA_TEST_FAIL_AFTER_MOVE after the state move");
     }
 
-    generation_ = gen.generation;
+    channel_.set_generation(gen.generation);
     layout_ = gen.layout;
     rank_ = my_rank;
     coords_ = gen.members[my_rank].coords;
-    pending_target_ = 0;
-    recover_pending_ = false;
+    channel_.inbox().ClearPending();
     // Every member holds a commit of the step it continues from, in the new layout, so a failure
     // right after this rolls back here, not further. A member whose shards did not change (it
     // received nothing and holds the same regions) keeps the commit it made when it paused: the
@@ -633,7 +555,7 @@ class Worker::Impl {
               << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in), commit "
               << commit_ms << " ms";
     proto::GenerationReady ready{gen.generation, rebuild_ms, transfer_ms, bytes};
-    return client_->Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
+    return channel_.client().Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
                          gen.generation);
   }
 
@@ -646,7 +568,7 @@ class Worker::Impl {
 
   GroupOptions GroupOptionsFor(const proto::NewGeneration& gen) {
     GroupOptions o;
-    o.store = store_.get();
+    o.store = &channel_.store();
     o.prefix = gen.kv_prefix;
     o.bind_host = options_.bind_host;
     o.timeout = options_.collective_timeout;
@@ -777,7 +699,7 @@ class Worker::Impl {
     const Layout layout = layout_;
     const std::string root = options_.checkpoint_dir;
     const int32_t rank = rank_;
-    ControlClient* client = client_.get();
+    ControlClient* client = &channel_.client();
     wo.on_written = [client, ranks, layout, root, rank](
                         const checkpoint::CheckpointId& id,
                         const StatusOr<checkpoint::ShardDescriptor>& d) {
@@ -808,7 +730,7 @@ class Worker::Impl {
   // A worker that a shrink removes hands off the shards only it holds, then goes.
   Status HandOff(const proto::NewGeneration& gen) {
     ReleaseGroups();
-    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
+    channel_.CancelOnRecovery(gen.generation);
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
     commits_.Release();
@@ -816,21 +738,18 @@ class Worker::Impl {
   }
 
   WorkerOptions options_;
-  std::unique_ptr<ControlClient> client_;
-  std::unique_ptr<CoordinatorStore> store_;
   TensorCollection state_;
 
   std::mutex comm_mu_;  // guards groups_, previous_ and handoff_ against the I/O thread's aborts
   GroupSet groups_;
   GroupSet previous_;  // while a generation is built: the NCCL world it may be made from
   Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
+  // Its I/O thread aborts the communicators above when a RecoverRequest lands.
+  ControlChannel channel_{[this] {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    AbortLocked();
+  }};
   Coordinates coords_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> recover_seen_{0};
-  std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered
-  std::mutex published_mu_;                  // guards the two below, read by the I/O thread
-  std::vector<int64_t> published_commits_;
-  int64_t published_step_ = 0;  // newest RecoverRequest target seen by the I/O thread
   Layout layout_;
   int rank_ = -1;
   Backend backend_ = Backend::kGloo;  // resolved by Start()
@@ -838,12 +757,8 @@ class Worker::Impl {
   CommitStore commits_{&state_, [this] { PublishCommits(); }};
   std::future<void> retired_;      // the previous generation's communicators being destroyed
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
-  std::deque<proto::Envelope> inbox_;
-  uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
-  bool recover_pending_ = false;
   bool left_ = false;
-  std::optional<Status> shutdown_;  // set when the coordinator told this worker to stop
   bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
   std::chrono::steady_clock::time_point parked_since_check_;
   int status_failures_ = 0;  // status requests in a row that got no answer while parked
