@@ -22,6 +22,7 @@
 #include "worker/coordinator_store.h"
 #include "worker/collection_adapter.h"
 #include "worker/generation.h"
+#include "worker/group_manager.h"
 #include "worker/mpi_bootstrap.h"
 
 namespace elastra {
@@ -74,7 +75,7 @@ class Worker::Impl {
     // The one small collective per step: agree on whether to pause. Everyone contributes the
     // newest target generation it was asked to pause for, so all stop after this same step.
     int64_t flag = static_cast<int64_t>(channel_.inbox().pause_target());
-    Status s = control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
+    Status s = groups_.control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
     if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_.Commit());
@@ -109,7 +110,7 @@ class Worker::Impl {
     writer_.reset();  // lets a checkpoint write in flight finish and report
     // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
     // pace, and a finalize may wait for them (up to the timeout per communicator).
-    ReleaseGroups();
+    groups_.Release();
     channel_.Close();
   }
 
@@ -120,15 +121,12 @@ class Worker::Impl {
   int rank() const { return rank_; }
   int world_size() const { return layout_.world(); }
   const std::string& worker_id() const { return options_.worker_id; }
-  Communicator& dp_group() { return *groups_.dp; }
-  Communicator& pp_group() { return *groups_.pp; }
-  Communicator& tp_group() { return *groups_.tp; }
+  Communicator& dp_group() { return groups_.dp(); }
+  Communicator& pp_group() { return groups_.pp(); }
+  Communicator& tp_group() { return groups_.tp(); }
   const Coordinates& coordinates() const { return coords_; }
 
-  Communicator& world() {
-    CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
-    return *groups_.world;
-  }
+  Communicator& world() { return groups_.world(); }
   Backend backend() const { return backend_; }
 
  private:
@@ -141,13 +139,6 @@ class Worker::Impl {
     join.state = state_.Spec();
     join.model_json = options_.model_json;
     return join;
-  }
-
-  // The worker's own communicator (Gloo, host buffers): step agreement, checks, scalars, state
-  // moves. The training world itself with the Gloo backend.
-  Communicator& control() {
-    CHECK(groups_.control != nullptr) << "no communicator: call Start() first";
-    return *groups_.control;
   }
 
   // Settles the device and the training backend from the options and the state's placement.
@@ -188,44 +179,6 @@ class Worker::Impl {
     return OkStatus();
   }
 
-  // Destroys `old`, a generation's communicators nobody uses any more, on another thread (one
-  // retirement at a time: a second waits for the first).
-  void Retire(GroupSet old) {
-    WaitRetired();
-    retired_ = std::async(std::launch::async,
-                          [old = std::move(old)]() mutable { old = GroupSet{}; });
-  }
-
-  void WaitRetired() {
-    if (retired_.valid()) retired_.get();
-  }
-
-  // Drops this worker's communicators when it leaves the layout mid-job (a shrink takes it out).
-  // NCCL ones are aborted first: a finalize could wait on peers that are already building the
-  // next generation without this worker.
-  void ReleaseGroups() {
-    WaitRetired();
-    GroupSet old;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      old = std::move(groups_);
-      groups_ = GroupSet{};
-    }
-    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && c->backend() == Backend::kNccl) c->Abort();
-    }
-  }
-
-  // Breaks every call in flight on this worker's communicators, without waiting on the device
-  // (the I/O thread calls it). An NCCL world is only interrupted, so that the next generation may
-  // shrink it (GroupSet::Interrupt); one kept from the generation before is released (a build
-  // that uses it is doomed). Call with comm_mu_ held.
-  void AbortLocked() {
-    groups_.Interrupt();
-    previous_.RequestAbort();
-    if (handoff_ != nullptr) handoff_->Abort();
-  }
-
   void SetStep(int64_t s) {
     state_.SetScalar(kStepScalarName, s);
     channel_.client().SetHeartbeatStep(s);
@@ -248,10 +201,7 @@ class Worker::Impl {
   StatusOr<StepAction> Recover(const Status& cause) {
     LOG(WARNING) << "step " << step() << " failed in generation " << channel_.generation() << ": "
                  << cause << "; recovering";
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      AbortLocked();
-    }
+    groups_.Interrupt();
     proto::FailureReport report{channel_.generation(), static_cast<int32_t>(cause.code()),
                                 cause.message()};
     channel_.client().Send(MessageType::kFailureReport, proto::EncodePayload(report), channel_.generation())
@@ -279,10 +229,7 @@ class Worker::Impl {
       if (e.type == MessageType::kRecoverRequest) {
         auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
         if (!req.ok() || req->target_generation <= channel_.generation()) continue;
-        {
-          std::lock_guard<std::mutex> lock(comm_mu_);
-          AbortLocked();
-        }
+        groups_.Interrupt();
         answered_target_ = std::max(answered_target_, req->target_generation);
         LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
                   << commits_.steps().size() << " (newest step "
@@ -335,10 +282,7 @@ class Worker::Impl {
         return StepAction::kReconfigured;
       }
       LOG(WARNING) << "generation " << gen->generation << " failed to build: " << s;
-      {
-        std::lock_guard<std::mutex> lock(comm_mu_);
-        AbortLocked();
-      }
+      groups_.Interrupt();
       proto::FailureReport report{gen->generation, static_cast<int32_t>(s.code()), s.message()};
       channel_.client().Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
           .IgnoreError();
@@ -354,7 +298,7 @@ class Worker::Impl {
   // state comes back from the members at a later grow), and the worker joins again as standby
   // under its own id, so the coordinator uses it first when the job grows.
   Status Park(uint64_t generation) {
-    ReleaseGroups();
+    groups_.Release();
     commits_.Release();
     state_.ReleaseShards();  // host and GPU memory go back while parked
     writer_.reset();         // and the checkpoint writer's (page-locked) image
@@ -435,51 +379,13 @@ class Worker::Impl {
       // during a reconfiguration.
       std::this_thread::sleep_for(options_.test_apply_delay);
     }
-    GroupSet old;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      old = std::move(groups_);  // the old generation's communicators: everyone has left them
-      groups_ = GroupSet{};
-      // Only an NCCL world is worth keeping: the next one may be made from it.
-      if (backend_ == Backend::kNccl) {
-        previous_.world = old.world;
-        previous_.member_ids = old.member_ids;
-      }
-    }
-    // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
-    // departed peer would make it wait): aborted, except for the world kept above.
-    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && c != previous_.world.get() && c->backend() == Backend::kNccl) {
-        c->Abort();
-      }
-    }
-    if (backend_ == Backend::kNccl) old = GroupSet{};  // Gloo: retired once the new groups exist (below)
     // A recovery announced for a later generation dooms this one: stop waiting for its peers.
     channel_.CancelOnRecovery(gen.generation);
     GroupOptions group_options = GroupOptionsFor(gen);
     for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
-    group_options.previous = &previous_;
-    auto groups = BuildGroups(group_options, gen.layout, my_rank);
-    // Destroying a gloo context waits for its device loop to tick once per pair (up to 10 ms
-    // each in this gloo), 25-50 ms for a 4-rank world on the 2-core bench VM: that used to sit
-    // between the pause and the new world's connect on every worker. Nobody uses the old
-    // communicators any more, so they go on another thread once the new ones exist.
-    Retire(std::move(old));
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      // The kept world is now part of the new generation, or released.
-      if (previous_.world != nullptr &&
-          (!groups.ok() || previous_.world.get() != groups->world.get())) {
-        previous_.world->Abort();
-      }
-      previous_ = GroupSet{};
-    }
-    if (!groups.ok()) {
-      return groups.status().WithContext("building generation " + std::to_string(gen.generation));
-    }
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = std::move(groups).value();
+    Status built = groups_.Rebuild(std::move(group_options), gen.layout, my_rank);
+    if (!built.ok()) {
+      return built.WithContext("building generation " + std::to_string(gen.generation));
     }
     double rebuild_ms = MillisSince(t0);
     auto t1 = std::chrono::steady_clock::now();
@@ -487,7 +393,7 @@ class Worker::Impl {
     // Every worker must have registered the same state: one check before any byte moves.
     int64_t sig[2] = {static_cast<int64_t>(state_.Signature() >> 1),
                       -static_cast<int64_t>(state_.Signature() >> 1)};
-    ELASTRA_RETURN_IF_ERROR(control().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
+    ELASTRA_RETURN_IF_ERROR(groups_.control().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
     if (sig[0] != -sig[1]) {
       return InvalidArgumentError(
           "workers registered different tensors (signature mismatch): every worker must "
@@ -517,7 +423,7 @@ class Worker::Impl {
     std::vector<int64_t> scalars;
     for (const auto& [name, value] : state_.scalars()) scalars.push_back(value);
     ELASTRA_RETURN_IF_ERROR(
-        control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
+        groups_.control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
     auto& mine = state_.mutable_scalars();
     for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
     channel_.client().SetHeartbeatStep(step());
@@ -607,24 +513,18 @@ class Worker::Impl {
       if (DeviceToDevice()) {
         // Device shards straight between GPUs over the new NCCL world (its ranks are the plan's
         // workers), no host staging.
-        return ExecuteDeviceStateMove(move, world(), coords, &state_, timeout);
+        return ExecuteDeviceStateMove(move, groups_.world(), coords, &state_, timeout);
       }
-      return ExecuteStateMove(move, control(), coords, &state_, timeout);
+      return ExecuteStateMove(move, groups_.control(), coords, &state_, timeout);
     }
     // Some shards live only on leaving workers: everyone of the plan meets once more.
     ELASTRA_ASSIGN_OR_RETURN(
         std::unique_ptr<Communicator> handoff,
         ConnectGroup(GroupOptionsFor(gen), "handoff", me, static_cast<int>(move.workers.size())));
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      handoff_ = handoff.get();
-    }
+    groups_.SetHandoff(handoff.get());
     auto bytes = ExecuteStateMove(move, *handoff, coords, &state_, timeout);
     Status done = bytes.ok() ? handoff->Barrier() : bytes.status();
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      handoff_ = nullptr;
-    }
+    groups_.SetHandoff(nullptr);
     if (!done.ok()) return done;
     return bytes;
   }
@@ -660,7 +560,7 @@ class Worker::Impl {
                                     "', not '" + options_.job + "'");
       }
       int64_t ok = mine.ok() ? 1 : 0;
-      ELASTRA_RETURN_IF_ERROR(control().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
+      ELASTRA_RETURN_IF_ERROR(groups_.control().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
       if (ok == 1) {
         int64_t bytes = static_cast<int64_t>(state_.bytes());
         ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
@@ -729,7 +629,7 @@ class Worker::Impl {
 
   // A worker that a shrink removes hands off the shards only it holds, then goes.
   Status HandOff(const proto::NewGeneration& gen) {
-    ReleaseGroups();
+    groups_.Release();
     channel_.CancelOnRecovery(gen.generation);
     auto bytes = MoveState(gen, -1);
     if (!bytes.ok()) return bytes.status();
@@ -740,22 +640,15 @@ class Worker::Impl {
   WorkerOptions options_;
   TensorCollection state_;
 
-  std::mutex comm_mu_;  // guards groups_, previous_ and handoff_ against the I/O thread's aborts
-  GroupSet groups_;
-  GroupSet previous_;  // while a generation is built: the NCCL world it may be made from
-  Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
-  // Its I/O thread aborts the communicators above when a RecoverRequest lands.
-  ControlChannel channel_{[this] {
-    std::lock_guard<std::mutex> lock(comm_mu_);
-    AbortLocked();
-  }};
+  GroupManager groups_;
+  // Its I/O thread interrupts the communicators above when a RecoverRequest lands.
+  ControlChannel channel_{[this] { groups_.Interrupt(); }};
   Coordinates coords_;
   Layout layout_;
   int rank_ = -1;
   Backend backend_ = Backend::kGloo;  // resolved by Start()
 
   CommitStore commits_{&state_, [this] { PublishCommits(); }};
-  std::future<void> retired_;      // the previous generation's communicators being destroyed
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
   bool left_ = false;
