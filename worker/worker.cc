@@ -19,6 +19,7 @@
 #include "elastra/device_buffer.h"
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"
+#include "worker/disk_checkpoints.h"
 #include "worker/coordinator_store.h"
 #include "worker/collection_adapter.h"
 #include "worker/generation.h"
@@ -79,11 +80,7 @@ class Worker::Impl {
     if (!s.ok()) return Recover(s);
     if (flag > 0) return Pause(static_cast<uint64_t>(flag));
     if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_.Commit());
-    if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
-      checkpoint::CheckpointId id{options_.job, step(), channel_.generation()};
-      auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
-      if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step() << ": " << started.status();
-    }
+    checkpoints_.MaybeSnapshot(state_, step(), channel_.generation(), layout_, coords_);
     return StepAction::kContinue;
   }
 
@@ -107,7 +104,7 @@ class Worker::Impl {
   }
 
   void Shutdown() {
-    writer_.reset();  // lets a checkpoint write in flight finish and report
+    checkpoints_.Stop();  // lets a checkpoint write in flight finish and report
     // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
     // pace, and a finalize may wait for them (up to the timeout per communicator).
     groups_.Release();
@@ -301,7 +298,7 @@ class Worker::Impl {
     groups_.Release();
     commits_.Release();
     state_.ReleaseShards();  // host and GPU memory go back while parked
-    writer_.reset();         // and the checkpoint writer's (page-locked) image
+    checkpoints_.Stop();     // and the checkpoint writer's (page-locked) image
     proto::JoinRequest join = MakeJoin();
     auto reply = channel_.client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
     if (!reply.ok()) return reply.status().WithContext("parking as standby");
@@ -453,7 +450,7 @@ class Worker::Impl {
     const double commit_ms = MillisSince(t2);
     commits_.Prefault(commits_.ShardSizes());  // for the next commit, while training
     ELASTRA_RETURN_IF_ERROR(state_.MoveToDevice());
-    StartCheckpointWriter();
+    checkpoints_.Restart(state_, layout_, rank_, &channel_.client());
     logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
                     std::to_string(my_rank));
     LOG(INFO) << "generation " << gen.generation << " (" << proto::ToString(gen.reason) << "): "
@@ -529,102 +526,15 @@ class Worker::Impl {
     return bytes;
   }
 
-  // Loads this worker's shards for generation `gen` from the newest committed checkpoint at or
-  // before gen.checkpoint_dir. Every member does the same; when any of them cannot load one (a
-  // bad checksum, a missing file), all fall back to the next older checkpoint together.
+  // Loads this worker's shards for generation `gen` from disk (LoadNewestCheckpoint); the
+  // commits held belong to another timeline then.
   StatusOr<int64_t> LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
     if (my_rank < 0) return int64_t{0};
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // the load overwrites them
-    const Coordinates& coords = gen.members[my_rank].coords;
-    for (auto& t : state_.mutable_tensors()) {
-      t.region = LocalRegion(t.spec, state_.num_layers(), gen.layout, coords);
-      t.data.assign(static_cast<size_t>(t.region.elements()) * t.spec.element_size, 0);
-    }
-    const std::string dir = gen.checkpoint_dir;
-    const std::string root = dir.substr(0, dir.find_last_of('/'));
-    std::vector<std::string> candidates;
-    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root);
-    if (list.ok()) {
-      bool reached = false;
-      for (const auto& info : *list) {
-        reached |= info.dir == dir;
-        if (reached) candidates.push_back(info.dir);
-      }
-    }
-    if (candidates.empty()) candidates.push_back(dir);
-    for (const std::string& candidate : candidates) {
-      auto loaded = checkpoint::LoadCheckpoint(checkpoint::Env::Default(), candidate, checkpoint::RequestsFor(state_));
-      Status mine = loaded.ok() ? OkStatus() : loaded.status();
-      if (mine.ok() && loaded->job != options_.job) {
-        mine = InvalidArgumentError("checkpoint " + candidate + " belongs to job '" + loaded->job +
-                                    "', not '" + options_.job + "'");
-      }
-      int64_t ok = mine.ok() ? 1 : 0;
-      ELASTRA_RETURN_IF_ERROR(groups_.control().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
-      if (ok == 1) {
-        int64_t bytes = static_cast<int64_t>(state_.bytes());
-        ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
-        commits_.Forget();
-        LOG(INFO) << "loaded checkpoint " << candidate << " (step " << step() << ")";
-        return bytes;
-      }
-      LOG(WARNING) << "checkpoint " << candidate << " does not load on every rank"
-                   << (mine.ok() ? std::string() : ": here " + mine.ToString())
-                   << "; trying the previous one";
-    }
-    return FailedPreconditionError("no committed checkpoint under " + root +
-                                   " loads on every rank");
-  }
-
-  // (Re)creates the checkpoint writer for this worker's rank in the current generation.
-  void StartCheckpointWriter() {
-    writer_.reset();  // waits for a write in flight
-    if (options_.checkpoint_dir.empty() || options_.checkpoint_every <= 0) return;
-    checkpoint::WriterOptions wo;
-    wo.root = options_.checkpoint_dir;
-    wo.rank = rank_;
-    wo.reserve_bytes = state_.bytes();
-    wo.when_busy = checkpoint::WriterOptions::WhenBusy::kSkip;
-    if (state_.device() >= 0) {
-      // Device shards: one synchronous copy per shard into a page-locked image, then the write
-      // runs in the background like any other (the step waits only for the copies).
-      const int device = state_.device();
-      wo.copy_from_device = [device](std::byte* dst, const std::byte* src, size_t n) {
-        return CopyDeviceToHost(dst, src, n, device);
-      };
-      wo.pin_staging = [](void* p, size_t n) { return PinHostMemory(p, n); };
-      wo.unpin_staging = [](void* p) { UnpinHostMemory(p); };
-    }
-    const int32_t ranks = layout_.world();
-    const Layout layout = layout_;
-    const std::string root = options_.checkpoint_dir;
-    const int32_t rank = rank_;
-    ControlClient* client = &channel_.client();
-    wo.on_written = [client, ranks, layout, root, rank](
-                        const checkpoint::CheckpointId& id,
-                        const StatusOr<checkpoint::ShardDescriptor>& d) {
-      proto::CheckpointWritten report;
-      report.generation = id.generation;
-      report.step = id.step;
-      report.rank = rank;
-      report.ranks = ranks;
-      report.layout = layout;
-      report.root = root;
-      report.ok = d.ok();
-      if (d.ok()) {
-        report.descriptor = checkpoint::EncodeShardDescriptor(*d);
-      } else {
-        report.error = d.status().ToString();
-      }
-      client->Send(MessageType::kCheckpointWritten, proto::EncodePayload(report), id.generation)
-          .IgnoreError();
-    };
-    auto writer = checkpoint::CheckpointWriter::Create(wo);
-    if (!writer.ok()) {
-      LOG(WARNING) << "checkpoints off: " << writer.status();
-      return;
-    }
-    writer_ = std::move(writer).value();
+    ELASTRA_ASSIGN_OR_RETURN(int64_t bytes,
+                             LoadNewestCheckpoint(gen, gen.members[my_rank].coords, options_.job,
+                                                  groups_.control(), &state_));
+    commits_.Forget();
+    return bytes;
   }
 
   // A worker that a shrink removes hands off the shards only it holds, then goes.
@@ -649,7 +559,7 @@ class Worker::Impl {
   Backend backend_ = Backend::kGloo;  // resolved by Start()
 
   CommitStore commits_{&state_, [this] { PublishCommits(); }};
-  std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
+  DiskCheckpoints checkpoints_{options_};
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
   bool left_ = false;
   bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
