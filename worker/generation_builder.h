@@ -22,8 +22,9 @@
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"
 #include "worker/disk_checkpoints.h"
-#include "worker/generation.h"
+#include "worker/group_building.h"
 #include "worker/group_manager.h"
+#include "worker/state_move.h"
 
 namespace elastra {
 

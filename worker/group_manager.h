@@ -15,7 +15,7 @@
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
-#include "worker/generation.h"
+#include "worker/group_building.h"
 
 namespace elastra {
 
