@@ -1,312 +1,67 @@
+// Worker: the public API (include/elastra/worker.h) and the wiring of its parts, each a file pair
+// of its own in worker/:
+//   worker_options.cc      WorkerOptions::FromEnvironment
+//   control_channel        the line to the coordinator; the I/O thread's answer to RecoverRequest
+//   group_manager          the generation's communicators and their lifecycle
+//   commit_store           in-memory commits and their images
+//   disk_checkpoints       the checkpoint writer and loading from disk
+//   generation_builder     entering a generation (communicators, rollback, state move, commit)
+//   reconfiguration_loop   StepEnd, pause, recover, wait for a decision, park, leave
+// Not thread-safe (the training thread's), except for what the I/O thread does through
+// ControlChannel and GroupManager.
 #include "elastra/worker.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <deque>
-#include <future>
-#include <mutex>
-#include <optional>
-#include <thread>
+#include <memory>
+#include <string>
 
-#include "common/clock.h"
-#include "common/control_client.h"
-#include "common/keys.h"
 #include "common/logging.h"
 #include "elastra/config.h"
-#include "elastra/device_buffer.h"
-#include "worker/coordinator_store.h"
-#include "worker/collection_adapter.h"
-#include "worker/generation.h"
+#include "worker/commit_store.h"
+#include "worker/control_channel.h"
+#include "worker/disk_checkpoints.h"
+#include "worker/generation_builder.h"
+#include "worker/group_manager.h"
 #include "worker/mpi_bootstrap.h"
+#include "worker/reconfiguration_loop.h"
 
 namespace elastra {
-namespace {
-
-using proto::MessageType;
-using std::chrono::milliseconds;
-
-// The step counter travels with the state under this reserved name.
-// Commits kept in memory: two, because after a failure the survivors may differ by one commit.
-constexpr size_t kCommitsKept = 2;
-
-std::string Getenv(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-Status ParseIntEnv(const char* name, int64_t* out) {
-  std::string v = Getenv(name);
-  if (v.empty()) return OkStatus();
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0' || x < 0) {
-    return InvalidArgumentError(std::string(name) + "='" + v + "' is not a non-negative integer");
-  }
-  *out = x;
-  return OkStatus();
-}
-
-std::string HostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-}  // namespace
-
-StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
-  WorkerOptions o;
-  ELASTRA_ASSIGN_OR_RETURN(std::optional<MpirunEnvironment> mpirun, DetectMpirun());
-  if (mpirun) {
-    ELASTRA_ASSIGN_OR_RETURN(o.mpi, MpiBootstrap::Create(*mpirun));
-    o.park_when_removed = true;
-    o.local_rank = mpirun->local_rank;
-  }
-  o.coordinator = Getenv("ELASTRA_COORDINATOR");
-  o.server_public_key = Getenv("ELASTRA_SERVER_KEY");
-  o.public_key = Getenv("ELASTRA_WORKER_PUBLIC_KEY");
-  o.secret_key = Getenv("ELASTRA_WORKER_SECRET_KEY");
-  std::string job = Getenv("ELASTRA_JOB");
-  if (!job.empty()) o.job = job;
-  if (o.mpi != nullptr && o.coordinator.empty()) {  // MPI rank 0's embedded coordinator
-    const ConnectionInfo& info = o.mpi->connection();
-    o.coordinator = info.address;
-    o.job = info.job;
-    o.server_public_key = info.server_public;
-    o.public_key = info.worker.public_key;
-    o.secret_key = info.worker.secret_key;
-  }
-  std::string state_dir = Getenv("ELASTRA_STATE_DIR");
-  // ELASTRA_COORDINATOR without the server key (mpirun ranks joining a named coordinator): the
-  // keys come from the state directory too.
-  if ((o.coordinator.empty() || o.server_public_key.empty()) && !state_dir.empty()) {
-    auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
-    if (!info.ok()) return info.status().WithContext("ELASTRA_STATE_DIR=" + state_dir);
-    if (o.coordinator.empty()) o.coordinator = info->address;
-    o.job = info->job;
-    o.server_public_key = info->server_public;
-    if (o.public_key.empty()) {
-      o.public_key = info->worker.public_key;
-      o.secret_key = info->worker.secret_key;
-    }
-  }
-  if (o.coordinator.empty()) {
-    return InvalidArgumentError(
-        "ELASTRA_COORDINATOR is not set (start workers with `elastra run`, or set it and the key "
-        "variables, or ELASTRA_STATE_DIR)");
-  }
-  if (!IsValidZ85Key(o.server_public_key)) {
-    return InvalidArgumentError("ELASTRA_SERVER_KEY is missing or not a 40-character Z85 key");
-  }
-  if (!IsValidZ85Key(o.public_key) || !IsValidZ85Key(o.secret_key)) {
-    return InvalidArgumentError(
-        "ELASTRA_WORKER_PUBLIC_KEY / ELASTRA_WORKER_SECRET_KEY are missing or malformed");
-  }
-  o.host = HostName();
-  o.worker_id = Getenv("ELASTRA_WORKER_ID");
-  if (o.mpi != nullptr) o.worker_id = o.mpi->worker_id();  // one environment for all ranks
-  if (o.worker_id.empty()) o.worker_id = o.host + "-" + std::to_string(getpid());
-  std::string bind = Getenv("ELASTRA_BIND_HOST");
-  if (!bind.empty()) {
-    o.bind_host = bind;
-  } else if (o.mpi != nullptr) {
-    o.bind_host = o.mpi->bind_host();
-  }
-  int64_t v = o.device;
-  std::string dev = Getenv("ELASTRA_DEVICE");
-  if (dev == "local") {
-    if (o.local_rank < 0) {
-      return InvalidArgumentError("ELASTRA_DEVICE=local needs mpirun (OMPI_COMM_WORLD_LOCAL_RANK)");
-    }
-    o.device = o.local_rank;
-  } else if (!dev.empty()) {
-    ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DEVICE", &v));
-    o.device = static_cast<int>(v);
-  }
-  std::string backend = Getenv("ELASTRA_BACKEND");
-  if (backend == "gloo") {
-    o.backend = Backend::kGloo;
-  } else if (backend == "nccl") {
-    o.backend = Backend::kNccl;
-  } else if (!backend.empty() && backend != "auto") {
-    return InvalidArgumentError("ELASTRA_BACKEND='" + backend + "' (auto, gloo or nccl)");
-  }
-  v = o.commit_every;
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COMMIT_EVERY", &v));
-  if (v < 1) return InvalidArgumentError("ELASTRA_COMMIT_EVERY must be at least 1");
-  o.commit_every = static_cast<int>(v);
-  v = o.collective_timeout.count();
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_COLLECTIVE_TIMEOUT_MS", &v));
-  o.collective_timeout = milliseconds(v);
-  v = o.decision_timeout.count();
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DECISION_TIMEOUT_MS", &v));
-  o.decision_timeout = milliseconds(v);
-  v = o.heartbeat_interval.count();
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_HEARTBEAT_MS", &v));
-  o.heartbeat_interval = milliseconds(v);
-  o.checkpoint_dir = Getenv("ELASTRA_CHECKPOINT_DIR");
-  v = 0;
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_CHECKPOINT_EVERY", &v));
-  o.checkpoint_every = static_cast<int>(v);
-  v = 0;
-  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
-  o.test_apply_delay = milliseconds(v);
-  o.test_fail_after_move = Getenv("ELASTRA_TEST_FAIL_AFTER_MOVE");
-  return o;
-}
 
 class Worker::Impl {
  public:
   explicit Impl(const WorkerOptions& options) : options_(options) {}
 
   Status Connect() {
-    ControlClientOptions co;
-    co.address = options_.coordinator;
-    co.server_public = options_.server_public_key;
-    co.client_keys = KeyPair{options_.public_key, options_.secret_key};
-    co.job = options_.job;
-    co.sender = options_.worker_id;
-    co.heartbeat_interval = options_.heartbeat_interval;
-    ELASTRA_ASSIGN_OR_RETURN(client_, ControlClient::Connect(co));
-    store_ = std::make_unique<CoordinatorStore>(client_.get());
-    // A RecoverRequest must break a collective blocked on a dead peer right away, so it is acted
-    // on from the I/O thread the moment it lands.
-    client_->SetPushObserver([this](const proto::Envelope& e) {
-      if (e.type != MessageType::kRecoverRequest) return;
-      auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-      if (!req.ok() || req->target_generation <= generation_.load()) return;
-      uint64_t seen = recover_seen_.load();
-      while (seen < req->target_generation &&
-             !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
-      }
-      {
-        std::lock_guard<std::mutex> lock(comm_mu_);
-        AbortLocked();
-      }
-      // Answer at once from here: the training thread may be stuck in a call that the abort
-      // could not break (it then returns at its own timeout), and the coordinator must not take a
-      // live survivor for dead meanwhile. The commits it holds are what the answer needs.
-      proto::PausedReport report;
-      {
-        std::lock_guard<std::mutex> lock(published_mu_);
-        report = proto::PausedReport{req->target_generation, published_step_,
-                                     published_commits_, true};
-      }
-      uint64_t answered = answered_by_io_.load();
-      while (answered < req->target_generation &&
-             !answered_by_io_.compare_exchange_weak(answered, req->target_generation)) {
-      }
-      client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation)
-          .IgnoreError();
-    });
+    ELASTRA_RETURN_IF_ERROR(channel_.Connect(options_));
     return state_.AddScalar(kStepScalarName, 0);
   }
 
   Status Start() {
     logging::SetTag("worker " + options_.worker_id);
     ELASTRA_RETURN_IF_ERROR(ResolveBackend());
-    proto::JoinRequest join = MakeJoin();
-    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
-    if (!reply.ok()) return reply.status().WithContext("joining the job");
-    LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
-              << "; waiting for a layout";
-    auto action = AwaitGeneration();
-    if (!action.ok()) return action.status();
-    if (*action == StepAction::kLeave) {
-      return AbortedError("the coordinator removed this worker before it started");
-    }
-    return OkStatus();
+    return loop_.Join();
   }
 
-  StatusOr<StepAction> StepEnd(const Status& step_status) {
-    if (left_) return FailedPreconditionError("this worker has left the job");
-    if (!step_status.ok()) return Recover(step_status);
-    SetStep(step() + 1);
-    DrainPushes();
-    if (shutdown_) return *shutdown_;
-    if (recover_pending_) return Recover(PeerLostError("the coordinator started a recovery"));
-    // The one small collective per step: agree on whether to pause. Everyone contributes the
-    // newest target generation it was asked to pause for, so all stop after this same step.
-    int64_t flag = static_cast<int64_t>(pending_target_);
-    Status s = control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
-    if (!s.ok()) return Recover(s);
-    if (flag > 0) return Pause(static_cast<uint64_t>(flag));
-    if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(Commit());
-    if (writer_ != nullptr && step() % options_.checkpoint_every == 0) {
-      checkpoint::CheckpointId id{options_.job, step(), generation_.load()};
-      auto started = writer_->Snapshot(id, checkpoint::ViewOf(state_, layout_, coords_));
-      if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step() << ": " << started.status();
-    }
-    return StepAction::kContinue;
-  }
-
-  void Finish() {
-    if (left_ || client_ == nullptr) return;
-    proto::LeaveRequest req{proto::LeaveReason::kFinished, "finished training"};
-    auto reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
-                                           generation_.load());
-    // A coordinator that is being restarted (docs/journal.md) may have lost the request: ask
-    // again (a finished worker's Leave is acknowledged again).
-    for (int attempt = 1; attempt < 4 && !reply.ok() &&
-                          (reply.status().code() == StatusCode::kTimedOut ||
-                           reply.status().code() == StatusCode::kUnavailable);
-         ++attempt) {
-      reply = client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
-                                        generation_.load());
-    }
-    if (!reply.ok()) LOG(WARNING) << "finish not acknowledged: " << reply.status();
-    left_ = true;
-    Shutdown();
-  }
-
-  void Shutdown() {
-    writer_.reset();  // lets a checkpoint write in flight finish and report
-    // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
-    // pace, and a finalize may wait for them (up to the timeout per communicator).
-    ReleaseGroups();
-    if (client_) client_->Close();
-  }
+  StatusOr<StepAction> StepEnd(const Status& step_status) { return loop_.StepEnd(step_status); }
+  void Finish() { loop_.Finish(); }
+  void Shutdown() { loop_.Shutdown(); }
 
   TensorCollection& state() { return state_; }
   int64_t step() const { return state_.GetScalar(kStepScalarName); }
-  uint64_t generation() const { return generation_.load(); }
-  const Layout& layout() const { return layout_; }
-  int rank() const { return rank_; }
-  int world_size() const { return layout_.world(); }
+  uint64_t generation() const { return channel_.generation(); }
+  const Layout& layout() const { return builder_.layout(); }
+  int rank() const { return builder_.rank(); }
+  int world_size() const { return builder_.layout().world(); }
   const std::string& worker_id() const { return options_.worker_id; }
-  Communicator& dp_group() { return *groups_.dp; }
-  Communicator& pp_group() { return *groups_.pp; }
-  Communicator& tp_group() { return *groups_.tp; }
-  const Coordinates& coordinates() const { return coords_; }
+  Communicator& dp_group() { return groups_.dp(); }
+  Communicator& pp_group() { return groups_.pp(); }
+  Communicator& tp_group() { return groups_.tp(); }
+  const Coordinates& coordinates() const { return builder_.coords(); }
 
-  Communicator& world() {
-    CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
-    return *groups_.world;
-  }
-  Backend backend() const { return backend_; }
+  Communicator& world() { return groups_.world(); }
+  Backend backend() const { return builder_.backend(); }
 
  private:
-  proto::JoinRequest MakeJoin() const {
-    proto::JoinRequest join;
-    join.worker_id = options_.worker_id;
-    join.host = options_.host;
-    join.device = options_.device;
-    join.pid = static_cast<int64_t>(getpid());
-    join.state = state_.Spec();
-    join.model_json = options_.model_json;
-    return join;
-  }
-
-  // The worker's own communicator (Gloo, host buffers): step agreement, checks, scalars, state
-  // moves. The training world itself with the Gloo backend.
-  Communicator& control() {
-    CHECK(groups_.control != nullptr) << "no communicator: call Start() first";
-    return *groups_.control;
-  }
-
   // Settles the device and the training backend from the options and the state's placement.
   Status ResolveBackend() {
     const int state_device = state_.device();
@@ -318,13 +73,14 @@ class Worker::Impl {
       }
       options_.device = state_device;
     }
-    backend_ = options_.backend.value_or(
+    const Backend backend = options_.backend.value_or(
         state_device >= 0 && ELASTRA_HAVE_NCCL ? Backend::kNccl : Backend::kGloo);
-    if (backend_ != Backend::kGloo && backend_ != Backend::kNccl) {
-      return InvalidArgumentError(std::string("backend ") + BackendName(backend_) +
+    builder_.set_backend(backend);
+    if (backend != Backend::kGloo && backend != Backend::kNccl) {
+      return InvalidArgumentError(std::string("backend ") + BackendName(backend) +
                                   " (auto, gloo or nccl)");
     }
-    if (backend_ == Backend::kNccl) {
+    if (backend == Backend::kNccl) {
       if (!ELASTRA_HAVE_NCCL) {
         return UnavailableError("ELASTRA_BACKEND=nccl, but this build of Elastra has no NCCL");
       }
@@ -335,789 +91,35 @@ class Worker::Impl {
       }
       // Single-GPU tests run several ranks on one device: NCCL refuses two ranks of one host on
       // one GPU, so each worker claims a host of its own.
-      if (Getenv("ELASTRA_NCCL_HOSTID_PER_WORKER") == "1") {
+      const char* hostid_per_worker = std::getenv("ELASTRA_NCCL_HOSTID_PER_WORKER");
+      if (hostid_per_worker != nullptr && std::string(hostid_per_worker) == "1") {
         setenv("NCCL_HOSTID", options_.worker_id.c_str(), 1);
       }
     }
-    LOG(INFO) << "training communicators: " << BackendName(backend_)
+    LOG(INFO) << "training communicators: " << BackendName(backend)
               << (options_.device >= 0 ? " on CUDA device " + std::to_string(options_.device)
                                        : std::string());
     return OkStatus();
   }
 
-  // Destroys `old`, a generation's communicators nobody uses any more, on another thread (one
-  // retirement at a time: a second waits for the first).
-  void Retire(GroupSet old) {
-    WaitRetired();
-    retired_ = std::async(std::launch::async,
-                          [old = std::move(old)]() mutable { old = GroupSet{}; });
-  }
+  // Makes the commits held and the step visible to the I/O thread, which answers a
+  // RecoverRequest with them (ControlChannel).
+  void PublishCommits() { channel_.Publish(step(), commits_.steps()); }
 
-  void WaitRetired() {
-    if (retired_.valid()) retired_.get();
-  }
-
-  // Drops this worker's communicators when it leaves the layout mid-job (a shrink takes it out).
-  // NCCL ones are aborted first: a finalize could wait on peers that are already building the
-  // next generation without this worker.
-  void ReleaseGroups() {
-    WaitRetired();
-    GroupSet old;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      old = std::move(groups_);
-      groups_ = GroupSet{};
-    }
-    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && c->backend() == Backend::kNccl) c->Abort();
-    }
-  }
-
-  // Breaks every call in flight on this worker's communicators, without waiting on the device
-  // (the I/O thread calls it). An NCCL world is only interrupted, so that the next generation may
-  // shrink it (GroupSet::Interrupt); one kept from the generation before is released (a build
-  // that uses it is doomed). Call with comm_mu_ held.
-  void AbortLocked() {
-    groups_.Interrupt();
-    previous_.RequestAbort();
-    if (handoff_ != nullptr) handoff_->Abort();
-  }
-
-  struct Commit_ {
-    int64_t step = 0;
-    std::vector<std::vector<uint8_t>> tensors;  // local shards
-    std::vector<Region> regions;                // and what they are
-    std::vector<int64_t> scalars;
-  };
-
-  void SetStep(int64_t s) {
-    state_.SetScalar(kStepScalarName, s);
-    client_->SetHeartbeatStep(s);
-  }
-
-  // Makes the commits held and the step visible to the I/O thread (see the push observer).
-  void PublishCommits() {
-    std::lock_guard<std::mutex> lock(published_mu_);
-    published_commits_ = CommitSteps();
-    published_step_ = step();
-  }
-
-  std::vector<int64_t> CommitSteps() const {
-    std::vector<int64_t> out;
-    for (const auto& c : commits_) out.push_back(c.step);
-    return out;
-  }
-
-  // The bytes of each tensor's shard in the current regions.
-  std::vector<size_t> ShardSizes() const {
-    std::vector<size_t> sizes;
-    for (const auto& t : state_.tensors()) sizes.push_back(t.bytes());
-    return sizes;
-  }
-
-  // Commit images and their memory. Fresh memory is faulted in as it is first written, which
-  // costs several times the copy into it (about 35 ms against 6 ms for 64 MiB on our test
-  // machines), and a commit made while a generation is built lands on the downtime. So the
-  // images are kept and reused (spare_), and a worker that has fewer than kCommitsKept of them
-  // faults one in on another thread (PrefaultImage) before it needs it: while the groups are
-  // built and the state moves, or while it trains. The commits, the spare images and the one
-  // being faulted in are never more than kCommitsKept together.
-  //
-  // An image for a commit of shards of `sizes` bytes: the oldest commit when kCommitsKept are
-  // held; else a spare image that fits; else the one being faulted in; else any spare; else new.
-  Commit_ TakeImage(const std::vector<size_t>& sizes) {
-    Commit_ c;
-    auto fits = [&](const Commit_& image) {
-      if (image.tensors.size() != sizes.size()) return false;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        if (image.tensors[i].capacity() < sizes[i]) return false;
-      }
-      return true;
-    };
-    if (commits_.size() >= kCommitsKept) {
-      c = std::move(commits_.front());
-      commits_.pop_front();
-    } else if (!spare_.empty() && (fits(spare_.back()) || !prefault_.valid())) {
-      c = std::move(spare_.back());
-      spare_.pop_back();
-    } else if (prefault_.valid()) {
-      c = prefault_.get();
-    }
-    return c;
-  }
-
-  // Starts faulting in an image of `sizes` on another thread when fewer than kCommitsKept are
-  // held or coming.
-  void PrefaultImage(std::vector<size_t> sizes) {
-    if (prefault_.valid() || commits_.size() + spare_.size() >= kCommitsKept) return;
-    prefault_ = std::async(std::launch::async, [sizes = std::move(sizes)] {
-      Commit_ c;
-      c.tensors.resize(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) c.tensors[i].resize(sizes[i]);  // writes each page
-      return c;
-    });
-  }
-
-  // Forgets every commit (they belong to another layout or timeline) and keeps their memory.
-  void ForgetCommits() {
-    for (auto& c : commits_) spare_.push_back(std::move(c));
-    commits_.clear();
-    PublishCommits();
-  }
-
-  // Frees every commit and image: the worker parks or leaves.
-  void ReleaseCommits() {
-    commits_.clear();
-    spare_.clear();
-    if (prefault_.valid()) prefault_.get();
-    PublishCommits();
-  }
-
-  // Copies the local shards (from device memory where they live there) into a new commit.
-  Status Commit() {
-    if (!commits_.empty() && commits_.back().step == step()) return OkStatus();
-    Commit_ c = TakeImage(ShardSizes());
-    c.step = step();
-    const auto& tensors = state_.tensors();
-    c.tensors.resize(tensors.size());
-    c.regions.resize(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      c.tensors[i].resize(tensors[i].bytes());
-      Status copied = state_.CopyToHost(tensors[i], c.tensors[i].data());
-      if (!copied.ok()) return copied.WithContext("committing step " + std::to_string(step()));
-      c.regions[i] = tensors[i].region;
-    }
-    c.scalars.clear();
-    for (const auto& [name, value] : state_.scalars()) c.scalars.push_back(value);
-    commits_.push_back(std::move(c));
-    PublishCommits();
-    return OkStatus();
-  }
-
-  // True when the newest commit is of the current step and holds exactly the current regions
-  // (valid only when nothing wrote into the shards since it was made).
-  bool CommitMatchesState() const {
-    if (commits_.empty() || commits_.back().step != step()) return false;
-    const Commit_& c = commits_.back();
-    const auto& tensors = state_.tensors();
-    if (c.regions.size() != tensors.size()) return false;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const Region& a = c.regions[i];
-      const Region& b = tensors[i].region;
-      if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end ||
-          c.tensors[i].size() != tensors[i].bytes()) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Restores the commit of `target_step` and forgets newer ones (they belong to an abandoned
-  // timeline). kFailedPrecondition when no such commit is held.
-  Status RestoreCommit(int64_t target_step) {
-    while (!commits_.empty() && commits_.back().step > target_step) {
-      spare_.push_back(std::move(commits_.back()));
-      commits_.pop_back();
-    }
-    if (commits_.empty() || commits_.back().step != target_step) {
-      return FailedPreconditionError("no in-memory commit of step " +
-                                     std::to_string(target_step) + " to roll back to");
-    }
-    const Commit_& c = commits_.back();
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // overwritten below
-    auto& tensors = state_.mutable_tensors();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      tensors[i].data.assign(c.tensors[i].begin(), c.tensors[i].end());
-      tensors[i].region = c.regions[i];
-    }
-    auto& scalars = state_.mutable_scalars();
-    for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
-    client_->SetHeartbeatStep(step());
-    PublishCommits();
-    return OkStatus();
-  }
-
-  // Reads the pushes that arrived since the last look, without waiting.
-  void DrainPushes() {
-    while (auto e = client_->PollPush(milliseconds(0))) Stash(std::move(*e));
-  }
-
-  void Stash(proto::Envelope e) {
-    switch (e.type) {
-      case MessageType::kPauseRequest: {
-        auto req = proto::DecodePayload<proto::PauseRequest>(e.payload);
-        if (req.ok() && req->target_generation > generation_.load()) {
-          pending_target_ = std::max(pending_target_, req->target_generation);
-        }
-        return;
-      }
-      case MessageType::kRecoverRequest: {
-        auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-        if (req.ok() && req->target_generation > generation_.load()) recover_pending_ = true;
-        inbox_.push_back(std::move(e));
-        return;
-      }
-      case MessageType::kShutdown: {
-        if (parked_) {  // a parked worker reads it as the end of the job (AwaitGeneration)
-          inbox_.push_back(std::move(e));
-          return;
-        }
-        // The coordinator declared this worker lost (or the job failed): it must not go on.
-        auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
-        shutdown_ = AbortedError("the coordinator stopped this worker: " +
-                                 (req.ok() ? req->reason : std::string("(unreadable reason)")));
-        return;
-      }
-      default:
-        inbox_.push_back(std::move(e));
-    }
-  }
-
-  StatusOr<StepAction> Pause(uint64_t target) {
-    pending_target_ = std::max(pending_target_, target);
-    ELASTRA_RETURN_IF_ERROR(Commit());
-    LOG(INFO) << "pausing after step " << step() << " for generation " << target;
-    proto::PausedReport report{target, step(), CommitSteps(), false};
-    answered_target_ = std::max(answered_target_, target);
-    Status s = client_->Send(MessageType::kPaused, proto::EncodePayload(report), generation_.load());
-    if (!s.ok()) return s;
-    return AwaitGeneration();
-  }
-
-  StatusOr<StepAction> Recover(const Status& cause) {
-    LOG(WARNING) << "step " << step() << " failed in generation " << generation_.load() << ": "
-                 << cause << "; recovering";
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      AbortLocked();
-    }
-    proto::FailureReport report{generation_.load(), static_cast<int32_t>(cause.code()),
-                                cause.message()};
-    client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), generation_.load())
-        .IgnoreError();
-    return AwaitGeneration();
-  }
-
-  // Waits for the coordinator's decision: answers recovery requests, builds the next generation,
-  // or leaves.
-  StatusOr<StepAction> AwaitGeneration() {
-    auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
-    while (parked_ || std::chrono::steady_clock::now() < deadline) {
-      if (shutdown_) return *shutdown_;
-      if (inbox_.empty()) {
-        auto e = client_->PollPush(milliseconds(100));
-        if (!e && parked_) {
-          auto over = CheckJobWhileParked();
-          if (!over.ok()) return over.status();
-          if (*over) return LeaveParked();
-        }
-        if (!e) continue;
-        Stash(std::move(*e));
-        if (inbox_.empty()) continue;  // a pause request; nothing else to do while waiting
-      }
-      proto::Envelope e = std::move(inbox_.front());
-      inbox_.pop_front();
-      if (e.type == MessageType::kRecoverRequest) {
-        auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
-        if (!req.ok() || req->target_generation <= generation_.load()) continue;
-        {
-          std::lock_guard<std::mutex> lock(comm_mu_);
-          AbortLocked();
-        }
-        answered_target_ = std::max(answered_target_, req->target_generation);
-        LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
-                  << CommitSteps().size() << " (newest step "
-                  << (commits_.empty() ? -1 : commits_.back().step) << ")";
-        if (answered_by_io_.load() >= req->target_generation) continue;  // answered already
-        proto::PausedReport report{req->target_generation, step(), CommitSteps(), true};
-        ELASTRA_RETURN_IF_ERROR(client_->Send(MessageType::kPaused,
-                                              proto::EncodePayload(report), generation_.load()));
-        continue;
-      }
-      if (parked_ && e.type == MessageType::kShutdown) {
-        auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
-        if (req.ok() && req->exit_code == 0) return LeaveParked();
-        SayLeavingParked("job ended");
-        return AbortedError("the job ended while this worker was parked: " +
-                            (req.ok() ? req->reason : std::string("shutdown")));
-      }
-      if (e.type != MessageType::kNewGeneration) {
-        LOG(DEBUG) << "ignoring " << proto::TypeName(e.type) << " while waiting for a layout";
-        continue;
-      }
-      auto gen = proto::DecodePayload<proto::NewGeneration>(e.payload);
-      if (!gen.ok()) {
-        LOG(ERROR) << "undecodable NewGeneration: " << gen.status();
-        continue;
-      }
-      if (gen->generation <= generation_.load() || gen->generation < answered_target_) {
-        LOG(DEBUG) << "dropping stale generation " << gen->generation;
-        continue;
-      }
-      if (gen->leave) {
-        // Shards that only this worker holds go to their new owners before it leaves.
-        Status handed = HandOff(*gen);
-        if (!handed.ok()) LOG(WARNING) << "hand-off before leaving failed: " << handed;
-      }
-      if (gen->leave && options_.park_when_removed) {
-        ELASTRA_RETURN_IF_ERROR(Park(gen->generation));
-        continue;
-      }
-      if (gen->leave) {
-        LOG(INFO) << "leaving the job at generation " << gen->generation << " after step "
-                  << step();
-        left_ = true;
-        Shutdown();
-        return StepAction::kLeave;
-      }
-      Status s = Apply(*gen);
-      if (s.ok()) {
-        parked_ = false;
-        return StepAction::kReconfigured;
-      }
-      LOG(WARNING) << "generation " << gen->generation << " failed to build: " << s;
-      {
-        std::lock_guard<std::mutex> lock(comm_mu_);
-        AbortLocked();
-      }
-      proto::FailureReport report{gen->generation, static_cast<int32_t>(s.code()), s.message()};
-      client_->Send(MessageType::kFailureReport, proto::EncodePayload(report), gen->generation)
-          .IgnoreError();
-      if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInvalidArgument) {
-        return s;  // this worker cannot take part: nothing to wait for
-      }
-    }
-    return UnavailableError("no decision from the coordinator within " +
-                            std::to_string(options_.decision_timeout.count()) + " ms");
-  }
-
-  // Out of the job's generations but still in the job: the communicators and commits go (the
-  // state comes back from the members at a later grow), and the worker joins again as standby
-  // under its own id, so the coordinator uses it first when the job grows.
-  Status Park(uint64_t generation) {
-    ReleaseGroups();
-    ReleaseCommits();
-    state_.ReleaseShards();  // host and GPU memory go back while parked
-    writer_.reset();         // and the checkpoint writer's (page-locked) image
-    proto::JoinRequest join = MakeJoin();
-    auto reply = client_->Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
-    if (!reply.ok()) return reply.status().WithContext("parking as standby");
-    parked_ = true;
-    parked_since_check_ = std::chrono::steady_clock::now();
-    status_failures_ = 0;
-    logging::SetTag("worker " + options_.worker_id + " parked");
-    LOG(INFO) << "parked after step " << step() << " (removed by generation " << generation
-              << "); waiting to be brought back";
-    if (options_.on_park) options_.on_park();  // the program's own memory goes back too
-    return OkStatus();
-  }
-
-  // While parked, about once a second: true when the job finished (nothing to come back to),
-  // kAborted when it failed, kUnavailable when the coordinator stopped answering.
-  StatusOr<bool> CheckJobWhileParked() {
-    auto now = std::chrono::steady_clock::now();
-    if (now - parked_since_check_ < milliseconds(1000)) return false;
-    parked_since_check_ = now;
-    auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
-                                                milliseconds(2000));
-    if (!st.ok()) {
-      if (++status_failures_ >= 5) {
-        return UnavailableError("the coordinator stopped answering while this worker was parked: " +
-                                st.status().ToString());
-      }
-      return false;
-    }
-    status_failures_ = 0;
-    if (st->status.state == proto::JobState::kFailed) {
-      SayLeavingParked("job failed");
-      return AbortedError("the job failed while this worker was parked");
-    }
-    return st->status.state == proto::JobState::kFinished;
-  }
-
-  // Tells the coordinator this standby worker is gone, so a host waiting for the job's workers
-  // to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
-  void SayLeavingParked(const std::string& why) {
-    proto::LeaveRequest req{proto::LeaveReason::kQuit, "parked: " + why};
-    client_->Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), generation_.load())
-        .status()
-        .IgnoreError();
-  }
-
-  StatusOr<StepAction> LeaveParked() {
-    LOG(INFO) << "the job finished while this worker was parked; leaving";
-    SayLeavingParked("job finished");
-    parked_ = false;
-    left_ = true;
-    Shutdown();
-    return StepAction::kLeave;
-  }
-
-  Status Apply(const proto::NewGeneration& gen) {
-    auto t0 = std::chrono::steady_clock::now();
-    int my_rank = -1;
-    for (size_t i = 0; i < gen.members.size(); ++i) {
-      if (gen.members[i].worker_id == options_.worker_id) my_rank = static_cast<int>(i);
-    }
-    if (my_rank < 0) return InvalidArgumentError("this worker is not a member of the generation");
-    {
-      // The commit made once the state has moved needs an image of the new shards: one is
-      // faulted in meanwhile, unless the worker holds enough (see TakeImage).
-      std::vector<size_t> sizes;
-      for (const auto& t : state_.tensors()) {
-        const Region r = LocalRegion(t.spec, state_.num_layers(), gen.layout,
-                                     gen.members[my_rank].coords);
-        sizes.push_back(static_cast<size_t>(r.elements()) * t.spec.element_size);
-      }
-      PrefaultImage(std::move(sizes));
-    }
-    if (options_.test_apply_delay.count() > 0) {
-      // Test hook (ELASTRA_TEST_APPLY_DELAY_MS): widens the window in which a test kills a worker
-      // during a reconfiguration.
-      std::this_thread::sleep_for(options_.test_apply_delay);
-    }
-    GroupSet old;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      old = std::move(groups_);  // the old generation's communicators: everyone has left them
-      groups_ = GroupSet{};
-      // Only an NCCL world is worth keeping: the next one may be made from it.
-      if (backend_ == Backend::kNccl) {
-        previous_.world = old.world;
-        previous_.member_ids = old.member_ids;
-      }
-    }
-    // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
-    // departed peer would make it wait): aborted, except for the world kept above.
-    for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
-      if (c != nullptr && c != previous_.world.get() && c->backend() == Backend::kNccl) {
-        c->Abort();
-      }
-    }
-    if (backend_ == Backend::kNccl) old = GroupSet{};  // Gloo: retired once the new groups exist (below)
-    // A recovery announced for a later generation dooms this one: stop waiting for its peers.
-    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
-    GroupOptions group_options = GroupOptionsFor(gen);
-    for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
-    group_options.previous = &previous_;
-    auto groups = BuildGroups(group_options, gen.layout, my_rank);
-    // Destroying a gloo context waits for its device loop to tick once per pair (up to 10 ms
-    // each in this gloo), 25-50 ms for a 4-rank world on the 2-core bench VM: that used to sit
-    // between the pause and the new world's connect on every worker. Nobody uses the old
-    // communicators any more, so they go on another thread once the new ones exist.
-    Retire(std::move(old));
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      // The kept world is now part of the new generation, or released.
-      if (previous_.world != nullptr &&
-          (!groups.ok() || previous_.world.get() != groups->world.get())) {
-        previous_.world->Abort();
-      }
-      previous_ = GroupSet{};
-    }
-    if (!groups.ok()) {
-      return groups.status().WithContext("building generation " + std::to_string(gen.generation));
-    }
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      groups_ = std::move(groups).value();
-    }
-    double rebuild_ms = MillisSince(t0);
-    auto t1 = std::chrono::steady_clock::now();
-
-    // Every worker must have registered the same state: one check before any byte moves.
-    int64_t sig[2] = {static_cast<int64_t>(state_.Signature() >> 1),
-                      -static_cast<int64_t>(state_.Signature() >> 1)};
-    ELASTRA_RETURN_IF_ERROR(control().Allreduce(sig, 2, DataType::kInt64, ReduceOp::kMax));
-    if (sig[0] != -sig[1]) {
-      return InvalidArgumentError(
-          "workers registered different tensors (signature mismatch): every worker must "
-          "register the same state before Start()");
-    }
-    bool held = false;
-    for (const auto& m : gen.prev_members) held |= m.worker_id == options_.worker_id && m.has_state;
-    // A generation that failed after its state move started (a timeout in the move, a failed
-    // broadcast) left the shards in its own layout, partly moved, while the step is still that of
-    // the commit: roll back to the commit then too.
-    const bool moved_since_commit =
-        !commits_.empty() && commits_.back().step == step() && !CommitMatchesState();
-    if (held && (step() != gen.restore_step || moved_since_commit)) {
-      ELASTRA_RETURN_IF_ERROR(RestoreCommit(gen.restore_step));
-      LOG(INFO) << "rolled back to the commit of step " << gen.restore_step;
-    }
-    int64_t bytes = 0;
-    ELASTRA_ASSIGN_OR_RETURN(bytes, MoveState(gen, my_rank));
-    // The scalars (step, data cursor, ...) come from the lowest rank that held the state (any rank
-    // after a load from disk: they all read the same).
-    int source = 0;
-    for (size_t r = 0; r < gen.members.size(); ++r) {
-      if (HeldState(gen, gen.members[r].worker_id)) {
-        source = static_cast<int>(r);
-        break;
-      }
-    }
-    std::vector<int64_t> scalars;
-    for (const auto& [name, value] : state_.scalars()) scalars.push_back(value);
-    ELASTRA_RETURN_IF_ERROR(
-        control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
-    auto& mine = state_.mutable_scalars();
-    for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
-    client_->SetHeartbeatStep(step());
-    double transfer_ms = MillisSince(t1);
-    if (!options_.test_fail_after_move.empty() &&
-        options_.test_fail_after_move ==
-            options_.worker_id + ":" + std::to_string(gen.generation)) {
-      return InternalError("injected by ELASTRA_TEST_FAIL_AFTER_MOVE after the state move");
-    }
-
-    generation_ = gen.generation;
-    layout_ = gen.layout;
-    rank_ = my_rank;
-    coords_ = gen.members[my_rank].coords;
-    pending_target_ = 0;
-    recover_pending_ = false;
-    // Every member holds a commit of the step it continues from, in the new layout, so a failure
-    // right after this rolls back here, not further. A member whose shards did not change (it
-    // received nothing and holds the same regions) keeps the commit it made when it paused: the
-    // state is that commit, and copying it again would only add to the downtime.
-    const auto t2 = std::chrono::steady_clock::now();
-    if (bytes != 0 || !CommitMatchesState()) {
-      ForgetCommits();
-      ELASTRA_RETURN_IF_ERROR(Commit());
-    } else {
-      while (commits_.size() > 1) {
-        spare_.push_back(std::move(commits_.front()));
-        commits_.pop_front();
-      }
-      PublishCommits();
-    }
-    const double commit_ms = MillisSince(t2);
-    PrefaultImage(ShardSizes());  // for the next commit, while training
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToDevice());
-    StartCheckpointWriter();
-    logging::SetTag("worker " + options_.worker_id + " g" + std::to_string(gen.generation) + " r" +
-                    std::to_string(my_rank));
-    LOG(INFO) << "generation " << gen.generation << " (" << proto::ToString(gen.reason) << "): "
-              << gen.layout.ToString() << ", step " << step() << ", rebuild " << rebuild_ms
-              << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in), commit "
-              << commit_ms << " ms";
-    proto::GenerationReady ready{gen.generation, rebuild_ms, transfer_ms, bytes};
-    return client_->Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
-                         gen.generation);
-  }
-
-  static bool HeldState(const proto::NewGeneration& gen, const std::string& id) {
-    for (const auto& m : gen.prev_members) {
-      if (m.has_state && m.worker_id == id) return true;
-    }
-    return false;
-  }
-
-  GroupOptions GroupOptionsFor(const proto::NewGeneration& gen) {
-    GroupOptions o;
-    o.store = store_.get();
-    o.prefix = gen.kv_prefix;
-    o.bind_host = options_.bind_host;
-    o.timeout = options_.collective_timeout;
-    o.connect_timeout = options_.collective_timeout * 2;
-    o.backend = backend_;
-    o.device = options_.device;
-    return o;
-  }
-
-  // Whether state moves among the members run device to device over NCCL: a state on a device,
-  // NCCL training communicators, and not turned off with ELASTRA_DEVICE_RESHARD=0 (then they are
-  // staged through host memory over Gloo). Decided alike on every worker of a job.
-  bool DeviceToDevice() const {
-    return backend_ == Backend::kNccl && state_.device() >= 0 &&
-           Getenv("ELASTRA_DEVICE_RESHARD") != "0";
-  }
-
-  // Moves this worker's state to where generation `gen` wants it. `my_rank` is the worker's rank
-  // in `gen`, or -1 for a worker that leaves (it only sends). Returns the bytes received.
-  StatusOr<int64_t> MoveState(const proto::NewGeneration& gen, int my_rank) {
-    if (gen.reason == proto::GenerationReason::kResume) return LoadCheckpoint(gen, my_rank);
-    auto planned = PlanStateMove(gen, state_.Spec());
-    if (!planned.ok() && planned.status().code() == StatusCode::kFailedPrecondition &&
-        !gen.checkpoint_dir.empty()) {
-      // Some shard died with its only holder: every worker sees the same and loads from disk.
-      LOG(WARNING) << "cannot rebuild the state from memory (" << planned.status().message()
-                   << "); loading the newest checkpoint";
-      return LoadCheckpoint(gen, my_rank);
-    }
-    ELASTRA_ASSIGN_OR_RETURN(StateMove move, std::move(planned));
-    const int me = move.WorkerIndex(options_.worker_id);
-    const Coordinates* coords = my_rank >= 0 ? &gen.members[my_rank].coords : nullptr;
-    const auto timeout = options_.collective_timeout * 4;
-    if (!move.needs_leavers) {
-      if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
-      if (DeviceToDevice()) {
-        // Device shards straight between GPUs over the new NCCL world (its ranks are the plan's
-        // workers), no host staging.
-        return ExecuteDeviceStateMove(move, world(), coords, &state_, timeout);
-      }
-      return ExecuteStateMove(move, control(), coords, &state_, timeout);
-    }
-    // Some shards live only on leaving workers: everyone of the plan meets once more.
-    ELASTRA_ASSIGN_OR_RETURN(
-        std::unique_ptr<Communicator> handoff,
-        ConnectGroup(GroupOptionsFor(gen), "handoff", me, static_cast<int>(move.workers.size())));
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      handoff_ = handoff.get();
-    }
-    auto bytes = ExecuteStateMove(move, *handoff, coords, &state_, timeout);
-    Status done = bytes.ok() ? handoff->Barrier() : bytes.status();
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      handoff_ = nullptr;
-    }
-    if (!done.ok()) return done;
-    return bytes;
-  }
-
-  // Loads this worker's shards for generation `gen` from the newest committed checkpoint at or
-  // before gen.checkpoint_dir. Every member does the same; when any of them cannot load one (a
-  // bad checksum, a missing file), all fall back to the next older checkpoint together.
-  StatusOr<int64_t> LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
-    if (my_rank < 0) return int64_t{0};
-    ELASTRA_RETURN_IF_ERROR(state_.MoveToHost(/*keep_values=*/false));  // the load overwrites them
-    const Coordinates& coords = gen.members[my_rank].coords;
-    for (auto& t : state_.mutable_tensors()) {
-      t.region = LocalRegion(t.spec, state_.num_layers(), gen.layout, coords);
-      t.data.assign(static_cast<size_t>(t.region.elements()) * t.spec.element_size, 0);
-    }
-    const std::string dir = gen.checkpoint_dir;
-    const std::string root = dir.substr(0, dir.find_last_of('/'));
-    std::vector<std::string> candidates;
-    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root);
-    if (list.ok()) {
-      bool reached = false;
-      for (const auto& info : *list) {
-        reached |= info.dir == dir;
-        if (reached) candidates.push_back(info.dir);
-      }
-    }
-    if (candidates.empty()) candidates.push_back(dir);
-    for (const std::string& candidate : candidates) {
-      auto loaded = checkpoint::LoadCheckpoint(checkpoint::Env::Default(), candidate, checkpoint::RequestsFor(state_));
-      Status mine = loaded.ok() ? OkStatus() : loaded.status();
-      if (mine.ok() && loaded->job != options_.job) {
-        mine = InvalidArgumentError("checkpoint " + candidate + " belongs to job '" + loaded->job +
-                                    "', not '" + options_.job + "'");
-      }
-      int64_t ok = mine.ok() ? 1 : 0;
-      ELASTRA_RETURN_IF_ERROR(control().Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
-      if (ok == 1) {
-        int64_t bytes = static_cast<int64_t>(state_.bytes());
-        ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), &state_));
-        ForgetCommits();
-        LOG(INFO) << "loaded checkpoint " << candidate << " (step " << step() << ")";
-        return bytes;
-      }
-      LOG(WARNING) << "checkpoint " << candidate << " does not load on every rank"
-                   << (mine.ok() ? std::string() : ": here " + mine.ToString())
-                   << "; trying the previous one";
-    }
-    return FailedPreconditionError("no committed checkpoint under " + root +
-                                   " loads on every rank");
-  }
-
-  // (Re)creates the checkpoint writer for this worker's rank in the current generation.
-  void StartCheckpointWriter() {
-    writer_.reset();  // waits for a write in flight
-    if (options_.checkpoint_dir.empty() || options_.checkpoint_every <= 0) return;
-    checkpoint::WriterOptions wo;
-    wo.root = options_.checkpoint_dir;
-    wo.rank = rank_;
-    wo.reserve_bytes = state_.bytes();
-    wo.when_busy = checkpoint::WriterOptions::WhenBusy::kSkip;
-    if (state_.device() >= 0) {
-      // Device shards: one synchronous copy per shard into a page-locked image, then the write
-      // runs in the background like any other (the step waits only for the copies).
-      const int device = state_.device();
-      wo.copy_from_device = [device](std::byte* dst, const std::byte* src, size_t n) {
-        return CopyDeviceToHost(dst, src, n, device);
-      };
-      wo.pin_staging = [](void* p, size_t n) { return PinHostMemory(p, n); };
-      wo.unpin_staging = [](void* p) { UnpinHostMemory(p); };
-    }
-    const int32_t ranks = layout_.world();
-    const Layout layout = layout_;
-    const std::string root = options_.checkpoint_dir;
-    const int32_t rank = rank_;
-    ControlClient* client = client_.get();
-    wo.on_written = [client, ranks, layout, root, rank](
-                        const checkpoint::CheckpointId& id,
-                        const StatusOr<checkpoint::ShardDescriptor>& d) {
-      proto::CheckpointWritten report;
-      report.generation = id.generation;
-      report.step = id.step;
-      report.rank = rank;
-      report.ranks = ranks;
-      report.layout = layout;
-      report.root = root;
-      report.ok = d.ok();
-      if (d.ok()) {
-        report.descriptor = checkpoint::EncodeShardDescriptor(*d);
-      } else {
-        report.error = d.status().ToString();
-      }
-      client->Send(MessageType::kCheckpointWritten, proto::EncodePayload(report), id.generation)
-          .IgnoreError();
-    };
-    auto writer = checkpoint::CheckpointWriter::Create(wo);
-    if (!writer.ok()) {
-      LOG(WARNING) << "checkpoints off: " << writer.status();
-      return;
-    }
-    writer_ = std::move(writer).value();
-  }
-
-  // A worker that a shrink removes hands off the shards only it holds, then goes.
-  Status HandOff(const proto::NewGeneration& gen) {
-    ReleaseGroups();
-    store_->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
-    auto bytes = MoveState(gen, -1);
-    if (!bytes.ok()) return bytes.status();
-    ReleaseCommits();
-    return OkStatus();
-  }
-
+  // Declared in the order they depend on each other: they are destroyed the other way round, so
+  // the control channel (whose I/O thread interrupts the groups) goes before the groups, and the
+  // checkpoint writer (whose thread reports through the channel) before the channel. The options
+  // go last: they keep the mpirun bootstrap alive.
   WorkerOptions options_;
-  std::unique_ptr<ControlClient> client_;
-  std::unique_ptr<CoordinatorStore> store_;
   TensorCollection state_;
-
-  std::mutex comm_mu_;  // guards groups_, previous_ and handoff_ against the I/O thread's aborts
-  GroupSet groups_;
-  GroupSet previous_;  // while a generation is built: the NCCL world it may be made from
-  Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
-  Coordinates coords_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> recover_seen_{0};
-  std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered
-  std::mutex published_mu_;                  // guards the two below, read by the I/O thread
-  std::vector<int64_t> published_commits_;
-  int64_t published_step_ = 0;  // newest RecoverRequest target seen by the I/O thread
-  Layout layout_;
-  int rank_ = -1;
-  Backend backend_ = Backend::kGloo;  // resolved by Start()
-
-  std::deque<Commit_> commits_;
-  std::vector<Commit_> spare_;     // images of forgotten commits, for reuse (see TakeImage)
-  std::future<Commit_> prefault_;  // an image being faulted in on another thread
-  std::future<void> retired_;      // the previous generation's communicators being destroyed
-  std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
-  std::deque<proto::Envelope> inbox_;
-  uint64_t pending_target_ = 0;   // newest generation we were asked to pause for
-  uint64_t answered_target_ = 0;  // newest target we reported Paused for
-  bool recover_pending_ = false;
-  bool left_ = false;
-  std::optional<Status> shutdown_;  // set when the coordinator told this worker to stop
-  bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
-  std::chrono::steady_clock::time_point parked_since_check_;
-  int status_failures_ = 0;  // status requests in a row that got no answer while parked
+  GroupManager groups_;
+  // Its I/O thread interrupts the communicators when a RecoverRequest lands.
+  ControlChannel channel_{[this] { groups_.Interrupt(); }};
+  CommitStore commits_{&state_, [this] { PublishCommits(); }};
+  DiskCheckpoints checkpoints_{options_};
+  GenerationBuilder builder_{options_, &state_, &channel_, &groups_, &commits_, &checkpoints_};
+  ReconfigurationLoop loop_{options_,  &state_,       &channel_, &groups_,
+                            &commits_, &checkpoints_, &builder_};
 };
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {

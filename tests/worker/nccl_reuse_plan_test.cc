@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/generation.h"
+#include "worker/group_building.h"
 
 namespace elastra {
 namespace {

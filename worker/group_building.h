@@ -1,7 +1,7 @@
-// What a worker does to enter a generation, apart from talking to the coordinator: build the
-// generation's communicators (world plus its dp, pp and tp groups), and move the training state
-// from where it is (the previous layout, as NewGeneration describes it) to where the new layout
-// wants it, with a reshard plan that every worker of both layouts computes identically.
+// Group building: the communicators of a generation (world plus its dp, pp and tp groups, and
+// with NCCL the Gloo control world beside them), connected over the rendezvous store, and the
+// reuse of the previous generation's NCCL world. Free functions and plain structs; a GroupSet is
+// thread-compatible except where its methods say otherwise (GroupManager owns the worker's).
 #pragma once
 
 #include <chrono>
@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "collectives/kv_store.h"
-#include "common/messages.h"
 #include "elastra/communicator.h"
-#include "elastra/tensor_collection.h"
-#include "state/reshard_plan.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
 
 namespace elastra {
 
@@ -79,35 +78,5 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options
 // docs/design-notes.md). The first failure is returned; kUnavailable for backend "nccl" in a
 // build without NCCL.
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank);
-
-// The reshard plan of a generation change, numbered for execution: workers 0..n-1 are the new
-// members by new rank, n.. the previous members that leave alive and still hold state (they
-// hand their shards off before they go).
-struct StateMove {
-  ReshardPlan plan;
-  std::vector<std::string> workers;  // plan worker id -> worker id
-  int new_members = 0;
-  bool needs_leavers = false;  // some transfer is sent by a leaving worker
-  int WorkerIndex(const std::string& id) const;
-};
-
-// kFailedPrecondition when some part of the state has no live holder (it is lost with a failed
-// worker: only a checkpoint can bring it back).
-StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& generation, const StateSpec& state);
-
-// Runs this worker's part of `move` over `comm` (whose rank is this worker's plan index),
-// replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker
-// passes nullptr and ends holding nothing). Returns the bytes received. The shards move in host
-// memory (device shards are staged there first) over a communicator that takes host buffers.
-StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
-                                   const Coordinates* coords, TensorCollection* state,
-                                   std::chrono::milliseconds timeout);
-
-// The same device to device, for a state on a CUDA device: shards still in host memory go to the
-// device first, then the move runs over `comm` with device pointers (an NCCL communicator) and
-// leaves every shard on the device. kInvalidArgument for a state without a device.
-StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& comm,
-                                         const Coordinates* coords, TensorCollection* state,
-                                         std::chrono::milliseconds timeout);
 
 }  // namespace elastra

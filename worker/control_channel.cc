@@ -1,0 +1,127 @@
+#include "worker/control_channel.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/keys.h"
+
+namespace elastra {
+
+using proto::MessageType;
+
+void PushInbox::Stash(proto::Envelope e, uint64_t generation, bool parked) {
+  switch (e.type) {
+    case MessageType::kPauseRequest: {
+      auto req = proto::DecodePayload<proto::PauseRequest>(e.payload);
+      if (req.ok() && req->target_generation > generation) RaisePauseTarget(req->target_generation);
+      return;
+    }
+    case MessageType::kRecoverRequest: {
+      auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+      if (req.ok() && req->target_generation > generation) recover_pending_ = true;
+      queue_.push_back(std::move(e));
+      return;
+    }
+    case MessageType::kShutdown: {
+      if (parked) {  // a parked worker reads it as the end of the job (AwaitGeneration)
+        queue_.push_back(std::move(e));
+        return;
+      }
+      // The coordinator declared this worker lost (or the job failed): it must not go on.
+      auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
+      shutdown_ = AbortedError("the coordinator stopped this worker: " +
+                               (req.ok() ? req->reason : std::string("(unreadable reason)")));
+      return;
+    }
+    default:
+      queue_.push_back(std::move(e));
+  }
+}
+
+proto::Envelope PushInbox::Pop() {
+  proto::Envelope e = std::move(queue_.front());
+  queue_.pop_front();
+  return e;
+}
+
+void PushInbox::RaisePauseTarget(uint64_t target) {
+  pause_target_ = std::max(pause_target_, target);
+}
+
+void PushInbox::ClearPending() {
+  pause_target_ = 0;
+  recover_pending_ = false;
+}
+
+ControlChannel::ControlChannel(std::function<void()> break_collectives)
+    : break_collectives_(std::move(break_collectives)) {}
+
+Status ControlChannel::Connect(const WorkerOptions& options) {
+  ControlClientOptions co;
+  co.address = options.coordinator;
+  co.server_public = options.server_public_key;
+  co.client_keys = KeyPair{options.public_key, options.secret_key};
+  co.job = options.job;
+  co.sender = options.worker_id;
+  co.heartbeat_interval = options.heartbeat_interval;
+  ELASTRA_ASSIGN_OR_RETURN(client_, ControlClient::Connect(co));
+  store_ = std::make_unique<CoordinatorStore>(client_.get());
+  // A RecoverRequest must break a collective blocked on a dead peer right away, so it is acted
+  // on from the I/O thread the moment it lands.
+  client_->SetPushObserver([this](const proto::Envelope& e) { OnPush(e); });
+  return OkStatus();
+}
+
+void ControlChannel::Close() {
+  if (client_) client_->Close();
+}
+
+void ControlChannel::OnPush(const proto::Envelope& e) {
+  if (e.type != MessageType::kRecoverRequest) return;
+  auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+  if (!req.ok() || req->target_generation <= generation_.load()) return;
+  uint64_t seen = recover_seen_.load();
+  while (seen < req->target_generation &&
+         !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
+  }
+  break_collectives_();
+  // Answer at once from here: the training thread may be stuck in a call that the abort
+  // could not break (it then returns at its own timeout), and the coordinator must not take a
+  // live survivor for dead meanwhile. The commits it holds are what the answer needs.
+  proto::PausedReport report;
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    report = proto::PausedReport{req->target_generation, published_step_, published_commits_, true};
+  }
+  uint64_t answered = answered_by_io_.load();
+  while (answered < req->target_generation &&
+         !answered_by_io_.compare_exchange_weak(answered, req->target_generation)) {
+  }
+  client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation).IgnoreError();
+}
+
+void ControlChannel::Publish(int64_t step, std::vector<int64_t> commit_steps) {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  published_commits_ = std::move(commit_steps);
+  published_step_ = step;
+}
+
+void ControlChannel::CancelOnRecovery(uint64_t g) {
+  store_->SetCancel([this, g] { return recover_seen_.load() > g; });
+}
+
+void ControlChannel::DrainPushes(bool parked) {
+  while (auto e = client_->PollPush(std::chrono::milliseconds(0))) {
+    inbox_.Stash(std::move(*e), generation_.load(), parked);
+  }
+}
+
+bool ControlChannel::Poll(std::chrono::milliseconds wait, bool parked) {
+  auto e = client_->PollPush(wait);
+  if (!e) return false;
+  inbox_.Stash(std::move(*e), generation_.load(), parked);
+  return true;
+}
+
+}  // namespace elastra

@@ -1,0 +1,120 @@
+// ControlChannel: this worker's line to the coordinator. It owns the ControlClient (whose I/O
+// thread sends the heartbeats and receives the pushes), the rendezvous store built on it, the
+// number of the generation the worker runs, and what the worker keeps of the pushes until the
+// training thread looks (PushInbox).
+//
+// A RecoverRequest must break a collective blocked on a dead peer right away, so the I/O thread
+// acts on it the moment it lands: it runs `break_collectives` and answers with the step and the
+// commits last published (docs/design-notes.md, "Failures break blocked calls at once").
+//
+// Thread-safety: generation(), set_generation(), Publish(), AnsweredByIo(), CancelOnRecovery()'s
+// predicate and the push observer touch only atomics and published_mu_, and may run on any
+// thread; client() is thread-safe (ControlClient). Everything else (Connect, Close, the inbox,
+// DrainPushes, Poll) belongs to the training thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "common/control_client.h"
+#include "common/messages.h"
+#include "elastra/status.h"
+#include "elastra/worker.h"
+#include "worker/coordinator_store.h"
+
+namespace elastra {
+
+// What the training thread keeps of the coordinator's pushes between two looks. Pure: it is fed
+// envelopes and talks to nobody. Not thread-safe: the training thread's.
+class PushInbox {
+ public:
+  // Files one push. `generation` is the one the worker runs; `parked`, whether it is parked.
+  // - PauseRequest for a later generation: raises pause_target() (not queued).
+  // - RecoverRequest for a later generation: sets recover_pending(); queued either way.
+  // - Shutdown: queued while parked (a parked worker reads it as the end of the job); otherwise
+  //   the coordinator declared this worker lost (or the job failed): shutdown() is set, the
+  //   worker must not go on.
+  // - anything else: queued.
+  void Stash(proto::Envelope e, uint64_t generation, bool parked);
+
+  bool empty() const { return queue_.empty(); }
+  // The oldest queued push; the inbox must not be empty.
+  proto::Envelope Pop();
+
+  // The newest generation this worker was asked to pause for; 0 when none.
+  uint64_t pause_target() const { return pause_target_; }
+  void RaisePauseTarget(uint64_t target);
+  bool recover_pending() const { return recover_pending_; }
+  // A new generation runs: no pause or recovery is pending any more.
+  void ClearPending();
+  // Set when the coordinator told this worker to stop (AbortedError with its reason).
+  const std::optional<Status>& shutdown() const { return shutdown_; }
+
+ private:
+  std::deque<proto::Envelope> queue_;
+  uint64_t pause_target_ = 0;
+  bool recover_pending_ = false;
+  std::optional<Status> shutdown_;
+};
+
+class ControlChannel {
+ public:
+  // `break_collectives` runs on the I/O thread when a RecoverRequest for a later generation
+  // lands, before the answer goes: it must break every call in flight without waiting on it.
+  explicit ControlChannel(std::function<void()> break_collectives);
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  // Connects to the coordinator named by `options` and starts answering recovery requests.
+  // kUnauthenticated when the coordinator refuses our key, kUnavailable when it cannot be reached.
+  Status Connect(const WorkerOptions& options);
+  // Stops the I/O thread and closes the socket; nothing when not connected.
+  void Close();
+
+  // Valid after Connect().
+  ControlClient& client() { return *client_; }
+  CoordinatorStore& store() { return *store_; }
+
+  // The generation this worker runs (0 before the first): pushes for it or older are stale.
+  uint64_t generation() const { return generation_.load(); }
+  void set_generation(uint64_t g) { generation_ = g; }
+
+  // Makes the step and the commits held visible to the I/O thread, which answers a
+  // RecoverRequest with them.
+  void Publish(int64_t step, std::vector<int64_t> commit_steps);
+  // Whether the I/O thread already answered a RecoverRequest for `target` (or a later one).
+  bool AnsweredByIo(uint64_t target) const { return answered_by_io_.load() >= target; }
+  // Makes the rendezvous of generation `g` give up (kAborted) as soon as a recovery for a later
+  // generation is announced: that build is doomed, its peers will not come.
+  void CancelOnRecovery(uint64_t g);
+
+  // Reads the pushes that arrived since the last look into the inbox, without waiting.
+  void DrainPushes(bool parked);
+  // Waits up to `wait` for one push and files it; false when none came.
+  bool Poll(std::chrono::milliseconds wait, bool parked);
+  PushInbox& inbox() { return inbox_; }
+
+ private:
+  // The push observer, on the I/O thread.
+  void OnPush(const proto::Envelope& e);
+
+  std::function<void()> break_collectives_;
+  std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<CoordinatorStore> store_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> recover_seen_{0};    // newest RecoverRequest target seen by the I/O thread
+  std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered
+  std::mutex published_mu_;                  // guards the two below, read by the I/O thread
+  std::vector<int64_t> published_commits_;
+  int64_t published_step_ = 0;
+  PushInbox inbox_;
+};
+
+}  // namespace elastra

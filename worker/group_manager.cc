@@ -1,0 +1,104 @@
+#include "worker/group_manager.h"
+
+#include <utility>
+
+#include "common/logging.h"
+
+namespace elastra {
+
+void GroupManager::Interrupt() {
+  std::lock_guard<std::mutex> lock(mu_);
+  InterruptLocked();
+}
+
+void GroupManager::InterruptLocked() {
+  groups_.Interrupt();
+  previous_.RequestAbort();
+  if (handoff_ != nullptr) handoff_->Abort();
+}
+
+void GroupManager::SetHandoff(Communicator* handoff) {
+  std::lock_guard<std::mutex> lock(mu_);
+  handoff_ = handoff;
+}
+
+Communicator& GroupManager::world() {
+  CHECK(groups_.world != nullptr) << "no communicator: call Start() first";
+  return *groups_.world;
+}
+
+// The worker's own communicator (Gloo, host buffers): step agreement, checks, scalars, state
+// moves. The training world itself with the Gloo backend.
+Communicator& GroupManager::control() {
+  CHECK(groups_.control != nullptr) << "no communicator: call Start() first";
+  return *groups_.control;
+}
+
+void GroupManager::Retire(GroupSet old) {
+  WaitRetired();
+  retired_ = std::async(std::launch::async, [old = std::move(old)]() mutable { old = GroupSet{}; });
+}
+
+void GroupManager::WaitRetired() {
+  if (retired_.valid()) retired_.get();
+}
+
+void GroupManager::Release() {
+  WaitRetired();
+  GroupSet old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(groups_);
+    groups_ = GroupSet{};
+  }
+  for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
+    if (c != nullptr && c->backend() == Backend::kNccl) c->Abort();
+  }
+}
+
+Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int rank) {
+  const bool nccl = options.backend == Backend::kNccl;
+  GroupSet old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(groups_);  // the old generation's communicators: everyone has left them
+    groups_ = GroupSet{};
+    // Only an NCCL world is worth keeping: the next one may be made from it.
+    if (nccl) {
+      previous_.world = old.world;
+      previous_.member_ids = old.member_ids;
+    }
+  }
+  // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
+  // departed peer would make it wait): aborted, except for the world kept above.
+  for (auto* c : {old.dp.get(), old.pp.get(), old.tp.get(), old.world.get()}) {
+    if (c != nullptr && c != previous_.world.get() && c->backend() == Backend::kNccl) {
+      c->Abort();
+    }
+  }
+  if (nccl) old = GroupSet{};  // Gloo: retired once the new groups exist (below)
+  options.previous = &previous_;
+  auto groups = BuildGroups(options, layout, rank);
+  // Destroying a gloo context waits for its device loop to tick once per pair (up to 10 ms
+  // each in this gloo), 25-50 ms for a 4-rank world on the 2-core bench VM: that used to sit
+  // between the pause and the new world's connect on every worker. Nobody uses the old
+  // communicators any more, so they go on another thread once the new ones exist.
+  Retire(std::move(old));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The kept world is now part of the new generation, or released.
+    if (previous_.world != nullptr &&
+        (!groups.ok() || previous_.world.get() != groups->world.get())) {
+      previous_.world->Abort();
+    }
+    previous_ = GroupSet{};
+  }
+  if (!groups.ok()) return groups.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    groups_ = std::move(groups).value();
+  }
+  return OkStatus();
+}
+
+}  // namespace elastra

@@ -1,0 +1,274 @@
+#include "worker/reconfiguration_loop.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace elastra {
+
+using proto::MessageType;
+using std::chrono::milliseconds;
+
+proto::JoinRequest ReconfigurationLoop::MakeJoin() const {
+  proto::JoinRequest join;
+  join.worker_id = options_.worker_id;
+  join.host = options_.host;
+  join.device = options_.device;
+  join.pid = static_cast<int64_t>(getpid());
+  join.state = state_->Spec();
+  join.model_json = options_.model_json;
+  return join;
+}
+
+void ReconfigurationLoop::SetStep(int64_t s) {
+  state_->SetScalar(kStepScalarName, s);
+  channel_->client().SetHeartbeatStep(s);
+}
+
+Status ReconfigurationLoop::Join() {
+  proto::JoinRequest join = MakeJoin();
+  auto reply =
+      channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+  if (!reply.ok()) return reply.status().WithContext("joining the job");
+  LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
+            << "; waiting for a layout";
+  auto action = AwaitGeneration();
+  if (!action.ok()) return action.status();
+  if (*action == StepAction::kLeave) {
+    return AbortedError("the coordinator removed this worker before it started");
+  }
+  return OkStatus();
+}
+
+StatusOr<StepAction> ReconfigurationLoop::StepEnd(const Status& step_status) {
+  if (left_) return FailedPreconditionError("this worker has left the job");
+  if (!step_status.ok()) return Recover(step_status);
+  SetStep(step() + 1);
+  channel_->DrainPushes(parked_);
+  PushInbox& inbox = channel_->inbox();
+  if (inbox.shutdown()) return *inbox.shutdown();
+  if (inbox.recover_pending()) return Recover(PeerLostError("the coordinator started a recovery"));
+  // The one small collective per step: agree on whether to pause. Everyone contributes the
+  // newest target generation it was asked to pause for, so all stop after this same step.
+  int64_t flag = static_cast<int64_t>(inbox.pause_target());
+  Status s = groups_->control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
+  if (!s.ok()) return Recover(s);
+  if (flag > 0) return Pause(static_cast<uint64_t>(flag));
+  if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_->Commit());
+  checkpoints_->MaybeSnapshot(*state_, step(), channel_->generation(), builder_->layout(),
+                              builder_->coords());
+  return StepAction::kContinue;
+}
+
+void ReconfigurationLoop::Finish() {
+  if (left_) return;
+  proto::LeaveRequest req{proto::LeaveReason::kFinished, "finished training"};
+  auto reply = channel_->client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
+                                                   channel_->generation());
+  // A coordinator that is being restarted (docs/journal.md) may have lost the request: ask
+  // again (a finished worker's Leave is acknowledged again).
+  for (int attempt = 1; attempt < 4 && !reply.ok() &&
+                        (reply.status().code() == StatusCode::kTimedOut ||
+                         reply.status().code() == StatusCode::kUnavailable);
+       ++attempt) {
+    reply = channel_->client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
+                                                channel_->generation());
+  }
+  if (!reply.ok()) LOG(WARNING) << "finish not acknowledged: " << reply.status();
+  left_ = true;
+  Shutdown();
+}
+
+void ReconfigurationLoop::Shutdown() {
+  checkpoints_->Stop();  // lets a checkpoint write in flight finish and report
+  // NCCL communicators are aborted, not finalized: the peers finish and exit at their own
+  // pace, and a finalize may wait for them (up to the timeout per communicator).
+  groups_->Release();
+  channel_->Close();
+}
+
+StatusOr<StepAction> ReconfigurationLoop::Pause(uint64_t target) {
+  channel_->inbox().RaisePauseTarget(target);
+  ELASTRA_RETURN_IF_ERROR(commits_->Commit());
+  LOG(INFO) << "pausing after step " << step() << " for generation " << target;
+  proto::PausedReport report{target, step(), commits_->steps(), false};
+  answered_target_ = std::max(answered_target_, target);
+  Status s = channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
+                                     channel_->generation());
+  if (!s.ok()) return s;
+  return AwaitGeneration();
+}
+
+StatusOr<StepAction> ReconfigurationLoop::Recover(const Status& cause) {
+  LOG(WARNING) << "step " << step() << " failed in generation " << channel_->generation() << ": "
+               << cause << "; recovering";
+  groups_->Interrupt();
+  proto::FailureReport report{channel_->generation(), static_cast<int32_t>(cause.code()),
+                              cause.message()};
+  channel_->client()
+      .Send(MessageType::kFailureReport, proto::EncodePayload(report), channel_->generation())
+      .IgnoreError();
+  return AwaitGeneration();
+}
+
+StatusOr<StepAction> ReconfigurationLoop::AwaitGeneration() {
+  auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
+  PushInbox& inbox = channel_->inbox();
+  while (parked_ || std::chrono::steady_clock::now() < deadline) {
+    if (inbox.shutdown()) return *inbox.shutdown();
+    if (inbox.empty()) {
+      const bool polled = channel_->Poll(milliseconds(100), parked_);
+      if (!polled && parked_) {
+        auto over = CheckJobWhileParked();
+        if (!over.ok()) return over.status();
+        if (*over) return LeaveParked();
+      }
+      if (!polled) continue;
+      if (inbox.empty()) continue;  // a pause request; nothing else to do while waiting
+    }
+    proto::Envelope e = inbox.Pop();
+    if (e.type == MessageType::kRecoverRequest) {
+      ELASTRA_RETURN_IF_ERROR(AnswerRecovery(e));
+      continue;
+    }
+    if (parked_ && e.type == MessageType::kShutdown) return EndParked(e);
+    if (e.type != MessageType::kNewGeneration) {
+      LOG(DEBUG) << "ignoring " << proto::TypeName(e.type) << " while waiting for a layout";
+      continue;
+    }
+    auto gen = proto::DecodePayload<proto::NewGeneration>(e.payload);
+    if (!gen.ok()) {
+      LOG(ERROR) << "undecodable NewGeneration: " << gen.status();
+      continue;
+    }
+    if (gen->generation <= channel_->generation() || gen->generation < answered_target_) {
+      LOG(DEBUG) << "dropping stale generation " << gen->generation;
+      continue;
+    }
+    if (auto done = Enter(*gen)) return *std::move(done);
+  }
+  return UnavailableError("no decision from the coordinator within " +
+                          std::to_string(options_.decision_timeout.count()) + " ms");
+}
+
+Status ReconfigurationLoop::AnswerRecovery(const proto::Envelope& e) {
+  auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+  if (!req.ok() || req->target_generation <= channel_->generation()) return OkStatus();
+  groups_->Interrupt();
+  answered_target_ = std::max(answered_target_, req->target_generation);
+  LOG(INFO) << "recovery for generation " << req->target_generation << ": holding commits "
+            << commits_->steps().size() << " (newest step "
+            << (commits_->empty() ? -1 : commits_->newest()->step) << ")";
+  if (channel_->AnsweredByIo(req->target_generation)) return OkStatus();  // answered already
+  proto::PausedReport report{req->target_generation, step(), commits_->steps(), true};
+  return channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
+                                 channel_->generation());
+}
+
+std::optional<StatusOr<StepAction>> ReconfigurationLoop::Enter(const proto::NewGeneration& gen) {
+  if (gen.leave) {
+    // Shards that only this worker holds go to their new owners before it leaves.
+    Status handed = builder_->HandOff(gen);
+    if (!handed.ok()) LOG(WARNING) << "hand-off before leaving failed: " << handed;
+    if (options_.park_when_removed) {
+      Status parked = Park(gen.generation);
+      if (!parked.ok()) return StatusOr<StepAction>(parked);
+      return std::nullopt;
+    }
+    LOG(INFO) << "leaving the job at generation " << gen.generation << " after step " << step();
+    left_ = true;
+    Shutdown();
+    return StatusOr<StepAction>(StepAction::kLeave);
+  }
+  Status s = builder_->Apply(gen);
+  if (s.ok()) {
+    parked_ = false;
+    return StatusOr<StepAction>(StepAction::kReconfigured);
+  }
+  LOG(WARNING) << "generation " << gen.generation << " failed to build: " << s;
+  groups_->Interrupt();
+  proto::FailureReport report{gen.generation, static_cast<int32_t>(s.code()), s.message()};
+  channel_->client()
+      .Send(MessageType::kFailureReport, proto::EncodePayload(report), gen.generation)
+      .IgnoreError();
+  if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInvalidArgument) {
+    return StatusOr<StepAction>(s);  // this worker cannot take part: nothing to wait for
+  }
+  return std::nullopt;
+}
+
+// Out of the job's generations but still in the job: the communicators and commits go (the
+// state comes back from the members at a later grow), and the worker joins again as standby
+// under its own id, so the coordinator uses it first when the job grows.
+Status ReconfigurationLoop::Park(uint64_t generation) {
+  groups_->Release();
+  commits_->Release();
+  state_->ReleaseShards();  // host and GPU memory go back while parked
+  checkpoints_->Stop();     // and the checkpoint writer's (page-locked) image
+  proto::JoinRequest join = MakeJoin();
+  auto reply =
+      channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
+  if (!reply.ok()) return reply.status().WithContext("parking as standby");
+  parked_ = true;
+  parked_since_check_ = std::chrono::steady_clock::now();
+  status_failures_ = 0;
+  logging::SetTag("worker " + options_.worker_id + " parked");
+  LOG(INFO) << "parked after step " << step() << " (removed by generation " << generation
+            << "); waiting to be brought back";
+  if (options_.on_park) options_.on_park();  // the program's own memory goes back too
+  return OkStatus();
+}
+
+// While parked, about once a second: true when the job finished (nothing to come back to),
+// kAborted when it failed, kUnavailable when the coordinator stopped answering.
+StatusOr<bool> ReconfigurationLoop::CheckJobWhileParked() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - parked_since_check_ < milliseconds(1000)) return false;
+  parked_since_check_ = now;
+  auto st = channel_->client().Call<proto::StatusReply>(MessageType::kStatusRequest,
+                                                        proto::StatusRequest{}, milliseconds(2000));
+  if (!st.ok()) {
+    if (++status_failures_ >= 5) {
+      return UnavailableError("the coordinator stopped answering while this worker was parked: " +
+                              st.status().ToString());
+    }
+    return false;
+  }
+  status_failures_ = 0;
+  if (st->status.state == proto::JobState::kFailed) {
+    SayLeavingParked("job failed");
+    return AbortedError("the job failed while this worker was parked");
+  }
+  return st->status.state == proto::JobState::kFinished;
+}
+
+// Tells the coordinator this standby worker is gone, so a host waiting for the job's workers
+// to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
+void ReconfigurationLoop::SayLeavingParked(const std::string& why) {
+  proto::LeaveRequest req{proto::LeaveReason::kQuit, "parked: " + why};
+  channel_->client()
+      .Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), channel_->generation())
+      .status()
+      .IgnoreError();
+}
+
+StatusOr<StepAction> ReconfigurationLoop::LeaveParked() {
+  LOG(INFO) << "the job finished while this worker was parked; leaving";
+  SayLeavingParked("job finished");
+  parked_ = false;
+  left_ = true;
+  Shutdown();
+  return StepAction::kLeave;
+}
+
+StatusOr<StepAction> ReconfigurationLoop::EndParked(const proto::Envelope& e) {
+  auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
+  if (req.ok() && req->exit_code == 0) return LeaveParked();
+  SayLeavingParked("job ended");
+  return AbortedError("the job ended while this worker was parked: " +
+                      (req.ok() ? req->reason : std::string("shutdown")));
+}
+
+}  // namespace elastra

@@ -1,0 +1,104 @@
+// ReconfigurationLoop: the worker's life in the job between the training program's steps
+// (docs/protocol.md, docs/design-notes.md). StepEnd() agrees with the peers on whether to pause
+// (one small allreduce per step), commits every commit_every steps and starts disk checkpoints;
+// a pause request makes every worker stop after the same step, commit and report Paused; a failed
+// step or a recovery request interrupts the communicators and reports the failure. Either way the
+// worker then waits for the coordinator's decision (AwaitGeneration): it answers recovery
+// requests, builds the next generation (GenerationBuilder), hands its shards off and leaves, or
+// parks as standby when a shrink takes it out and park_when_removed is set.
+//
+// Thread-safety: the training thread's; the Worker's public calls reach it from there. While it
+// waits, the I/O thread may answer a RecoverRequest and interrupt the communicators on its own
+// (ControlChannel, GroupManager).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/messages.h"
+#include "elastra/status.h"
+#include "elastra/tensor_collection.h"
+#include "elastra/worker.h"
+#include "worker/commit_store.h"
+#include "worker/control_channel.h"
+#include "worker/disk_checkpoints.h"
+#include "worker/generation_builder.h"
+#include "worker/group_manager.h"
+
+namespace elastra {
+
+class ReconfigurationLoop {
+ public:
+  // The parts it drives; all outlive it.
+  ReconfigurationLoop(const WorkerOptions& options, TensorCollection* state,
+                      ControlChannel* channel, GroupManager* groups, CommitStore* commits,
+                      DiskCheckpoints* checkpoints, GenerationBuilder* builder)
+      : options_(options),
+        state_(state),
+        channel_(channel),
+        groups_(groups),
+        commits_(commits),
+        checkpoints_(checkpoints),
+        builder_(builder) {}
+  ReconfigurationLoop(const ReconfigurationLoop&) = delete;
+  ReconfigurationLoop& operator=(const ReconfigurationLoop&) = delete;
+
+  // Joins the job and waits for its first generation (Worker::Start()). The join's error,
+  // kAborted when the coordinator removes the worker before it started, the errors of
+  // AwaitGeneration().
+  Status Join();
+
+  // Worker::StepEnd(): see include/elastra/worker.h.
+  StatusOr<StepAction> StepEnd(const Status& step_status);
+
+  // Tells the coordinator this worker finished training (asking again while a restarted
+  // coordinator may have lost the request), then shuts down.
+  void Finish();
+
+  // Stops the worker's traffic: the checkpoint writer finishes, the communicators are released
+  // and the control channel closes.
+  void Shutdown();
+
+ private:
+  int64_t step() const { return state_->GetScalar(kStepScalarName); }
+  void SetStep(int64_t s);
+  proto::JoinRequest MakeJoin() const;
+
+  StatusOr<StepAction> Pause(uint64_t target);
+  StatusOr<StepAction> Recover(const Status& cause);
+
+  // Waits for the coordinator's decision: answers recovery requests, builds the next
+  // generation, or leaves. kUnavailable after decision_timeout (never while parked).
+  StatusOr<StepAction> AwaitGeneration();
+  // Interrupts the communicators for a RecoverRequest and answers it, unless it is stale or the
+  // I/O thread answered it already. The error of the answer.
+  Status AnswerRecovery(const proto::Envelope& e);
+  // Enters generation `gen`, hands off and leaves, or parks. nullopt: keep waiting (parked, or
+  // the build failed in a way the coordinator will decide on again).
+  std::optional<StatusOr<StepAction>> Enter(const proto::NewGeneration& gen);
+
+  Status Park(uint64_t generation);
+  StatusOr<bool> CheckJobWhileParked();
+  void SayLeavingParked(const std::string& why);
+  StatusOr<StepAction> LeaveParked();
+  // A Shutdown read while parked: the job ended (kLeave when it finished, else kAborted).
+  StatusOr<StepAction> EndParked(const proto::Envelope& e);
+
+  const WorkerOptions& options_;
+  TensorCollection* state_;
+  ControlChannel* channel_;
+  GroupManager* groups_;
+  CommitStore* commits_;
+  DiskCheckpoints* checkpoints_;
+  GenerationBuilder* builder_;
+
+  uint64_t answered_target_ = 0;  // newest target we reported Paused for
+  bool left_ = false;
+  bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
+  std::chrono::steady_clock::time_point parked_since_check_;
+  int status_failures_ = 0;  // status requests in a row that got no answer while parked
+};
+
+}  // namespace elastra

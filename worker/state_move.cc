@@ -1,0 +1,152 @@
+#include "worker/state_move.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "state/reshard_executor.h"
+
+namespace elastra {
+
+int StateMove::WorkerIndex(const std::string& id) const {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i] == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& gen, const StateSpec& state) {
+  // First without the leaving workers: when the staying ones hold everything (replicas), the
+  // leavers go at once and the move runs on the new world alone.
+  for (bool with_leavers : {false, true}) {
+    StateMove move;
+    std::map<std::string, int> hosts;
+    std::vector<int> host_of_worker;
+    auto add = [&](const std::string& id, const std::string& host) {
+      move.workers.push_back(id);
+      auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
+      host_of_worker.push_back(it->second);
+    };
+    for (const auto& m : gen.members) add(m.worker_id, m.host);
+    move.new_members = static_cast<int>(gen.members.size());
+    if (with_leavers) {
+      for (const auto& m : gen.prev_members) {
+        if (m.has_state && move.WorkerIndex(m.worker_id) < 0) add(m.worker_id, m.host);
+      }
+    }
+    Placement from;
+    from.layout = gen.prev_layout;
+    for (const auto& m : gen.prev_members) {
+      from.worker_of_rank.push_back(m.has_state ? move.WorkerIndex(m.worker_id) : -1);
+    }
+    Placement to;
+    to.layout = gen.layout;
+    for (int r = 0; r < static_cast<int>(gen.members.size()); ++r) to.worker_of_rank.push_back(r);
+    auto plan = BuildReshardPlan(state, from, to, host_of_worker);
+    if (!plan.ok()) {
+      if (!with_leavers && plan.status().code() == StatusCode::kFailedPrecondition) continue;
+      return plan.status();
+    }
+    move.plan = std::move(plan).value();
+    move.needs_leavers = with_leavers;
+    return move;
+  }
+  return InternalError("unreachable");
+}
+
+namespace {
+
+// After a move: every tensor gets its region in the new layout (none for a leaving worker, which
+// ends holding nothing), and a successful move must have left exactly that many bytes.
+Status SetNewRegions(const StateMove& move, const Coordinates* coords, const Status& moved,
+                     TensorCollection* state) {
+  const int num_layers = state->num_layers();
+  for (auto& t : state->mutable_tensors()) {
+    if (coords != nullptr) {
+      t.region = LocalRegion(t.spec, num_layers, move.plan.to.layout, *coords);
+    } else {
+      t.region = Region{};
+      t.data.clear();
+      t.device_data.Reset();
+    }
+  }
+  if (!moved.ok()) return moved;
+  for (const auto& t : state->tensors()) {
+    const size_t want = static_cast<size_t>(t.region.elements()) * t.spec.element_size;
+    if (coords != nullptr && t.bytes() != want) {
+      return InternalError("tensor '" + t.name() + "' has " + std::to_string(t.bytes()) +
+                           " bytes after resharding, its region needs " + std::to_string(want));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
+                                   const Coordinates* coords, TensorCollection* state,
+                                   std::chrono::milliseconds timeout) {
+  ELASTRA_RETURN_IF_ERROR(state->MoveToHost());
+  auto& tensors = state->mutable_tensors();
+  ShardMap shards;
+  for (auto& t : tensors) {
+    if (!t.data.empty()) shards[t.name()] = std::move(t.data);
+    t.data.clear();
+  }
+  ReshardExecutorOptions options;
+  options.timeout = timeout;
+  // Every peer at once: batched through Exchange() (Gloo has it); a communicator without it gets
+  // a thread per peer (gloo's Send and Recv may run on several threads), not pairwise rounds.
+  options.concurrent_peers = true;
+  ReshardExecutorStats stats;
+  Status s = ExecuteReshard(move.plan, comm, &shards, options, &stats);
+  for (auto& t : tensors) {
+    auto it = shards.find(t.name());
+    if (it != shards.end()) t.data = std::move(it->second);
+  }
+  ELASTRA_RETURN_IF_ERROR(SetNewRegions(move, coords, s, state));
+  return stats.bytes_received;
+}
+
+StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& comm,
+                                         const Coordinates* coords, TensorCollection* state,
+                                         std::chrono::milliseconds timeout) {
+  if (state->device() < 0) {
+    return InvalidArgumentError("a device state move needs a state on a device (SetDevice)");
+  }
+  if (move.plan.from.RankOfWorker(comm.rank()) < 0) {
+    // Nothing of the old layout is here (a joiner, whose tensors are still whole from before
+    // Start()): no source, so the whole tensors are dropped rather than uploaded (a whole model
+    // need not fit one GPU), and the executor allocates the new shards.
+    for (auto& t : state->mutable_tensors()) {
+      if (!t.on_device) std::vector<uint8_t>().swap(t.data);
+    }
+  }
+  ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());
+  auto& tensors = state->mutable_tensors();
+  DeviceShardMap shards;
+  for (auto& t : tensors) {
+    if (t.device_data.size() > 0) shards[t.name()] = std::move(t.device_data);
+  }
+  ReshardExecutorOptions options;
+  options.timeout = timeout;
+  // Batched: every transfer in one NCCL group (Exchange); never a thread per peer on one NCCL
+  // communicator.
+  options.concurrent_peers = false;
+  ReshardExecutorStats stats;
+  Status s = ExecuteDeviceReshard(move.plan, comm, state->device(), &shards, options, &stats);
+  for (auto& t : tensors) {
+    auto it = shards.find(t.name());
+    if (it != shards.end()) {
+      t.device_data = std::move(it->second);
+    } else {
+      t.device_data = DeviceBuffer();  // holds nothing of this tensor now
+    }
+    t.on_device = true;
+  }
+  ELASTRA_RETURN_IF_ERROR(SetNewRegions(move, coords, s, state));
+  return stats.bytes_received;
+}
+
+}  // namespace elastra
