@@ -204,18 +204,18 @@ int Keygen(const KeygenOptions& flags) {
     std::fprintf(stderr, "elastra keygen: %s\n", keys.status().ToString().c_str());
     return 1;
   }
+  nlohmann::ordered_json out = {{"public", keys->public_key}};
   if (!flags.out.empty()) {
     Status s = WriteKeyFile(flags.out, *keys);
     if (!s.ok()) {
       std::fprintf(stderr, "elastra keygen: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("{\"public\":\"%s\",\"file\":\"%s\"}\n", keys->public_key.c_str(),
-                flags.out.c_str());
-    return 0;
+    out["file"] = flags.out;
+  } else {
+    out["secret"] = keys->secret_key;
   }
-  std::printf("{\"public\":\"%s\",\"secret\":\"%s\"}\n", keys->public_key.c_str(),
-              keys->secret_key.c_str());
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 

@@ -297,8 +297,9 @@ int RunCoordinator(const CoordinatorOptions& flags) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;
   }
-  std::printf("{\"address\":\"%s\",\"state_dir\":\"%s\"}\n", embedded->info.address.c_str(),
-              flags.state_dir.c_str());
+  const nlohmann::json ready = {{"address", embedded->info.address},
+                                {"state_dir", flags.state_dir}};
+  std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);

@@ -1,5 +1,6 @@
 // The `elastra` command line (launch/cli.h on CLI11), end to end through the binary: help and
-// usage errors with their exit codes, and the program after `--` left alone.
+// usage errors with their exit codes, the program after `--` left alone, and JSON outputs that
+// stay valid whatever the strings in them.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -159,6 +160,43 @@ TEST(LaunchCli, EverythingAfterDoubleDashIsTheProgramsOwn) {
   EXPECT_NE(r.code, 2) << Describe(args, r);
   EXPECT_EQ(ReadFile(script + ".out"), "--nproc\n7\n--help\n--\n--state-dir\nstatus\n")
       << Describe(args, r);
+}
+
+TEST(LaunchCli, KeygenPrintsValidJsonWhateverTheFileName) {
+  Result pair = Elastra({"keygen"});
+  ASSERT_EQ(pair.code, 0) << pair.err;
+  auto j = nlohmann::json::parse(pair.out);
+  EXPECT_EQ(j["public"].get<std::string>().size(), 40u);
+  EXPECT_EQ(j["secret"].get<std::string>().size(), 40u);
+
+  const std::string file = TempDir("keygen") + "/a \"quoted\" \\ name.key";
+  Result written = Elastra({"keygen", "--out", file});
+  ASSERT_EQ(written.code, 0) << written.err;
+  auto w = nlohmann::json::parse(written.out);
+  EXPECT_EQ(w["file"], file);
+  EXPECT_EQ(w["public"].get<std::string>().size(), 40u);
+  EXPECT_FALSE(w.contains("secret"));
+  EXPECT_TRUE(fs::exists(file));
+}
+
+TEST(LaunchCli, CoordinatorPrintsValidJsonWhateverTheStateDir) {
+  const std::string dir = TempDir("coordinator");
+  const std::string state = dir + "/state \"one\"\\";
+  const pid_t pid = Start({"coordinator", "--state-dir", state, "--workers", "1"}, dir);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string line;
+  while (std::chrono::steady_clock::now() < deadline) {
+    line = ReadFile(dir + "/stdout");
+    if (line.find('\n') != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGTERM);
+  Result r = Finish(pid, dir);
+  ASSERT_NE(line.find('\n'), std::string::npos) << "no address within 20 s\n" << r.err;
+  auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["state_dir"], state);
+  EXPECT_EQ(j["address"].get<std::string>().rfind("tcp://127.0.0.1:", 0), 0u) << line;
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 }  // namespace
