@@ -78,8 +78,8 @@ int ParseIntFlag(const std::string& name, const std::string& text, int lo, int h
     throw FlagError(name + " must be an integer, got '" + text + "'");
   }
   if (ec == std::errc::result_out_of_range || v < lo || v > hi) {
-    throw FlagError(name + " must be between " + std::to_string(lo) + " and " +
-                    std::to_string(hi) + ", got " + text);
+    throw FlagError(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                    ", got " + text);
   }
   return static_cast<int>(v);
 }

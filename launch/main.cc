@@ -4,9 +4,10 @@
 
 int main(int argc, char** argv) {
   namespace launch = elastra::launch;
-  CLI::App app("Elastra: elastic distributed training. A job keeps running while its workers come "
-               "and go.",
-               "elastra");
+  CLI::App app(
+      "Elastra: elastic distributed training. A job keeps running while its workers come "
+      "and go.",
+      "elastra");
   app.require_subcommand(1);
   // A flag given twice takes its last value, as most commands do (set before the subcommands,
   // which copy it).

@@ -2,11 +2,10 @@
 // usage errors with their exit codes, the program after `--` left alone, and JSON outputs that
 // stay valid whatever the strings in them.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -34,8 +33,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string TempDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/elastra_cli_" + name + "_" +
-                          std::to_string(getpid());
+  const std::string dir =
+      ::testing::TempDir() + "/elastra_cli_" + name + "_" + std::to_string(getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -100,8 +99,8 @@ TEST(LaunchCli, HelpPrintsUsageAndExitsZero) {
   EXPECT_NE(verify.out.find("Usage: elastra ckpt verify"), std::string::npos) << verify.out;
   // Every flag README.md documents for `elastra run` is in its help.
   Result run = Elastra({"run", "--help"});
-  for (const char* flag : {"--nproc", "--state-dir", "--max-workers", "--job", "--resume",
-                           "--gpus", "-- PROGRAM ARGS..."}) {
+  for (const char* flag : {"--nproc", "--state-dir", "--max-workers", "--job", "--resume", "--gpus",
+                           "-- PROGRAM ARGS..."}) {
     EXPECT_NE(run.out.find(flag), std::string::npos) << flag << "\n" << run.out;
   }
 }
@@ -153,9 +152,9 @@ TEST(LaunchCli, EverythingAfterDoubleDashIsTheProgramsOwn) {
   const std::string script = dir + "/args.sh";
   std::ofstream(script) << "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > \"$0.out\"\n";
   fs::permissions(script, fs::perms::owner_all);
-  const std::vector<std::string> args = {"run",  "--nproc",   "1",     "--state-dir", dir + "/state",
-                                         "--",   script,      "--nproc", "7",         "--help",
-                                         "--",   "--state-dir", "status"};
+  const std::vector<std::string> args = {
+      "run",     "--nproc", "1",      "--state-dir", dir + "/state", "--",    script,
+      "--nproc", "7",       "--help", "--",          "--state-dir",  "status"};
   Result r = Elastra(args);
   EXPECT_NE(r.code, 2) << Describe(args, r);
   EXPECT_EQ(ReadFile(script + ".out"), "--nproc\n7\n--help\n--\n--state-dir\nstatus\n")
