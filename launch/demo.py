@@ -158,7 +158,7 @@ def run_job():
     recovery = recovery or recovery_after(final, status["generation"])
     say(f"step {status['step']}: killed rank 1 (worker {victim['id']}, pid {victim['pid']}); " +
         (f"recovered in {describe(recovery)}" if recovery else "no recovery recorded"))
-    say(f"elastra run exited with {code}: job {final['state']} at step {final['step']}")
+    say(f"elastra run exited with {code}: job {final['state']}")
     return code, final
 
 
