@@ -19,7 +19,7 @@ build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	@bash launch/demo.sh $(BUILD)
+	@python3 launch/demo.py $(BUILD)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 -j 2

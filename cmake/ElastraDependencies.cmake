@@ -1,4 +1,5 @@
-# Finds Elastra's dependencies. Required: Threads, ZeroMQ, cereal, nlohmann-json, Gloo.
+# Finds Elastra's dependencies. Required: Threads, ZeroMQ, cereal, nlohmann-json, Gloo, CLI11
+# (the elastra command's parser, header-only).
 # Optional (AUTO|ON|OFF): CUDA, NCCL, MPI.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
@@ -6,6 +7,7 @@ pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 find_path(CPPZMQ_INCLUDE_DIR zmq.hpp REQUIRED)
 find_path(CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
 find_package(Gloo CONFIG REQUIRED)
 find_path(XXHASH_INCLUDE_DIR xxhash.h)
 find_library(XXHASH_LIBRARY xxhash)

@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <optional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/control_client.h"
 #include "common/keys.h"
 #include "common/status_json.h"
+#include "launch/cli.h"
 #include "launch/commands.h"
 
 namespace elastra::launch {
@@ -72,30 +74,33 @@ std::optional<proto::ResizeReply> DoneFromStatus(ControlClient& client, uint64_t
   return std::nullopt;
 }
 
-}  // namespace
+struct ResizeOptions {
+  std::string state_dir = kDefaultStateDir;
+  int workers = 0;
+  std::optional<Layout> layout;  // none: the coordinator chooses
+  bool wait = false;
+  int timeout_s = 600;
+};
 
-int ResizeCommand(const Args& args) {
-  FlagParser flags("resize", args);
-  if (!flags.Parse({"state-dir", "workers", "layout", "timeout"}, {"wait"})) return 2;
-  if (!flags.Has("workers")) {
-    std::fprintf(stderr, "elastra resize: --workers N is required\n");
-    return 2;
-  }
-  long long workers = 0, timeout_s = 600;
-  if (!flags.GetInt("workers", 1, 1 << 20, &workers)) return 2;
-  if (!flags.GetInt("timeout", 1, 86400, &timeout_s)) return 2;
+struct StatusOptions {
+  std::string state_dir = kDefaultStateDir;
+  bool json = false;
+};
+
+struct KeygenOptions {
+  std::string out;  // empty: print the key pair
+};
+
+int ResizeJob(const ResizeOptions& flags) {
+  const int timeout_s = flags.timeout_s;
   proto::ResizeRequest req;
-  req.workers = static_cast<int32_t>(workers);
-  req.wait = flags.Has("wait");
-  if (flags.Has("layout")) {
-    if (!ParseLayout(flags.Get("layout"), &req.layout)) {
-      std::fprintf(stderr, "elastra resize: --layout must look like dp=2,pp=1,tp=2, got '%s'\n",
-                   flags.Get("layout").c_str());
-      return 2;
-    }
+  req.workers = flags.workers;
+  req.wait = flags.wait;
+  if (flags.layout) {
+    req.layout = *flags.layout;
     req.has_layout = true;
   }
-  auto client = ConnectAdmin("resize", flags.Get("state-dir", kDefaultStateDir));
+  auto client = ConnectAdmin("resize", flags.state_dir);
   if (client == nullptr) return 1;
   auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req, milliseconds(10000));
   if (!first.ok()) {
@@ -110,7 +115,7 @@ int ResizeCommand(const Args& args) {
       const auto left = std::chrono::duration_cast<milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
-        std::fprintf(stderr, "elastra resize: not done within %lld s\n", timeout_s);
+        std::fprintf(stderr, "elastra resize: not done within %d s\n", timeout_s);
         return 1;
       }
       auto second = client->AwaitReply(id, std::min(left, milliseconds(1000)));
@@ -156,10 +161,8 @@ int ResizeCommand(const Args& args) {
   return reply.phase == proto::ResizePhase::kFailed ? 1 : 0;
 }
 
-int StatusCommand(const Args& args) {
-  FlagParser flags("status", args);
-  if (!flags.Parse({"state-dir"}, {"json"})) return 2;
-  auto client = ConnectAdmin("status", flags.Get("state-dir", kDefaultStateDir));
+int ShowStatus(const StatusOptions& flags) {
+  auto client = ConnectAdmin("status", flags.state_dir);
   if (client == nullptr) return 1;
   auto reply = client->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                                 milliseconds(5000));
@@ -168,7 +171,7 @@ int StatusCommand(const Args& args) {
     return 1;
   }
   const proto::JobStatus& st = reply->status;
-  if (flags.Has("json")) {
+  if (flags.json) {
     std::printf("%s\n", proto::StatusJson(st).c_str());
     return 0;
   }
@@ -195,27 +198,70 @@ int StatusCommand(const Args& args) {
   return 0;
 }
 
-int KeygenCommand(const Args& args) {
-  FlagParser flags("keygen", args);
-  if (!flags.Parse({"out"}, {})) return 2;
+int Keygen(const KeygenOptions& flags) {
   auto keys = GenerateKeyPair();
   if (!keys.ok()) {
     std::fprintf(stderr, "elastra keygen: %s\n", keys.status().ToString().c_str());
     return 1;
   }
-  if (flags.Has("out")) {
-    Status s = WriteKeyFile(flags.Get("out"), *keys);
+  nlohmann::ordered_json out = {{"public", keys->public_key}};
+  if (!flags.out.empty()) {
+    Status s = WriteKeyFile(flags.out, *keys);
     if (!s.ok()) {
       std::fprintf(stderr, "elastra keygen: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("{\"public\":\"%s\",\"file\":\"%s\"}\n", keys->public_key.c_str(),
-                flags.Get("out").c_str());
-    return 0;
+    out["file"] = flags.out;
+  } else {
+    out["secret"] = keys->secret_key;
   }
-  std::printf("{\"public\":\"%s\",\"secret\":\"%s\"}\n", keys->public_key.c_str(),
-              keys->secret_key.c_str());
+  std::printf("%s\n", out.dump().c_str());
   return 0;
+}
+
+}  // namespace
+
+void AddResizeCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<ResizeOptions>();
+  CLI::App* resize = app->add_subcommand("resize", "Change a running job's size or layout");
+  SetUsage(resize, {"elastra resize --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] "
+                    "[--wait] [--timeout SECONDS]"});
+  resize->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
+      ->type_name("DIR")
+      ->capture_default_str();
+  AddIntFlag(resize, "--workers", &o->workers, 1, 1 << 20, "N", "Workers after the change")
+      ->required();
+  AddLayoutFlag(resize, "--layout", &o->layout,
+                "The exact layout (D*P*T = N); without it the job keeps pp and tp when they "
+                "divide N");
+  resize->add_flag("--wait", o->wait, "Block until the job runs at the new size");
+  AddIntFlag(resize, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
+             "With --wait: give up waiting after this long (the resize goes on)")
+      ->capture_default_str();
+  resize->callback([o, exit_code] { *exit_code = ResizeJob(*o); });
+}
+
+void AddStatusCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<StatusOptions>();
+  CLI::App* status = app->add_subcommand("status", "Show a job's state, workers and history");
+  SetUsage(status, {"elastra status --state-dir DIR [--json]"});
+  status->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
+      ->type_name("DIR")
+      ->capture_default_str();
+  status->add_flag("--json", o->json,
+                   "One JSON object: job, state, generation, layout, step, workers, history, "
+                   "counters");
+  status->callback([o, exit_code] { *exit_code = ShowStatus(*o); });
+}
+
+void AddKeygenCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<KeygenOptions>();
+  CLI::App* keygen = app->add_subcommand("keygen", "Make a CURVE key pair");
+  SetUsage(keygen, {"elastra keygen [--out FILE]"});
+  keygen->add_option("--out", o->out,
+                     "Write the pair to FILE (mode 0600) and print only the public key")
+      ->type_name("FILE");
+  keygen->callback([o, exit_code] { *exit_code = Keygen(*o); });
 }
 
 }  // namespace elastra::launch

@@ -4,13 +4,15 @@
 //                 checkpoint directory) and checks every checksum; exit 1 on any fault
 //   inspect DIR   the manifest and tensor index of one checkpoint (a root: its newest)
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "launch/commands.h"
 #include "checkpoint/env.h"
 #include "checkpoint/format.h"
 #include "checkpoint/reader.h"
+#include "launch/cli.h"
+#include "launch/commands.h"
 
 namespace elastra::launch {
 namespace {
@@ -18,13 +20,6 @@ namespace {
 using checkpoint::CheckpointInfo;
 using checkpoint::CheckpointReader;
 using checkpoint::Env;
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: elastra ckpt list DIR       committed checkpoints under a root\n"
-               "       elastra ckpt verify DIR     check every checksum (a root or one checkpoint)\n"
-               "       elastra ckpt inspect DIR    the tensor index of one checkpoint\n");
-}
 
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -134,7 +129,8 @@ int Verify(Env* env, const std::string& dir) {
   return ok ? 0 : 1;
 }
 
-int Inspect(Env* env, std::string dir) {
+int Inspect(Env* env, const std::string& root) {
+  std::string dir = root;
   if (!IsCheckpointDir(env, dir)) {
     auto list = checkpoint::ListCheckpoints(env, dir);
     if (!list.ok() || list->empty()) {
@@ -179,24 +175,38 @@ int Inspect(Env* env, std::string dir) {
 
 }  // namespace
 
+void AddCkptCommand(CLI::App* app, int* exit_code) {
+  CLI::App* ckpt = app->add_subcommand("ckpt", "Look at checkpoints without a running job");
+  ckpt->require_subcommand(1);
+  struct Action {
+    const char* name;
+    const char* help;
+    const char* dir_help;
+    int (*run)(Env*, const std::string&);
+  };
+  for (const Action& a :
+       {Action{"list", "The committed checkpoints under a root, newest first: step, layout, size",
+               "A checkpoint root", List},
+        Action{"verify", "Check every checksum; exit 1 naming the file on any fault",
+               "A checkpoint root (every committed checkpoint) or one checkpoint", Verify},
+        Action{"inspect", "The manifest and tensor index of one checkpoint",
+               "One checkpoint, or a root (its newest)", Inspect}}) {
+    CLI::App* sub = ckpt->add_subcommand(a.name, a.help);
+    auto dir = std::make_shared<std::string>();
+    sub->add_option("DIR", *dir, a.dir_help)->required();
+    sub->callback([run = a.run, dir, exit_code] { *exit_code = run(Env::Default(), *dir); });
+  }
+  // After the subcommands, which would otherwise copy it.
+  SetUsage(ckpt, {"elastra ckpt list DIR | verify DIR | inspect DIR"});
+}
+
 int CkptCommand(const Args& args) {
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    Usage();
-    return 0;
-  }
-  if (args.size() != 2) {
-    Usage();
-    return 2;
-  }
-  Env* env = Env::Default();
-  const std::string& sub = args[0];
-  const std::string& dir = args[1];
-  if (sub == "list") return List(env, dir);
-  if (sub == "verify") return Verify(env, dir);
-  if (sub == "inspect") return Inspect(env, dir);
-  std::fprintf(stderr, "elastra ckpt: unknown subcommand '%s'\n", sub.c_str());
-  Usage();
-  return 2;
+  CLI::App app("", "elastra");
+  int exit_code = 0;
+  AddCkptCommand(&app, &exit_code);
+  Args command = {"ckpt"};
+  command.insert(command.end(), args.begin(), args.end());
+  return ParseAndRun(app, command, exit_code);
 }
 
 }  // namespace elastra::launch

@@ -9,13 +9,16 @@
 // Exit codes: 0 success, 1 no valid layout, 2 bad input.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 
 #include "coordinator/model_description.h"
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
+#include "launch/cli.h"
 #include "launch/commands.h"
 #include "state/reshard_plan.h"
 
@@ -28,40 +31,35 @@ double MsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-int Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "elastra plan: %s\n"
-               "usage: elastra plan --model FILE --workers N [--workers-per-host H] [--tp T] "
-               "[--pp P] [--from LAYOUT [--only-dp]] [--json]\n"
-               "       elastra plan --model FILE --from dp=A,pp=B,tp=C --to dp=D,pp=E,tp=F "
-               "[--workers-per-host H] [--json]\n",
-               why.c_str());
-  return 2;
-}
+// elastra plan's flags.
+struct PlanOptions {
+  std::string model;          // --model FILE
+  std::optional<int> workers; // the layout choice for this many workers
+  std::optional<Layout> from; // the current layout (both forms)
+  std::optional<Layout> to;   // the transfer plan from `from` to this
+  int per_host = 8;           // --workers-per-host
+  std::optional<int> tp, pp;  // pins for the layout choice
+  bool only_dp = false;
+  bool json = false;
+};
 
-// The layout from a flag, checked against the model's structure (not its memory).
-bool ReadLayout(const FlagParser& flags, const std::string& name, const ModelDescription& m,
-                Layout* layout) {
-  const std::string text = flags.Get(name);
-  if (!ParseLayout(text, layout) || layout->dp < 1 || layout->pp < 1 || layout->tp < 1 ||
-      layout->dp > (1 << 16) || layout->pp > (1 << 16) || layout->tp > (1 << 16)) {
-    std::fprintf(stderr, "elastra plan: --%s '%s' is not a layout like dp=2,pp=1,tp=2\n",
-                 name.c_str(), text.c_str());
-    return false;
-  }
+int Usage(const std::string& why) { return UsageError("elastra plan", why); }
+
+// A layout flag's value checked against the model's structure (not its memory).
+bool CheckLayout(const std::string& name, const Layout& layout, const ModelDescription& m) {
   std::string why;
-  if (m.heads % layout->tp != 0 || m.hidden % layout->tp != 0) {
+  if (m.heads % layout.tp != 0 || m.hidden % layout.tp != 0) {
     why = "tp must divide heads and hidden";
-  } else if (layout->pp > m.layers) {
+  } else if (layout.pp > m.layers) {
     why = "pp exceeds the number of layers";
-  } else if (m.global_batch % (static_cast<int64_t>(layout->dp) * m.micro_batch) != 0) {
+  } else if (m.global_batch % (static_cast<int64_t>(layout.dp) * m.micro_batch) != 0) {
     why = "global_batch is not a multiple of dp x micro_batch";
-  } else if (static_cast<int64_t>(layout->dp) * layout->pp * layout->tp > (1 << 16)) {
+  } else if (static_cast<int64_t>(layout.dp) * layout.pp * layout.tp > (1 << 16)) {
     why = "more than 65536 ranks";
   }
   if (!why.empty()) {
-    std::fprintf(stderr, "elastra plan: --%s %s is not valid for this model: %s\n", name.c_str(),
-                 layout->ToString().c_str(), why.c_str());
+    std::fprintf(stderr, "elastra plan: %s %s is not valid for this model: %s\n", name.c_str(),
+                 layout.ToString().c_str(), why.c_str());
     return false;
   }
   return true;
@@ -110,18 +108,16 @@ std::vector<int> Identity(int n) {
   return v;
 }
 
-int PlanLayoutMode(const FlagParser& flags, const ModelDescription& model, int workers,
-                   int per_host, bool json) {
+int PlanLayoutMode(const PlanOptions& flags, const ModelDescription& model) {
+  const int workers = *flags.workers, per_host = flags.per_host;
   PlannerPins pins;
-  long long v = 0;
-  if (!flags.GetInt("tp", 1, 1 << 16, &v)) return 2;
-  pins.tp = flags.Has("tp") ? static_cast<int>(v) : 0;
-  if (!flags.GetInt("pp", 1, 1 << 16, &v)) return 2;
-  pins.pp = flags.Has("pp") ? static_cast<int>(v) : 0;
-  pins.only_dp = flags.Has("only-dp");
+  pins.tp = flags.tp.value_or(0);
+  pins.pp = flags.pp.value_or(0);
+  pins.only_dp = flags.only_dp;
   CurrentPlacement current;
-  if (flags.Has("from")) {
-    if (!ReadLayout(flags, "from", model, &current.layout)) return 2;
+  if (flags.from) {
+    current.layout = *flags.from;
+    if (!CheckLayout("--from", current.layout, model)) return 2;
     if (current.layout.world() > workers) {
       return Usage("--from " + current.layout.ToString() + " uses more than the " +
                    std::to_string(workers) + " workers");
@@ -137,7 +133,7 @@ int PlanLayoutMode(const FlagParser& flags, const ModelDescription& model, int w
     std::fprintf(stderr, "elastra plan: %s\n", plan.status().message().c_str());
     return 1;
   }
-  if (json) {
+  if (flags.json) {
     nlohmann::json out = {{"workers", workers}, {"workers_per_host", per_host},
                           {"best", ScoreJson(plan->best)}, {"alternatives", nlohmann::json::array()},
                           {"worker_of_rank", plan->worker_of_rank},
@@ -165,10 +161,10 @@ int PlanLayoutMode(const FlagParser& flags, const ModelDescription& model, int w
   return 0;
 }
 
-int PlanTransferMode(const FlagParser& flags, const ModelDescription& model, int per_host,
-                     bool json) {
-  Layout from, to;
-  if (!ReadLayout(flags, "from", model, &from) || !ReadLayout(flags, "to", model, &to)) return 2;
+int PlanTransferMode(const PlanOptions& flags, const ModelDescription& model) {
+  const Layout from = *flags.from, to = *flags.to;
+  const int per_host = flags.per_host;
+  if (!CheckLayout("--from", from, model) || !CheckLayout("--to", to, model)) return 2;
   const StateSpec state = GptState(GptOf(model));
   for (const auto& t : state.tensors) {
     for (const Layout* l : {&from, &to}) {
@@ -217,7 +213,7 @@ int PlanTransferMode(const FlagParser& flags, const ModelDescription& model, int
   const double ratio = plan->bytes_lower_bound > 0
                            ? static_cast<double>(plan->bytes_moved) / plan->bytes_lower_bound
                            : 1.0;
-  if (json) {
+  if (flags.json) {
     nlohmann::json out = {{"from", from.ToString()}, {"to", to.ToString()},
                           {"workers", workers}, {"workers_per_host", per_host},
                           {"state_bytes", state.TotalBytes()},
@@ -258,37 +254,48 @@ int PlanTransferMode(const FlagParser& flags, const ModelDescription& model, int
   return 0;
 }
 
-}  // namespace
-
-int PlanCommand(const Args& args) {
-  FlagParser flags("plan", args);
-  if (!flags.Parse({"model", "from", "to", "workers", "workers-per-host", "tp", "pp"},
-                   {"json", "only-dp"})) {
-    return 2;
-  }
-  if (!flags.rest().empty()) return Usage("unexpected arguments after --");
-  if (!flags.Has("model")) return Usage("--model FILE is required");
-  auto model = LoadModelDescription(flags.Get("model"));
+int Plan(const PlanOptions& flags) {
+  auto model = LoadModelDescription(flags.model);
   if (!model.ok()) {
     std::fprintf(stderr, "elastra plan: %s\n", model.status().message().c_str());
     return 2;
   }
-  long long per_host = 8;
-  if (!flags.GetInt("workers-per-host", 1, 1 << 16, &per_host)) return 2;
-  const bool json = flags.Has("json");
-  if (flags.Has("to")) {
-    if (!flags.Has("from")) return Usage("--to needs --from");
-    if (flags.Has("workers")) return Usage("give either --workers or --to, not both");
-    if (flags.Has("tp") || flags.Has("pp") || flags.Has("only-dp")) {
+  if (flags.to) {
+    if (!flags.from) return Usage("--to needs --from");
+    if (flags.workers) return Usage("give either --workers or --to, not both");
+    if (flags.tp || flags.pp || flags.only_dp) {
       return Usage("--tp, --pp and --only-dp go with --workers");
     }
-    return PlanTransferMode(flags, *model, static_cast<int>(per_host), json);
+    return PlanTransferMode(flags, *model);
   }
-  if (!flags.Has("workers")) return Usage("give --workers N, or --from and --to");
-  long long workers = 0;
-  if (!flags.GetInt("workers", 1, 1 << 20, &workers)) return 2;
-  return PlanLayoutMode(flags, *model, static_cast<int>(workers), static_cast<int>(per_host),
-                        json);
+  if (!flags.workers) return Usage("give --workers N, or --from and --to");
+  return PlanLayoutMode(flags, *model);
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* plan = app->add_subcommand(
+      "plan", "The layout the planner chooses for a model, or the transfer plan of a change");
+  SetUsage(plan, {"elastra plan --model FILE --workers N [--workers-per-host H] [--tp T] [--pp P] "
+                  "[--from LAYOUT [--only-dp]] [--json]",
+                  "elastra plan --model FILE --from dp=A,pp=B,tp=C --to dp=D,pp=E,tp=F "
+                  "[--workers-per-host H] [--json]"});
+  plan->add_option("--model", o->model, "A GPT-style model description (JSON)")
+      ->type_name("FILE")
+      ->required();
+  AddIntFlag(plan, "--workers", &o->workers, 1, 1 << 20, "N", "Choose a layout for N workers");
+  AddLayoutFlag(plan, "--from", &o->from,
+                "The current layout (with --workers: the assignment keeps state in place)");
+  AddLayoutFlag(plan, "--to", &o->to, "The new layout: print the transfer plan from --from");
+  AddIntFlag(plan, "--workers-per-host", &o->per_host, 1, 1 << 16, "H", "Workers on each host")
+      ->capture_default_str();
+  AddIntFlag(plan, "--tp", &o->tp, 1, 1 << 16, "T", "Pin the tensor-parallel degree");
+  AddIntFlag(plan, "--pp", &o->pp, 1, 1 << 16, "P", "Pin the pipeline-parallel degree");
+  plan->add_flag("--only-dp", o->only_dp, "Change only the data-parallel degree of --from");
+  plan->add_flag("--json", o->json, "One JSON object instead of text");
+  plan->callback([o, exit_code] { *exit_code = Plan(*o); });
 }
 
 }  // namespace elastra::launch

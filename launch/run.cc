@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -25,6 +27,7 @@
 #include "coordinator/embedded.h"
 #include "coordinator/server.h"
 #include "elastra/device_buffer.h"
+#include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/device_slots.h"
 #include "launch/process.h"
@@ -55,7 +58,6 @@ std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const s
           {"ELASTRA_STATE_DIR", state_dir}};
 }
 
-
 // The launcher's own path: the coordinator it starts is `elastra coordinator` of the same build.
 std::string SelfPath() {
   char buf[4096];
@@ -64,48 +66,57 @@ std::string SelfPath() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace
+// elastra run's flags.
+struct RunOptions {
+  int nproc = 0;
+  std::string state_dir = ".elastra";
+  int max_workers = 64;
+  std::string job = "elastra";
+  std::string resume;       // empty: a new job
+  std::optional<int> gpus;  // --gpus N; neither this nor gpus_auto: no ELASTRA_DEVICE
+  bool gpus_auto = false;   // --gpus auto: every CUDA device this process sees
+  Args program;             // PROGRAM ARGS..., everything after --
+};
 
-int RunCommand(const Args& args) {
-  FlagParser flags("run", args);
-  if (!flags.Parse({"nproc", "state-dir", "max-workers", "job", "resume", "gpus"}, {})) return 2;
-  long long nproc = 0, max_workers = 64;
-  if (!flags.Has("nproc")) {
-    std::fprintf(stderr, "elastra run: --nproc N is required\n");
-    return 2;
+// elastra coordinator's flags.
+struct CoordinatorOptions {
+  std::string state_dir = ".elastra";
+  int workers = 1;
+  int max_workers = 64;
+  std::string bind = "tcp://127.0.0.1:0";
+  std::string job = "elastra";
+  std::string resume;
+  bool restart = false;
+};
+
+int RunJob(const RunOptions& flags) {
+  if (flags.program.empty()) {
+    return UsageError("elastra run", "no program given; usage: elastra run --nproc N -- PROGRAM");
   }
-  if (!flags.GetInt("nproc", 1, 4096, &nproc)) return 2;
-  if (!flags.GetInt("max-workers", 1, 4096, &max_workers)) return 2;
-  if (max_workers < nproc) max_workers = nproc;
-  if (flags.rest().empty()) {
-    std::fprintf(stderr, "elastra run: no program given; usage: elastra run --nproc N -- PROGRAM\n");
-    return 2;
-  }
+  const int nproc = flags.nproc;
+  const int max_workers = std::max(flags.max_workers, nproc);
   // --gpus N|auto: each worker gets ELASTRA_DEVICE, a GPU of its own while there are enough.
   std::optional<DeviceSlots> gpus;
-  if (flags.Has("gpus")) {
-    long long n = 0;
-    if (flags.Get("gpus") == "auto") {
-      n = CudaDeviceCount();
-      if (n == 0) {
-        std::fprintf(stderr, "elastra run: --gpus auto: this machine shows no CUDA device\n");
-        return 2;
-      }
-    } else if (!flags.GetInt("gpus", 1, 4096, &n)) {
+  if (flags.gpus_auto) {
+    const int n = CudaDeviceCount();
+    if (n == 0) {
+      std::fprintf(stderr, "elastra run: --gpus auto: this machine shows no CUDA device\n");
       return 2;
     }
-    gpus.emplace(static_cast<int>(n));
+    gpus.emplace(n);
+  } else if (flags.gpus) {
+    gpus.emplace(*flags.gpus);
   }
-  std::string state_dir = flags.Get("state-dir", ".elastra");
-  std::string job = flags.Get("job", "elastra");
+  const std::string& state_dir = flags.state_dir;
+  const std::string& job = flags.job;
   logging::SetTag("agent");
 
   std::vector<std::string> coordinator_args = {
       "--job", job, "--bind", "tcp://127.0.0.1:0", "--workers", std::to_string(nproc),
       "--max-workers", std::to_string(max_workers)};
-  if (flags.Has("resume")) {
+  if (!flags.resume.empty()) {
     coordinator_args.push_back("--resume");
-    coordinator_args.push_back(flags.Get("resume"));
+    coordinator_args.push_back(flags.resume);
   }
   CoordinatorProcess coordinator(SelfPath(), state_dir, coordinator_args);
   auto info_or = coordinator.Start();
@@ -152,7 +163,7 @@ int RunCommand(const Args& args) {
   auto spawn = [&](const std::string& id) {
     auto env = WorkerEnv(info, id, state_dir);
     if (gpus) env["ELASTRA_DEVICE"] = std::to_string(gpus->Acquire(id));
-    auto pid = group.Spawn(id, flags.rest(), env);
+    auto pid = group.Spawn(id, flags.program, env);
     if (!pid.ok()) {
       if (gpus) gpus->Release(id);
       LOG(ERROR) << "cannot start worker " << id << ": " << pid.status();
@@ -163,7 +174,7 @@ int RunCommand(const Args& args) {
     LOG(INFO) << "started worker " << id << " as pid " << *pid
               << (gpus ? " on GPU " + env["ELASTRA_DEVICE"] : std::string());
   };
-  for (long long i = 0; i < nproc; ++i) spawn("w" + std::to_string(i));
+  for (int i = 0; i < nproc; ++i) spawn("w" + std::to_string(i));
 
   std::optional<int> shutdown_code;
   auto shutdown_deadline = std::chrono::steady_clock::time_point::max();
@@ -270,39 +281,97 @@ int RunCommand(const Args& args) {
   return code;
 }
 
-int CoordinatorCommand(const Args& args) {
-  FlagParser flags("coordinator", args);
-  if (!flags.Parse({"state-dir", "workers", "max-workers", "bind", "job", "resume"},
-                   {"restart"})) {
-    return 2;
-  }
-  long long workers = 1, max_workers = 64;
-  if (!flags.GetInt("workers", 1, 4096, &workers)) return 2;
-  if (!flags.GetInt("max-workers", 1, 4096, &max_workers)) return 2;
-  std::string state_dir = flags.Get("state-dir", ".elastra");
+int RunCoordinator(const CoordinatorOptions& flags) {
   logging::SetTag("coordinator");
   coordinator::EmbeddedOptions o;
-  o.state_dir = state_dir;
-  o.job = flags.Get("job", "elastra");
-  o.bind = flags.Get("bind", "tcp://127.0.0.1:0");
-  o.initial_workers = static_cast<int>(workers);
-  o.max_workers = static_cast<int>(std::max(workers, max_workers));
-  o.resume_from = flags.Get("resume");
+  o.state_dir = flags.state_dir;
+  o.job = flags.job;
+  o.bind = flags.bind;
+  o.initial_workers = flags.workers;
+  o.max_workers = std::max(flags.workers, flags.max_workers);
+  o.resume_from = flags.resume;
   // --restart: take back the job journaled in the state directory (docs/journal.md).
-  o.restart = flags.Has("restart");
+  o.restart = flags.restart;
   auto embedded = coordinator::StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;
   }
-  std::printf("{\"address\":\"%s\",\"state_dir\":\"%s\"}\n", embedded->info.address.c_str(),
-              state_dir.c_str());
+  const nlohmann::json ready = {{"address", embedded->info.address},
+                                {"state_dir", flags.state_dir}};
+  std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   while (g_stop_signal == 0) std::this_thread::sleep_for(milliseconds(50));
   embedded->server->Stop();
   return 0;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* run = app->add_subcommand(
+      "run", "Start a job on this machine: a coordinator, N workers, and supervise them");
+  SetUsage(run, {"elastra run --nproc N [--state-dir DIR] [--max-workers M] [--job NAME] "
+                 "[--resume CKPT_ROOT] [--gpus N|auto] -- PROGRAM ARGS..."});
+  AddIntFlag(run, "--nproc", &o->nproc, 1, 4096, "N", "Workers to start")->required();
+  run->add_option("--state-dir", o->state_dir,
+                  "Keys, coordinator.json, journal and status.json of the job")
+      ->type_name("DIR")
+      ->capture_default_str();
+  AddIntFlag(run, "--max-workers", &o->max_workers, 1, 4096, "M",
+             "Most workers a resize may ask for (at least --nproc)")
+      ->capture_default_str();
+  run->add_option("--job", o->job, "The job's name")->type_name("NAME")->capture_default_str();
+  run->add_option("--resume", o->resume,
+                  "Start from the newest committed checkpoint under this root")
+      ->type_name("CKPT_ROOT");
+  run->add_option_function<std::string>(
+         "--gpus",
+         [o](const std::string& text) {
+           if (text == "auto") {
+             o->gpus_auto = true;
+           } else {
+             o->gpus = ParseIntFlag("--gpus", text, 1, 4096);
+           }
+         },
+         "Give each worker a GPU (ELASTRA_DEVICE) among N, or every CUDA device with auto")
+      ->type_name("N|auto");
+  // After --, every argument is the program's, flags included.
+  run->add_option("PROGRAM", o->program, "The worker program and its arguments, after --")
+      ->type_name("");
+  run->callback([o, exit_code] { *exit_code = RunJob(*o); });
+}
+
+void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<CoordinatorOptions>();
+  CLI::App* coordinator = app->add_subcommand(
+      "coordinator", "Run only the coordinator, for workers started elsewhere");
+  SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
+                         "[--bind tcp://127.0.0.1:0] [--max-workers M] [--job NAME]",
+                         "elastra coordinator --state-dir DIR --restart"});
+  coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
+      ->type_name("DIR")
+      ->capture_default_str();
+  AddIntFlag(coordinator, "--workers", &o->workers, 1, 4096, "N", "Workers the job starts with")
+      ->capture_default_str();
+  AddIntFlag(coordinator, "--max-workers", &o->max_workers, 1, 4096, "M",
+             "Most workers a resize may ask for")
+      ->capture_default_str();
+  coordinator->add_option("--bind", o->bind, "Address to listen on")
+      ->type_name("ADDRESS")
+      ->capture_default_str();
+  coordinator->add_option("--job", o->job, "The job's name")
+      ->type_name("NAME")
+      ->capture_default_str();
+  coordinator->add_option("--resume", o->resume,
+                          "Start from the newest committed checkpoint under this root")
+      ->type_name("CKPT_ROOT");
+  coordinator->add_flag("--restart", o->restart,
+                        "Take back the job journaled in --state-dir after its coordinator died");
+  coordinator->callback([o, exit_code] { *exit_code = RunCoordinator(*o); });
 }
 
 }  // namespace elastra::launch

@@ -3,17 +3,25 @@
 // StepEnd() agrees with its peers on when to pause for a reconfiguration, moves state to new
 // workers, and rolls back to an in-memory commit after a failure.
 //
-//   auto worker = elastra::Worker::Create(options).value();
-//   worker->state().AddTensor("w", {64, 64}, elastra::DataType::kFloat64);  // ... init values
-//   CHECK_OK(worker->Start());
-//   while (worker->step() < steps) {
-//     elastra::Status s = TrainOneStep(worker->world(), ...);  // uses world() collectives
-//     auto action = worker->StepEnd(s);
-//     if (!action.ok()) return 1;                              // unrecoverable
-//     if (*action == elastra::StepAction::kLeave) return 0;    // removed by a shrink
-//     // kReconfigured: layout, rank or step may have changed; re-fetch views
+// example: worker-h (compiled as written, with the include of this header, by tests/install)
+//   elastra::Status TrainOneStep(elastra::Worker& worker);  // uses world() collectives
+//
+//   elastra::Status Train(const elastra::WorkerOptions& options, int64_t steps) {
+//     ELASTRA_ASSIGN_OR_RETURN(auto worker, elastra::Worker::Create(options));
+//     ELASTRA_RETURN_IF_ERROR(
+//         worker->state().AddTensor("w", {64, 64}, elastra::DataType::kFloat64));
+//     // ... initialize worker->state().View<double>("w")
+//     ELASTRA_RETURN_IF_ERROR(worker->Start());
+//     while (worker->step() < steps) {
+//       elastra::Status s = TrainOneStep(*worker);
+//       // An error from StepEnd is one the job cannot recover from.
+//       ELASTRA_ASSIGN_OR_RETURN(elastra::StepAction action, worker->StepEnd(s));
+//       if (action == elastra::StepAction::kLeave) return elastra::OkStatus();  // shrunk out
+//       // kReconfigured: layout, rank or step may have changed; re-fetch views
+//     }
+//     worker->Finish();
+//     return elastra::OkStatus();
 //   }
-//   worker->Finish();
 //
 // Not thread-safe: call from the training thread. Internally one I/O thread talks to the
 // coordinator (heartbeats, pushes).
