@@ -45,6 +45,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_store.h"
 #include "common/logging.h"
 
@@ -212,15 +213,6 @@ std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostnam
   return device;
 }
 
-bool LooksLikeTimeout(const char* what) {
-  return std::strstr(what, "Timed out") != nullptr || std::strstr(what, "timeout") != nullptr;
-}
-
-Status FromIoException(const char* what, const std::string& op) {
-  if (LooksLikeTimeout(what)) return TimedOutError(op + ": " + what);
-  return PeerLostError(op + ": " + what);
-}
-
 template <typename T>
 gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
   using Fn = void (*)(void*, const void*, const void*, size_t);
@@ -298,10 +290,10 @@ class GlooCommunicator : public Communicator {
     if (count >= static_cast<size_t>(size_)) {
       std::vector<size_t> begin(size_ + 1);
       for (int b = 0; b <= size_; ++b) begin[b] = count * b / size_;
-      return Run("Allreduce", [&] { RingReduce(data, begin, type, op, timeout, true); });
+      return Run("Allreduce", timeout, [&] { RingReduce(data, begin, type, op, timeout, true); });
     }
     // Fewer elements than ranks (only with more than kSmallAllreduceRanks ranks): gloo's own.
-    return Run("Allreduce", [&] {
+    return Run("Allreduce", timeout, [&] {
       DispatchType(type, [&]<typename T>() {
         gloo::AllreduceOptions opts(context_);
         opts.setOutput(static_cast<T*>(data), count);
@@ -319,7 +311,7 @@ class GlooCommunicator : public Communicator {
                                   std::to_string(size_) + ")");
     }
     if (count == 0) return OkStatus();
-    return Run("Broadcast", [&] {
+    return Run("Broadcast", timeout, [&] {
       DispatchType(type, [&]<typename T>() {
         gloo::BroadcastOptions opts(context_);
         opts.setOutput(static_cast<T*>(data), count);
@@ -335,7 +327,7 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allgather", send, count, type, timeout));
     if (recv == nullptr && count > 0) return InvalidArgumentError("Allgather: recv is null");
     if (count == 0) return OkStatus();
-    return Run("Allgather", [&] {
+    return Run("Allgather", timeout, [&] {
       DispatchType(type, [&]<typename T>() {
         gloo::AllgatherOptions opts(context_);
         // gloo's allgather reads its input from `send` (const_cast: it only reads it).
@@ -360,7 +352,7 @@ class GlooCommunicator : public Communicator {
                               static_cast<const char*>(send) + elem * count * size_);
     std::vector<size_t> begin(size_ + 1);
     for (int b = 0; b <= size_; ++b) begin[b] = count * b;
-    return Run("ReduceScatter", [&] {
+    return Run("ReduceScatter", timeout, [&] {
       RingReduce(scratch.data(), begin, type, op, timeout, false);
       std::memcpy(recv, scratch.data() + elem * count * rank_, elem * count);
     });
@@ -369,7 +361,7 @@ class GlooCommunicator : public Communicator {
   Status Barrier(Timeout timeout) override {
     if (timeout.count() <= 0) return InvalidArgumentError("Barrier: timeout must be positive");
     ELASTRA_RETURN_IF_ERROR(BrokenStatus());
-    return Run("Barrier", [&] {
+    return Run("Barrier", timeout, [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(timeout);
       gloo::barrier(opts);
@@ -378,7 +370,7 @@ class GlooCommunicator : public Communicator {
 
   Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
-    return Run("Send", [&] {
+    return Run("Send", timeout, [&] {
       auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
       Watch watch(this, {buf.get()});
       buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
@@ -399,7 +391,7 @@ class GlooCommunicator : public Communicator {
     }
     if (!any) return BrokenStatus();
     const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
-    return Run("Exchange", [&] {
+    return Run("Exchange", timeout, [&] {
       std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs(ops.size());
       std::vector<gloo::transport::UnboundBuffer*> watched;
       for (size_t i = 0; i < ops.size(); ++i) {
@@ -425,7 +417,7 @@ class GlooCommunicator : public Communicator {
 
   Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
-    return Run("Recv", [&] {
+    return Run("Recv", timeout, [&] {
       auto buf = context_->createUnboundBuffer(data, bytes);
       Watch watch(this, {buf.get()});
       buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
@@ -487,7 +479,7 @@ class GlooCommunicator : public Communicator {
       std::lock_guard<std::mutex> lock(mu_);
       slot = gloo::Slot::build(kSmallAllreduceSlotPrefix, small_sequence_++);
     }
-    return Run("Allreduce", [&] {
+    return Run("Allreduce", timeout, [&] {
       std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> outs, ins;
       std::vector<gloo::transport::UnboundBuffer*> watched;
       for (int p = 0; p < size_; ++p) {
@@ -625,7 +617,10 @@ class GlooCommunicator : public Communicator {
   }
 
   // Runs one gloo operation. The in-flight count keeps the context alive for the destructor.
-  Status Run(const char* op, const std::function<void()>& body) {
+  // Every wait of the operation gets `timeout`, so a gloo timeout comes after start + timeout:
+  // that deadline tells a timeout from a lost peer (both are gloo::IoException).
+  Status Run(const char* op, Timeout timeout, const std::function<void()>& body) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.ok()) return broken_;
@@ -634,14 +629,9 @@ class GlooCommunicator : public Communicator {
     Status result;
     try {
       body();
-    } catch (const gloo::IoException& e) {
-      result = FromIoException(e.what(), op);
-    } catch (const gloo::EnforceNotMet& e) {
-      result = PeerLostError(std::string(op) + ": " + e.what());
-    } catch (const gloo::Exception& e) {
-      result = PeerLostError(std::string(op) + ": " + e.what());
-    } catch (const std::exception& e) {
-      result = InternalError(std::string(op) + ": " + e.what());
+    } catch (...) {
+      result = StatusOfGlooFailure(std::current_exception(), op,
+                                   std::chrono::steady_clock::now() >= deadline);
     }
     bool shutdown = false;
     {
@@ -709,6 +699,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     return InvalidArgumentError("CreateGlooCommunicator: timeouts must be positive");
   }
   IgnoreSigpipeOnce();
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   try {
     std::shared_ptr<gloo::transport::Device> device = SharedDevice(options.hostname);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
@@ -730,14 +721,9 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     }
     return std::unique_ptr<Communicator>(new GlooCommunicator(
         options, std::move(context), std::move(device), std::move(sockets)));
-  } catch (const gloo::IoException& e) {
-    return FromIoException(e.what(), "CreateGlooCommunicator " + options.prefix);
-  } catch (const gloo::EnforceNotMet& e) {
-    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
-  } catch (const gloo::Exception& e) {
-    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
-  } catch (const std::exception& e) {
-    return InternalError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
+  } catch (...) {
+    return StatusOfGlooFailure(std::current_exception(), "CreateGlooCommunicator " + options.prefix,
+                               std::chrono::steady_clock::now() >= deadline);
   }
 }
 
