@@ -1,15 +1,18 @@
-// The Gloo backend. Every gloo call runs inside Run(), which turns gloo's exceptions into Status,
-// marks the communicator broken on the first error and shuts down this rank's sockets so that
-// peers blocked on it fail at once instead of waiting out their own timeouts.
+// The Gloo backend: a GlooCommunicator owns one gloo context (a pair per peer) on the process's
+// shared tcp device, and runs every call through Run().
 //
-// Breaking a blocked call. In this gloo (Debian 0.0~git20220518) tcp::Pair::close() closes the fd
-// but wakes no thread waiting on an unbound buffer, and the package lacks gloo/common/memory.h,
-// so <gloo/transport/tcp/pair.h> cannot even be included. What does work is shutdown(2) on the
-// pair's connected socket: the device loop reads EOF, signals an IoException to every buffer
-// pending on that pair (waking the blocked thread), and the peer reads EOF too. We find each
-// pair's socket once, right after connecting, by address (see FindPairSockets) and keep a dup()
-// of it, so later shutdowns can never hit a reused fd number. The context is destroyed only after
-// every call has left it.
+// Calls. Every collective and point-to-point call is a schedule of gloo::transport::UnboundBuffer
+// transfers (gloo_algorithms.h) driven by a Call (gloo_call.h): its buffers are registered with
+// the communicator's WaitSet and its waits are bounded by the call's deadline. gloo's own
+// algorithms are not used: they wait on buffers created inside them, which nothing can wake.
+//
+// Abort and failure. Abort() interrupts the WaitSet (every wait of a call in flight returns at
+// once) and shuts this rank's sockets down so that peers fail at once; the first error of a call
+// shuts them down too. In this gloo (Debian 0.0~git20220518) the package lacks
+// gloo/common/memory.h, so <gloo/transport/tcp/pair.h> cannot be included; we find each pair's
+// socket once, right after connecting, by address (see FindPairSockets) and keep a dup() of it,
+// so later shutdowns can never hit a reused fd number. The context is destroyed only after every
+// call has left it.
 #include "collectives/gloo/gloo_communicator.h"
 
 #include <dirent.h>
@@ -28,23 +31,16 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
 #include <vector>
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/common/logging.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "collectives/gloo/gloo_algorithms.h"
+#include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_store.h"
 #include "common/logging.h"
@@ -52,16 +48,16 @@
 namespace elastra {
 namespace {
 
-// Slot prefix for Send/Recv: gloo's collectives use 0x01..0x08.
+using Clock = std::chrono::steady_clock;
+
+// Slot prefixes (gloo's own collectives use 0x01..0x08). Point-to-point: slot (0x40, tag).
+// Collectives: slot (0x41, n) for the n-th collective call; all ranks call them in one order.
 constexpr uint8_t kPointToPointSlotPrefix = 0x40;
-// Slot prefix for the small allreduce exchange (see SmallAllreduce).
-constexpr uint8_t kSmallAllreduceSlotPrefix = 0x41;
-// Allreduces of at most this many bytes per rank, in groups of at most kSmallAllreduceRanks, run
-// as an exchange over unbound buffers that Abort() can wake.
-constexpr size_t kSmallAllreduceBytes = 64u << 10;
-constexpr int kSmallAllreduceRanks = 16;
-// Slot prefix for the ring allreduce and reduce-scatter (see RingReduce).
-constexpr uint8_t kRingSlotPrefix = 0x42;
+constexpr uint8_t kCollectiveSlotPrefix = 0x41;
+// Allreduces of at most this many bytes per rank, in groups of at most kDirectAllreduceRanks,
+// take DirectAllreduce (one round, latency-bound); the rest the ring (bandwidth-optimal).
+constexpr size_t kDirectAllreduceBytes = 64u << 10;
+constexpr int kDirectAllreduceRanks = 16;
 
 // Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
 class RecordingStore : public gloo::rendezvous::Store {
@@ -213,17 +209,6 @@ std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostnam
   return device;
 }
 
-template <typename T>
-gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
-  using Fn = void (*)(void*, const void*, const void*, size_t);
-  switch (op) {
-    case ReduceOp::kSum: return static_cast<Fn>(&gloo::sum<T>);
-    case ReduceOp::kMax: return static_cast<Fn>(&gloo::max<T>);
-    case ReduceOp::kMin: return static_cast<Fn>(&gloo::min<T>);
-  }
-  return nullptr;
-}
-
 bool ValidType(DataType type) {
   switch (type) {
     case DataType::kFloat32:
@@ -236,17 +221,6 @@ bool ValidType(DataType type) {
 
 bool ValidOp(ReduceOp op) {
   return op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin;
-}
-
-// Calls f.template operator()<T>() with T the C++ type of `type`.
-template <typename F>
-void DispatchType(DataType type, F&& f) {
-  switch (type) {
-    case DataType::kFloat32: f.template operator()<float>(); return;
-    case DataType::kFloat64: f.template operator()<double>(); return;
-    case DataType::kInt64: f.template operator()<int64_t>(); return;
-    case DataType::kUint8: f.template operator()<uint8_t>(); return;
-  }
 }
 
 class GlooCommunicator : public Communicator {
@@ -284,23 +258,21 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
-    if (count * DataTypeSize(type) <= kSmallAllreduceBytes && size_ <= kSmallAllreduceRanks) {
-      return SmallAllreduce(data, count, type, op, timeout);
-    }
-    if (count >= static_cast<size_t>(size_)) {
-      std::vector<size_t> begin(size_ + 1);
-      for (int b = 0; b <= size_; ++b) begin[b] = count * b / size_;
-      return Run("Allreduce", timeout, [&] { RingReduce(data, begin, type, op, timeout, true); });
-    }
-    // Fewer elements than ranks (only with more than kSmallAllreduceRanks ranks): gloo's own.
-    return Run("Allreduce", timeout, [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data), count);
-        opts.setReduceFunction(ReduceFunc<T>(op));
-        opts.setTimeout(timeout);
-        gloo::allreduce(opts);
+    const size_t elem = DataTypeSize(type);
+    if (count * elem <= kDirectAllreduceBytes && size_ <= kDirectAllreduceRanks) {
+      return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
+        DirectAllreduce(call, slot, data, count, type, op);
       });
+    }
+    // Blocks of count / n elements (some empty when count < n: empty messages).
+    std::vector<size_t> begin(size_ + 1), begin_bytes(size_ + 1);
+    for (int b = 0; b <= size_; ++b) {
+      begin[b] = count * b / size_;
+      begin_bytes[b] = begin[b] * elem;
+    }
+    return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
+      RingReduceScatter(call, slot, data, begin, type, op);
+      RingAllgather(call, slot + 1, data, begin_bytes);
     });
   }
 
@@ -311,14 +283,8 @@ class GlooCommunicator : public Communicator {
                                   std::to_string(size_) + ")");
     }
     if (count == 0) return OkStatus();
-    return Run("Broadcast", timeout, [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::BroadcastOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data), count);
-        opts.setRoot(root);
-        opts.setTimeout(timeout);
-        gloo::broadcast(opts);
-      });
+    return RunCollective("Broadcast", timeout, [&](Call& call, uint64_t slot) {
+      TreeBroadcast(call, slot, data, count * DataTypeSize(type), root);
     });
   }
 
@@ -327,20 +293,16 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allgather", send, count, type, timeout));
     if (recv == nullptr && count > 0) return InvalidArgumentError("Allgather: recv is null");
     if (count == 0) return OkStatus();
-    return Run("Allgather", timeout, [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::AllgatherOptions opts(context_);
-        // gloo's allgather reads its input from `send` (const_cast: it only reads it).
-        opts.setInput(const_cast<T*>(static_cast<const T*>(send)), count);
-        opts.setOutput(static_cast<T*>(recv), count * size_);
-        opts.setTimeout(timeout);
-        gloo::allgather(opts);
-      });
+    const size_t block = count * DataTypeSize(type);
+    std::vector<size_t> begin(size_ + 1);
+    for (int b = 0; b <= size_; ++b) begin[b] = block * b;
+    return RunCollective("Allgather", timeout, [&](Call& call, uint64_t slot) {
+      std::memmove(static_cast<char*>(recv) + block * rank_, send, block);
+      RingAllgather(call, slot, recv, begin);
     });
   }
 
-  // The ring's reduce-scatter phase on a copy of the input (this gloo's only reduce-scatter,
-  // ReduceScatterHalvingDoubling, takes no timeout and waits on bound buffers abort cannot wake).
+  // The ring's reduce-scatter phase on a copy of the input (the input stays untouched).
   Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                        Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("ReduceScatter", send, count, type, timeout));
@@ -352,35 +314,38 @@ class GlooCommunicator : public Communicator {
                               static_cast<const char*>(send) + elem * count * size_);
     std::vector<size_t> begin(size_ + 1);
     for (int b = 0; b <= size_; ++b) begin[b] = count * b;
-    return Run("ReduceScatter", timeout, [&] {
-      RingReduce(scratch.data(), begin, type, op, timeout, false);
+    return RunCollective("ReduceScatter", timeout, [&](Call& call, uint64_t slot) {
+      RingReduceScatter(call, slot, scratch.data(), begin, type, op);
       std::memcpy(recv, scratch.data() + elem * count * rank_, elem * count);
     });
   }
 
   Status Barrier(Timeout timeout) override {
     if (timeout.count() <= 0) return InvalidArgumentError("Barrier: timeout must be positive");
-    ELASTRA_RETURN_IF_ERROR(BrokenStatus());
-    return Run("Barrier", timeout, [&] {
-      gloo::BarrierOptions opts(context_);
-      opts.setTimeout(timeout);
-      gloo::barrier(opts);
-    });
+    return RunCollective("Barrier", timeout,
+                         [&](Call& call, uint64_t slot) { DisseminationBarrier(call, slot); });
   }
 
   Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
-    return Run("Send", timeout, [&] {
-      auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
-      Watch watch(this, {buf.get()});
+    return Run("Send", timeout, [&](Call& call) {
+      auto* buf = call.NewBuffer(const_cast<void*>(data), bytes);
       buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      if (!buf->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
+      call.WaitSend(buf);
+    });
+  }
+
+  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
+    return Run("Recv", timeout, [&](Call& call) {
+      auto* buf = call.NewBuffer(data, bytes);
+      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      call.WaitRecv(buf);
     });
   }
 
   // Every transfer on its own unbound buffer, all posted at once (receives first), then waited
-  // on: waits that Abort() can wake. Messages between two ranks share one slot and match in
-  // posting order.
+  // on. Messages between two ranks share one slot and match in posting order.
   bool has_exchange() const override { return true; }
   Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override {
     bool any = false;
@@ -390,38 +355,8 @@ class GlooCommunicator : public Communicator {
       any |= op.bytes > 0;
     }
     if (!any) return BrokenStatus();
-    const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
-    return Run("Exchange", timeout, [&] {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs(ops.size());
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].bytes == 0) continue;
-        bufs[i] = context_->createUnboundBuffer(ops[i].data, ops[i].bytes);
-        watched.push_back(bufs[i].get());
-      }
-      Watch watch(this, watched);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] != nullptr && !ops[i].send) bufs[i]->recv(ops[i].peer, slot);
-      }
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] != nullptr && ops[i].send) bufs[i]->send(ops[i].peer, slot);
-      }
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] == nullptr) continue;
-        const bool done = ops[i].send ? bufs[i]->waitSend(nullptr, timeout)
-                                      : bufs[i]->waitRecv(nullptr, timeout);
-        if (!done) throw std::runtime_error("aborted");
-      }
-    });
-  }
-
-  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
-    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
-    return Run("Recv", timeout, [&] {
-      auto buf = context_->createUnboundBuffer(data, bytes);
-      Watch watch(this, {buf.get()});
-      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      if (!buf->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
+    return Run("Exchange", timeout, [&](Call& call) {
+      PostAll(call, gloo::Slot::build(kPointToPointSlotPrefix, tag), ops);
     });
   }
 
@@ -431,163 +366,12 @@ class GlooCommunicator : public Communicator {
       if (aborted_) return;
       aborted_ = true;
       broken_ = AbortedError("communicator " + prefix_ + " was aborted");
-      // gloo's waits on unbound buffers can be woken; its own collectives' cannot (their waits
-      // for a peer's send notification ignore a broken pair), hence SmallAllreduce.
-      for (gloo::transport::UnboundBuffer* buf : active_) {
-        buf->abortWaitRecv();
-        buf->abortWaitSend();
-      }
     }
+    waits_.Interrupt();
     ShutdownAll();
   }
 
  private:
-  // Registers unbound buffers in use so that Abort() can wake their waits.
-  class Watch {
-   public:
-    Watch(GlooCommunicator* comm, std::vector<gloo::transport::UnboundBuffer*> bufs)
-        : comm_(comm), bufs_(std::move(bufs)) {
-      std::lock_guard<std::mutex> lock(comm_->mu_);
-      for (auto* b : bufs_) {
-        comm_->active_.insert(b);
-        if (comm_->aborted_) {
-          b->abortWaitRecv();
-          b->abortWaitSend();
-        }
-      }
-    }
-    ~Watch() {
-      std::lock_guard<std::mutex> lock(comm_->mu_);
-      for (auto* b : bufs_) comm_->active_.erase(b);
-    }
-
-   private:
-    GlooCommunicator* comm_;
-    std::vector<gloo::transport::UnboundBuffer*> bufs_;
-  };
-
-  // Every rank sends its contribution to every other rank over unbound buffers (one per peer and
-  // direction) and reduces all of them in rank order: the same bits on every rank, whatever the
-  // group, and waits that Abort() can wake. Used for the small allreduces that dominate a step's
-  // synchronization (step agreement, activation sums under TP).
-  Status SmallAllreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) {
-    const size_t bytes = count * DataTypeSize(type);
-    std::vector<char> mine(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
-    std::vector<char> all(bytes * size_);
-    uint64_t slot = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      slot = gloo::Slot::build(kSmallAllreduceSlotPrefix, small_sequence_++);
-    }
-    return Run("Allreduce", timeout, [&] {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> outs, ins;
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        outs.push_back(context_->createUnboundBuffer(mine.data(), bytes));
-        ins.push_back(context_->createUnboundBuffer(all.data() + p * bytes, bytes));
-        watched.push_back(outs.back().get());
-        watched.push_back(ins.back().get());
-      }
-      Watch watch(this, watched);
-      for (int p = 0, i = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        ins[i]->recv(p, slot);
-        outs[i]->send(p, slot);
-        ++i;
-      }
-      for (size_t i = 0; i < ins.size(); ++i) {
-        if (!ins[i]->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
-        if (!outs[i]->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
-      }
-      std::memcpy(all.data() + rank_ * bytes, mine.data(), bytes);
-      DispatchType(type, [&]<typename T>() {
-        const T* parts = reinterpret_cast<const T*>(all.data());
-        T* out = static_cast<T*>(data);
-        for (size_t e = 0; e < count; ++e) {
-          T acc = parts[e];
-          for (int r = 1; r < size_; ++r) {
-            const T x = parts[r * count + e];
-            acc = op == ReduceOp::kSum ? static_cast<T>(acc + x)
-                  : op == ReduceOp::kMax ? std::max(acc, x)
-                                         : std::min(acc, x);
-          }
-          out[e] = acc;
-        }
-      });
-    });
-  }
-
-  // Ring reduction over unbound buffers, n - 1 steps per phase, each a send to the right
-  // neighbour and a receive from the left one: the bandwidth-optimal schedule, with waits that
-  // Abort() can wake. Block b is elements [begin[b], begin[b + 1]) of `data`. Reduce-scatter: at
-  // step s rank r sends block r - s - 1 and reduces the incoming block r - s - 2 into its own, so
-  // it ends holding the full reduction of block r. With `allgather`, n - 1 more steps pass the
-  // reduced blocks round the ring, so every rank ends with the same bits. Throws like gloo (Run
-  // maps it).
-  void RingReduce(void* data, const std::vector<size_t>& begin, DataType type, ReduceOp op,
-                  Timeout timeout, bool allgather) {
-    const int n = size_;
-    if (n == 1) return;
-    const size_t elem = DataTypeSize(type);
-    size_t largest = 0;
-    for (int b = 0; b < n; ++b) largest = std::max(largest, begin[b + 1] - begin[b]);
-    std::vector<char> incoming(std::max<size_t>(largest, 1) * elem);
-    uint32_t first_slot = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      first_slot = ring_sequence_;
-      ring_sequence_ += 2 * (n - 1);
-    }
-    auto* bytes = static_cast<char*>(data);
-    auto whole = context_->createUnboundBuffer(data, begin[n] * elem);
-    auto in = context_->createUnboundBuffer(incoming.data(), incoming.size());
-    Watch watch(this, {whole.get(), in.get()});
-    const int right = (rank_ + 1) % n;
-    const int left = (rank_ + n - 1) % n;
-    auto block = [n](int b) { return ((b % n) + n) % n; };
-    auto wait = [&](gloo::transport::UnboundBuffer* buf, bool recv) {
-      if (!(recv ? buf->waitRecv(nullptr, timeout) : buf->waitSend(nullptr, timeout))) {
-        throw std::runtime_error("aborted");
-      }
-    };
-    for (int s = 0; s < n - 1; ++s) {
-      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + s);
-      const int out = block(rank_ - s - 1), into = block(rank_ - s - 2);
-      const size_t out_len = (begin[out + 1] - begin[out]) * elem;
-      const size_t in_len = (begin[into + 1] - begin[into]) * elem;
-      in->recv(left, slot, 0, in_len);
-      whole->send(right, slot, begin[out] * elem, out_len);
-      wait(in.get(), true);
-      DispatchType(type, [&]<typename T>() {
-        T* acc = reinterpret_cast<T*>(bytes + begin[into] * elem);
-        const T* x = reinterpret_cast<const T*>(incoming.data());
-        const size_t m = begin[into + 1] - begin[into];
-        switch (op) {
-          case ReduceOp::kSum:
-            for (size_t e = 0; e < m; ++e) acc[e] = static_cast<T>(acc[e] + x[e]);
-            break;
-          case ReduceOp::kMax:
-            for (size_t e = 0; e < m; ++e) acc[e] = std::max(acc[e], x[e]);
-            break;
-          case ReduceOp::kMin:
-            for (size_t e = 0; e < m; ++e) acc[e] = std::min(acc[e], x[e]);
-            break;
-        }
-      });
-      wait(whole.get(), false);
-    }
-    if (!allgather) return;
-    for (int s = 0; s < n - 1; ++s) {
-      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + (n - 1) + s);
-      const int out = block(rank_ - s), into = block(rank_ - s - 1);
-      whole->recv(left, slot, begin[into] * elem, (begin[into + 1] - begin[into]) * elem);
-      whole->send(right, slot, begin[out] * elem, (begin[out + 1] - begin[out]) * elem);
-      wait(whole.get(), true);
-      wait(whole.get(), false);
-    }
-  }
-
   Status BrokenStatus() {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
@@ -616,11 +400,24 @@ class GlooCommunicator : public Communicator {
     return BrokenStatus();
   }
 
-  // Runs one gloo operation. The in-flight count keeps the context alive for the destructor.
-  // Every wait of the operation gets `timeout`, so a gloo timeout comes after start + timeout:
-  // that deadline tells a timeout from a lost peer (both are gloo::IoException).
-  Status Run(const char* op, Timeout timeout, const std::function<void()>& body) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Run() for a collective: the body gets the call's slot, the next in the order every rank
+  // calls collectives in.
+  Status RunCollective(const char* op, Timeout timeout,
+                       const std::function<void(Call&, uint64_t)>& body) {
+    uint32_t sequence = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sequence = collective_sequence_++;
+    }
+    const uint64_t slot = gloo::Slot::build(kCollectiveSlotPrefix, sequence);
+    return Run(op, timeout, [&](Call& call) { body(call, slot); });
+  }
+
+  // Runs one call on the context, bounded by `timeout` from now. The first error breaks the
+  // communicator: the other calls in flight are interrupted, and the last to leave closes the
+  // pairs so that peers fail at once instead of waiting out their own timeouts.
+  Status Run(const char* op, Timeout timeout, const std::function<void(Call&)>& body) {
+    const Clock::time_point deadline = Clock::now() + timeout;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.ok()) return broken_;
@@ -628,28 +425,24 @@ class GlooCommunicator : public Communicator {
     }
     Status result;
     try {
-      body();
+      Call call(*context_, waits_, deadline);
+      body(call);
     } catch (...) {
-      result = StatusOfGlooFailure(std::current_exception(), op,
-                                   std::chrono::steady_clock::now() >= deadline);
+      result = StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
     }
-    bool shutdown = false;
+    bool first_error = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!result.ok()) {
-        if (aborted_) {
-          // A call that Abort() broke reports the abort, not the EOF it caused.
-          result = broken_;
-        } else if (broken_.ok()) {
+        if (broken_.ok()) {
           broken_ = result.WithContext("rank " + std::to_string(rank_) + " " + prefix_);
-          result = broken_;
-          shutdown = true;
-        } else {
-          result = broken_;
+          first_error = true;
         }
+        // A call broken by Abort() reports the abort, not the EOF it caused.
+        result = broken_;
       }
     }
-    if (shutdown) {
+    if (first_error) {
       LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
       ShutdownAll();
     }
@@ -676,15 +469,14 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::vector<int> sockets_;  // per peer: our dup() of the pair's socket, -1 for self
+  WaitSet waits_;
 
   std::mutex mu_;
   std::condition_variable idle_;
-  int in_flight_ = 0;   // guarded by mu_
-  bool aborted_ = false;  // guarded by mu_
-  std::set<gloo::transport::UnboundBuffer*> active_;  // guarded by mu_: buffers being waited on
-  uint64_t small_sequence_ = 0;  // guarded by mu_: slots of SmallAllreduce, in call order
-  uint32_t ring_sequence_ = 0;   // guarded by mu_: slots of RingReduce's steps, in call order
-  Status broken_;       // guarded by mu_; OK while healthy
+  int in_flight_ = 0;               // guarded by mu_: calls inside the context
+  bool aborted_ = false;            // guarded by mu_
+  uint32_t collective_sequence_ = 0;  // guarded by mu_: slots of collectives, in call order
+  Status broken_;                   // guarded by mu_; OK while healthy
 };
 
 }  // namespace
@@ -699,7 +491,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     return InvalidArgumentError("CreateGlooCommunicator: timeouts must be positive");
   }
   IgnoreSigpipeOnce();
-  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  const std::string op = "CreateGlooCommunicator " + options.prefix;
+  const Clock::time_point deadline = Clock::now() + options.connect_timeout;
   try {
     std::shared_ptr<gloo::transport::Device> device = SharedDevice(options.hostname);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
@@ -722,8 +515,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     return std::unique_ptr<Communicator>(new GlooCommunicator(
         options, std::move(context), std::move(device), std::move(sockets)));
   } catch (...) {
-    return StatusOfGlooFailure(std::current_exception(), "CreateGlooCommunicator " + options.prefix,
-                               std::chrono::steady_clock::now() >= deadline);
+    return StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
   }
 }
 

@@ -2,6 +2,7 @@
 // full-mesh through a KeyValueStore under a per-generation key prefix.
 //
 // Thread-compatible; Abort() may be called from any thread at any time.
+// Timeouts: a call's timeout bounds the whole call (every wait of it), not each wait.
 // Failures: a lost peer or connection is kPeerLost, a passed deadline kTimedOut. After the first
 // such error the communicator is broken: it shuts its sockets down at once (so peers blocked on
 // this rank fail with kPeerLost instead of waiting out their own timeouts) and every later call

@@ -4,6 +4,7 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 
+#include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_store.h"
 
 namespace elastra {
@@ -12,6 +13,8 @@ Status StatusOfGlooFailure(std::exception_ptr failure, const std::string& op,
                            bool deadline_passed) {
   try {
     std::rethrow_exception(failure);
+  } catch (const CallInterrupted& e) {
+    return AbortedError(op + ": " + e.what());
   } catch (const StoreError& e) {
     if (e.status().code() == StatusCode::kTimedOut) {
       return TimedOutError(op + ": rendezvous: " + e.status().message());

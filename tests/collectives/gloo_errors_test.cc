@@ -8,6 +8,7 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 
+#include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_store.h"
 
@@ -27,6 +28,11 @@ TEST(GlooErrors, IoExceptionIsATimeoutOnlyOnceTheDeadlinePassed) {
   const gloo::IoException closed("Connection closed by peer [127.0.0.1]:4242");
   EXPECT_EQ(CodeOf(closed, false), StatusCode::kPeerLost);
   EXPECT_EQ(CodeOf(closed, true), StatusCode::kTimedOut);
+}
+
+TEST(GlooErrors, InterruptedWaitIsAborted) {
+  EXPECT_EQ(CodeOf(CallInterrupted(), false), StatusCode::kAborted);
+  EXPECT_EQ(CodeOf(CallInterrupted(), true), StatusCode::kAborted);
 }
 
 TEST(GlooErrors, StoreErrorsKeepTheirMeaningWhateverTheirText) {
