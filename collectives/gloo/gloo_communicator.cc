@@ -6,36 +6,35 @@
 // the communicator's WaitSet and its waits are bounded by the call's deadline. gloo's own
 // algorithms are not used: they wait on buffers created inside them, which nothing can wake.
 //
-// Abort and failure. Abort() interrupts the WaitSet (every wait of a call in flight returns at
-// once) and shuts this rank's sockets down so that peers fail at once; the first error of a call
-// shuts them down too. In this gloo (Debian 0.0~git20220518) the package lacks
-// gloo/common/memory.h, so <gloo/transport/tcp/pair.h> cannot be included; we find each pair's
-// socket once, right after connecting, by address (see FindPairSockets) and keep a dup() of it,
-// so later shutdowns can never hit a reused fd number. The context is destroyed only after every
-// call has left it.
+// Abort and failure, through gloo's public surface only. Abort(), or the first error of a call,
+// marks the communicator broken and interrupts the WaitSet: every wait of every call in flight
+// returns at once (gloo's UnboundBuffer::abortWaitRecv/abortWaitSend), the calls leave, and
+// later calls fail fast without entering the context. When the last call has left, the
+// communicator closes its context's pairs (gloo::Context::closeConnections: a hard close, so each
+// peer reads a reset and its pending buffers fail with gloo::IoException: kPeerLost there). If no
+// call is in flight, Abort() closes them itself. Only this context's own pairs are closed: no fd
+// is looked up, dup()ed or shut down behind gloo's back, so a communicator sharing the device (the
+// next generation) is never touched. The destructor waits until no call is in the context.
+//
+// Errors are classified by exception type (gloo_errors.h), with the call's deadline telling a
+// gloo timeout from a lost peer (both are gloo::IoException in this gloo).
 #include "collectives/gloo/gloo_communicator.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
@@ -58,117 +57,8 @@ constexpr uint8_t kCollectiveSlotPrefix = 0x41;
 // take DirectAllreduce (one round, latency-bound); the rest the ring (bandwidth-optimal).
 constexpr size_t kDirectAllreduceBytes = 64u << 10;
 constexpr int kDirectAllreduceRanks = 16;
-
-// Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
-class RecordingStore : public gloo::rendezvous::Store {
- public:
-  explicit RecordingStore(gloo::rendezvous::Store& inner) : inner_(inner) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    inner_.set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override {
-    std::vector<char> value = inner_.get(key);
-    gets_[key] = value;
-    return value;
-  }
-  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    inner_.wait(keys, timeout);
-  }
-  const std::map<std::string, std::vector<char>>& gets() const { return gets_; }
-
- private:
-  gloo::rendezvous::Store& inner_;
-  std::map<std::string, std::vector<char>> gets_;
-};
-
-// extractAddress is protected; a pointer to member formed in a derived class may call it.
-struct ContextInternals : gloo::rendezvous::Context {
-  static std::vector<char> ExtractAddress(gloo::rendezvous::Context& context,
-                                          std::vector<char>& all, int peer) {
-    return (context.*(&ContextInternals::extractAddress))(all, peer);
-  }
-};
-
-bool SameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
-  }
-  if (a.ss_family == AF_INET6) {
-    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-    return x.sin6_port == y.sin6_port &&
-           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
-  }
-  return false;
-}
-
-sockaddr_storage SockaddrOf(const std::vector<char>& address_bytes) {
-  return gloo::transport::tcp::Address(address_bytes).getSockaddr();
-}
-
-// True when `fd` is a connected socket from `local` (the side that accepted) or to `remote` (the
-// side that connected).
-bool IsPairSocket(int fd, const sockaddr_storage& local, const sockaddr_storage& remote) {
-  sockaddr_storage self{}, peer{};
-  socklen_t len = sizeof(self);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return false;
-  len = sizeof(peer);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
-  return SameEndpoint(self, local) || SameEndpoint(peer, remote);
-}
-
-// For every peer, a dup() of the socket of its pair, or -1 where none was found. Each tcp pair
-// listens on its own address: the accepting side's socket has that address as its local end, the
-// connecting side's socket has the peer pair's listening address (read from the store blob the
-// peer published) as its remote end. Both are unique per connection, even with ranks as threads.
-std::vector<int> FindPairSockets(gloo::rendezvous::Context& context, const RecordingStore& store) {
-  const int rank = context.rank;
-  const int size = context.size;
-  std::vector<sockaddr_storage> local(size), remote(size);
-  std::vector<bool> known(size, false);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    // connectFullMesh publishes rank j's pair addresses under key "j" ("rank_j" holds its
-    // hostname, used for local ranks).
-    auto it = store.gets().find(std::to_string(peer));
-    if (it == store.gets().end()) continue;
-    std::vector<char> blob = it->second;
-    local[peer] = SockaddrOf(context.getPair(peer)->address().bytes());
-    remote[peer] = SockaddrOf(ContextInternals::ExtractAddress(context, blob, peer));
-    known[peer] = true;
-  }
-  std::vector<int> fds(size, -1);
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return fds;
-  const int dir_fd = ::dirfd(dir);
-  while (dirent* entry = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dir_fd) continue;
-    struct stat st;
-    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    for (int peer = 0; peer < size; ++peer) {
-      if (!known[peer] || fds[peer] >= 0) continue;
-      if (!IsPairSocket(static_cast<int>(fd), local[peer], remote[peer])) continue;
-      // Check again on our own duplicate: the number may have been reused in between.
-      const int dup_fd = ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
-      if (dup_fd < 0) continue;
-      if (IsPairSocket(dup_fd, local[peer], remote[peer])) {
-        fds[peer] = dup_fd;
-      } else {
-        ::close(dup_fd);
-      }
-      break;
-    }
-  }
-  ::closedir(dir);
-  return fds;
-}
+// Pairs closed at once when a broken communicator closes its connections (see ClosePairs).
+constexpr int kClosingThreads = 16;
 
 // gloo writes to its sockets with writev(2), without MSG_NOSIGNAL: a write to a peer that just
 // died raises SIGPIPE, whose default action kills this process (seen in the SIGKILL test). The
@@ -226,14 +116,13 @@ bool ValidOp(ReduceOp op) {
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Context> context,
-                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> sockets)
+                   std::shared_ptr<gloo::transport::Device> device)
       : rank_(options.rank),
         size_(options.size),
         timeout_(options.timeout),
         prefix_(options.prefix),
         device_(std::move(device)),
-        context_(std::move(context)),
-        sockets_(std::move(sockets)) {}
+        context_(std::move(context)) {}
 
   ~GlooCommunicator() override {
     // Thread-compatible, but the documented pattern "Abort() on one thread, then destroy" must be
@@ -243,9 +132,6 @@ class GlooCommunicator : public Communicator {
     lock.unlock();
     context_.reset();
     device_.reset();
-    for (int fd : sockets_) {
-      if (fd >= 0) ::close(fd);
-    }
   }
 
   int rank() const override { return rank_; }
@@ -366,9 +252,10 @@ class GlooCommunicator : public Communicator {
       if (aborted_) return;
       aborted_ = true;
       broken_ = AbortedError("communicator " + prefix_ + " was aborted");
+      ++in_flight_;  // inside too while it works: the destructor waits for it
     }
     waits_.Interrupt();
-    ShutdownAll();
+    Leave();
   }
 
  private:
@@ -438,27 +325,63 @@ class GlooCommunicator : public Communicator {
           broken_ = result.WithContext("rank " + std::to_string(rank_) + " " + prefix_);
           first_error = true;
         }
-        // A call broken by Abort() reports the abort, not the EOF it caused.
+        // A call broken by Abort() or by another call's error reports that, not the EOF or
+        // interruption it caused.
         result = broken_;
       }
     }
     if (first_error) {
       LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
-      ShutdownAll();
+      waits_.Interrupt();
     }
-    // Last touch of `this`: the destructor may run as soon as the count drops to zero.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --in_flight_;
-      idle_.notify_all();
-    }
+    Leave();  // the last touch of `this`: the destructor may run right after
     return result;
   }
 
-  // Thread-safe: shutdown(2) on our own dup()s; the context itself is not touched.
-  void ShutdownAll() {
-    for (int fd : sockets_) {
-      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  // Leaves the context. The last to leave a broken communicator closes its pairs first.
+  void Leave() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+      if (broken_.ok() || closed_ || in_flight_ > 0) {
+        idle_.notify_all();
+        return;
+      }
+      closed_ = true;
+      ++in_flight_;  // holds the context while closing
+    }
+    ClosePairs();
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    idle_.notify_all();
+  }
+
+  // A hard close (SO_LINGER 0) of every pair of this context, through gloo's Pair::close: each
+  // peer reads a reset and fails its pending buffers with gloo::IoException. Never waits on a
+  // peer, but each close waits for one tick of the device's epoll loop (Loop::unregisterDescriptor;
+  // up to 10 ms when idle). Closes on several threads share the ticks; one after another
+  // (gloo::Context::closeConnections) they took up to 10 ms per peer.
+  void ClosePairs() {
+    const int stride = std::max(1, std::min(size_ - 1, kClosingThreads));
+    std::vector<std::thread> closers;
+    for (int first = 1; first < stride; ++first) {
+      try {
+        closers.emplace_back([this, first, stride] { ClosePairsFrom(first, stride); });
+      } catch (const std::system_error& e) {
+        LOG(WARNING) << "gloo " << prefix_ << ": closing the rest on this thread: " << e.what();
+        break;
+      }
+    }
+    ClosePairsFrom(0, stride);
+    for (std::thread& t : closers) t.join();
+    context_->closeConnections();  // pairs of threads that did not start; closed ones: no-op
+  }
+
+  // Closes the pairs to the i-th other rank for i = first, first + stride, ...
+  void ClosePairsFrom(int first, int stride) {
+    for (int i = first; i < size_ - 1; i += stride) {
+      std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i < rank_ ? i : i + 1);
+      if (pair) pair->close();
     }
   }
 
@@ -468,13 +391,13 @@ class GlooCommunicator : public Communicator {
   const std::string prefix_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  const std::vector<int> sockets_;  // per peer: our dup() of the pair's socket, -1 for self
   WaitSet waits_;
 
   std::mutex mu_;
   std::condition_variable idle_;
   int in_flight_ = 0;               // guarded by mu_: calls inside the context
   bool aborted_ = false;            // guarded by mu_
+  bool closed_ = false;             // guarded by mu_: the pairs were closed
   uint32_t collective_sequence_ = 0;  // guarded by mu_: slots of collectives, in call order
   Status broken_;                   // guarded by mu_; OK while healthy
 };
@@ -499,21 +422,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     context->setTimeout(options.connect_timeout);
     GlooStore store(options.store, options.connect_timeout);
     gloo::rendezvous::PrefixStore prefixed(options.prefix, store);
-    RecordingStore recording(prefixed);
-    context->connectFullMesh(recording, device);
+    context->connectFullMesh(prefixed, device);
     context->setTimeout(options.timeout);
-    std::vector<int> sockets = FindPairSockets(*context, recording);
-    for (int peer = 0; peer < options.size; ++peer) {
-      if (peer != options.rank && sockets[peer] < 0) {
-        for (int fd : sockets) {
-          if (fd >= 0) ::close(fd);
-        }
-        return InternalError("CreateGlooCommunicator " + options.prefix +
-                             ": cannot find the socket to rank " + std::to_string(peer));
-      }
-    }
-    return std::unique_ptr<Communicator>(new GlooCommunicator(
-        options, std::move(context), std::move(device), std::move(sockets)));
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(options, std::move(context), std::move(device)));
   } catch (...) {
     return StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
   }
