@@ -258,6 +258,8 @@ class GlooCommunicator : public Communicator {
     Leave();
   }
 
+  int waits_in_flight() const { return waits_.waits_in_flight(); }
+
  private:
   Status BrokenStatus() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -403,6 +405,11 @@ class GlooCommunicator : public Communicator {
 };
 
 }  // namespace
+
+int GlooWaitsInFlightForTesting(const Communicator& comm) {
+  const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
+  return gloo == nullptr ? -1 : gloo->waits_in_flight();
+}
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options) {
   if (options.store == nullptr) return InvalidArgumentError("CreateGlooCommunicator: no store");

@@ -45,4 +45,9 @@ struct GlooOptions {
 // a non-positive timeout, kInternal when gloo breaks an invariant of its own. Every rank of one prefix must call it; a prefix must not be reused.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
 
+// For tests: how many waits the calls of `comm` are in now (entered and not yet returned; a call
+// blocked on a peer is in one), so that a test knows a call is blocked before it breaks it,
+// instead of sleeping and hoping. -1 when `comm` is not a Gloo communicator.
+int GlooWaitsInFlightForTesting(const Communicator& comm);
+
 }  // namespace elastra
