@@ -139,8 +139,7 @@ class GlooCommunicator : public Communicator {
   const char* backend() const override { return "gloo"; }
   Timeout default_timeout() const override { return timeout_; }
 
-  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,
-                   Timeout timeout) override {
+  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
@@ -397,11 +396,11 @@ class GlooCommunicator : public Communicator {
 
   std::mutex mu_;
   std::condition_variable idle_;
-  int in_flight_ = 0;               // guarded by mu_: calls inside the context
-  bool aborted_ = false;            // guarded by mu_
-  bool closed_ = false;             // guarded by mu_: the pairs were closed
+  int in_flight_ = 0;                 // guarded by mu_: calls (and a closing) inside the context
+  bool aborted_ = false;              // guarded by mu_
+  bool closed_ = false;               // guarded by mu_: the pairs were closed
   uint32_t collective_sequence_ = 0;  // guarded by mu_: slots of collectives, in call order
-  Status broken_;                   // guarded by mu_; OK while healthy
+  Status broken_;                     // guarded by mu_; OK while healthy
 };
 
 }  // namespace

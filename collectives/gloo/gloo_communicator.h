@@ -12,8 +12,8 @@
 // at once instead of waiting out their own timeouts. Closing waits until no call is left (a pair
 // that gloo closes on request carries no error, so a call still posting on it would trip a gloo
 // invariant), and each close through gloo waits for a tick of its device loop: peers learn some
-// 10 ms later than from the shutdown(2) this backend used to do on sockets it found in
-// /proc/self/fd behind gloo's back.
+// 10 ms later than from the shutdown(2) this backend used to do on sockets it looked up in the
+// process's fd table behind gloo's back.
 // Abort(): marks the communicator aborted and wakes every wait in flight (gloo's abortWaitRecv/
 // abortWaitSend) without touching a socket. A call blocked on another thread at that moment
 // returns kAborted (within milliseconds); every later call returns kAborted; peers see kPeerLost

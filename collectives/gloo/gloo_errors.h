@@ -19,7 +19,6 @@ namespace elastra {
 // gloo::IoException -> kTimedOut when `deadline_passed`, else kPeerLost; gloo::EnforceNotMet,
 // any other gloo::Exception or std::exception -> kInternal (a broken invariant in gloo or here,
 // not a peer). `op` prefixes the message.
-Status StatusOfGlooFailure(std::exception_ptr failure, const std::string& op,
-                           bool deadline_passed);
+Status StatusOfGlooFailure(std::exception_ptr failure, const std::string& op, bool deadline_passed);
 
 }  // namespace elastra
