@@ -1,177 +1,64 @@
-// The Gloo backend. Every gloo call runs inside Run(), which turns gloo's exceptions into Status,
-// marks the communicator broken on the first error and shuts down this rank's sockets so that
-// peers blocked on it fail at once instead of waiting out their own timeouts.
+// The Gloo backend: a GlooCommunicator owns one gloo context (a pair per peer) on the process's
+// shared tcp device, and runs every call through Run().
 //
-// Breaking a blocked call. In this gloo (Debian 0.0~git20220518) tcp::Pair::close() closes the fd
-// but wakes no thread waiting on an unbound buffer, and the package lacks gloo/common/memory.h,
-// so <gloo/transport/tcp/pair.h> cannot even be included. What does work is shutdown(2) on the
-// pair's connected socket: the device loop reads EOF, signals an IoException to every buffer
-// pending on that pair (waking the blocked thread), and the peer reads EOF too. We find each
-// pair's socket once, right after connecting, by address (see FindPairSockets) and keep a dup()
-// of it, so later shutdowns can never hit a reused fd number. The context is destroyed only after
-// every call has left it.
+// Calls. Every collective and point-to-point call is a schedule of gloo::transport::UnboundBuffer
+// transfers (gloo_algorithms.h) driven by a Call (gloo_call.h): its buffers are registered with
+// the communicator's WaitSet and its waits are bounded by the call's deadline. gloo's own
+// algorithms are not used: they wait on buffers created inside them, which nothing can wake.
+//
+// Abort and failure, through gloo's public surface only. Abort(), or the first error of a call,
+// marks the communicator broken and interrupts the WaitSet: every wait of every call in flight
+// returns at once (gloo's UnboundBuffer::abortWaitRecv/abortWaitSend), the calls leave, and
+// later calls fail fast without entering the context. When the last call has left, the
+// communicator closes its context's pairs (gloo::Context::closeConnections: a hard close, so each
+// peer reads a reset and its pending buffers fail with gloo::IoException: kPeerLost there). If no
+// call is in flight, Abort() closes them itself. Only this context's own pairs are closed: no fd
+// is looked up, dup()ed or shut down behind gloo's back, so a communicator sharing the device (the
+// next generation) is never touched. The destructor waits until no call is in the context.
+//
+// Errors are classified by exception type (gloo_errors.h), with the call's deadline telling a
+// gloo timeout from a lost peer (both are gloo::IoException in this gloo).
 #include "collectives/gloo/gloo_communicator.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
+#include <system_error>
+#include <thread>
 #include <vector>
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/common/logging.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "collectives/gloo/gloo_algorithms.h"
+#include "collectives/gloo/gloo_call.h"
+#include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_store.h"
 #include "common/logging.h"
 
 namespace elastra {
 namespace {
 
-// Slot prefix for Send/Recv: gloo's collectives use 0x01..0x08.
+using Clock = std::chrono::steady_clock;
+
+// Slot prefixes (gloo's own collectives use 0x01..0x08). Point-to-point: slot (0x40, tag).
+// Collectives: slot (0x41, n) for the n-th collective call; all ranks call them in one order.
 constexpr uint8_t kPointToPointSlotPrefix = 0x40;
-// Slot prefix for the small allreduce exchange (see SmallAllreduce).
-constexpr uint8_t kSmallAllreduceSlotPrefix = 0x41;
-// Allreduces of at most this many bytes per rank, in groups of at most kSmallAllreduceRanks, run
-// as an exchange over unbound buffers that Abort() can wake.
-constexpr size_t kSmallAllreduceBytes = 64u << 10;
-constexpr int kSmallAllreduceRanks = 16;
-// Slot prefix for the ring allreduce and reduce-scatter (see RingReduce).
-constexpr uint8_t kRingSlotPrefix = 0x42;
-
-// Records what connectFullMesh reads from the store: each peer's blob of listening addresses.
-class RecordingStore : public gloo::rendezvous::Store {
- public:
-  explicit RecordingStore(gloo::rendezvous::Store& inner) : inner_(inner) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    inner_.set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override {
-    std::vector<char> value = inner_.get(key);
-    gets_[key] = value;
-    return value;
-  }
-  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    inner_.wait(keys, timeout);
-  }
-  const std::map<std::string, std::vector<char>>& gets() const { return gets_; }
-
- private:
-  gloo::rendezvous::Store& inner_;
-  std::map<std::string, std::vector<char>> gets_;
-};
-
-// extractAddress is protected; a pointer to member formed in a derived class may call it.
-struct ContextInternals : gloo::rendezvous::Context {
-  static std::vector<char> ExtractAddress(gloo::rendezvous::Context& context,
-                                          std::vector<char>& all, int peer) {
-    return (context.*(&ContextInternals::extractAddress))(all, peer);
-  }
-};
-
-bool SameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
-  }
-  if (a.ss_family == AF_INET6) {
-    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-    return x.sin6_port == y.sin6_port &&
-           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
-  }
-  return false;
-}
-
-sockaddr_storage SockaddrOf(const std::vector<char>& address_bytes) {
-  return gloo::transport::tcp::Address(address_bytes).getSockaddr();
-}
-
-// True when `fd` is a connected socket from `local` (the side that accepted) or to `remote` (the
-// side that connected).
-bool IsPairSocket(int fd, const sockaddr_storage& local, const sockaddr_storage& remote) {
-  sockaddr_storage self{}, peer{};
-  socklen_t len = sizeof(self);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return false;
-  len = sizeof(peer);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
-  return SameEndpoint(self, local) || SameEndpoint(peer, remote);
-}
-
-// For every peer, a dup() of the socket of its pair, or -1 where none was found. Each tcp pair
-// listens on its own address: the accepting side's socket has that address as its local end, the
-// connecting side's socket has the peer pair's listening address (read from the store blob the
-// peer published) as its remote end. Both are unique per connection, even with ranks as threads.
-std::vector<int> FindPairSockets(gloo::rendezvous::Context& context, const RecordingStore& store) {
-  const int rank = context.rank;
-  const int size = context.size;
-  std::vector<sockaddr_storage> local(size), remote(size);
-  std::vector<bool> known(size, false);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    // connectFullMesh publishes rank j's pair addresses under key "j" ("rank_j" holds its
-    // hostname, used for local ranks).
-    auto it = store.gets().find(std::to_string(peer));
-    if (it == store.gets().end()) continue;
-    std::vector<char> blob = it->second;
-    local[peer] = SockaddrOf(context.getPair(peer)->address().bytes());
-    remote[peer] = SockaddrOf(ContextInternals::ExtractAddress(context, blob, peer));
-    known[peer] = true;
-  }
-  std::vector<int> fds(size, -1);
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return fds;
-  const int dir_fd = ::dirfd(dir);
-  while (dirent* entry = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dir_fd) continue;
-    struct stat st;
-    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    for (int peer = 0; peer < size; ++peer) {
-      if (!known[peer] || fds[peer] >= 0) continue;
-      if (!IsPairSocket(static_cast<int>(fd), local[peer], remote[peer])) continue;
-      // Check again on our own duplicate: the number may have been reused in between.
-      const int dup_fd = ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
-      if (dup_fd < 0) continue;
-      if (IsPairSocket(dup_fd, local[peer], remote[peer])) {
-        fds[peer] = dup_fd;
-      } else {
-        ::close(dup_fd);
-      }
-      break;
-    }
-  }
-  ::closedir(dir);
-  return fds;
-}
+constexpr uint8_t kCollectiveSlotPrefix = 0x41;
+// Allreduces of at most this many bytes per rank, in groups of at most kDirectAllreduceRanks,
+// take DirectAllreduce (one round, latency-bound); the rest the ring (bandwidth-optimal).
+constexpr size_t kDirectAllreduceBytes = 64u << 10;
+constexpr int kDirectAllreduceRanks = 16;
+// Pairs closed at once when a broken communicator closes its connections (see ClosePairs).
+constexpr int kClosingThreads = 16;
 
 // gloo writes to its sockets with writev(2), without MSG_NOSIGNAL: a write to a peer that just
 // died raises SIGPIPE, whose default action kills this process (seen in the SIGKILL test). The
@@ -212,26 +99,6 @@ std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostnam
   return device;
 }
 
-bool LooksLikeTimeout(const char* what) {
-  return std::strstr(what, "Timed out") != nullptr || std::strstr(what, "timeout") != nullptr;
-}
-
-Status FromIoException(const char* what, const std::string& op) {
-  if (LooksLikeTimeout(what)) return TimedOutError(op + ": " + what);
-  return PeerLostError(op + ": " + what);
-}
-
-template <typename T>
-gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
-  using Fn = void (*)(void*, const void*, const void*, size_t);
-  switch (op) {
-    case ReduceOp::kSum: return static_cast<Fn>(&gloo::sum<T>);
-    case ReduceOp::kMax: return static_cast<Fn>(&gloo::max<T>);
-    case ReduceOp::kMin: return static_cast<Fn>(&gloo::min<T>);
-  }
-  return nullptr;
-}
-
 bool ValidType(DataType type) {
   switch (type) {
     case DataType::kFloat32:
@@ -246,28 +113,16 @@ bool ValidOp(ReduceOp op) {
   return op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin;
 }
 
-// Calls f.template operator()<T>() with T the C++ type of `type`.
-template <typename F>
-void DispatchType(DataType type, F&& f) {
-  switch (type) {
-    case DataType::kFloat32: f.template operator()<float>(); return;
-    case DataType::kFloat64: f.template operator()<double>(); return;
-    case DataType::kInt64: f.template operator()<int64_t>(); return;
-    case DataType::kUint8: f.template operator()<uint8_t>(); return;
-  }
-}
-
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Context> context,
-                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> sockets)
+                   std::shared_ptr<gloo::transport::Device> device)
       : rank_(options.rank),
         size_(options.size),
         timeout_(options.timeout),
         prefix_(options.prefix),
         device_(std::move(device)),
-        context_(std::move(context)),
-        sockets_(std::move(sockets)) {}
+        context_(std::move(context)) {}
 
   ~GlooCommunicator() override {
     // Thread-compatible, but the documented pattern "Abort() on one thread, then destroy" must be
@@ -277,9 +132,6 @@ class GlooCommunicator : public Communicator {
     lock.unlock();
     context_.reset();
     device_.reset();
-    for (int fd : sockets_) {
-      if (fd >= 0) ::close(fd);
-    }
   }
 
   int rank() const override { return rank_; }
@@ -287,28 +139,25 @@ class GlooCommunicator : public Communicator {
   Backend backend() const override { return Backend::kGloo; }
   Timeout default_timeout() const override { return timeout_; }
 
-  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,
-                   Timeout timeout) override {
+  Status Allreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
-    if (count * DataTypeSize(type) <= kSmallAllreduceBytes && size_ <= kSmallAllreduceRanks) {
-      return SmallAllreduce(data, count, type, op, timeout);
-    }
-    if (count >= static_cast<size_t>(size_)) {
-      std::vector<size_t> begin(size_ + 1);
-      for (int b = 0; b <= size_; ++b) begin[b] = count * b / size_;
-      return Run("Allreduce", [&] { RingReduce(data, begin, type, op, timeout, true); });
-    }
-    // Fewer elements than ranks (only with more than kSmallAllreduceRanks ranks): gloo's own.
-    return Run("Allreduce", [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data), count);
-        opts.setReduceFunction(ReduceFunc<T>(op));
-        opts.setTimeout(timeout);
-        gloo::allreduce(opts);
+    const size_t elem = DataTypeSize(type);
+    if (count * elem <= kDirectAllreduceBytes && size_ <= kDirectAllreduceRanks) {
+      return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
+        DirectAllreduce(call, slot, data, count, type, op);
       });
+    }
+    // Blocks of count / n elements (some empty when count < n: empty messages).
+    std::vector<size_t> begin(size_ + 1), begin_bytes(size_ + 1);
+    for (int b = 0; b <= size_; ++b) {
+      begin[b] = count * b / size_;
+      begin_bytes[b] = begin[b] * elem;
+    }
+    return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
+      RingReduceScatter(call, slot, data, begin, type, op);
+      RingAllgather(call, slot + 1, data, begin_bytes);
     });
   }
 
@@ -319,14 +168,8 @@ class GlooCommunicator : public Communicator {
                                   std::to_string(size_) + ")");
     }
     if (count == 0) return OkStatus();
-    return Run("Broadcast", [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::BroadcastOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data), count);
-        opts.setRoot(root);
-        opts.setTimeout(timeout);
-        gloo::broadcast(opts);
-      });
+    return RunCollective("Broadcast", timeout, [&](Call& call, uint64_t slot) {
+      TreeBroadcast(call, slot, data, count * DataTypeSize(type), root);
     });
   }
 
@@ -335,20 +178,16 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allgather", send, count, type, timeout));
     if (recv == nullptr && count > 0) return InvalidArgumentError("Allgather: recv is null");
     if (count == 0) return OkStatus();
-    return Run("Allgather", [&] {
-      DispatchType(type, [&]<typename T>() {
-        gloo::AllgatherOptions opts(context_);
-        // gloo's allgather reads its input from `send` (const_cast: it only reads it).
-        opts.setInput(const_cast<T*>(static_cast<const T*>(send)), count);
-        opts.setOutput(static_cast<T*>(recv), count * size_);
-        opts.setTimeout(timeout);
-        gloo::allgather(opts);
-      });
+    const size_t block = count * DataTypeSize(type);
+    std::vector<size_t> begin(size_ + 1);
+    for (int b = 0; b <= size_; ++b) begin[b] = block * b;
+    return RunCollective("Allgather", timeout, [&](Call& call, uint64_t slot) {
+      std::memmove(static_cast<char*>(recv) + block * rank_, send, block);
+      RingAllgather(call, slot, recv, begin);
     });
   }
 
-  // The ring's reduce-scatter phase on a copy of the input (this gloo's only reduce-scatter,
-  // ReduceScatterHalvingDoubling, takes no timeout and waits on bound buffers abort cannot wake).
+  // The ring's reduce-scatter phase on a copy of the input (the input stays untouched).
   Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                        Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("ReduceScatter", send, count, type, timeout));
@@ -360,35 +199,38 @@ class GlooCommunicator : public Communicator {
                               static_cast<const char*>(send) + elem * count * size_);
     std::vector<size_t> begin(size_ + 1);
     for (int b = 0; b <= size_; ++b) begin[b] = count * b;
-    return Run("ReduceScatter", [&] {
-      RingReduce(scratch.data(), begin, type, op, timeout, false);
+    return RunCollective("ReduceScatter", timeout, [&](Call& call, uint64_t slot) {
+      RingReduceScatter(call, slot, scratch.data(), begin, type, op);
       std::memcpy(recv, scratch.data() + elem * count * rank_, elem * count);
     });
   }
 
   Status Barrier(Timeout timeout) override {
     if (timeout.count() <= 0) return InvalidArgumentError("Barrier: timeout must be positive");
-    ELASTRA_RETURN_IF_ERROR(BrokenStatus());
-    return Run("Barrier", [&] {
-      gloo::BarrierOptions opts(context_);
-      opts.setTimeout(timeout);
-      gloo::barrier(opts);
-    });
+    return RunCollective("Barrier", timeout,
+                         [&](Call& call, uint64_t slot) { DisseminationBarrier(call, slot); });
   }
 
   Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
-    return Run("Send", [&] {
-      auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
-      Watch watch(this, {buf.get()});
+    return Run("Send", timeout, [&](Call& call) {
+      auto* buf = call.NewBuffer(const_cast<void*>(data), bytes);
       buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      if (!buf->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
+      call.WaitSend(buf);
+    });
+  }
+
+  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
+    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
+    return Run("Recv", timeout, [&](Call& call) {
+      auto* buf = call.NewBuffer(data, bytes);
+      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      call.WaitRecv(buf);
     });
   }
 
   // Every transfer on its own unbound buffer, all posted at once (receives first), then waited
-  // on: waits that Abort() can wake. Messages between two ranks share one slot and match in
-  // posting order.
+  // on. Messages between two ranks share one slot and match in posting order.
   bool has_exchange() const override { return true; }
   Status Exchange(const std::vector<PointToPoint>& ops, uint32_t tag, Timeout timeout) override {
     bool any = false;
@@ -398,38 +240,8 @@ class GlooCommunicator : public Communicator {
       any |= op.bytes > 0;
     }
     if (!any) return BrokenStatus();
-    const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
-    return Run("Exchange", [&] {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs(ops.size());
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].bytes == 0) continue;
-        bufs[i] = context_->createUnboundBuffer(ops[i].data, ops[i].bytes);
-        watched.push_back(bufs[i].get());
-      }
-      Watch watch(this, watched);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] != nullptr && !ops[i].send) bufs[i]->recv(ops[i].peer, slot);
-      }
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] != nullptr && ops[i].send) bufs[i]->send(ops[i].peer, slot);
-      }
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (bufs[i] == nullptr) continue;
-        const bool done = ops[i].send ? bufs[i]->waitSend(nullptr, timeout)
-                                      : bufs[i]->waitRecv(nullptr, timeout);
-        if (!done) throw std::runtime_error("aborted");
-      }
-    });
-  }
-
-  Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
-    ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
-    return Run("Recv", [&] {
-      auto buf = context_->createUnboundBuffer(data, bytes);
-      Watch watch(this, {buf.get()});
-      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      if (!buf->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
+    return Run("Exchange", timeout, [&](Call& call) {
+      PostAll(call, gloo::Slot::build(kPointToPointSlotPrefix, tag), ops);
     });
   }
 
@@ -439,163 +251,15 @@ class GlooCommunicator : public Communicator {
       if (aborted_) return;
       aborted_ = true;
       broken_ = AbortedError("communicator " + prefix_ + " was aborted");
-      // gloo's waits on unbound buffers can be woken; its own collectives' cannot (their waits
-      // for a peer's send notification ignore a broken pair), hence SmallAllreduce.
-      for (gloo::transport::UnboundBuffer* buf : active_) {
-        buf->abortWaitRecv();
-        buf->abortWaitSend();
-      }
+      ++in_flight_;  // inside too while it works: the destructor waits for it
     }
-    ShutdownAll();
+    waits_.Interrupt();
+    Leave();
   }
+
+  int waits_in_flight() const { return waits_.waits_in_flight(); }
 
  private:
-  // Registers unbound buffers in use so that Abort() can wake their waits.
-  class Watch {
-   public:
-    Watch(GlooCommunicator* comm, std::vector<gloo::transport::UnboundBuffer*> bufs)
-        : comm_(comm), bufs_(std::move(bufs)) {
-      std::lock_guard<std::mutex> lock(comm_->mu_);
-      for (auto* b : bufs_) {
-        comm_->active_.insert(b);
-        if (comm_->aborted_) {
-          b->abortWaitRecv();
-          b->abortWaitSend();
-        }
-      }
-    }
-    ~Watch() {
-      std::lock_guard<std::mutex> lock(comm_->mu_);
-      for (auto* b : bufs_) comm_->active_.erase(b);
-    }
-
-   private:
-    GlooCommunicator* comm_;
-    std::vector<gloo::transport::UnboundBuffer*> bufs_;
-  };
-
-  // Every rank sends its contribution to every other rank over unbound buffers (one per peer and
-  // direction) and reduces all of them in rank order: the same bits on every rank, whatever the
-  // group, and waits that Abort() can wake. Used for the small allreduces that dominate a step's
-  // synchronization (step agreement, activation sums under TP).
-  Status SmallAllreduce(void* data, size_t count, DataType type, ReduceOp op, Timeout timeout) {
-    const size_t bytes = count * DataTypeSize(type);
-    std::vector<char> mine(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
-    std::vector<char> all(bytes * size_);
-    uint64_t slot = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      slot = gloo::Slot::build(kSmallAllreduceSlotPrefix, small_sequence_++);
-    }
-    return Run("Allreduce", [&] {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> outs, ins;
-      std::vector<gloo::transport::UnboundBuffer*> watched;
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        outs.push_back(context_->createUnboundBuffer(mine.data(), bytes));
-        ins.push_back(context_->createUnboundBuffer(all.data() + p * bytes, bytes));
-        watched.push_back(outs.back().get());
-        watched.push_back(ins.back().get());
-      }
-      Watch watch(this, watched);
-      for (int p = 0, i = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        ins[i]->recv(p, slot);
-        outs[i]->send(p, slot);
-        ++i;
-      }
-      for (size_t i = 0; i < ins.size(); ++i) {
-        if (!ins[i]->waitRecv(nullptr, timeout)) throw std::runtime_error("aborted");
-        if (!outs[i]->waitSend(nullptr, timeout)) throw std::runtime_error("aborted");
-      }
-      std::memcpy(all.data() + rank_ * bytes, mine.data(), bytes);
-      DispatchType(type, [&]<typename T>() {
-        const T* parts = reinterpret_cast<const T*>(all.data());
-        T* out = static_cast<T*>(data);
-        for (size_t e = 0; e < count; ++e) {
-          T acc = parts[e];
-          for (int r = 1; r < size_; ++r) {
-            const T x = parts[r * count + e];
-            acc = op == ReduceOp::kSum ? static_cast<T>(acc + x)
-                  : op == ReduceOp::kMax ? std::max(acc, x)
-                                         : std::min(acc, x);
-          }
-          out[e] = acc;
-        }
-      });
-    });
-  }
-
-  // Ring reduction over unbound buffers, n - 1 steps per phase, each a send to the right
-  // neighbour and a receive from the left one: the bandwidth-optimal schedule, with waits that
-  // Abort() can wake. Block b is elements [begin[b], begin[b + 1]) of `data`. Reduce-scatter: at
-  // step s rank r sends block r - s - 1 and reduces the incoming block r - s - 2 into its own, so
-  // it ends holding the full reduction of block r. With `allgather`, n - 1 more steps pass the
-  // reduced blocks round the ring, so every rank ends with the same bits. Throws like gloo (Run
-  // maps it).
-  void RingReduce(void* data, const std::vector<size_t>& begin, DataType type, ReduceOp op,
-                  Timeout timeout, bool allgather) {
-    const int n = size_;
-    if (n == 1) return;
-    const size_t elem = DataTypeSize(type);
-    size_t largest = 0;
-    for (int b = 0; b < n; ++b) largest = std::max(largest, begin[b + 1] - begin[b]);
-    std::vector<char> incoming(std::max<size_t>(largest, 1) * elem);
-    uint32_t first_slot = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      first_slot = ring_sequence_;
-      ring_sequence_ += 2 * (n - 1);
-    }
-    auto* bytes = static_cast<char*>(data);
-    auto whole = context_->createUnboundBuffer(data, begin[n] * elem);
-    auto in = context_->createUnboundBuffer(incoming.data(), incoming.size());
-    Watch watch(this, {whole.get(), in.get()});
-    const int right = (rank_ + 1) % n;
-    const int left = (rank_ + n - 1) % n;
-    auto block = [n](int b) { return ((b % n) + n) % n; };
-    auto wait = [&](gloo::transport::UnboundBuffer* buf, bool recv) {
-      if (!(recv ? buf->waitRecv(nullptr, timeout) : buf->waitSend(nullptr, timeout))) {
-        throw std::runtime_error("aborted");
-      }
-    };
-    for (int s = 0; s < n - 1; ++s) {
-      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + s);
-      const int out = block(rank_ - s - 1), into = block(rank_ - s - 2);
-      const size_t out_len = (begin[out + 1] - begin[out]) * elem;
-      const size_t in_len = (begin[into + 1] - begin[into]) * elem;
-      in->recv(left, slot, 0, in_len);
-      whole->send(right, slot, begin[out] * elem, out_len);
-      wait(in.get(), true);
-      DispatchType(type, [&]<typename T>() {
-        T* acc = reinterpret_cast<T*>(bytes + begin[into] * elem);
-        const T* x = reinterpret_cast<const T*>(incoming.data());
-        const size_t m = begin[into + 1] - begin[into];
-        switch (op) {
-          case ReduceOp::kSum:
-            for (size_t e = 0; e < m; ++e) acc[e] = static_cast<T>(acc[e] + x[e]);
-            break;
-          case ReduceOp::kMax:
-            for (size_t e = 0; e < m; ++e) acc[e] = std::max(acc[e], x[e]);
-            break;
-          case ReduceOp::kMin:
-            for (size_t e = 0; e < m; ++e) acc[e] = std::min(acc[e], x[e]);
-            break;
-        }
-      });
-      wait(whole.get(), false);
-    }
-    if (!allgather) return;
-    for (int s = 0; s < n - 1; ++s) {
-      const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, first_slot + (n - 1) + s);
-      const int out = block(rank_ - s), into = block(rank_ - s - 1);
-      whole->recv(left, slot, begin[into] * elem, (begin[into + 1] - begin[into]) * elem);
-      whole->send(right, slot, begin[out] * elem, (begin[out + 1] - begin[out]) * elem);
-      wait(whole.get(), true);
-      wait(whole.get(), false);
-    }
-  }
-
   Status BrokenStatus() {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
@@ -624,8 +288,24 @@ class GlooCommunicator : public Communicator {
     return BrokenStatus();
   }
 
-  // Runs one gloo operation. The in-flight count keeps the context alive for the destructor.
-  Status Run(const char* op, const std::function<void()>& body) {
+  // Run() for a collective: the body gets the call's slot, the next in the order every rank
+  // calls collectives in.
+  Status RunCollective(const char* op, Timeout timeout,
+                       const std::function<void(Call&, uint64_t)>& body) {
+    uint32_t sequence = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sequence = collective_sequence_++;
+    }
+    const uint64_t slot = gloo::Slot::build(kCollectiveSlotPrefix, sequence);
+    return Run(op, timeout, [&](Call& call) { body(call, slot); });
+  }
+
+  // Runs one call on the context, bounded by `timeout` from now. The first error breaks the
+  // communicator: the other calls in flight are interrupted, and the last to leave closes the
+  // pairs so that peers fail at once instead of waiting out their own timeouts.
+  Status Run(const char* op, Timeout timeout, const std::function<void(Call&)>& body) {
+    const Clock::time_point deadline = Clock::now() + timeout;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.ok()) return broken_;
@@ -633,49 +313,76 @@ class GlooCommunicator : public Communicator {
     }
     Status result;
     try {
-      body();
-    } catch (const gloo::IoException& e) {
-      result = FromIoException(e.what(), op);
-    } catch (const gloo::EnforceNotMet& e) {
-      result = PeerLostError(std::string(op) + ": " + e.what());
-    } catch (const gloo::Exception& e) {
-      result = PeerLostError(std::string(op) + ": " + e.what());
-    } catch (const std::exception& e) {
-      result = InternalError(std::string(op) + ": " + e.what());
+      Call call(*context_, waits_, deadline);
+      body(call);
+    } catch (...) {
+      result = StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
     }
-    bool shutdown = false;
+    bool first_error = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!result.ok()) {
-        if (aborted_) {
-          // A call that Abort() broke reports the abort, not the EOF it caused.
-          result = broken_;
-        } else if (broken_.ok()) {
+        if (broken_.ok()) {
           broken_ = result.WithContext("rank " + std::to_string(rank_) + " " + prefix_);
-          result = broken_;
-          shutdown = true;
-        } else {
-          result = broken_;
+          first_error = true;
         }
+        // A call broken by Abort() or by another call's error reports that, not the EOF or
+        // interruption it caused.
+        result = broken_;
       }
     }
-    if (shutdown) {
+    if (first_error) {
       LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
-      ShutdownAll();
+      waits_.Interrupt();
     }
-    // Last touch of `this`: the destructor may run as soon as the count drops to zero.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --in_flight_;
-      idle_.notify_all();
-    }
+    Leave();  // the last touch of `this`: the destructor may run right after
     return result;
   }
 
-  // Thread-safe: shutdown(2) on our own dup()s; the context itself is not touched.
-  void ShutdownAll() {
-    for (int fd : sockets_) {
-      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  // Leaves the context. The last to leave a broken communicator closes its pairs first.
+  void Leave() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+      if (broken_.ok() || closed_ || in_flight_ > 0) {
+        idle_.notify_all();
+        return;
+      }
+      closed_ = true;
+      ++in_flight_;  // holds the context while closing
+    }
+    ClosePairs();
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    idle_.notify_all();
+  }
+
+  // A hard close (SO_LINGER 0) of every pair of this context, through gloo's Pair::close: each
+  // peer reads a reset and fails its pending buffers with gloo::IoException. Never waits on a
+  // peer, but each close waits for one tick of the device's epoll loop (Loop::unregisterDescriptor;
+  // up to 10 ms when idle). Closes on several threads share the ticks; one after another
+  // (gloo::Context::closeConnections) they took up to 10 ms per peer.
+  void ClosePairs() {
+    const int stride = std::max(1, std::min(size_ - 1, kClosingThreads));
+    std::vector<std::thread> closers;
+    for (int first = 1; first < stride; ++first) {
+      try {
+        closers.emplace_back([this, first, stride] { ClosePairsFrom(first, stride); });
+      } catch (const std::system_error& e) {
+        LOG(WARNING) << "gloo " << prefix_ << ": closing the rest on this thread: " << e.what();
+        break;
+      }
+    }
+    ClosePairsFrom(0, stride);
+    for (std::thread& t : closers) t.join();
+    context_->closeConnections();  // pairs of threads that did not start; closed ones: no-op
+  }
+
+  // Closes the pairs to the i-th other rank for i = first, first + stride, ...
+  void ClosePairsFrom(int first, int stride) {
+    for (int i = first; i < size_ - 1; i += stride) {
+      std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i < rank_ ? i : i + 1);
+      if (pair) pair->close();
     }
   }
 
@@ -685,19 +392,23 @@ class GlooCommunicator : public Communicator {
   const std::string prefix_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  const std::vector<int> sockets_;  // per peer: our dup() of the pair's socket, -1 for self
+  WaitSet waits_;
 
   std::mutex mu_;
   std::condition_variable idle_;
-  int in_flight_ = 0;   // guarded by mu_
-  bool aborted_ = false;  // guarded by mu_
-  std::set<gloo::transport::UnboundBuffer*> active_;  // guarded by mu_: buffers being waited on
-  uint64_t small_sequence_ = 0;  // guarded by mu_: slots of SmallAllreduce, in call order
-  uint32_t ring_sequence_ = 0;   // guarded by mu_: slots of RingReduce's steps, in call order
-  Status broken_;       // guarded by mu_; OK while healthy
+  int in_flight_ = 0;                 // guarded by mu_: calls (and a closing) inside the context
+  bool aborted_ = false;              // guarded by mu_
+  bool closed_ = false;               // guarded by mu_: the pairs were closed
+  uint32_t collective_sequence_ = 0;  // guarded by mu_: slots of collectives, in call order
+  Status broken_;                     // guarded by mu_; OK while healthy
 };
 
 }  // namespace
+
+int GlooWaitsInFlightForTesting(const Communicator& comm) {
+  const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
+  return gloo == nullptr ? -1 : gloo->waits_in_flight();
+}
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options) {
   if (options.store == nullptr) return InvalidArgumentError("CreateGlooCommunicator: no store");
@@ -709,35 +420,20 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
     return InvalidArgumentError("CreateGlooCommunicator: timeouts must be positive");
   }
   IgnoreSigpipeOnce();
+  const std::string op = "CreateGlooCommunicator " + options.prefix;
+  const Clock::time_point deadline = Clock::now() + options.connect_timeout;
   try {
     std::shared_ptr<gloo::transport::Device> device = SharedDevice(options.hostname);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.connect_timeout);
     GlooStore store(options.store, options.connect_timeout);
     gloo::rendezvous::PrefixStore prefixed(options.prefix, store);
-    RecordingStore recording(prefixed);
-    context->connectFullMesh(recording, device);
+    context->connectFullMesh(prefixed, device);
     context->setTimeout(options.timeout);
-    std::vector<int> sockets = FindPairSockets(*context, recording);
-    for (int peer = 0; peer < options.size; ++peer) {
-      if (peer != options.rank && sockets[peer] < 0) {
-        for (int fd : sockets) {
-          if (fd >= 0) ::close(fd);
-        }
-        return InternalError("CreateGlooCommunicator " + options.prefix +
-                             ": cannot find the socket to rank " + std::to_string(peer));
-      }
-    }
-    return std::unique_ptr<Communicator>(new GlooCommunicator(
-        options, std::move(context), std::move(device), std::move(sockets)));
-  } catch (const gloo::IoException& e) {
-    return FromIoException(e.what(), "CreateGlooCommunicator " + options.prefix);
-  } catch (const gloo::EnforceNotMet& e) {
-    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
-  } catch (const gloo::Exception& e) {
-    return PeerLostError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
-  } catch (const std::exception& e) {
-    return InternalError("CreateGlooCommunicator " + options.prefix + ": " + e.what());
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(options, std::move(context), std::move(device)));
+  } catch (...) {
+    return StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
   }
 }
 

@@ -1,15 +1,28 @@
 // The Gloo backend: CPU collectives over TCP, one gloo context per generation (or group), connected
 // full-mesh through a KeyValueStore under a per-generation key prefix.
 //
-// Thread-compatible; Abort() may be called from any thread at any time.
+// Thread-compatible; Abort() may be called from any thread at any time. Send, Recv and Exchange
+// may run on several threads at once (the reshard's per-peer threads do); collectives may not.
+// Timeouts: a call's timeout bounds the whole call, as Communicator says and NCCL does (each
+// wait used to get the full timeout, so a ring allreduce could run for 2(n-1) timeouts).
 // Failures: a lost peer or connection is kPeerLost, a passed deadline kTimedOut. After the first
-// such error the communicator is broken: it shuts its sockets down at once (so peers blocked on
-// this rank fail with kPeerLost instead of waiting out their own timeouts) and every later call
-// returns the same status without touching the network.
-// Abort(): shuts every socket down and returns without waiting. A call blocked on another thread
-// at that moment returns kAborted (within milliseconds; the device thread sees the shutdown and
-// wakes it); every later call returns kAborted; peers see kPeerLost. Destroying the communicator
-// after Abort() is safe while such a call is still unwinding: the destructor waits for it.
+// such error the communicator is broken: the other calls in flight are interrupted and return the
+// same status, every later call returns it without touching the network, and once no call is left
+// in it the communicator closes its connections, so peers blocked on this rank fail with kPeerLost
+// at once instead of waiting out their own timeouts. Closing waits until no call is left (a pair
+// that gloo closes on request carries no error, so a call still posting on it would trip a gloo
+// invariant), and each close through gloo waits for a tick of its device loop: peers learn some
+// 10 ms later than from the shutdown(2) this backend used to do on sockets it looked up in the
+// process's fd table behind gloo's back.
+// Abort(): marks the communicator aborted and wakes every wait in flight (gloo's abortWaitRecv/
+// abortWaitSend) without touching a socket. A call blocked on another thread at that moment
+// returns kAborted (within milliseconds); every later call returns kAborted; peers see kPeerLost
+// as soon as the last call has left and the connections are closed. With no call in flight,
+// Abort() closes them itself before returning (about one tick of the process's gloo device loop,
+// up to 10 ms; never a wait on a peer).
+// Only this communicator's own connections are closed: another communicator on the same device
+// (the next generation) is untouched. Destroying the communicator after Abort() is safe while
+// such a call is still unwinding: the destructor waits for it.
 // Process-wide side effect: the first Create sets SIGPIPE to SIG_IGN if it was SIG_DFL (gloo
 // writes without MSG_NOSIGNAL, so a dead peer would otherwise kill this process).
 #pragma once
@@ -34,8 +47,14 @@ struct GlooOptions {
 };
 
 // Builds and connects the context. kTimedOut when peers do not show up within connect_timeout,
-// kPeerLost when a connection fails, kInvalidArgument for a bad rank/size/store or a
-// non-positive timeout. Every rank of one prefix must call it; a prefix must not be reused.
+// kPeerLost when a connection or the store fails, kInvalidArgument for a bad rank/size/store or
+// a non-positive timeout, kInternal when gloo breaks an invariant of its own. Every rank of one
+// prefix must call it; a prefix must not be reused.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
+
+// For tests: how many waits the calls of `comm` are in now (entered and not yet returned; a call
+// blocked on a peer is in one), so that a test knows a call is blocked before it breaks it,
+// instead of sleeping and hoping. -1 when `comm` is not a Gloo communicator.
+int GlooWaitsInFlightForTesting(const Communicator& comm);
 
 }  // namespace elastra

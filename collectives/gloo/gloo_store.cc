@@ -1,19 +1,12 @@
 #include "collectives/gloo/gloo_store.h"
 
-#include <gloo/common/error.h>
-
 namespace elastra {
 namespace {
 
 // gloo passes kNoTimeout (0) to mean "no deadline"; our store wants a finite one.
 constexpr std::chrono::milliseconds kVeryLong = std::chrono::hours(24);
 
-[[noreturn]] void Throw(const Status& status) {
-  if (status.code() == StatusCode::kTimedOut) {
-    throw gloo::IoException("Wait timeout for key(s): " + status.message());
-  }
-  throw gloo::IoException("Store error: " + status.ToString());
-}
+[[noreturn]] void Throw(const Status& status) { throw StoreError(status); }
 
 }  // namespace
 

@@ -156,17 +156,27 @@ TEST_P(GlooSizes, ReduceScatterGivesEachRankItsBlock) {
 }
 
 TEST_P(GlooSizes, BarrierHoldsEveryRankUntilAllArrive) {
+  // Rank 0 arrives once every other rank is blocked (in round 0: in this barrier; later perhaps
+  // still leaving the previous one); nobody may pass a barrier before all have arrived.
   const int size = GetParam();
   InMemoryKeyValueStore store;
+  auto comms = testing::ConnectAll(&store, "barrier/", size);
+  for (const auto& c : comms) ASSERT_NE(c, nullptr);
   std::atomic<int> arrived[3] = {0, 0, 0};
-  Spawn(&store, "barrier/", size, [&](Communicator& comm) {
-    for (int round = 0; round < 3; ++round) {
-      if (comm.rank() == 0) std::this_thread::sleep_for(milliseconds(30));
-      arrived[round]++;
-      ASSERT_TRUE(comm.Barrier().ok());
-      EXPECT_EQ(arrived[round].load(), size) << "round " << round;
-    }
-  });
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int round = 0; round < 3; ++round) {
+        if (rank == 0) {
+          for (int r = 1; r < size; ++r) ASSERT_TRUE(testing::WaitUntilBlocked(*comms[r]));
+        }
+        arrived[round]++;
+        ASSERT_TRUE(comms[rank]->Barrier().ok());
+        EXPECT_EQ(arrived[round].load(), size) << "round " << round;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooSizes, ::testing::Values(1, 2, 3, 4));
@@ -194,7 +204,8 @@ TEST(GlooPointToPoint, RingAndOutOfOrderTags) {
     if (comm.rank() == 0) {
       int64_t a = 111, b = 222;
       std::thread t([&] { EXPECT_TRUE(comm.Send(&a, 8, 1, 1, milliseconds(5000)).ok()); });
-      std::this_thread::sleep_for(milliseconds(20));
+      // Tag 1 is posted (its send blocks: rank 1 wants tag 2 first) before tag 2 is.
+      ASSERT_TRUE(testing::WaitUntilBlocked(comm));
       EXPECT_TRUE(comm.Send(&b, 8, 1, 2, milliseconds(5000)).ok());
       t.join();
     } else if (comm.rank() == 1) {

@@ -14,35 +14,30 @@
 
 namespace elastra::testing {
 
-// Connects n thread-ranks under `prefix`. The Gloo backend's socket discovery scans
-// /proc/self/fd and, with every rank in one process, now and then misses a socket ("cannot find
-// the socket to rank r"); then every rank retries under a fresh prefix, up to 5 times. Empty when
-// no attempt connected them all.
+// Connects n thread-ranks under `prefix`. Empty when any rank failed to connect.
 inline std::vector<std::unique_ptr<Communicator>> ConnectThreadRanks(
     KeyValueStore* store, const std::string& prefix, int n, std::chrono::milliseconds timeout,
     std::chrono::milliseconds connect_timeout) {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    std::vector<std::unique_ptr<Communicator>> comms(n);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < n; ++w) {
-      threads.emplace_back([&, w] {
-        GlooOptions o;
-        o.store = store;
-        o.prefix = prefix + "a" + std::to_string(attempt) + "/";
-        o.rank = w;
-        o.size = n;
-        o.timeout = timeout;
-        o.connect_timeout = connect_timeout;
-        auto comm = CreateGlooCommunicator(o);
-        if (comm.ok()) comms[w] = std::move(comm).value();
-      });
-    }
-    for (auto& t : threads) t.join();
-    if (std::all_of(comms.begin(), comms.end(), [](const auto& c) { return c != nullptr; })) {
-      return comms;
-    }
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      GlooOptions o;
+      o.store = store;
+      o.prefix = prefix;
+      o.rank = w;
+      o.size = n;
+      o.timeout = timeout;
+      o.connect_timeout = connect_timeout;
+      auto comm = CreateGlooCommunicator(o);
+      if (comm.ok()) comms[w] = std::move(comm).value();
+    });
   }
-  return {};
+  for (auto& t : threads) t.join();
+  if (!std::all_of(comms.begin(), comms.end(), [](const auto& c) { return c != nullptr; })) {
+    return {};
+  }
+  return comms;
 }
 
 }  // namespace elastra::testing
