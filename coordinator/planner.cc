@@ -6,8 +6,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <set>
 #include <unordered_map>
 
+#include "common/logging.h"
 #include "elastra/sharding.h"
 
 namespace elastra {
@@ -233,6 +236,467 @@ std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
   return assign;
 }
 
+namespace {
+
+// Workers that a TP group must stay inside, each with the number of TP groups it can hold: the
+// hosts; all workers as one group when TP groups cannot all fit inside hosts; or blocks of tp
+// consecutive workers (the large heuristic and the placement without a current layout).
+struct WorkerGroups {
+  std::vector<std::vector<int>> workers;
+  std::vector<int> slots;
+
+  int TotalSlots() const { return std::accumulate(slots.begin(), slots.end(), 0); }
+  // Work of placing every slot's ranks on its group at once (Hungarian: rows^2 * cols).
+  double PlaceWork(int tp) const {
+    double work = 0;
+    for (size_t g = 0; g < workers.size(); ++g) {
+      const double rows = static_cast<double>(slots[g]) * tp;
+      work += rows * rows * static_cast<double>(workers[g].size());
+    }
+    return work;
+  }
+};
+
+std::map<int, std::vector<int>> WorkersByHost(const std::vector<int>& host_of_worker) {
+  std::map<int, std::vector<int>> by_host;
+  for (size_t w = 0; w < host_of_worker.size(); ++w) {
+    by_host[host_of_worker[w]].push_back(static_cast<int>(w));
+  }
+  return by_host;
+}
+
+int64_t InHostSlots(const std::map<int, std::vector<int>>& by_host, int tp) {
+  int64_t slots = 0;
+  for (const auto& [h, ws] : by_host) slots += static_cast<int64_t>(ws.size()) / tp;
+  return slots;
+}
+
+WorkerGroups HostGroups(const std::map<int, std::vector<int>>& by_host, int tp) {
+  WorkerGroups g;
+  for (const auto& [h, ws] : by_host) {
+    if (static_cast<int>(ws.size()) < tp) continue;  // holds no TP group: its workers leave
+    g.workers.push_back(ws);
+    g.slots.push_back(static_cast<int>(ws.size()) / tp);
+  }
+  return g;
+}
+
+// Every worker, in host order, as one group: TP groups may cross hosts.
+WorkerGroups OneGroup(const std::map<int, std::vector<int>>& by_host, int tp) {
+  WorkerGroups g;
+  g.workers.emplace_back();
+  for (const auto& [h, ws] : by_host) g.workers[0].insert(g.workers[0].end(), ws.begin(), ws.end());
+  g.slots.push_back(static_cast<int>(g.workers[0].size()) / tp);
+  return g;
+}
+
+// Blocks of tp consecutive workers of a host (across hosts, in host order, when `in_hosts` is
+// false), one TP group each.
+WorkerGroups BlockGroups(const std::map<int, std::vector<int>>& by_host, int tp, bool in_hosts) {
+  const WorkerGroups source = in_hosts ? HostGroups(by_host, tp) : OneGroup(by_host, tp);
+  WorkerGroups g;
+  for (const auto& ws : source.workers) {
+    for (size_t i = 0; i + tp <= ws.size(); i += tp) {
+      g.workers.emplace_back(ws.begin() + i, ws.begin() + i + tp);
+      g.slots.push_back(1);
+    }
+  }
+  return g;
+}
+
+// The shift that keeps max_kept * scale * rows well inside int64 (0 in every realistic case:
+// it needs more than 10^13 bytes kept by one worker).
+int ShiftToFit(int64_t max_kept, int64_t scale, int64_t rows) {
+  const int64_t limit = std::numeric_limits<int64_t>::max() / 4 / std::max<int64_t>(1, scale * rows);
+  int shift = 0;
+  while ((max_kept >> shift) > limit) ++shift;
+  return shift;
+}
+
+// Bytes kept by a worker on a rank of the new layout (memoised), and the placement of a set of
+// TP groups ("units") on one group of workers.
+class RankAssigner {
+ public:
+  RankAssigner(const ModelDescription& model, const Layout& layout,
+               const CurrentPlacement& current, const PlannerOptions& options, size_t num_workers)
+      : model_(model), layout_(layout), current_(current), options_(options),
+        old_rank_(num_workers, -1) {
+    for (size_t r = 0; r < current.worker_of_rank.size(); ++r) {
+      old_rank_[current.worker_of_rank[r]] = static_cast<int>(r);
+    }
+  }
+
+  int tp() const { return layout_.tp; }
+
+  int64_t Kept(int worker, int rank) {
+    const int from = old_rank_[worker];
+    if (from < 0) return 0;
+    const int64_t key = static_cast<int64_t>(from) * layout_.world() + rank;
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    const int64_t k = options_.kept_bytes
+                          ? options_.kept_bytes(from, layout_, rank)
+                          : EstimateKeptBytes(model_, current_.layout, from, layout_, rank);
+    memo_.emplace(key, k);
+    return k;
+  }
+
+  // Places the ranks of `units` on `workers` (at most one rank per worker): the assignment that
+  // keeps the most bytes, and among those (with `tiebreak`) the one closest to Megatron order
+  // inside the group. Writes worker_of_rank for those ranks when given; returns the bytes kept.
+  int64_t Place(const std::vector<int>& workers, const std::vector<int>& units, bool tiebreak,
+                std::vector<int>* worker_of_rank) {
+    const int tp = layout_.tp;
+    const int rows = static_cast<int>(units.size()) * tp;
+    const int cols = static_cast<int>(workers.size());
+    CHECK_LE(rows, cols);
+    if (rows == 0) return 0;
+    std::vector<std::vector<int64_t>> kept(rows, std::vector<int64_t>(cols));
+    int64_t max_kept = 0;
+    for (int i = 0; i < rows; ++i) {
+      const int rank = units[i / tp] * tp + i % tp;
+      for (int c = 0; c < cols; ++c) {
+        kept[i][c] = Kept(workers[c], rank);
+        max_kept = std::max(max_kept, kept[i][c]);
+      }
+    }
+    // Kept bytes first; the sum of the ties (each < cols) never outweighs one (shifted) byte.
+    const int64_t scale = tiebreak ? static_cast<int64_t>(rows) * cols + 1 : 1;
+    const int shift = ShiftToFit(max_kept, scale, rows);
+    std::vector<std::vector<int64_t>> cost(rows, std::vector<int64_t>(cols));
+    for (int i = 0; i < rows; ++i) {
+      for (int c = 0; c < cols; ++c) {
+        cost[i][c] = -(kept[i][c] >> shift) * scale + (tiebreak ? std::abs(i - c) : 0);
+      }
+    }
+    const std::vector<int> pick = SolveAssignment(cost);
+    int64_t total = 0;
+    for (int i = 0; i < rows; ++i) {
+      total += kept[i][pick[i]];
+      if (worker_of_rank) (*worker_of_rank)[units[i / tp] * tp + i % tp] = workers[pick[i]];
+    }
+    return total;
+  }
+
+  // Places every group's units (group_of_unit: the group of each unit) and returns the bytes kept.
+  int64_t PlaceAll(const WorkerGroups& groups, const std::vector<int>& group_of_unit,
+                   std::vector<int>* worker_of_rank) {
+    std::vector<std::vector<int>> units_of_group(groups.workers.size());
+    for (size_t u = 0; u < group_of_unit.size(); ++u) {
+      units_of_group[group_of_unit[u]].push_back(static_cast<int>(u));
+    }
+    int64_t total = 0;
+    for (size_t g = 0; g < groups.workers.size(); ++g) {
+      total += Place(groups.workers[g], units_of_group[g], true, worker_of_rank);
+    }
+    return total;
+  }
+
+  // The rank a worker held in the current layout, -1 if none.
+  int OldRank(int worker) const { return old_rank_[worker]; }
+
+ private:
+  const ModelDescription& model_;
+  const Layout layout_;
+  const CurrentPlacement& current_;
+  const PlannerOptions& options_;
+  std::vector<int> old_rank_;
+  std::unordered_map<int64_t, int64_t> memo_;
+};
+
+// Branch and bound over the group each unit goes to, for when units compete for the same
+// workers so that the per-unit bound is not reached. The bound of a partial choice is the
+// assignment problem over every rank and worker with the chosen units' ranks held to their
+// groups and the others free: a relaxation, exact once every unit is chosen.
+class GroupSearch {
+ public:
+  // kept: rank x column (columns: every worker of every group, group_of_col their group).
+  GroupSearch(std::vector<std::vector<int64_t>> kept, std::vector<int> group_of_col,
+              std::vector<int> slots, const std::vector<std::vector<int64_t>>& best, int tp,
+              int64_t max_nodes)
+      : kept_(std::move(kept)), group_of_col_(std::move(group_of_col)), slots_(std::move(slots)),
+        best_(best), tp_(tp), max_nodes_(max_nodes) {
+    const int units = static_cast<int>(best.size());
+    order_.resize(units);
+    std::iota(order_.begin(), order_.end(), 0);
+    auto top = [&](int u) { return *std::max_element(best[u].begin(), best[u].end()); };
+    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) { return top(a) > top(b); });
+    // A group none of whose workers keeps anything is interchangeable with any other such group
+    // of the same size and free slots: only the first of them is tried.
+    barren_.assign(slots_.size(), true);
+    size_.assign(slots_.size(), 0);
+    for (size_t c = 0; c < group_of_col_.size(); ++c) {
+      ++size_[group_of_col_[c]];
+      for (const auto& row : kept_) {
+        if (row[c] != 0) barren_[group_of_col_[c]] = false;
+      }
+    }
+    forbidden_ = 1;
+    for (const auto& row : kept_) forbidden_ += *std::max_element(row.begin(), row.end());
+  }
+
+  // Improves on `incumbent` (bytes kept by *group_of_unit). Returns true when the search ran to
+  // the end, so that *group_of_unit is optimal.
+  bool Run(int64_t incumbent, std::vector<int>* group_of_unit) {
+    incumbent_ = incumbent;
+    best_map_ = *group_of_unit;
+    choice_.assign(order_.size(), -1);
+    used_.assign(slots_.size(), 0);
+    Visit(0);
+    *group_of_unit = best_map_;
+    return !aborted_;
+  }
+
+ private:
+  int64_t Bound() {
+    const int rows = static_cast<int>(kept_.size()), cols = static_cast<int>(group_of_col_.size());
+    std::vector<std::vector<int64_t>> cost(rows, std::vector<int64_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+      const int g = choice_[r / tp_];
+      for (int c = 0; c < cols; ++c) {
+        cost[r][c] = g < 0 || group_of_col_[c] == g ? -kept_[r][c] : forbidden_;
+      }
+    }
+    const std::vector<int> pick = SolveAssignment(cost);
+    int64_t total = 0;
+    for (int r = 0; r < rows; ++r) total -= cost[r][pick[r]];
+    return total;  // never negative: the slots leave a choice without forbidden pairs
+  }
+
+  void Visit(size_t k) {
+    if (aborted_) return;
+    if (++nodes_ > max_nodes_) {
+      aborted_ = true;
+      return;
+    }
+    const int64_t bound = Bound();
+    if (bound <= incumbent_) return;
+    if (k == order_.size()) {  // every unit placed: the bound is the value
+      incumbent_ = bound;
+      best_map_ = choice_;
+      return;
+    }
+    const int u = order_[k];
+    std::vector<int> groups;
+    for (size_t g = 0; g < slots_.size(); ++g) {
+      if (used_[g] < slots_[g]) groups.push_back(static_cast<int>(g));
+    }
+    std::stable_sort(groups.begin(), groups.end(),
+                     [&](int a, int b) { return best_[u][a] > best_[u][b]; });
+    std::set<std::pair<int, int>> barren_tried;  // (size, free slots) of empty barren groups
+    for (int g : groups) {
+      if (barren_[g] && used_[g] == 0 && !barren_tried.insert({size_[g], slots_[g]}).second) {
+        continue;
+      }
+      choice_[u] = g;
+      ++used_[g];
+      Visit(k + 1);
+      --used_[g];
+      choice_[u] = -1;
+    }
+  }
+
+  const std::vector<std::vector<int64_t>> kept_;
+  const std::vector<int> group_of_col_;
+  const std::vector<int> slots_;
+  const std::vector<std::vector<int64_t>>& best_;
+  const int tp_;
+  const int64_t max_nodes_;
+  std::vector<int> order_, size_;
+  std::vector<bool> barren_;
+  int64_t forbidden_ = 1;
+  int64_t incumbent_ = 0;
+  int64_t nodes_ = 0;
+  bool aborted_ = false;
+  std::vector<int> choice_, used_, best_map_;
+};
+
+// Local search on the group of each unit: moves a unit to a group with a free slot, or swaps
+// the groups of two units, while that keeps more bytes (each group re-placed exactly). Stops
+// after `max_work` Hungarian steps. Returns the bytes kept by *group_of_unit.
+int64_t ImproveGroups(RankAssigner& a, const WorkerGroups& groups, std::vector<int>* group_of_unit,
+                      double max_work) {
+  const int num_groups = static_cast<int>(groups.workers.size());
+  const int units = static_cast<int>(group_of_unit->size());
+  std::vector<std::vector<int>> members(num_groups);
+  for (int u = 0; u < units; ++u) members[(*group_of_unit)[u]].push_back(u);
+  double work = 0;
+  auto value = [&](int g) {
+    const double rows = static_cast<double>(members[g].size()) * a.tp();
+    work += rows * rows * static_cast<double>(groups.workers[g].size());
+    return a.Place(groups.workers[g], members[g], false, nullptr);
+  };
+  std::vector<int64_t> kept(num_groups);
+  for (int g = 0; g < num_groups; ++g) kept[g] = value(g);
+  auto erase = [](std::vector<int>& v, int x) { v.erase(std::find(v.begin(), v.end(), x)); };
+  bool improved = true;
+  while (improved && work < max_work) {
+    improved = false;
+    for (int u = 0; u < units && work < max_work; ++u) {
+      const int gu = (*group_of_unit)[u];
+      // Moves to a free slot, then swaps with a unit of another group.
+      for (int g = 0; g < num_groups && work < max_work; ++g) {
+        if (g == gu || static_cast<int>(members[g].size()) >= groups.slots[g]) continue;
+        erase(members[gu], u);
+        members[g].push_back(u);
+        const int64_t a_gu = value(gu), a_g = value(g);
+        if (a_gu + a_g > kept[gu] + kept[g]) {
+          kept[gu] = a_gu;
+          kept[g] = a_g;
+          (*group_of_unit)[u] = g;
+          improved = true;
+          break;
+        }
+        erase(members[g], u);
+        members[gu].push_back(u);
+      }
+      if ((*group_of_unit)[u] != gu) continue;
+      for (int v = u + 1; v < units && work < max_work; ++v) {
+        const int gv = (*group_of_unit)[v];
+        if (gv == gu) continue;
+        erase(members[gu], u);
+        erase(members[gv], v);
+        members[gu].push_back(v);
+        members[gv].push_back(u);
+        const int64_t a_gu = value(gu), a_gv = value(gv);
+        if (a_gu + a_gv > kept[gu] + kept[gv]) {
+          kept[gu] = a_gu;
+          kept[gv] = a_gv;
+          (*group_of_unit)[u] = gv;
+          (*group_of_unit)[v] = gu;
+          improved = true;
+          break;
+        }
+        erase(members[gu], v);
+        erase(members[gv], u);
+        members[gu].push_back(u);
+        members[gv].push_back(v);
+      }
+    }
+  }
+  return std::accumulate(kept.begin(), kept.end(), int64_t{0});
+}
+
+// Work limits of the exact assignment (in Hungarian steps: rows^2 * cols).
+constexpr double kPlaceWorkLimit = 2e8;   // placing every group's units once
+constexpr double kImproveWorkLimit = 5e7;  // the local search
+constexpr double kSearchWorkLimit = 3e7;  // all the branch and bound's bounds together
+
+// The exact assignment: which group each unit goes to (first by a units x slots Hungarian on
+// each unit's best alone, then by branch and bound when units compete), then each group's
+// ranks x workers Hungarian. Returns true when the result is proven optimal.
+bool AssignExact(RankAssigner& a, const WorkerGroups& groups, int units,
+                 std::vector<int>* worker_of_rank, int64_t* kept) {
+  const int num_groups = static_cast<int>(groups.workers.size());
+  std::vector<std::vector<int64_t>> best(units, std::vector<int64_t>(num_groups));
+  int64_t max_best = 0;
+  for (int u = 0; u < units; ++u) {
+    for (int g = 0; g < num_groups; ++g) {
+      best[u][g] = a.Place(groups.workers[g], {u}, false, nullptr);
+      max_best = std::max(max_best, best[u][g]);
+    }
+  }
+  // Units to slots: the most bytes kept if no two units wanted the same worker (an upper bound),
+  // ties toward Megatron order (unit u on slot u).
+  std::vector<int> group_of_slot;
+  for (int g = 0; g < num_groups; ++g) group_of_slot.insert(group_of_slot.end(), groups.slots[g], g);
+  const int slots = static_cast<int>(group_of_slot.size());
+  const int64_t scale = static_cast<int64_t>(units) * slots + 1;
+  const int shift = ShiftToFit(max_best, scale, units);
+  std::vector<std::vector<int64_t>> cost(units, std::vector<int64_t>(slots));
+  for (int u = 0; u < units; ++u) {
+    for (int s = 0; s < slots; ++s) {
+      cost[u][s] = -(best[u][group_of_slot[s]] >> shift) * scale + std::abs(u - s);
+    }
+  }
+  const std::vector<int> slot_of_unit = SolveAssignment(cost);
+  std::vector<int> group_of_unit(units);
+  int64_t upper = 0;
+  for (int u = 0; u < units; ++u) {
+    group_of_unit[u] = group_of_slot[slot_of_unit[u]];
+    upper += best[u][group_of_unit[u]];
+  }
+  *kept = a.PlaceAll(groups, group_of_unit, worker_of_rank);
+  if (*kept == upper) return true;
+  // Units compete for workers: improve the choice of groups locally, then search it.
+  if (ImproveGroups(a, groups, &group_of_unit, kImproveWorkLimit) > *kept) {
+    *kept = a.PlaceAll(groups, group_of_unit, worker_of_rank);
+  }
+  const int rows = units * a.tp();
+  std::vector<int> group_of_col;
+  std::vector<int> cols;
+  for (int g = 0; g < num_groups; ++g) {
+    for (int w : groups.workers[g]) {
+      cols.push_back(w);
+      group_of_col.push_back(g);
+    }
+  }
+  const double node_work = static_cast<double>(rows) * rows * static_cast<double>(cols.size());
+  const int64_t max_nodes = static_cast<int64_t>(std::min(1e5, kSearchWorkLimit / node_work));
+  if (max_nodes < 1) return false;
+  std::vector<std::vector<int64_t>> matrix(rows, std::vector<int64_t>(cols.size()));
+  for (int r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols.size(); ++c) matrix[r][c] = a.Kept(cols[c], r);
+  }
+  GroupSearch search(std::move(matrix), std::move(group_of_col), groups.slots, best, a.tp(),
+                     max_nodes);
+  const int64_t before = *kept;
+  const bool complete = search.Run(before, &group_of_unit);
+  *kept = a.PlaceAll(groups, group_of_unit, worker_of_rank);
+  CHECK_GE(*kept, before);
+  return complete;
+}
+
+// The large heuristic: each unit goes to the group of the worker that held the same rank or the
+// rank at its proportional coordinates, when that keeps the most and a slot is free (greedy, most
+// bytes first); the rest fill free slots in order; each group's ranks x workers is exact.
+void AssignHeuristic(RankAssigner& a, const WorkerGroups& groups, const Layout& layout,
+                     const CurrentPlacement& current, size_t num_workers,
+                     std::vector<int>* worker_of_rank, int64_t* kept) {
+  const int tp = layout.tp, units = layout.dp * layout.pp;
+  const Layout& old = current.layout;
+  std::vector<int> group_of_worker(num_workers, -1);
+  for (size_t g = 0; g < groups.workers.size(); ++g) {
+    for (int w : groups.workers[g]) group_of_worker[w] = static_cast<int>(g);
+  }
+  struct Candidate {
+    int64_t kept;
+    int unit;
+    int group;
+  };
+  std::vector<Candidate> candidates;
+  for (int u = 0; u < units; ++u) {
+    const int d = u / layout.pp, p = u % layout.pp;
+    const int proportional =
+        ((d * old.dp / layout.dp) * old.pp + p * old.pp / layout.pp) * old.tp;
+    std::set<int> tried;
+    for (int r : {u * tp, proportional}) {
+      if (r >= static_cast<int>(current.worker_of_rank.size())) continue;
+      const int g = group_of_worker[current.worker_of_rank[r]];
+      if (g < 0 || !tried.insert(g).second) continue;
+      candidates.push_back({a.Place(groups.workers[g], {u}, false, nullptr), u, g});
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.kept > y.kept; });
+  std::vector<int> group_of_unit(units, -1), used(groups.workers.size(), 0);
+  for (const Candidate& c : candidates) {
+    if (group_of_unit[c.unit] >= 0 || used[c.group] >= groups.slots[c.group]) continue;
+    group_of_unit[c.unit] = c.group;
+    ++used[c.group];
+  }
+  size_t next = 0;
+  for (int u = 0; u < units; ++u) {
+    if (group_of_unit[u] >= 0) continue;
+    while (used[next] >= groups.slots[next]) ++next;
+    group_of_unit[u] = static_cast<int>(next);
+    ++used[next];
+  }
+  *kept = a.PlaceAll(groups, group_of_unit, worker_of_rank);
+}
+
+}  // namespace
+
 StatusOr<std::vector<int>> AssignRanks(const ModelDescription& model, const Layout& layout,
                                        const std::vector<int>& host_of_worker,
                                        const CurrentPlacement& current,
@@ -250,117 +714,33 @@ StatusOr<std::vector<int>> AssignRanks(const ModelDescription& model, const Layo
   ELASTRA_RETURN_IF_ERROR(CheckCurrent(current, num_workers));
   const int tp = layout.tp;
   const int units = layout.dp * layout.pp;
-
-  // Blocks: tp workers of one host (consecutive by id), or across hosts when tp groups cannot
-  // all fit inside hosts.
-  std::map<int, std::vector<int>> by_host;
-  for (size_t w = 0; w < num_workers; ++w) by_host[host_of_worker[w]].push_back(static_cast<int>(w));
-  std::vector<std::vector<int>> blocks;
-  int64_t in_host_blocks = 0;
-  for (const auto& [h, ws] : by_host) in_host_blocks += ws.size() / tp;
-  if (in_host_blocks >= units) {
-    for (const auto& [h, ws] : by_host) {
-      for (size_t i = 0; i + tp <= ws.size(); i += tp) {
-        blocks.emplace_back(ws.begin() + i, ws.begin() + i + tp);
-      }
-    }
-  } else {
-    std::vector<int> all;
-    for (const auto& [h, ws] : by_host) all.insert(all.end(), ws.begin(), ws.end());
-    for (size_t i = 0; i + tp <= all.size(); i += tp) {
-      blocks.emplace_back(all.begin() + i, all.begin() + i + tp);
-    }
-  }
-  const int num_blocks = static_cast<int>(blocks.size());
-
-  std::vector<int> old_rank(num_workers, -1);
-  for (size_t r = 0; r < current.worker_of_rank.size(); ++r) {
-    old_rank[current.worker_of_rank[r]] = static_cast<int>(r);
-  }
-  std::unordered_map<int64_t, int64_t> memo;
-  auto kept = [&](int worker, int rank) -> int64_t {
-    const int from = old_rank[worker];
-    if (from < 0) return 0;
-    const int64_t key = static_cast<int64_t>(from) * layout.world() + rank;
-    auto it = memo.find(key);
-    if (it != memo.end()) return it->second;
-    const int64_t k = options.kept_bytes
-                          ? options.kept_bytes(from, layout, rank)
-                          : EstimateKeptBytes(model, current.layout, from, layout, rank);
-    memo.emplace(key, k);
-    return k;
-  };
-  // Best order of a block's workers over the tp ranks of unit u; returns bytes kept.
-  auto inner = [&](int u, int b, std::vector<int>* order) -> int64_t {
-    std::vector<std::vector<int64_t>> c(tp, std::vector<int64_t>(tp));
-    bool any = false;
-    for (int j = 0; j < tp; ++j) {
-      for (int i = 0; i < tp; ++i) {
-        c[j][i] = -kept(blocks[b][i], u * tp + j);
-        any = any || c[j][i] != 0;
-      }
-    }
-    std::vector<int> pick(tp);
-    for (int j = 0; j < tp; ++j) pick[j] = j;
-    if (any && tp > 1) pick = SolveAssignment(c);
-    int64_t total = 0;
-    for (int j = 0; j < tp; ++j) total -= c[j][pick[j]];
-    if (order) *order = pick;
-    return total;
-  };
-
-  std::vector<int> block_of_unit(units, -1);
-  const bool have_current = !current.worker_of_rank.empty();
+  const auto by_host = WorkersByHost(host_of_worker);
+  // TP groups stay inside hosts whenever enough hosts can hold them.
+  const bool in_hosts = InHostSlots(by_host, tp) >= units;
+  std::vector<int> worker_of_rank(layout.world(), -1);
+  int64_t kept = 0;
   bool is_exact = true;
-  if (!have_current) {
-    for (int u = 0; u < units; ++u) block_of_unit[u] = u;  // Megatron order
-  } else if (num_blocks <= options.exact_assignment_max_blocks) {
-    // Primary: bytes kept; secondary: stay close to Megatron order (|u - b| < scale).
-    const int64_t scale = num_blocks + 1;
-    std::vector<std::vector<int64_t>> cost(units, std::vector<int64_t>(num_blocks));
-    for (int u = 0; u < units; ++u) {
-      for (int b = 0; b < num_blocks; ++b) cost[u][b] = -inner(u, b, nullptr) * scale + std::abs(u - b);
-    }
-    block_of_unit = SolveAssignment(cost);
+  if (current.worker_of_rank.empty()) {
+    // Megatron order: unit u (PP stages of a replica, then DP) on block u.
+    const WorkerGroups blocks = BlockGroups(by_host, tp, in_hosts);
+    for (int r = 0; r < layout.world(); ++r) worker_of_rank[r] = blocks.workers[r / tp][r % tp];
   } else {
-    // Large: a unit keeps the block of the worker that held its first rank, when free; the
-    // rest take free blocks in order.
-    is_exact = false;
-    std::vector<int> block_of_worker(num_workers, -1);
-    for (int b = 0; b < num_blocks; ++b) {
-      for (int w : blocks[b]) block_of_worker[w] = b;
+    RankAssigner assigner(model, layout, current, options, num_workers);
+    const WorkerGroups groups = in_hosts ? HostGroups(by_host, tp) : OneGroup(by_host, tp);
+    if (groups.TotalSlots() <= options.exact_assignment_max_blocks &&
+        groups.PlaceWork(tp) <= kPlaceWorkLimit) {
+      is_exact = AssignExact(assigner, groups, units, &worker_of_rank, &kept);
+    } else {
+      is_exact = false;
+      const WorkerGroups heuristic_groups =
+          in_hosts && groups.PlaceWork(tp) <= kPlaceWorkLimit ? groups
+                                                              : BlockGroups(by_host, tp, in_hosts);
+      AssignHeuristic(assigner, heuristic_groups, layout, current, num_workers, &worker_of_rank,
+                      &kept);
     }
-    std::vector<bool> taken(num_blocks, false);
-    for (int u = 0; u < units; ++u) {
-      const int r = u * tp;
-      if (r >= static_cast<int>(current.worker_of_rank.size())) continue;
-      const int b = block_of_worker[current.worker_of_rank[r]];
-      if (b >= 0 && !taken[b]) {
-        block_of_unit[u] = b;
-        taken[b] = true;
-      }
-    }
-    int next = 0;
-    for (int u = 0; u < units; ++u) {
-      if (block_of_unit[u] >= 0) continue;
-      while (taken[next]) ++next;
-      block_of_unit[u] = next;
-      taken[next] = true;
-    }
-  }
-  std::vector<int> worker_of_rank(layout.world());
-  int64_t total_kept = 0;
-  for (int u = 0; u < units; ++u) {
-    std::vector<int> order;
-    total_kept += have_current ? inner(u, block_of_unit[u], &order) : 0;
-    if (!have_current) {
-      order.resize(tp);
-      for (int j = 0; j < tp; ++j) order[j] = j;
-    }
-    for (int j = 0; j < tp; ++j) worker_of_rank[u * tp + j] = blocks[block_of_unit[u]][order[j]];
   }
   if (exact) *exact = is_exact;
-  if (kept_out) *kept_out = total_kept;
+  if (kept_out) *kept_out = kept;
   return worker_of_rank;
 }
 

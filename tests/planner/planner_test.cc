@@ -293,6 +293,19 @@ TEST(Assignment, ShrinkKeepsTheWorkersHoldingTheMostState) {
   EXPECT_FALSE(AssignRanks(m, Layout{1, 1, 2}, Hosts(4, 4), CurrentPlacement{{2, 1, 1}, {0}}).ok());
 }
 
+TEST(Assignment, TpShrinkWithTheEstimateKeepsOneWorkerOfEachHalf) {
+  // tp 4 -> 2 on one host: new rank 0 needs the first half (old ranks 0 and 1 hold a quarter
+  // each), rank 1 the second; keeping workers 0 and 1 would move 3/4 of the split state.
+  const ModelDescription m = Parse(kSmall);
+  bool exact = false;
+  auto a = AssignRanks(m, Layout{1, 1, 2}, Hosts(4, 8), CurrentPlacement{{1, 1, 4}, {0, 1, 2, 3}},
+                       {}, &exact);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(exact);
+  EXPECT_TRUE((*a)[0] == 0 || (*a)[0] == 1) << (*a)[0];
+  EXPECT_TRUE((*a)[1] == 2 || (*a)[1] == 3) << (*a)[1];
+}
+
 TEST(Assignment, CustomKeptBytesDrivesTheChoice) {
   const ModelDescription m = Parse(kSmall);
   CurrentPlacement current{{4, 1, 1}, {0, 1, 2, 3}};
