@@ -405,11 +405,13 @@ std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
   constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
   std::vector<int64_t> u(n + 1, 0), v(m + 1, 0);
   std::vector<int> p(m + 1, 0), way(m + 1, 0);
+  std::vector<int64_t> minv(m + 1);
+  std::vector<char> used(m + 1);
   for (int i = 1; i <= n; ++i) {
     p[0] = i;
     int j0 = 0;
-    std::vector<int64_t> minv(m + 1, kInf);
-    std::vector<char> used(m + 1, false);
+    std::fill(minv.begin(), minv.end(), kInf);
+    std::fill(used.begin(), used.end(), false);
     do {
       used[j0] = true;
       const int i0 = p[j0];
@@ -538,6 +540,8 @@ class RankAssigner {
     for (size_t r = 0; r < current.worker_of_rank.size(); ++r) {
       old_rank_[current.worker_of_rank[r]] = static_cast<int>(r);
     }
+    const int64_t pairs = static_cast<int64_t>(current.layout.world()) * layout.world();
+    if (pairs <= kDenseMemoPairs) dense_.assign(pairs, -1);
   }
 
   int tp() const { return layout_.tp; }
@@ -546,12 +550,19 @@ class RankAssigner {
     const int from = old_rank_[worker];
     if (from < 0) return 0;
     const int64_t key = static_cast<int64_t>(from) * layout_.world() + rank;
-    auto it = memo_.find(key);
-    if (it != memo_.end()) return it->second;
+    if (!dense_.empty() && dense_[key] >= 0) return dense_[key];
+    if (dense_.empty()) {
+      auto it = memo_.find(key);
+      if (it != memo_.end()) return it->second;
+    }
     const int64_t k = options_.kept_bytes
                           ? options_.kept_bytes(from, layout_, rank)
                           : EstimateKeptBytes(model_, current_.layout, from, layout_, rank);
-    memo_.emplace(key, k);
+    if (!dense_.empty()) {
+      dense_[key] = k;
+    } else {
+      memo_.emplace(key, k);
+    }
     return k;
   }
 
@@ -574,6 +585,7 @@ class RankAssigner {
         max_kept = std::max(max_kept, kept[i][c]);
       }
     }
+    if (max_kept == 0 && !tiebreak && !worker_of_rank) return 0;  // any order will do
     // Kept bytes first; the sum of the ties (each < cols) never outweighs one (shifted) byte.
     const int64_t scale = tiebreak ? static_cast<int64_t>(rows) * cols + 1 : 1;
     const int shift = ShiftToFit(max_kept, scale, rows);
@@ -614,7 +626,10 @@ class RankAssigner {
   const Layout layout_;
   const CurrentPlacement& current_;
   const PlannerOptions& options_;
+  // Kept bytes by (old rank, new rank): a dense table up to 1M pairs (8 MiB), else a hash map.
+  static constexpr int64_t kDenseMemoPairs = int64_t{1} << 20;
   std::vector<int> old_rank_;
+  std::vector<int64_t> dense_;
   std::unordered_map<int64_t, int64_t> memo_;
 };
 
