@@ -83,9 +83,10 @@ using KeptBytesFn = std::function<int64_t(int from_rank, const Layout& to, int t
 struct PlannerOptions {
   CostConstants cost;
   int alternatives = 4;  // how many next-best layouts to return
-  // Rank assignment: solved exactly (Hungarian algorithm over TP groups x host blocks) when
-  // there are at most this many host blocks; above it, ranks keep their workers where the rank
-  // exists in both layouts and the rest fill free blocks in order (see docs/resharding.md).
+  // Rank assignment: solved exactly (which workers stay and which ranks they take, TP groups
+  // inside hosts) when the hosts hold at most this many TP groups (slots) and the search ends
+  // within its budget; above it, each TP group goes to the host of the worker that held its
+  // rank or its proportional rank, each host placed exactly (see docs/resharding.md).
   int exact_assignment_max_blocks = 128;
   KeptBytesFn kept_bytes;  // empty: the analytic estimate
 };
@@ -123,9 +124,11 @@ StatusOr<PlanResult> PlanLayout(const ModelDescription& model,
                                 const CurrentPlacement& current,
                                 const PlannerOptions& options = {});
 
-// Assigns the workers to the ranks of `layout` (TP groups inside one host, then PP, then DP),
-// keeping as much state as possible from `current`. kInvalidArgument when there are fewer
-// workers than ranks or the current placement is malformed.
+// Assigns the workers to the ranks of `layout` (TP groups inside one host whenever the hosts can
+// hold them all, then PP, then DP), keeping as much state as possible from `current`: which
+// workers stay on a shrink is part of that choice. *exact: the result is proven to keep the most
+// bytes; *kept: the bytes kept (per KeptBytesFn). kInvalidArgument when there are fewer workers
+// than ranks or the current placement is malformed.
 StatusOr<std::vector<int>> AssignRanks(const ModelDescription& model, const Layout& layout,
                                        const std::vector<int>& host_of_worker,
                                        const CurrentPlacement& current,
