@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "common/logging.h"
@@ -57,13 +57,16 @@ struct Stage {
 // the layout (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 // Models", section 4, generalised to any ffn_hidden and activation element size).
 struct ModelTerms {
-  double s, b, h, f, a, v, e;  // seq, micro-batch, hidden, ffn, heads, vocab, dtype bytes
+  double s, b, h, f, a, v, e;            // seq, micro-batch, hidden, ffn, heads, vocab, dtype bytes
   double layer_split, layer_replicated;  // parameters of a layer split over TP / replicated
 
   explicit ModelTerms(const ModelDescription& m)
-      : s(static_cast<double>(m.seq_len)), b(static_cast<double>(m.micro_batch)),
-        h(static_cast<double>(m.hidden)), f(static_cast<double>(m.ffn_hidden)),
-        a(static_cast<double>(m.heads)), v(static_cast<double>(m.vocab)),
+      : s(static_cast<double>(m.seq_len)),
+        b(static_cast<double>(m.micro_batch)),
+        h(static_cast<double>(m.hidden)),
+        f(static_cast<double>(m.ffn_hidden)),
+        a(static_cast<double>(m.heads)),
+        v(static_cast<double>(m.vocab)),
         e(static_cast<double>(m.dtype_size())) {
     layer_split = 4 * h * h + 3 * h + 2 * h * f + f;  // qkv, proj weight, fc1, fc2 weight
     layer_replicated = 6 * h;                         // 2 layer norms, proj and fc2 biases
@@ -177,8 +180,8 @@ struct LayoutTerms {
               const HostStats& hosts, const CostConstants& c)
       : tp(l.tp), pp(l.pp), micro(m.global_batch / (static_cast<int64_t>(l.dp) * m.micro_batch)) {
     // 1F1B: stage i holds the activations of min(pp - i, m) micro-batches.
-    stages.push_back({StageLayers(m.layers, pp, 0).last, true, pp == 1,
-                      std::min<int64_t>(pp, micro)});
+    stages.push_back(
+        {StageLayers(m.layers, pp, 0).last, true, pp == 1, std::min<int64_t>(pp, micro)});
     if (pp > 1) {
       const LayerRange last = StageLayers(m.layers, pp, pp - 1);
       stages.push_back({last.last - last.first, false, true, 1});
@@ -203,8 +206,7 @@ struct LayoutTerms {
       return in_host ? c.intra_host_bytes_per_s : c.inter_host_bytes_per_s;
     };
     if (tp > 1) {
-      tp_collective_s =
-          2.0 * (tp - 1) / tp * act_bytes / bw(tp_in_host) + c.collective_latency_s;
+      tp_collective_s = 2.0 * (tp - 1) / tp * act_bytes / bw(tp_in_host) + c.collective_latency_s;
     }
     if (pp > 1) {  // a forward and a backward send per micro-batch, 1/tp of it per rank
       const bool replica_in_host = pp * tp <= hosts.max_host_size;
@@ -284,8 +286,8 @@ int ValidateAndScore(const ModelDescription& m, const Layout& l, size_t num_work
       const double gib = cost.memory / kGiB;
       if (least < 0 || gib < least) {
         least = gib;
-        least_choice = std::string(RecomputeName(r)) + " recomputation" +
-                       (sp ? ", sequence parallel" : "");
+        least_choice =
+            std::string(RecomputeName(r)) + " recomputation" + (sp ? ", sequence parallel" : "");
       }
       if (gib + c.memory_reserve_gib > m.device_memory_gib) continue;
       // 1F1B: m slots of the slowest stage, plus pp - 1 slots of fill and drain (the bubble).
@@ -350,22 +352,31 @@ const char* RecomputeName(Recompute r) {
 }
 
 std::string LayoutScoreJson(const LayoutScore& s) {
-  const nlohmann::json j = {
-      {"layout", s.layout.ToString()}, {"dp", s.layout.dp}, {"pp", s.layout.pp},
-      {"tp", s.layout.tp}, {"workers", s.layout.world()},
-      {"recompute", RecomputeName(s.recompute)}, {"sequence_parallel", s.sequence_parallel},
-      {"step_time_s", s.step_time_s}, {"compute_s", s.compute_s},
-      {"recompute_s", s.recompute_s}, {"bubble_s", s.bubble_s}, {"tp_comm_s", s.tp_comm_s},
-      {"pp_comm_s", s.pp_comm_s}, {"dp_comm_s", s.dp_comm_s},
-      {"micro_batches", s.micro_batches}, {"in_flight", s.in_flight},
-      {"memory_gib", s.memory_gib}, {"activation_gib", s.activation_gib},
-      {"tp_in_host", s.tp_in_host}};
+  const nlohmann::json j = {{"layout", s.layout.ToString()},
+                            {"dp", s.layout.dp},
+                            {"pp", s.layout.pp},
+                            {"tp", s.layout.tp},
+                            {"workers", s.layout.world()},
+                            {"recompute", RecomputeName(s.recompute)},
+                            {"sequence_parallel", s.sequence_parallel},
+                            {"step_time_s", s.step_time_s},
+                            {"compute_s", s.compute_s},
+                            {"recompute_s", s.recompute_s},
+                            {"bubble_s", s.bubble_s},
+                            {"tp_comm_s", s.tp_comm_s},
+                            {"pp_comm_s", s.pp_comm_s},
+                            {"dp_comm_s", s.dp_comm_s},
+                            {"micro_batches", s.micro_batches},
+                            {"in_flight", s.in_flight},
+                            {"memory_gib", s.memory_gib},
+                            {"activation_gib", s.activation_gib},
+                            {"tp_in_host", s.tp_in_host}};
   return j.dump();
 }
 
 StatusOr<LayoutScore> ScoreLayout(const ModelDescription& model, const Layout& layout,
-                                  const std::vector<int>& host_of_worker,
-                                  const CostConstants& cost, const PlannerPins& pins) {
+                                  const std::vector<int>& host_of_worker, const CostConstants& cost,
+                                  const PlannerPins& pins) {
   HostStats hosts(host_of_worker);
   LayoutScore s;
   std::string why;
@@ -523,7 +534,8 @@ WorkerGroups BlockGroups(const std::map<int, std::vector<int>>& by_host, int tp,
 // The shift that keeps max_kept * scale * rows well inside int64 (0 in every realistic case:
 // it needs more than 10^13 bytes kept by one worker).
 int ShiftToFit(int64_t max_kept, int64_t scale, int64_t rows) {
-  const int64_t limit = std::numeric_limits<int64_t>::max() / 4 / std::max<int64_t>(1, scale * rows);
+  const int64_t limit =
+      std::numeric_limits<int64_t>::max() / 4 / std::max<int64_t>(1, scale * rows);
   int shift = 0;
   while ((max_kept >> shift) > limit) ++shift;
   return shift;
@@ -533,9 +545,12 @@ int ShiftToFit(int64_t max_kept, int64_t scale, int64_t rows) {
 // TP groups ("units") on one group of workers.
 class RankAssigner {
  public:
-  RankAssigner(const ModelDescription& model, const Layout& layout,
-               const CurrentPlacement& current, const PlannerOptions& options, size_t num_workers)
-      : model_(model), layout_(layout), current_(current), options_(options),
+  RankAssigner(const ModelDescription& model, const Layout& layout, const CurrentPlacement& current,
+               const PlannerOptions& options, size_t num_workers)
+      : model_(model),
+        layout_(layout),
+        current_(current),
+        options_(options),
         old_rank_(num_workers, -1) {
     for (size_t r = 0; r < current.worker_of_rank.size(); ++r) {
       old_rank_[current.worker_of_rank[r]] = static_cast<int>(r);
@@ -643,8 +658,12 @@ class GroupSearch {
   GroupSearch(std::vector<std::vector<int64_t>> kept, std::vector<int> group_of_col,
               std::vector<int> slots, const std::vector<std::vector<int64_t>>& best, int tp,
               int64_t max_nodes)
-      : kept_(std::move(kept)), group_of_col_(std::move(group_of_col)), slots_(std::move(slots)),
-        best_(best), tp_(tp), max_nodes_(max_nodes) {
+      : kept_(std::move(kept)),
+        group_of_col_(std::move(group_of_col)),
+        slots_(std::move(slots)),
+        best_(best),
+        tp_(tp),
+        max_nodes_(max_nodes) {
     const int units = static_cast<int>(best.size());
     order_.resize(units);
     std::iota(order_.begin(), order_.end(), 0);
@@ -807,9 +826,9 @@ int64_t ImproveGroups(RankAssigner& a, const WorkerGroups& groups, std::vector<i
 }
 
 // Work limits of the exact assignment (in Hungarian steps: rows^2 * cols).
-constexpr double kPlaceWorkLimit = 2e8;   // placing every group's units once
+constexpr double kPlaceWorkLimit = 2e8;    // placing every group's units once
 constexpr double kImproveWorkLimit = 5e7;  // the local search
-constexpr double kSearchWorkLimit = 3e7;  // all the branch and bound's bounds together
+constexpr double kSearchWorkLimit = 3e7;   // all the branch and bound's bounds together
 
 // The exact assignment: which group each unit goes to (first by a units x slots Hungarian on
 // each unit's best alone, then by branch and bound when units compete), then each group's
@@ -828,7 +847,8 @@ bool AssignExact(RankAssigner& a, const WorkerGroups& groups, int units,
   // Units to slots: the most bytes kept if no two units wanted the same worker (an upper bound),
   // ties toward Megatron order (unit u on slot u).
   std::vector<int> group_of_slot;
-  for (int g = 0; g < num_groups; ++g) group_of_slot.insert(group_of_slot.end(), groups.slots[g], g);
+  for (int g = 0; g < num_groups; ++g)
+    group_of_slot.insert(group_of_slot.end(), groups.slots[g], g);
   const int slots = static_cast<int>(group_of_slot.size());
   const int64_t scale = static_cast<int64_t>(units) * slots + 1;
   const int shift = ShiftToFit(max_best, scale, units);
@@ -896,8 +916,7 @@ void AssignHeuristic(RankAssigner& a, const WorkerGroups& groups, const Layout& 
   std::vector<Candidate> candidates;
   for (int u = 0; u < units; ++u) {
     const int d = u / layout.pp, p = u % layout.pp;
-    const int proportional =
-        ((d * old.dp / layout.dp) * old.pp + p * old.pp / layout.pp) * old.tp;
+    const int proportional = ((d * old.dp / layout.dp) * old.pp + p * old.pp / layout.pp) * old.tp;
     std::set<int> tried;
     for (int r : {u * tp, proportional}) {
       if (r >= static_cast<int>(current.worker_of_rank.size())) continue;
@@ -961,9 +980,9 @@ StatusOr<std::vector<int>> AssignRanks(const ModelDescription& model, const Layo
       is_exact = AssignExact(assigner, groups, units, &worker_of_rank, &kept);
     } else {
       is_exact = false;
-      const WorkerGroups heuristic_groups =
-          in_hosts && groups.PlaceWork(tp) <= kPlaceWorkLimit ? groups
-                                                              : BlockGroups(by_host, tp, in_hosts);
+      const WorkerGroups heuristic_groups = in_hosts && groups.PlaceWork(tp) <= kPlaceWorkLimit
+                                                ? groups
+                                                : BlockGroups(by_host, tp, in_hosts);
       AssignHeuristic(assigner, heuristic_groups, layout, current, num_workers, &worker_of_rank,
                       &kept);
     }
@@ -1051,8 +1070,8 @@ StatusOr<PlanResult> PlanLayout(const ModelDescription& model,
   }
   // TP across hosts only when no host-contained layout is valid; then every worker used when a
   // layout that does so is valid; then the step time.
-  const bool any_in_host = std::any_of(valid.begin(), valid.end(),
-                                       [](const LayoutScore& v) { return v.tp_in_host; });
+  const bool any_in_host =
+      std::any_of(valid.begin(), valid.end(), [](const LayoutScore& v) { return v.tp_in_host; });
   auto tier = [&](const LayoutScore& v) {
     return std::make_pair(any_in_host && !v.tp_in_host, v.layout.world() != num_workers);
   };
@@ -1081,8 +1100,10 @@ StatusOr<PlanResult> PlanLayout(const ModelDescription& model,
     } else if (!why.empty()) {
       result.idle_reason = "no valid layout uses all " + n + " workers: e.g. " + why;
     } else {
-      result.idle_reason = "no layout with the pins uses all " + n + " workers (tp x pp does "
-                           "not divide " + n + ")";
+      result.idle_reason = "no layout with the pins uses all " + n +
+                           " workers (tp x pp does "
+                           "not divide " +
+                           n + ")";
     }
   }
   for (const LayoutScore& v : valid) {

@@ -41,7 +41,7 @@ struct PlannerPins {
   int pp = 0;            // 0: free; else the only allowed pp
   bool only_dp = false;  // keep the current tp and pp (needs a current placement)
   std::optional<Recompute> recompute;     // unset: the planner picks none, selective or full
-  std::optional<bool> sequence_parallel;  // unset: the planner picks (sequence parallel needs tp > 1)
+  std::optional<bool> sequence_parallel;  // unset: the planner picks (only with tp > 1)
 };
 
 // A layout with its modelled costs (seconds per training step), for the recomputation and

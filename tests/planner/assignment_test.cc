@@ -136,17 +136,19 @@ std::vector<int> CheckAgainstBruteForce(const ModelDescription& model, const Lay
   if (!chosen.ok()) return {};
   EXPECT_TRUE(exact) << what;
   if (HostContainedExists(to, hosts)) EXPECT_TRUE(TpInsideHosts(*chosen, to.tp, hosts)) << what;
-  const auto matrix = KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
+  const auto matrix =
+      KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
   EXPECT_EQ(kept, BruteForceMostKept(matrix, to, hosts)) << what;
   // The reshard plan moves exactly what the new ranks need and do not keep: the fewest bytes.
   auto plan = BuildReshardPlan(state, {from, current_workers}, {to, *chosen}, hosts);
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (plan.ok()) {
     EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound) << what;
-    auto nothing_kept = BuildReshardPlan(state, {from, current_workers},
-                                         {to, Identity(to.world())}, hosts);
+    auto nothing_kept =
+        BuildReshardPlan(state, {from, current_workers}, {to, Identity(to.world())}, hosts);
     // Bytes needed = moved + kept, whatever the assignment.
-    const auto fresh = KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
+    const auto fresh =
+        KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
     int64_t identity_kept = 0;
     for (int r = 0; r < to.world(); ++r) identity_kept += fresh[r][r];
     EXPECT_TRUE(nothing_kept.ok());
@@ -270,8 +272,8 @@ TEST(Assignment, HeuristicAboveTheExactSizeKeepsProportionalRanks) {
   bool exact = true;
   int64_t heuristic_kept = 0, exact_kept = 0;
   options.exact_assignment_max_blocks = 0;
-  auto heuristic = AssignRanks(model, to, hosts, {from, Identity(16)}, options, &exact,
-                               &heuristic_kept);
+  auto heuristic =
+      AssignRanks(model, to, hosts, {from, Identity(16)}, options, &exact, &heuristic_kept);
   ASSERT_TRUE(heuristic.ok());
   EXPECT_FALSE(exact);
   EXPECT_TRUE(TpInsideHosts(*heuristic, to.tp, hosts));

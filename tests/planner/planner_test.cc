@@ -355,9 +355,9 @@ TEST(CostModel, RecomputationCostsItsForwardAndSelectiveTheAttentionCore) {
   EXPECT_NEAR(full.tp_comm_s / none.tp_comm_s, 6.0 / 4.0, 1e-9);  // the forward's 2 collectives
   // Selective: the attention matmuls again, and the attention core's activations (5as^2b bytes
   // per layer) written again at memory bandwidth. A few percent here, a third for full.
-  EXPECT_NEAR(selective.recompute_s,
-              mb * L * (4 * b * s * s * h / t / rate + 5 * a * s * s * b / t / c.memory_bytes_per_s),
-              1e-9);
+  EXPECT_NEAR(
+      selective.recompute_s,
+      mb * L * (4 * b * s * s * h / t / rate + 5 * a * s * s * b / t / c.memory_bytes_per_s), 1e-9);
   EXPECT_EQ(selective.tp_comm_s, none.tp_comm_s);
   const double layers_s = none.compute_s - mb * 6 * b * s * h * V / t / rate;
   EXPECT_LT(selective.recompute_s, 0.05 * layers_s);
@@ -374,7 +374,8 @@ TEST(CostModel, PicksTheFastestChoiceThatFits) {
     return *ScoreLayout(m, l, Hosts(4, 8), {}, pins);
   };
   const double reserve = CostConstants{}.memory_reserve_gib;
-  const LayoutScore none = pinned(Recompute::kNone, false), none_sp = pinned(Recompute::kNone, true),
+  const LayoutScore none = pinned(Recompute::kNone, false),
+                    none_sp = pinned(Recompute::kNone, true),
                     selective_sp = pinned(Recompute::kSelective, true),
                     full_sp = pinned(Recompute::kFull, true);
   EXPECT_GT(none.memory_gib, none_sp.memory_gib);
@@ -408,9 +409,9 @@ TEST(CostModel, ScoreJsonNamesTheChoice) {
   auto s = ScoreLayout(Korthikanti(8), Layout{1, 1, 4}, Hosts(4, 8));
   ASSERT_TRUE(s.ok());
   const std::string json = LayoutScoreJson(*s);
-  for (const char* key : {"\"recompute\":\"none\"", "\"sequence_parallel\":true",
-                          "\"in_flight\":1", "\"recompute_s\"", "\"activation_gib\"",
-                          "\"layout\":\"dp=1,pp=1,tp=4\""}) {
+  for (const char* key :
+       {"\"recompute\":\"none\"", "\"sequence_parallel\":true", "\"in_flight\":1",
+        "\"recompute_s\"", "\"activation_gib\"", "\"layout\":\"dp=1,pp=1,tp=4\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
 }

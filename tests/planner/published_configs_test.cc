@@ -58,13 +58,14 @@ struct Published {
   const char* dtype;
   int zero;
   int gpus;
-  Layout layout;       // dp, pp, tp as published
+  Layout layout;        // dp, pp, tp as published
   Recompute recompute;  // what the run used
   bool sequence_parallel;
   CostConstants cost;
   double tolerance = 1.05;  // published step / planner's best step
 };
 
+// clang-format off
 const std::vector<Published>& Table() {
   static const std::vector<Published> table = {
       // The weak-scaling table sets t = 8 from 18.4B on rather than searching; at hidden 6144
@@ -103,6 +104,7 @@ const std::vector<Published>& Table() {
   };
   return table;
 }
+// clang-format on
 
 ModelDescription ModelOf(const Published& p) {
   ModelDescription m;
@@ -132,8 +134,7 @@ std::string Choice(const LayoutScore& s) {
 }
 
 // The published layout against the planner's best, with the activation choices `pins` allows.
-double CheckAgainstBest(const Published& p, const PlannerPins& activation_pins,
-                        const char* what) {
+double CheckAgainstBest(const Published& p, const PlannerPins& activation_pins, const char* what) {
   const ModelDescription m = ModelOf(p);
   const std::vector<int> hosts = Hosts(p.gpus, 8);
   auto published = ScoreLayout(m, p.layout, hosts, p.cost, activation_pins);
@@ -149,11 +150,11 @@ double CheckAgainstBest(const Published& p, const PlannerPins& activation_pins,
   const double ratio = published->step_time_s / plan->best.step_time_s;
   EXPECT_LE(ratio, p.tolerance) << p.name << " " << p.source << " (" << what << "): published "
                                 << Choice(*published) << " vs best " << Choice(plan->best);
-  std::printf("%-12s %-14s %-6s %-5d published %-32s %6.2f s %5.1f GiB | best %-32s %6.2f s "
-              "| ratio %.3f\n",
-              p.name, p.source, what, p.gpus, Choice(*published).c_str(),
-              published->step_time_s, published->memory_gib, Choice(plan->best).c_str(),
-              plan->best.step_time_s, ratio);
+  std::printf(
+      "%-12s %-14s %-6s %-5d published %-32s %6.2f s %5.1f GiB | best %-32s %6.2f s "
+      "| ratio %.3f\n",
+      p.name, p.source, what, p.gpus, Choice(*published).c_str(), published->step_time_s,
+      published->memory_gib, Choice(plan->best).c_str(), plan->best.step_time_s, ratio);
   return ratio;
 }
 
