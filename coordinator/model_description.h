@@ -5,7 +5,9 @@
 //   layers, hidden, heads, vocab, seq_len, global_batch, micro_batch   required, >= 1
 //     (upper limits: layers 4096, hidden 2^20, ffn_hidden 2^22, vocab 2^24, seq_len 2^22)
 //   ffn_hidden        default 4 * hidden
-//   dtype             "fp32" | "fp16" | "bf16" (parameters and gradients), default "bf16"
+//   dtype             "fp32" | "fp16" | "bf16" (parameters, gradients and activations; the
+//                     planner counts bf16 gradients as fp32, as Megatron and DeepSpeed keep
+//                     them), default "bf16"
 //   optimizer         "adam" (fp32 master weights and two fp32 moments per parameter), default
 //   zero              0 or 1 (1: optimizer state sharded over DP, ZeRO-1), default 0
 //   device_memory_gib number > 0, memory of one device

@@ -1,10 +1,13 @@
 // The planner's rank assignment, fed the exact kept bytes from the region math, moves no more
-// bytes than any other assignment that keeps TP groups inside hosts (brute force over small
-// cases).
+// bytes than any other assignment that keeps TP groups inside hosts: which workers leave on a
+// shrink is part of the choice (brute force over every choice of workers and ranks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <random>
+#include <set>
 
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
@@ -13,7 +16,7 @@
 namespace elastra {
 namespace {
 
-ModelDescription Model() {
+ModelDescription Model(bool zero) {
   ModelDescription m;
   m.layers = 4;
   m.hidden = 16;
@@ -24,9 +27,33 @@ ModelDescription Model() {
   m.global_batch = 48;
   m.micro_batch = 1;
   m.dtype = "fp32";
-  m.zero = 1;
+  m.zero = zero ? 1 : 0;
   m.device_memory_gib = 16;
   return m;
+}
+
+StateSpec StateOf(const ModelDescription& m) {
+  GptConfig g;
+  g.layers = m.layers;
+  g.hidden = m.hidden;
+  g.ffn_hidden = m.ffn_hidden;
+  g.vocab = m.vocab;
+  g.seq_len = m.seq_len;
+  g.param_size = m.dtype_size();
+  g.zero = m.zero == 1;
+  return GptState(g);
+}
+
+std::vector<int> HostsOfSize(int workers, int per_host) {
+  std::vector<int> h(workers);
+  for (int w = 0; w < workers; ++w) h[w] = w / per_host;
+  return h;
+}
+
+std::vector<int> Identity(int n) {
+  std::vector<int> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
 }
 
 bool TpInsideHosts(const std::vector<int>& worker_of_rank, int tp, const std::vector<int>& hosts) {
@@ -36,56 +63,227 @@ bool TpInsideHosts(const std::vector<int>& worker_of_rank, int tp, const std::ve
   return true;
 }
 
+// Whether some assignment of `to` keeps every TP group inside one host.
+bool HostContainedExists(const Layout& to, const std::vector<int>& hosts) {
+  std::map<int, int> size;
+  for (int h : hosts) ++size[h];
+  int slots = 0;
+  for (const auto& [h, n] : size) slots += n / to.tp;
+  return slots >= to.dp * to.pp;
+}
+
+// Exact kept bytes for the current placement: kept[w][r] is what worker w holds of rank r of `to`.
+std::vector<std::vector<int64_t>> KeptMatrix(const StateSpec& state, const Placement& from,
+                                             const Layout& to, int workers) {
+  std::vector<std::vector<int64_t>> kept(workers, std::vector<int64_t>(to.world(), 0));
+  for (size_t r = 0; r < from.worker_of_rank.size(); ++r) {
+    const Coordinates c = CoordinatesOf(from.layout, static_cast<int>(r));
+    for (int t = 0; t < to.world(); ++t) {
+      kept[from.worker_of_rank[r]][t] = KeptBytes(state, from.layout, &c, to, CoordinatesOf(to, t));
+    }
+  }
+  return kept;
+}
+
+// The most bytes any assignment keeps: every choice of which workers stay and which ranks they
+// take, with TP groups inside hosts when that is possible at all.
+int64_t BruteForceMostKept(const std::vector<std::vector<int64_t>>& kept, const Layout& to,
+                           const std::vector<int>& hosts) {
+  const int workers = static_cast<int>(hosts.size());
+  const bool in_hosts = HostContainedExists(to, hosts);
+  std::vector<int> worker_of_rank(to.world(), -1);
+  std::vector<bool> used(workers, false);
+  int64_t best = -1;
+  std::function<void(int, int64_t)> visit = [&](int r, int64_t sum) {
+    if (r == to.world()) {
+      best = std::max(best, sum);
+      return;
+    }
+    for (int w = 0; w < workers; ++w) {
+      if (used[w]) continue;
+      if (in_hosts && r % to.tp != 0 && hosts[w] != hosts[worker_of_rank[r - r % to.tp]]) continue;
+      used[w] = true;
+      worker_of_rank[r] = w;
+      visit(r + 1, sum + kept[w][r]);
+      used[w] = false;
+    }
+  };
+  visit(0, 0);
+  return best;
+}
+
+PlannerOptions ExactKept(const StateSpec& state, const Layout& from) {
+  PlannerOptions options;
+  options.kept_bytes = [&state, from](int fr, const Layout& tl, int tr) {
+    const Coordinates c = CoordinatesOf(from, fr);
+    return KeptBytes(state, from, &c, tl, CoordinatesOf(tl, tr));
+  };
+  return options;
+}
+
+// Assigns `to` from `from` (placed on current_workers) with the exact kept bytes and checks the
+// plan against brute force. Returns the chosen assignment.
+std::vector<int> CheckAgainstBruteForce(const ModelDescription& model, const Layout& from,
+                                        const std::vector<int>& current_workers, const Layout& to,
+                                        const std::vector<int>& hosts) {
+  const StateSpec state = StateOf(model);
+  const std::string what = from.ToString() + " -> " + to.ToString();
+  bool exact = false;
+  int64_t kept = 0;
+  auto chosen = AssignRanks(model, to, hosts, CurrentPlacement{from, current_workers},
+                            ExactKept(state, from), &exact, &kept);
+  EXPECT_TRUE(chosen.ok()) << chosen.status();
+  if (!chosen.ok()) return {};
+  EXPECT_TRUE(exact) << what;
+  if (HostContainedExists(to, hosts)) EXPECT_TRUE(TpInsideHosts(*chosen, to.tp, hosts)) << what;
+  const auto matrix =
+      KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
+  EXPECT_EQ(kept, BruteForceMostKept(matrix, to, hosts)) << what;
+  // The reshard plan moves exactly what the new ranks need and do not keep: the fewest bytes.
+  auto plan = BuildReshardPlan(state, {from, current_workers}, {to, *chosen}, hosts);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (plan.ok()) {
+    EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound) << what;
+    auto nothing_kept =
+        BuildReshardPlan(state, {from, current_workers}, {to, Identity(to.world())}, hosts);
+    // Bytes needed = moved + kept, whatever the assignment.
+    const auto fresh =
+        KeptMatrix(state, {from, current_workers}, to, static_cast<int>(hosts.size()));
+    int64_t identity_kept = 0;
+    for (int r = 0; r < to.world(); ++r) identity_kept += fresh[r][r];
+    EXPECT_TRUE(nothing_kept.ok());
+    if (nothing_kept.ok()) {
+      EXPECT_EQ(plan->bytes_moved + kept, nothing_kept->bytes_moved + identity_kept) << what;
+    }
+  }
+  return *chosen;
+}
+
+// Bytes of the tensors split over TP (the state that moves when tp changes), one replica.
+int64_t SplitBytes(const StateSpec& state) {
+  int64_t bytes = 0;
+  for (const auto& t : state.tensors) {
+    if (t.rule.tp_split_dim < 0) continue;
+    int64_t n = static_cast<int64_t>(t.element_size);
+    for (int64_t d : t.shape) n *= d;
+    bytes += n;
+  }
+  return bytes;
+}
+
+TEST(Assignment, TpFourToTwoKeepsHalfOfTheSplitState) {
+  // Every split dimension divisible by 4, so quarters and halves are exact.
+  ModelDescription model = Model(false);
+  model.ffn_hidden = 32;
+  model.vocab = 32;
+  const StateSpec state = StateOf(model);
+  const Layout from{1, 1, 4}, to{1, 1, 2};
+  const std::vector<int> hosts = HostsOfSize(4, 8);
+  const std::vector<int> chosen = CheckAgainstBruteForce(model, from, Identity(4), to, hosts);
+  ASSERT_EQ(chosen.size(), 2u);
+  // New tp rank 0 needs the first half (held by workers 0 and 1, a quarter each), rank 1 the
+  // second (workers 2 and 3): one worker of each pair stays.
+  EXPECT_TRUE(chosen[0] == 0 || chosen[0] == 1) << chosen[0];
+  EXPECT_TRUE(chosen[1] == 2 || chosen[1] == 3) << chosen[1];
+  auto plan = BuildReshardPlan(state, {from, Identity(4)}, {to, chosen}, hosts);
+  ASSERT_TRUE(plan.ok());
+  const int64_t split = SplitBytes(state);
+  EXPECT_EQ(plan->bytes_moved * 2, split);  // half a replica's split state
+  // Keeping the first two workers (the old prefix rule) moves three quarters.
+  auto prefix = BuildReshardPlan(state, {from, Identity(4)}, {to, {0, 1}}, hosts);
+  ASSERT_TRUE(prefix.ok());
+  EXPECT_EQ(prefix->bytes_moved * 4, split * 3);
+}
+
+TEST(Assignment, ShrinksChooseWhoLeaves) {
+  struct Change {
+    Layout from, to;
+    int per_host;
+  };
+  const std::vector<Change> changes = {
+      {{1, 4, 1}, {1, 2, 1}, 8},  // pp shrink: keep one worker per new stage's layers
+      {{4, 1, 1}, {2, 1, 1}, 8},  // dp shrink: with ZeRO, new dp d needs old dp 2d or 2d+1
+      {{4, 1, 2}, {2, 1, 2}, 4},  // dp shrink with TP groups, hosts of 4
+      {{2, 1, 4}, {2, 1, 2}, 4},  // tp shrink in every replica
+      {{1, 2, 4}, {1, 4, 1}, 4},  // tp -> pp
+      {{2, 2, 2}, {1, 2, 2}, 4},  // mixed: a replica leaves
+      {{2, 1, 4}, {1, 2, 2}, 4},  // mixed: tp and dp down, pp up
+      {{1, 1, 8}, {1, 2, 2}, 8},  // tp 8 -> pp 2 x tp 2
+  };
+  for (bool zero : {false, true}) {
+    const ModelDescription model = Model(zero);
+    for (const Change& c : changes) {
+      const int n = std::max(c.from.world(), c.to.world());
+      CheckAgainstBruteForce(model, c.from, Identity(c.from.world()), c.to,
+                             HostsOfSize(n, c.per_host));
+    }
+  }
+}
+
+TEST(Assignment, RandomChangesMatchBruteForce) {
+  std::mt19937 rng(2024);
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
+  auto random_layout = [&](int max_world) {
+    for (;;) {
+      Layout l{pick(1, 4), pick(1, 4), std::vector<int>{1, 2, 4}[pick(0, 2)]};
+      if (l.world() <= max_world) return l;
+    }
+  };
+  int trials = 0, shrinks = 0;
+  while (trials < 120) {
+    const int workers = pick(2, 8);
+    std::vector<int> hosts;
+    for (int h = 0; static_cast<int>(hosts.size()) < workers; ++h) {
+      const int size = pick(1, 4);
+      for (int i = 0; i < size && static_cast<int>(hosts.size()) < workers; ++i) hosts.push_back(h);
+    }
+    const Layout from = random_layout(workers), to = random_layout(workers);
+    std::vector<int> current(workers);
+    std::iota(current.begin(), current.end(), 0);
+    std::shuffle(current.begin(), current.end(), rng);
+    current.resize(from.world());
+    CheckAgainstBruteForce(Model(trials % 2 == 1), from, current, to, hosts);
+    shrinks += to.world() < from.world();
+    ++trials;
+  }
+  EXPECT_GT(shrinks, 20);
+}
+
 TEST(Assignment, ExactAssignmentMovesTheFewestBytes) {
-  const ModelDescription model = Model();
-  GptConfig g;
-  g.layers = model.layers;
-  g.hidden = model.hidden;
-  g.ffn_hidden = model.ffn_hidden;
-  g.vocab = model.vocab;
-  g.seq_len = model.seq_len;
-  g.param_size = 4;
-  g.zero = true;
-  const StateSpec state = GptState(g);
+  const ModelDescription model = Model(true);
   const std::vector<std::pair<Layout, Layout>> changes = {
       {{2, 1, 2}, {1, 2, 2}}, {{1, 2, 2}, {4, 1, 1}}, {{4, 1, 1}, {1, 2, 2}},
       {{2, 2, 1}, {1, 4, 1}}, {{1, 4, 1}, {2, 1, 2}}, {{4, 1, 1}, {2, 1, 1}},
       {{2, 1, 2}, {3, 1, 2}}, {{6, 1, 1}, {1, 2, 2}}, {{1, 1, 2}, {2, 1, 2}}};
   for (const auto& [from, to] : changes) {
     const int n = std::max(from.world(), to.world());
-    std::vector<int> hosts(n);
-    for (int w = 0; w < n; ++w) hosts[w] = w / 2;
-    std::vector<int> identity(from.world());
-    std::iota(identity.begin(), identity.end(), 0);
-    PlannerOptions options;
-    options.kept_bytes = [&, from = from](int fr, const Layout& tl, int tr) {
-      const Coordinates c = CoordinatesOf(from, fr);
-      return KeptBytes(state, from, &c, tl, CoordinatesOf(tl, tr));
-    };
-    bool exact = false;
-    auto chosen = AssignRanks(model, to, hosts, CurrentPlacement{from, identity}, options, &exact);
-    ASSERT_TRUE(chosen.ok()) << chosen.status();
-    EXPECT_TRUE(exact);
-    EXPECT_TRUE(TpInsideHosts(*chosen, to.tp, hosts));
-    auto plan = BuildReshardPlan(state, {from, identity}, {to, *chosen}, hosts);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound);
+    CheckAgainstBruteForce(model, from, Identity(from.world()), to, HostsOfSize(n, 2));
+  }
+}
 
-    // Every assignment of n workers to the ranks of `to` with TP groups inside hosts.
-    std::vector<int> perm(n);
-    std::iota(perm.begin(), perm.end(), 0);
-    int64_t best = INT64_MAX;
-    int tried = 0;
-    do {
-      std::vector<int> w(perm.begin(), perm.begin() + to.world());
-      if (!TpInsideHosts(w, to.tp, hosts)) continue;
-      auto p = BuildReshardPlan(state, {from, identity}, {to, w}, hosts);
-      ASSERT_TRUE(p.ok());
-      best = std::min(best, p->bytes_moved);
-      ++tried;
-    } while (std::next_permutation(perm.begin(), perm.end()));
-    EXPECT_GT(tried, 0);
-    EXPECT_EQ(plan->bytes_moved, best) << from.ToString() << " -> " << to.ToString();
+TEST(Assignment, HeuristicAboveTheExactSizeKeepsProportionalRanks) {
+  // Forced onto the large-size heuristic: a dp shrink with ZeRO keeps, for new dp d, the workers
+  // of old dp 2d or 2d+1 (each holds half of its optimizer state), as the exact assignment does.
+  const ModelDescription model = Model(true);
+  const StateSpec state = StateOf(model);
+  const Layout from{8, 1, 2}, to{4, 1, 2};
+  const std::vector<int> hosts = HostsOfSize(16, 4);
+  PlannerOptions options = ExactKept(state, from);
+  bool exact = true;
+  int64_t heuristic_kept = 0, exact_kept = 0;
+  options.exact_assignment_max_blocks = 0;
+  auto heuristic =
+      AssignRanks(model, to, hosts, {from, Identity(16)}, options, &exact, &heuristic_kept);
+  ASSERT_TRUE(heuristic.ok());
+  EXPECT_FALSE(exact);
+  EXPECT_TRUE(TpInsideHosts(*heuristic, to.tp, hosts));
+  options.exact_assignment_max_blocks = 128;
+  auto best = AssignRanks(model, to, hosts, {from, Identity(16)}, options, &exact, &exact_kept);
+  ASSERT_TRUE(best.ok());
+  EXPECT_TRUE(exact);
+  EXPECT_EQ(heuristic_kept, exact_kept);
+  for (int d = 0; d < 4; ++d) {
+    for (int t = 0; t < 2; ++t) EXPECT_EQ((*heuristic)[d * 2 + t] / 2 / 2, d) << d << " " << t;
   }
 }
 
