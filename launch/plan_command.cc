@@ -78,22 +78,19 @@ GptConfig GptOf(const ModelDescription& m) {
   return g;
 }
 
-nlohmann::json ScoreJson(const LayoutScore& s) {
-  return {{"layout", s.layout.ToString()}, {"dp", s.layout.dp}, {"pp", s.layout.pp},
-          {"tp", s.layout.tp}, {"workers", s.layout.world()},
-          {"step_time_s", s.step_time_s}, {"compute_s", s.compute_s}, {"bubble_s", s.bubble_s},
-          {"tp_comm_s", s.tp_comm_s}, {"pp_comm_s", s.pp_comm_s}, {"dp_comm_s", s.dp_comm_s},
-          {"micro_batches", s.micro_batches}, {"memory_gib", s.memory_gib},
-          {"tp_in_host", s.tp_in_host}};
-}
+nlohmann::json ScoreJson(const LayoutScore& s) { return nlohmann::json::parse(LayoutScoreJson(s)); }
 
 void PrintScore(const char* label, const LayoutScore& s) {
-  std::printf("%-9s %-18s workers %-5d step %.4f s  (compute %.4f, bubble %.4f, tp %.4f, pp %.4f, "
-              "dp %.4f; %lld micro-batches, %.1f GiB/device%s)\n",
+  std::string choice = std::string("; ") + RecomputeName(s.recompute) + " recomputation";
+  if (s.sequence_parallel) choice += ", sequence parallel";
+  if (!s.tp_in_host) choice += ", tp across hosts";
+  std::printf("%-9s %-18s workers %-5d step %.4f s  (compute %.4f incl. recompute %.4f, bubble "
+              "%.4f, tp %.4f, pp %.4f, dp %.4f; %lld micro-batches, %lld in flight, %.1f "
+              "GiB/device, %.1f GiB activations%s)\n",
               label, s.layout.ToString().c_str(), s.layout.world(), s.step_time_s, s.compute_s,
-              s.bubble_s, s.tp_comm_s, s.pp_comm_s, s.dp_comm_s,
-              static_cast<long long>(s.micro_batches), s.memory_gib,
-              s.tp_in_host ? "" : ", tp across hosts");
+              s.recompute_s, s.bubble_s, s.tp_comm_s, s.pp_comm_s, s.dp_comm_s,
+              static_cast<long long>(s.micro_batches), static_cast<long long>(s.in_flight),
+              s.memory_gib, s.activation_gib, choice.c_str());
 }
 
 std::vector<int> Hosts(int workers, int per_host) {
@@ -139,7 +136,12 @@ int PlanLayoutMode(const PlanOptions& flags, const ModelDescription& model) {
                           {"worker_of_rank", plan->worker_of_rank},
                           {"layouts_considered", plan->layouts_considered},
                           {"exact_assignment", plan->exact_assignment},
-                          {"kept_bytes", plan->kept_bytes}, {"planning_ms", ms}};
+                          {"kept_bytes", plan->kept_bytes}, {"planning_ms", ms},
+                          {"idle_reason", plan->idle_reason},
+                          {"faster_with_idle_workers",
+                           plan->faster_with_idle_workers
+                               ? ScoreJson(*plan->faster_with_idle_workers)
+                               : nlohmann::json(nullptr)}};
     for (const auto& a : plan->alternatives) out["alternatives"].push_back(ScoreJson(a));
     std::printf("%s\n", out.dump().c_str());
     return 0;
@@ -151,11 +153,18 @@ int PlanLayoutMode(const PlanOptions& flags, const ModelDescription& model) {
     PrintScore(("alt " + std::to_string(i + 1)).c_str(), plan->alternatives[i]);
   }
   if (plan->best.layout.world() < workers) {
-    std::printf("idle workers: %d\n", workers - plan->best.layout.world());
+    std::printf("idle workers: %d: %s\n", workers - plan->best.layout.world(),
+                plan->idle_reason.c_str());
+  }
+  if (const auto& faster = plan->faster_with_idle_workers) {
+    std::printf("note: %s on %d workers is modelled %.0f %% faster (%.4f s); every worker is used "
+                "instead\n",
+                faster->layout.ToString().c_str(), faster->layout.world(),
+                100.0 * (1.0 - faster->step_time_s / plan->best.step_time_s), faster->step_time_s);
   }
   if (!current.worker_of_rank.empty()) {
     std::printf("assignment: %s, state kept in place %lld bytes (estimate)\n",
-                plan->exact_assignment ? "exact (Hungarian)" : "keep-in-place heuristic",
+                plan->exact_assignment ? "exact (proven optimal)" : "heuristic (each host exact)",
                 static_cast<long long>(plan->kept_bytes));
   }
   return 0;
@@ -245,7 +254,8 @@ int PlanTransferMode(const PlanOptions& flags, const ModelDescription& model) {
               static_cast<long long>(plan->max_received), mib(plan->max_received));
   std::printf("bytes_local        %lld (kept in place)\n",
               static_cast<long long>(plan->bytes_local));
-  std::printf("assignment         %s\n", exact ? "exact (Hungarian)" : "keep-in-place heuristic");
+  std::printf("assignment         %s\n",
+              exact ? "exact (proven optimal)" : "heuristic (each host exact)");
   if (!leaving.empty()) {
     std::printf("leaving workers   ");
     for (int w : leaving) std::printf(" %d", w);
