@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "state/device_copy.h"
+#include "state/reshard_schedule.h"
 
 namespace elastra {
 namespace {
@@ -129,19 +130,12 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
   if (me >= n) return OkStatus();  // not part of this change
 
   const auto& tensors = plan.state.tensors;
-  const int num_layers = plan.state.num_layers;
-  const int from_rank = plan.from.RankOfWorker(me);
-  const int to_rank = plan.to.RankOfWorker(me);
-  std::vector<Region> old_region(tensors.size()), new_region(tensors.size());
+  const WorkerRegions regions = RegionsOfWorker(plan, me);
+  const std::vector<Region>& old_region = regions.old_region;
+  const std::vector<Region>& new_region = regions.new_region;
+  // Tensors whose region does not change on this worker keep their buffer untouched.
+  const std::vector<char>& same = regions.same;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (from_rank >= 0) {
-      old_region[i] = LocalRegion(tensors[i], num_layers, plan.from.layout,
-                                  CoordinatesOf(plan.from.layout, from_rank));
-    }
-    if (to_rank >= 0) {
-      new_region[i] = LocalRegion(tensors[i], num_layers, plan.to.layout,
-                                  CoordinatesOf(plan.to.layout, to_rank));
-    }
     if (old_region[i].empty()) continue;
     auto it = shards->find(tensors[i].name);
     const int64_t want = old_region[i].elements() * static_cast<int64_t>(tensors[i].element_size);
@@ -155,81 +149,15 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
     }
   }
 
-  // Tensors whose region does not change on this worker keep their buffer untouched.
-  std::vector<char> same(tensors.size(), 0);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Region& a = old_region[i];
-    const Region& b = new_region[i];
-    same[i] = !a.empty() && !b.empty() && a.box == b.box && a.flat_begin == b.flat_begin &&
-              a.flat_end == b.flat_end;
-  }
-
-  // Group boundaries: identical on every worker (they depend on the plan only).
-  std::vector<size_t> group_begin{0};
-  {
-    int64_t acc = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const int64_t b = FullRect(tensors[i].shape).volume() * tensors[i].element_size;
-      if (acc > 0 && acc + b > options.group_bytes) {
-        group_begin.push_back(i);
-        acc = 0;
-      }
-      acc += b;
-    }
-    group_begin.push_back(tensors.size());
-  }
-  // This worker's transfers, by group and peer, in plan order.
-  std::vector<size_t> group_of(tensors.size());
-  for (size_t g = 0; g + 1 < group_begin.size(); ++g) {
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) group_of[i] = g;
-  }
-  const size_t num_groups = group_begin.size() - 1;
-  std::vector<std::map<int, std::vector<const Transfer*>>> sends(num_groups), recvs(num_groups);
-  for (const Transfer& t : plan.transfers) {
-    if (t.src == me) sends[group_of[t.tensor]][t.dst].push_back(&t);
-    if (t.dst == me) recvs[group_of[t.tensor]][t.src].push_back(&t);
-  }
-  std::vector<std::vector<const Transfer*>> copies(num_groups);
-  for (const Transfer& t : plan.copies) {
-    if (t.dst == me) copies[group_of[t.tensor]].push_back(&t);
-  }
-
-  // Regions of other workers, for deciding which transfers go without packing.
-  std::vector<std::vector<Region>> region_cache_from(n), region_cache_to(n);
-  auto region_of = [&](bool old_layout, int worker, int tensor) -> const Region& {
-    auto& cache = old_layout ? region_cache_from[worker] : region_cache_to[worker];
-    const Placement& p = old_layout ? plan.from : plan.to;
-    if (cache.empty()) {
-      cache.resize(tensors.size());
-      const int rank = p.RankOfWorker(worker);
-      for (size_t i = 0; rank >= 0 && i < tensors.size(); ++i) {
-        cache[i] = LocalRegion(tensors[i], num_layers, p.layout, CoordinatesOf(p.layout, rank));
-      }
-    }
-    return cache[tensor];
-  };
-  auto contiguous = [](const Rect& r, const Region& region) {
-    return r.row_end - r.row_begin == 1 ||
-           (r.col_begin == region.box.col_begin && r.col_end == region.box.col_end);
-  };
+  // Group boundaries and this worker's transfers by group and peer: identical on every worker
+  // (they depend on the plan only).
+  const std::vector<GroupWork> groups = WorkerGroups(plan, me, options.group_bytes);
   // For each of this worker's transfers: contiguous in both shards, and its byte offsets in the
-  // sender's and the receiver's shard. Decided up front, on this thread (the region cache is
-  // not shared with the peer threads), and alike on both sides since it depends on the plan only.
-  std::vector<char> both_contiguous(plan.transfers.size(), 0);
-  std::vector<int64_t> src_offset(plan.transfers.size(), 0), dst_offset(plan.transfers.size(), 0);
-  for (size_t i = 0; i < plan.transfers.size(); ++i) {
-    const Transfer& t = plan.transfers[i];
-    if (t.src != me && t.dst != me) continue;
-    const Region& from = region_of(true, t.src, t.tensor);
-    const Region& to = region_of(false, t.dst, t.tensor);
-    const int64_t esize = tensors[t.tensor].element_size;
-    both_contiguous[i] = contiguous(t.rect, from) && contiguous(t.rect, to);
-    src_offset[i] = from.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
-    dst_offset[i] = to.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
-  }
+  // sender's and the receiver's shard. Decided up front, on this thread, and alike on both sides
+  // since it depends on the plan only.
+  const std::vector<TransferGeometry> geometry = TransferGeometries(plan, me);
 
-  int pow2 = 1;
-  while (pow2 < n) pow2 *= 2;
+  const std::vector<int> partners = PairwisePartners(me, n);
   struct Counters {
     int64_t bytes = 0;
     int64_t messages = 0;
@@ -253,11 +181,12 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
   auto since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  for (size_t g = 0; g < num_groups; ++g) {
+  for (const GroupWork& group : groups) {
+    const size_t g = group.index;
     auto t0 = Clock::now();
     Shards fresh;
     int64_t fresh_bytes = 0;
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
+    for (size_t i = group.tensor_begin; i < group.tensor_end; ++i) {
       if (new_region[i].empty()) continue;
       if (same[i]) continue;  // kept as it is below
       const int64_t bytes = new_region[i].elements() * tensors[i].element_size;
@@ -282,7 +211,7 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
     stats->seconds_allocate += since(t0);
     t0 = Clock::now();
     // Local copies, rectangle row by row.
-    for (const Transfer* t : copies[g]) {
+    for (const Transfer* t : group.copies) {
       if (same[t->tensor]) {
         stats->bytes_copied += t->bytes;  // already in place
         continue;
@@ -312,45 +241,24 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
       std::vector<typename Stream::Item> staged;
       std::vector<std::pair<uint8_t*, int64_t>> direct;
     };
-    auto stats_staged_bytes_add = [&](const Direction& d) {
-      for (const auto& it : d.staged) stats->bytes_staged += it.transfer->bytes;
-    };
-    // A run of transfers of one tensor that are contiguous in both shards and follow each other
-    // in both goes as one message straight between the shards when it is at least
-    // direct_min_bytes; everything else is packed into the staging stream.
+    // The messages to or from one peer (LayoutPeerMessages), bound to this worker's shards.
     auto build = [&](const std::vector<const Transfer*>& list, bool sending) {
+      const PeerMessages m =
+          LayoutPeerMessages(plan, geometry, list, sending, options.direct_min_bytes);
       Direction d;
-      auto index = [&](const Transfer* t) { return static_cast<size_t>(t - plan.transfers.data()); };
-      auto item = [&](const Transfer* t) {
+      for (const Transfer* t : m.staged) {
         const std::string& name = tensors[t->tensor].name;
-        return sending
-                   ? typename Stream::Item{t, Memory::Data((*shards)[name]), old_region[t->tensor]}
-                   : typename Stream::Item{t, Memory::Data(fresh[name]), new_region[t->tensor]};
-      };
-      for (size_t i = 0; i < list.size();) {
-        const Transfer* t = list[i];
-        size_t j = i + 1;
-        int64_t run = t->bytes;
-        if (both_contiguous[index(t)]) {
-          while (j < list.size() && list[j]->tensor == t->tensor &&
-                 both_contiguous[index(list[j])] &&
-                 src_offset[index(list[j])] == src_offset[index(t)] + run &&
-                 dst_offset[index(list[j])] == dst_offset[index(t)] + run) {
-            run += list[j]->bytes;
-            ++j;
-          }
-        }
-        if (both_contiguous[index(t)] && run >= options.direct_min_bytes) {
-          const std::string& name = tensors[t->tensor].name;
-          uint8_t* base = sending ? Memory::Data((*shards)[name]) + src_offset[index(t)]
-                                  : Memory::Data(fresh[name]) + dst_offset[index(t)];
-          d.direct.push_back({base, run});
-        } else {
-          for (size_t k = i; k < j; ++k) d.staged.push_back(item(list[k]));
-        }
-        i = j;
+        d.staged.push_back(
+            sending ? typename Stream::Item{t, Memory::Data((*shards)[name]), old_region[t->tensor]}
+                    : typename Stream::Item{t, Memory::Data(fresh[name]), new_region[t->tensor]});
       }
-      stats_staged_bytes_add(d);
+      for (const DirectRun& r : m.direct) {
+        const std::string& name = tensors[r.tensor].name;
+        d.direct.push_back(
+            {(sending ? Memory::Data((*shards)[name]) : Memory::Data(fresh[name])) + r.offset,
+             r.bytes});
+      }
+      stats->bytes_staged += m.staged_bytes;
       return d;
     };
     auto send_to = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
@@ -390,7 +298,7 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
       return OkStatus();
     };
     static const std::vector<const Transfer*> kNone;
-    auto list_of = [&](std::map<int, std::vector<const Transfer*>>& m, int peer)
+    auto list_of = [&](const std::map<int, std::vector<const Transfer*>>& m, int peer)
         -> const std::vector<const Transfer*>& {
       auto it = m.find(peer);
       return it == m.end() ? kNone : it->second;
@@ -412,7 +320,7 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
       for (int peer = 0; peer < n; ++peer) {
         if (peer == me) continue;
         for (bool sending : {true, false}) {
-          const auto& list = list_of(sending ? sends[g] : recvs[g], peer);
+          const auto& list = list_of(sending ? group.sends : group.recvs, peer);
           if (list.empty()) continue;
           Direction d = build(list, sending);
           int64_t staged = 0;
@@ -459,14 +367,14 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
       std::vector<Job> jobs;
       for (int peer = 0; peer < n; ++peer) {
         if (peer == me) continue;
-        if (!list_of(sends[g], peer).empty()) jobs.push_back({peer, true, {}, {}});
-        if (!list_of(recvs[g], peer).empty()) jobs.push_back({peer, false, {}, {}});
+        if (!list_of(group.sends, peer).empty()) jobs.push_back({peer, true, {}, {}});
+        if (!list_of(group.recvs, peer).empty()) jobs.push_back({peer, false, {}, {}});
       }
       // Built here: build() touches the shard maps, which the threads only read through it.
       std::vector<Direction> dirs;
       for (const Job& j : jobs) {
-        dirs.push_back(j.sending ? build(list_of(sends[g], j.peer), true)
-                                 : build(list_of(recvs[g], j.peer), false));
+        dirs.push_back(j.sending ? build(list_of(group.sends, j.peer), true)
+                                 : build(list_of(group.recvs, j.peer), false));
       }
       std::vector<std::thread> threads;
       for (size_t i = 0; i < jobs.size(); ++i) {
@@ -488,11 +396,9 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
     } else {
       // Pairwise rounds (partner = me XOR k): the lower rank sends its whole part first, the
       // higher receives first.
-      for (int k = 1; k < pow2; ++k) {
-        const int peer = me ^ k;
-        if (peer >= n) continue;
-        const auto& out = list_of(sends[g], peer);
-        const auto& in = list_of(recvs[g], peer);
+      for (const int peer : partners) {
+        const auto& out = list_of(group.sends, peer);
+        const auto& in = list_of(group.recvs, peer);
         auto do_send = [&]() -> Status {
           return out.empty() ? OkStatus()
                              : send_to(peer, build(out, true), send_buf, &sent_counters);
@@ -515,7 +421,7 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
     stats->bytes_received += received_counters.bytes;
     stats->seconds_transfer += since(t0);
     t0 = Clock::now();
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
+    for (size_t i = group.tensor_begin; i < group.tensor_end; ++i) {
       if (!same[i]) shards->erase(tensors[i].name);
     }
     for (auto& [name, bytes] : fresh) (*shards)[name] = std::move(bytes);
