@@ -7,8 +7,10 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "state/device_copy.h"
+#include "state/reshard_schedule.h"
 
 namespace elastra {
 namespace {
@@ -110,418 +112,435 @@ class RectStream {
   int64_t offset_ = 0;
 };
 
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Bytes and messages moved in one direction.
+struct Counters {
+  int64_t bytes = 0;
+  int64_t messages = 0;
+};
+
+// A staging buffer: allocated on first use, no larger than needed, grown when a larger chunk
+// comes; the serial schedule keeps its two from one group to the next.
+template <class Memory>
+struct Staging {
+  typename Memory::Scratch scratch;
+  int64_t size = 0;
+  StatusOr<uint8_t*> Get(Memory& memory, int64_t n) {
+    if (n > size) {
+      ELASTRA_ASSIGN_OR_RETURN(scratch, memory.AllocateScratch(static_cast<size_t>(n)));
+      size = n;
+    }
+    return static_cast<uint8_t*>(scratch.data());
+  }
+};
+
+// One worker's part of a reshard plan. Run() reads as its steps: check the old shards, work out
+// this worker's groups and messages from the plan (reshard_schedule.h), then per group allocate
+// the new shards, copy what stays on this worker, move the rest over the communicator by one of
+// three schedules, and install the new shards in place of the old.
+template <class Memory>
+class ReshardRun {
+ public:
+  using Shards = std::map<std::string, typename Memory::Buffer>;
+
+  ReshardRun(const ReshardPlan& plan, Communicator& comm, Shards* shards, Memory& memory,
+             const ReshardExecutorOptions& options, ReshardExecutorStats* stats)
+      : plan_(plan),
+        tensors_(plan.state.tensors),
+        comm_(comm),
+        shards_(shards),
+        memory_(memory),
+        options_(options),
+        stats_(stats),
+        me_(comm.rank()),
+        n_(static_cast<int>(plan.host_of_worker.size())),
+        regions_(RegionsOfWorker(plan, me_)) {}
+
+  Status Run() {
+    ELASTRA_RETURN_IF_ERROR(CheckOldShards());
+    // Identical on every worker (they depend on the plan only), which is how both sides of a
+    // pair agree on the messages between them.
+    const std::vector<GroupWork> groups = WorkerGroups(plan_, me_, options_.group_bytes);
+    geometry_ = TransferGeometries(plan_, me_);
+    partners_ = PairwisePartners(me_, n_);
+    for (const GroupWork& group : groups) {
+      Shards fresh;
+      ELASTRA_RETURN_IF_ERROR(AllocateNewShards(group, &fresh));
+      ELASTRA_RETURN_IF_ERROR(CopyLocal(group, fresh));
+      ELASTRA_RETURN_IF_ERROR(MoveRemote(group, fresh));
+      InstallNewShards(group, fresh);
+    }
+    return OkStatus();
+  }
+
+ private:
+  using Stream = RectStream<Memory>;
+
+  // One direction of one pair, bound to this worker's buffers: the staged transfers as a stream
+  // (cut into chunk-sized messages, or one message when batched), then each direct run as one
+  // message.
+  struct Direction {
+    std::vector<typename Stream::Item> staged;
+    std::vector<std::pair<uint8_t*, int64_t>> direct;
+  };
+
+  // Every shard the old layout gives this worker is there with its size: bad input is refused
+  // before any communication (kInvalidArgument).
+  Status CheckOldShards() const {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const Region& old_region = regions_.old_region[i];
+      if (old_region.empty()) continue;
+      auto it = shards_->find(tensors_[i].name);
+      const int64_t want = old_region.elements() * static_cast<int64_t>(tensors_[i].element_size);
+      if (it == shards_->end()) {
+        return InvalidArgumentError("reshard: missing shard of tensor '" + tensors_[i].name + "'");
+      }
+      if (static_cast<int64_t>(it->second.size()) != want) {
+        return InvalidArgumentError("reshard: shard of '" + tensors_[i].name + "' has " +
+                                    std::to_string(it->second.size()) + " bytes, expected " +
+                                    std::to_string(want));
+      }
+    }
+    return OkStatus();
+  }
+
+  // The group's new shards into `fresh`, except those whose region does not change (kept as
+  // they are in InstallNewShards).
+  Status AllocateNewShards(const GroupWork& group, Shards* fresh) {
+    const auto t0 = Clock::now();
+    int64_t fresh_bytes = 0;
+    for (size_t i = group.tensor_begin; i < group.tensor_end; ++i) {
+      if (regions_.new_region[i].empty()) continue;
+      if (regions_.same[i]) continue;  // kept as it is
+      const std::string& name = tensors_[i].name;
+      const int64_t bytes = regions_.new_region[i].elements() * tensors_[i].element_size;
+      // A buffer held for a tensor of which the old layout gives this worker nothing (a joining
+      // worker's whole tensor from before Start()) is no source: the new shard takes its memory
+      // over. Fresh memory would first have to be faulted in, on the downtime's critical path
+      // (about 35 ms per 64 MiB on our test machines, against 6 ms to copy it).
+      if (auto stale = shards_->find(name);
+          regions_.old_region[i].empty() && stale != shards_->end()) {
+        if (auto reused = Memory::Reuse(stale->second, static_cast<size_t>(bytes))) {
+          fresh->emplace(name, std::move(*reused));
+          fresh_bytes += bytes;
+          continue;
+        }
+      }
+      auto buffer = memory_.Allocate(static_cast<size_t>(bytes));
+      if (!buffer.ok()) return buffer.status().WithContext("reshard: new shard of " + name);
+      fresh->emplace(name, std::move(buffer).value());
+      fresh_bytes += bytes;
+    }
+    stats_->peak_new_shard_bytes = std::max(stats_->peak_new_shard_bytes, fresh_bytes);
+    stats_->seconds_allocate += SecondsSince(t0);
+    return OkStatus();
+  }
+
+  // The rectangles this worker keeps, from its old shards into the new ones, row by row.
+  Status CopyLocal(const GroupWork& group, Shards& fresh) {
+    const auto t0 = Clock::now();
+    for (const Transfer* t : group.copies) {
+      if (regions_.same[t->tensor]) {
+        stats_->bytes_copied += t->bytes;  // already in place
+        continue;
+      }
+      const Rect& r = t->rect;
+      const int64_t esize = tensors_[t->tensor].element_size;
+      const Region& from = regions_.old_region[t->tensor];
+      const Region& to = regions_.new_region[t->tensor];
+      const uint8_t* src = Memory::Data((*shards_)[tensors_[t->tensor].name]);
+      uint8_t* dst = Memory::Data(fresh[tensors_[t->tensor].name]);
+      const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
+      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
+        ELASTRA_RETURN_IF_ERROR(memory_.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
+                                             src + from.LocalOffset(row, r.col_begin) * esize,
+                                             row_bytes));
+      }
+      stats_->bytes_copied += t->bytes;
+    }
+    ELASTRA_RETURN_IF_ERROR(memory_.Wait());
+    stats_->seconds_local += SecondsSince(t0);
+    return OkStatus();
+  }
+
+  // The group's transfers to and from the other workers, by the schedule the options and the
+  // communicator allow: batched (one Exchange), one thread per peer and direction, or pairwise
+  // rounds.
+  Status MoveRemote(const GroupWork& group, Shards& fresh) {
+    const auto t0 = Clock::now();
+    const uint32_t tag = static_cast<uint32_t>(group.index & 0xffffff);
+    Counters sent, received;
+    if (options_.batched && comm_.has_exchange()) {
+      ELASTRA_RETURN_IF_ERROR(ExchangeBatched(group, fresh, tag, &sent, &received));
+    } else if (options_.concurrent_peers) {
+      ELASTRA_RETURN_IF_ERROR(MoveOnPeerThreads(group, fresh, tag, &sent, &received));
+    } else {
+      ELASTRA_RETURN_IF_ERROR(MoveInPairwiseRounds(group, fresh, tag, &sent, &received));
+    }
+    stats_->bytes_sent += sent.bytes;
+    stats_->messages_sent += sent.messages;
+    stats_->bytes_received += received.bytes;
+    stats_->seconds_transfer += SecondsSince(t0);
+    return OkStatus();
+  }
+
+  // The messages to or from one peer (LayoutPeerMessages), bound to this worker's shards: the
+  // old ones when sending, the group's new ones when receiving. Touches the shard maps, so it
+  // runs on this thread only.
+  Direction Bind(const std::vector<const Transfer*>& list, bool sending, Shards& fresh) {
+    const PeerMessages m =
+        LayoutPeerMessages(plan_, geometry_, list, sending, options_.direct_min_bytes);
+    Direction d;
+    for (const Transfer* t : m.staged) {
+      const std::string& name = tensors_[t->tensor].name;
+      d.staged.push_back(sending ? typename Stream::Item{t, Memory::Data((*shards_)[name]),
+                                                         regions_.old_region[t->tensor]}
+                                 : typename Stream::Item{t, Memory::Data(fresh[name]),
+                                                         regions_.new_region[t->tensor]});
+    }
+    for (const DirectRun& r : m.direct) {
+      const std::string& name = tensors_[r.tensor].name;
+      d.direct.push_back(
+          {(sending ? Memory::Data((*shards_)[name]) : Memory::Data(fresh[name])) + r.offset,
+           r.bytes});
+    }
+    stats_->bytes_staged += m.staged_bytes;
+    return d;
+  }
+
+  static const std::vector<const Transfer*>& ListOf(
+      const std::map<int, std::vector<const Transfer*>>& by_peer, int peer) {
+    static const std::vector<const Transfer*> kNone;
+    auto it = by_peer.find(peer);
+    return it == by_peer.end() ? kNone : it->second;
+  }
+
+  // The batched schedule's messages of one group in the order both sides post them: per peer
+  // (ascending) its sends, then its receives; each direction's staged stream as one message in a
+  // buffer of its own, then its direct runs.
+  struct Batch {
+    struct Unpack {
+      std::vector<typename Stream::Item> items;
+      uint8_t* buffer;
+      int64_t bytes;
+    };
+    std::vector<PointToPoint> ops;
+    std::vector<typename Memory::Scratch> buffers;
+    std::vector<Unpack> unpacks;  // the receives' staged streams, for after the exchange
+  };
+
+  // Batched: pack every staged send, post the whole group at once in one Exchange() (which
+  // waits for all of it), then unpack the staged receives.
+  Status ExchangeBatched(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
+                         Counters* received) {
+    Batch batch;
+    ELASTRA_RETURN_IF_ERROR(PackBatch(group, fresh, &batch));
+    ELASTRA_RETURN_IF_ERROR(memory_.Wait());  // packed before anything is sent
+    if (!batch.ops.empty()) {
+      ELASTRA_RETURN_IF_ERROR(comm_.Exchange(batch.ops, tag, options_.timeout));
+    }
+    for (auto& u : batch.unpacks) {
+      Stream stream(std::move(u.items), &memory_);
+      ELASTRA_RETURN_IF_ERROR(stream.Transfer(u.buffer, u.bytes, /*pack=*/false));
+    }
+    ELASTRA_RETURN_IF_ERROR(memory_.Wait());
+    for (const PointToPoint& op : batch.ops) {
+      Counters& c = op.send ? *sent : *received;
+      c.bytes += static_cast<int64_t>(op.bytes);
+      c.messages += 1;
+    }
+    return OkStatus();
+  }
+
+  // The batch of one group: allocates a staging buffer per staged stream and packs the sends'
+  // (queued on the memory; the caller waits).
+  Status PackBatch(const GroupWork& group, Shards& fresh, Batch* batch) {
+    for (int peer = 0; peer < n_; ++peer) {
+      if (peer == me_) continue;
+      for (bool sending : {true, false}) {
+        const auto& list = ListOf(sending ? group.sends : group.recvs, peer);
+        if (list.empty()) continue;
+        Direction d = Bind(list, sending, fresh);
+        int64_t staged = 0;
+        for (const auto& it : d.staged) staged += it.transfer->bytes;
+        if (staged > 0) {
+          auto scratch = memory_.AllocateScratch(static_cast<size_t>(staged));
+          if (!scratch.ok()) return scratch.status().WithContext("reshard: staging buffer");
+          auto* buffer = static_cast<uint8_t*>(scratch->data());
+          batch->buffers.push_back(std::move(scratch).value());
+          if (sending) {
+            Stream stream(std::move(d.staged), &memory_);
+            ELASTRA_RETURN_IF_ERROR(stream.Transfer(buffer, staged, /*pack=*/true));
+          } else {
+            batch->unpacks.push_back({std::move(d.staged), buffer, staged});
+          }
+          batch->ops.push_back({sending, buffer, static_cast<size_t>(staged), peer});
+        }
+        for (const auto& [ptr, bytes] : d.direct) {
+          batch->ops.push_back({sending, ptr, static_cast<size_t>(bytes), peer});
+        }
+      }
+    }
+    return OkStatus();
+  }
+
+  // One thread per peer and direction: a send to j is matched only by j's thread receiving from
+  // this worker, so the pairs cannot wait on one another.
+  Status MoveOnPeerThreads(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
+                           Counters* received) {
+    struct Job {
+      int peer;
+      bool sending;
+      Status status;
+      Counters counters;
+    };
+    std::vector<Job> jobs;
+    for (int peer = 0; peer < n_; ++peer) {
+      if (peer == me_) continue;
+      if (!ListOf(group.sends, peer).empty()) jobs.push_back({peer, true, {}, {}});
+      if (!ListOf(group.recvs, peer).empty()) jobs.push_back({peer, false, {}, {}});
+    }
+    // Bound here: Bind() touches the shard maps, which the threads only read through it.
+    std::vector<Direction> dirs;
+    for (const Job& j : jobs) {
+      dirs.push_back(j.sending ? Bind(ListOf(group.sends, j.peer), true, fresh)
+                               : Bind(ListOf(group.recvs, j.peer), false, fresh));
+    }
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      threads.emplace_back([&, i] {
+        Staging<Memory> staging;
+        Job& j = jobs[i];
+        j.status = j.sending ? SendTo(j.peer, std::move(dirs[i]), tag, staging, &j.counters)
+                             : RecvFrom(j.peer, std::move(dirs[i]), tag, staging, &j.counters);
+        if (!j.status.ok()) comm_.Abort();  // the other threads fail fast instead of waiting
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Job& j : jobs) {
+      Counters& c = j.sending ? *sent : *received;
+      c.bytes += j.counters.bytes;
+      c.messages += j.counters.messages;
+    }
+    for (const Job& j : jobs) ELASTRA_RETURN_IF_ERROR(j.status);
+    return OkStatus();
+  }
+
+  // Pairwise rounds (partner = me XOR k): the lower rank of a pair sends its whole part first,
+  // the higher receives first, so blocking Send/Recv cannot deadlock.
+  Status MoveInPairwiseRounds(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
+                              Counters* received) {
+    for (const int peer : partners_) {
+      const auto& out = ListOf(group.sends, peer);
+      const auto& in = ListOf(group.recvs, peer);
+      auto do_send = [&]() -> Status {
+        return out.empty() ? OkStatus()
+                           : SendTo(peer, Bind(out, true, fresh), tag, send_buf_, sent);
+      };
+      auto do_recv = [&]() -> Status {
+        return in.empty() ? OkStatus()
+                          : RecvFrom(peer, Bind(in, false, fresh), tag, recv_buf_, received);
+      };
+      if (me_ < peer) {
+        ELASTRA_RETURN_IF_ERROR(do_send());
+        ELASTRA_RETURN_IF_ERROR(do_recv());
+      } else {
+        ELASTRA_RETURN_IF_ERROR(do_recv());
+        ELASTRA_RETURN_IF_ERROR(do_send());
+      }
+    }
+    return OkStatus();
+  }
+
+  // One direction to `peer` with Send: the staged stream packed chunk by chunk into `staging`,
+  // then the direct runs. May run on several threads at once (MoveOnPeerThreads).
+  Status SendTo(int peer, Direction d, uint32_t tag, Staging<Memory>& staging, Counters* c) {
+    const int64_t chunk = static_cast<int64_t>(options_.chunk_bytes);
+    Stream stream(std::move(d.staged), &memory_);
+    for (int64_t left = stream.total(); left > 0;) {
+      const int64_t m = std::min(chunk, left);
+      ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory_, m));
+      ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/true));
+      ELASTRA_RETURN_IF_ERROR(memory_.Wait());
+      ELASTRA_RETURN_IF_ERROR(comm_.Send(buf, m, peer, tag, options_.timeout));
+      left -= m;
+      c->bytes += m;
+      ++c->messages;
+    }
+    for (const auto& [ptr, bytes] : d.direct) {
+      ELASTRA_RETURN_IF_ERROR(comm_.Send(ptr, bytes, peer, tag, options_.timeout));
+      c->bytes += bytes;
+      ++c->messages;
+    }
+    return OkStatus();
+  }
+
+  // The other direction, with Recv: each chunk unpacked from `staging` as it comes.
+  Status RecvFrom(int peer, Direction d, uint32_t tag, Staging<Memory>& staging, Counters* c) {
+    const int64_t chunk = static_cast<int64_t>(options_.chunk_bytes);
+    Stream stream(std::move(d.staged), &memory_);
+    for (int64_t left = stream.total(); left > 0;) {
+      const int64_t m = std::min(chunk, left);
+      ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory_, m));
+      ELASTRA_RETURN_IF_ERROR(comm_.Recv(buf, m, peer, tag, options_.timeout));
+      ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/false));
+      ELASTRA_RETURN_IF_ERROR(memory_.Wait());  // before the buffer takes the next chunk
+      left -= m;
+      c->bytes += m;
+    }
+    for (const auto& [ptr, bytes] : d.direct) {
+      ELASTRA_RETURN_IF_ERROR(comm_.Recv(ptr, bytes, peer, tag, options_.timeout));
+      c->bytes += bytes;
+    }
+    return OkStatus();
+  }
+
+  // The group's old shards are freed and its new ones take their place; shards whose region
+  // did not change stay as they are.
+  void InstallNewShards(const GroupWork& group, Shards& fresh) {
+    const auto t0 = Clock::now();
+    for (size_t i = group.tensor_begin; i < group.tensor_end; ++i) {
+      if (!regions_.same[i]) shards_->erase(tensors_[i].name);
+    }
+    for (auto& [name, bytes] : fresh) (*shards_)[name] = std::move(bytes);
+    stats_->seconds_allocate += SecondsSince(t0);
+  }
+
+  const ReshardPlan& plan_;
+  const std::vector<TensorSpec>& tensors_;
+  Communicator& comm_;
+  Shards* shards_;
+  Memory& memory_;
+  const ReshardExecutorOptions& options_;
+  ReshardExecutorStats* stats_;
+  const int me_;
+  const int n_;
+  const WorkerRegions regions_;
+  std::vector<TransferGeometry> geometry_;
+  std::vector<int> partners_;
+  Staging<Memory> send_buf_, recv_buf_;  // the serial schedule's
+};
+
 template <class Memory>
 Status Execute(const ReshardPlan& plan, Communicator& comm,
                std::map<std::string, typename Memory::Buffer>* shards, Memory& memory,
                const ReshardExecutorOptions& options, ReshardExecutorStats* stats) {
-  using Shards = std::map<std::string, typename Memory::Buffer>;
-  using Stream = RectStream<Memory>;
   ReshardExecutorStats local_stats;
   if (stats == nullptr) stats = &local_stats;
   *stats = ReshardExecutorStats{};
-  const int me = comm.rank();
   const int n = static_cast<int>(plan.host_of_worker.size());
   if (comm.size() < n) {
     return InvalidArgumentError("reshard: communicator has " + std::to_string(comm.size()) +
                                 " ranks, the plan " + std::to_string(n) + " workers");
   }
   if (options.chunk_bytes == 0) return InvalidArgumentError("reshard: chunk_bytes must be > 0");
-  if (me >= n) return OkStatus();  // not part of this change
-
-  const auto& tensors = plan.state.tensors;
-  const int num_layers = plan.state.num_layers;
-  const int from_rank = plan.from.RankOfWorker(me);
-  const int to_rank = plan.to.RankOfWorker(me);
-  std::vector<Region> old_region(tensors.size()), new_region(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (from_rank >= 0) {
-      old_region[i] = LocalRegion(tensors[i], num_layers, plan.from.layout,
-                                  CoordinatesOf(plan.from.layout, from_rank));
-    }
-    if (to_rank >= 0) {
-      new_region[i] = LocalRegion(tensors[i], num_layers, plan.to.layout,
-                                  CoordinatesOf(plan.to.layout, to_rank));
-    }
-    if (old_region[i].empty()) continue;
-    auto it = shards->find(tensors[i].name);
-    const int64_t want = old_region[i].elements() * static_cast<int64_t>(tensors[i].element_size);
-    if (it == shards->end()) {
-      return InvalidArgumentError("reshard: missing shard of tensor '" + tensors[i].name + "'");
-    }
-    if (static_cast<int64_t>(it->second.size()) != want) {
-      return InvalidArgumentError("reshard: shard of '" + tensors[i].name + "' has " +
-                                  std::to_string(it->second.size()) + " bytes, expected " +
-                                  std::to_string(want));
-    }
-  }
-
-  // Tensors whose region does not change on this worker keep their buffer untouched.
-  std::vector<char> same(tensors.size(), 0);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Region& a = old_region[i];
-    const Region& b = new_region[i];
-    same[i] = !a.empty() && !b.empty() && a.box == b.box && a.flat_begin == b.flat_begin &&
-              a.flat_end == b.flat_end;
-  }
-
-  // Group boundaries: identical on every worker (they depend on the plan only).
-  std::vector<size_t> group_begin{0};
-  {
-    int64_t acc = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const int64_t b = FullRect(tensors[i].shape).volume() * tensors[i].element_size;
-      if (acc > 0 && acc + b > options.group_bytes) {
-        group_begin.push_back(i);
-        acc = 0;
-      }
-      acc += b;
-    }
-    group_begin.push_back(tensors.size());
-  }
-  // This worker's transfers, by group and peer, in plan order.
-  std::vector<size_t> group_of(tensors.size());
-  for (size_t g = 0; g + 1 < group_begin.size(); ++g) {
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) group_of[i] = g;
-  }
-  const size_t num_groups = group_begin.size() - 1;
-  std::vector<std::map<int, std::vector<const Transfer*>>> sends(num_groups), recvs(num_groups);
-  for (const Transfer& t : plan.transfers) {
-    if (t.src == me) sends[group_of[t.tensor]][t.dst].push_back(&t);
-    if (t.dst == me) recvs[group_of[t.tensor]][t.src].push_back(&t);
-  }
-  std::vector<std::vector<const Transfer*>> copies(num_groups);
-  for (const Transfer& t : plan.copies) {
-    if (t.dst == me) copies[group_of[t.tensor]].push_back(&t);
-  }
-
-  // Regions of other workers, for deciding which transfers go without packing.
-  std::vector<std::vector<Region>> region_cache_from(n), region_cache_to(n);
-  auto region_of = [&](bool old_layout, int worker, int tensor) -> const Region& {
-    auto& cache = old_layout ? region_cache_from[worker] : region_cache_to[worker];
-    const Placement& p = old_layout ? plan.from : plan.to;
-    if (cache.empty()) {
-      cache.resize(tensors.size());
-      const int rank = p.RankOfWorker(worker);
-      for (size_t i = 0; rank >= 0 && i < tensors.size(); ++i) {
-        cache[i] = LocalRegion(tensors[i], num_layers, p.layout, CoordinatesOf(p.layout, rank));
-      }
-    }
-    return cache[tensor];
-  };
-  auto contiguous = [](const Rect& r, const Region& region) {
-    return r.row_end - r.row_begin == 1 ||
-           (r.col_begin == region.box.col_begin && r.col_end == region.box.col_end);
-  };
-  // For each of this worker's transfers: contiguous in both shards, and its byte offsets in the
-  // sender's and the receiver's shard. Decided up front, on this thread (the region cache is
-  // not shared with the peer threads), and alike on both sides since it depends on the plan only.
-  std::vector<char> both_contiguous(plan.transfers.size(), 0);
-  std::vector<int64_t> src_offset(plan.transfers.size(), 0), dst_offset(plan.transfers.size(), 0);
-  for (size_t i = 0; i < plan.transfers.size(); ++i) {
-    const Transfer& t = plan.transfers[i];
-    if (t.src != me && t.dst != me) continue;
-    const Region& from = region_of(true, t.src, t.tensor);
-    const Region& to = region_of(false, t.dst, t.tensor);
-    const int64_t esize = tensors[t.tensor].element_size;
-    both_contiguous[i] = contiguous(t.rect, from) && contiguous(t.rect, to);
-    src_offset[i] = from.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
-    dst_offset[i] = to.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
-  }
-
-  int pow2 = 1;
-  while (pow2 < n) pow2 *= 2;
-  struct Counters {
-    int64_t bytes = 0;
-    int64_t messages = 0;
-  };
-  // Staging buffers: allocated on first use, no larger than needed.
-  struct Staging {
-    typename Memory::Scratch scratch;
-    int64_t size = 0;
-    StatusOr<uint8_t*> Get(Memory& memory, int64_t n) {
-      if (n > size) {
-        ELASTRA_ASSIGN_OR_RETURN(scratch, memory.AllocateScratch(static_cast<size_t>(n)));
-        size = n;
-      }
-      return static_cast<uint8_t*>(scratch.data());
-    }
-  };
-  Staging send_buf, recv_buf;
-  const int64_t chunk = static_cast<int64_t>(options.chunk_bytes);
-
-  using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  for (size_t g = 0; g < num_groups; ++g) {
-    auto t0 = Clock::now();
-    Shards fresh;
-    int64_t fresh_bytes = 0;
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
-      if (new_region[i].empty()) continue;
-      if (same[i]) continue;  // kept as it is below
-      const int64_t bytes = new_region[i].elements() * tensors[i].element_size;
-      // A buffer held for a tensor of which the old layout gives this worker nothing (a joining
-      // worker's whole tensor from before Start()) is no source: the new shard takes its memory
-      // over. Fresh memory would first have to be faulted in, on the downtime's critical path
-      // (about 35 ms per 64 MiB on our test machines, against 6 ms to copy it).
-      if (auto stale = shards->find(tensors[i].name);
-          old_region[i].empty() && stale != shards->end()) {
-        if (auto reused = Memory::Reuse(stale->second, static_cast<size_t>(bytes))) {
-          fresh.emplace(tensors[i].name, std::move(*reused));
-          fresh_bytes += bytes;
-          continue;
-        }
-      }
-      auto buffer = memory.Allocate(static_cast<size_t>(bytes));
-      if (!buffer.ok()) return buffer.status().WithContext("reshard: new shard of " + tensors[i].name);
-      fresh.emplace(tensors[i].name, std::move(buffer).value());
-      fresh_bytes += bytes;
-    }
-    stats->peak_new_shard_bytes = std::max(stats->peak_new_shard_bytes, fresh_bytes);
-    stats->seconds_allocate += since(t0);
-    t0 = Clock::now();
-    // Local copies, rectangle row by row.
-    for (const Transfer* t : copies[g]) {
-      if (same[t->tensor]) {
-        stats->bytes_copied += t->bytes;  // already in place
-        continue;
-      }
-      const Rect& r = t->rect;
-      const int64_t esize = tensors[t->tensor].element_size;
-      const Region& from = old_region[t->tensor];
-      const Region& to = new_region[t->tensor];
-      const uint8_t* src = Memory::Data((*shards)[tensors[t->tensor].name]);
-      uint8_t* dst = Memory::Data(fresh[tensors[t->tensor].name]);
-      const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
-      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
-        ELASTRA_RETURN_IF_ERROR(memory.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
-                                            src + from.LocalOffset(row, r.col_begin) * esize,
-                                            row_bytes));
-      }
-      stats->bytes_copied += t->bytes;
-    }
-    ELASTRA_RETURN_IF_ERROR(memory.Wait());
-    stats->seconds_local += since(t0);
-    t0 = Clock::now();
-    const uint32_t tag = static_cast<uint32_t>(g & 0xffffff);
-
-    // One direction of one pair: the staged transfers as a stream cut into chunk-sized
-    // messages, then each direct transfer as one message.
-    struct Direction {
-      std::vector<typename Stream::Item> staged;
-      std::vector<std::pair<uint8_t*, int64_t>> direct;
-    };
-    auto stats_staged_bytes_add = [&](const Direction& d) {
-      for (const auto& it : d.staged) stats->bytes_staged += it.transfer->bytes;
-    };
-    // A run of transfers of one tensor that are contiguous in both shards and follow each other
-    // in both goes as one message straight between the shards when it is at least
-    // direct_min_bytes; everything else is packed into the staging stream.
-    auto build = [&](const std::vector<const Transfer*>& list, bool sending) {
-      Direction d;
-      auto index = [&](const Transfer* t) { return static_cast<size_t>(t - plan.transfers.data()); };
-      auto item = [&](const Transfer* t) {
-        const std::string& name = tensors[t->tensor].name;
-        return sending
-                   ? typename Stream::Item{t, Memory::Data((*shards)[name]), old_region[t->tensor]}
-                   : typename Stream::Item{t, Memory::Data(fresh[name]), new_region[t->tensor]};
-      };
-      for (size_t i = 0; i < list.size();) {
-        const Transfer* t = list[i];
-        size_t j = i + 1;
-        int64_t run = t->bytes;
-        if (both_contiguous[index(t)]) {
-          while (j < list.size() && list[j]->tensor == t->tensor &&
-                 both_contiguous[index(list[j])] &&
-                 src_offset[index(list[j])] == src_offset[index(t)] + run &&
-                 dst_offset[index(list[j])] == dst_offset[index(t)] + run) {
-            run += list[j]->bytes;
-            ++j;
-          }
-        }
-        if (both_contiguous[index(t)] && run >= options.direct_min_bytes) {
-          const std::string& name = tensors[t->tensor].name;
-          uint8_t* base = sending ? Memory::Data((*shards)[name]) + src_offset[index(t)]
-                                  : Memory::Data(fresh[name]) + dst_offset[index(t)];
-          d.direct.push_back({base, run});
-        } else {
-          for (size_t k = i; k < j; ++k) d.staged.push_back(item(list[k]));
-        }
-        i = j;
-      }
-      stats_staged_bytes_add(d);
-      return d;
-    };
-    auto send_to = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
-      Stream stream(std::move(d.staged), &memory);
-      for (int64_t left = stream.total(); left > 0;) {
-        const int64_t m = std::min(chunk, left);
-        ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory, m));
-        ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/true));
-        ELASTRA_RETURN_IF_ERROR(memory.Wait());
-        ELASTRA_RETURN_IF_ERROR(comm.Send(buf, m, peer, tag, options.timeout));
-        left -= m;
-        c->bytes += m;
-        ++c->messages;
-      }
-      for (const auto& [ptr, bytes] : d.direct) {
-        ELASTRA_RETURN_IF_ERROR(comm.Send(ptr, bytes, peer, tag, options.timeout));
-        c->bytes += bytes;
-        ++c->messages;
-      }
-      return OkStatus();
-    };
-    auto recv_from = [&](int peer, Direction d, Staging& staging, Counters* c) -> Status {
-      Stream stream(std::move(d.staged), &memory);
-      for (int64_t left = stream.total(); left > 0;) {
-        const int64_t m = std::min(chunk, left);
-        ELASTRA_ASSIGN_OR_RETURN(uint8_t* buf, staging.Get(memory, m));
-        ELASTRA_RETURN_IF_ERROR(comm.Recv(buf, m, peer, tag, options.timeout));
-        ELASTRA_RETURN_IF_ERROR(stream.Transfer(buf, m, /*pack=*/false));
-        ELASTRA_RETURN_IF_ERROR(memory.Wait());  // before the buffer takes the next chunk
-        left -= m;
-        c->bytes += m;
-      }
-      for (const auto& [ptr, bytes] : d.direct) {
-        ELASTRA_RETURN_IF_ERROR(comm.Recv(ptr, bytes, peer, tag, options.timeout));
-        c->bytes += bytes;
-      }
-      return OkStatus();
-    };
-    static const std::vector<const Transfer*> kNone;
-    auto list_of = [&](std::map<int, std::vector<const Transfer*>>& m, int peer)
-        -> const std::vector<const Transfer*>& {
-      auto it = m.find(peer);
-      return it == m.end() ? kNone : it->second;
-    };
-
-    Counters sent_counters, received_counters;
-    if (options.batched && comm.has_exchange()) {
-      // Everything of the group posted at once: per peer, the packed stream as one message, then
-      // the direct runs; both sides list a pair's messages in the same order (build() depends on
-      // the plan only).
-      std::vector<PointToPoint> ops;
-      std::vector<typename Memory::Scratch> buffers;
-      struct Unpack {
-        std::vector<typename Stream::Item> items;
-        uint8_t* buffer;
-        int64_t bytes;
-      };
-      std::vector<Unpack> unpacks;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == me) continue;
-        for (bool sending : {true, false}) {
-          const auto& list = list_of(sending ? sends[g] : recvs[g], peer);
-          if (list.empty()) continue;
-          Direction d = build(list, sending);
-          int64_t staged = 0;
-          for (const auto& it : d.staged) staged += it.transfer->bytes;
-          if (staged > 0) {
-            auto scratch = memory.AllocateScratch(static_cast<size_t>(staged));
-            if (!scratch.ok()) return scratch.status().WithContext("reshard: staging buffer");
-            auto* buffer = static_cast<uint8_t*>(scratch->data());
-            buffers.push_back(std::move(scratch).value());
-            if (sending) {
-              Stream stream(std::move(d.staged), &memory);
-              ELASTRA_RETURN_IF_ERROR(stream.Transfer(buffer, staged, /*pack=*/true));
-            } else {
-              unpacks.push_back({std::move(d.staged), buffer, staged});
-            }
-            ops.push_back({sending, buffer, static_cast<size_t>(staged), peer});
-          }
-          for (const auto& [ptr, bytes] : d.direct) {
-            ops.push_back({sending, ptr, static_cast<size_t>(bytes), peer});
-          }
-        }
-      }
-      ELASTRA_RETURN_IF_ERROR(memory.Wait());  // packed before anything is sent
-      if (!ops.empty()) ELASTRA_RETURN_IF_ERROR(comm.Exchange(ops, tag, options.timeout));
-      for (auto& u : unpacks) {
-        Stream stream(std::move(u.items), &memory);
-        ELASTRA_RETURN_IF_ERROR(stream.Transfer(u.buffer, u.bytes, /*pack=*/false));
-      }
-      ELASTRA_RETURN_IF_ERROR(memory.Wait());
-      for (const PointToPoint& op : ops) {
-        Counters& c = op.send ? sent_counters : received_counters;
-        c.bytes += static_cast<int64_t>(op.bytes);
-        c.messages += 1;
-      }
-    } else if (options.concurrent_peers) {
-      // One thread per peer and direction: a send to j is matched only by j's thread receiving
-      // from this worker, so the pairs cannot wait on one another.
-      struct Job {
-        int peer;
-        bool sending;
-        Status status;
-        Counters counters;
-      };
-      std::vector<Job> jobs;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == me) continue;
-        if (!list_of(sends[g], peer).empty()) jobs.push_back({peer, true, {}, {}});
-        if (!list_of(recvs[g], peer).empty()) jobs.push_back({peer, false, {}, {}});
-      }
-      // Built here: build() touches the shard maps, which the threads only read through it.
-      std::vector<Direction> dirs;
-      for (const Job& j : jobs) {
-        dirs.push_back(j.sending ? build(list_of(sends[g], j.peer), true)
-                                 : build(list_of(recvs[g], j.peer), false));
-      }
-      std::vector<std::thread> threads;
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        threads.emplace_back([&, i] {
-          Staging staging;
-          Job& j = jobs[i];
-          j.status = j.sending ? send_to(j.peer, std::move(dirs[i]), staging, &j.counters)
-                               : recv_from(j.peer, std::move(dirs[i]), staging, &j.counters);
-          if (!j.status.ok()) comm.Abort();  // the other threads fail fast instead of waiting
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (const Job& j : jobs) {
-        Counters& c = j.sending ? sent_counters : received_counters;
-        c.bytes += j.counters.bytes;
-        c.messages += j.counters.messages;
-      }
-      for (const Job& j : jobs) ELASTRA_RETURN_IF_ERROR(j.status);
-    } else {
-      // Pairwise rounds (partner = me XOR k): the lower rank sends its whole part first, the
-      // higher receives first.
-      for (int k = 1; k < pow2; ++k) {
-        const int peer = me ^ k;
-        if (peer >= n) continue;
-        const auto& out = list_of(sends[g], peer);
-        const auto& in = list_of(recvs[g], peer);
-        auto do_send = [&]() -> Status {
-          return out.empty() ? OkStatus()
-                             : send_to(peer, build(out, true), send_buf, &sent_counters);
-        };
-        auto do_recv = [&]() -> Status {
-          return in.empty() ? OkStatus()
-                            : recv_from(peer, build(in, false), recv_buf, &received_counters);
-        };
-        if (me < peer) {
-          ELASTRA_RETURN_IF_ERROR(do_send());
-          ELASTRA_RETURN_IF_ERROR(do_recv());
-        } else {
-          ELASTRA_RETURN_IF_ERROR(do_recv());
-          ELASTRA_RETURN_IF_ERROR(do_send());
-        }
-      }
-    }
-    stats->bytes_sent += sent_counters.bytes;
-    stats->messages_sent += sent_counters.messages;
-    stats->bytes_received += received_counters.bytes;
-    stats->seconds_transfer += since(t0);
-    t0 = Clock::now();
-    for (size_t i = group_begin[g]; i < group_begin[g + 1]; ++i) {
-      if (!same[i]) shards->erase(tensors[i].name);
-    }
-    for (auto& [name, bytes] : fresh) (*shards)[name] = std::move(bytes);
-    stats->seconds_allocate += since(t0);
-  }
-  return OkStatus();
+  if (comm.rank() >= n) return OkStatus();  // not part of this change
+  return ReshardRun<Memory>(plan, comm, shards, memory, options, stats).Run();
 }
 
 }  // namespace

@@ -1,3 +1,5 @@
+// The NCCL communicator's lifecycle: init (CreateNcclCommunicator), split, shrink, interrupt,
+// quiesce, abort and release. The collectives are in nccl_collectives.cc.
 #include "collectives/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -9,143 +11,18 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/nccl/nccl_call.h"
+#include "collectives/nccl/nccl_communicator_impl.h"
 #include "collectives/nccl/nccl_interrupt.h"
 #include "common/logging.h"
 
 namespace elastra {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// CUDA failures: a missing device is kUnavailable, no memory kResourceExhausted, the rest kInternal.
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return OkStatus();
-  std::string msg = std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                    cudaGetErrorString(err) + ")";
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-      return UnavailableError(std::move(msg));
-    case cudaErrorInvalidDevice:
-      return InvalidArgumentError(std::move(msg));
-    case cudaErrorMemoryAllocation:
-      return ResourceExhaustedError(std::move(msg));
-    default:
-      return InternalError(std::move(msg));
-  }
-}
-
-#define ELASTRA_CUDA_RETURN(expr) ELASTRA_RETURN_IF_ERROR(CudaStatus((expr), #expr))
-
-std::string NcclMessage(ncclResult_t r, ncclComm_t comm, const char* what) {
-  std::string msg = std::string(what) + ": " + ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && last[0] != '\0') msg += std::string(" (") + last + ")";
-  return msg;
-}
-
-// The status of an NCCL call's immediate return code (nccl-tests' NCCLCHECK, returning Status).
-// ncclInProgress is not an error: the caller polls.
-Status NcclStatus(ncclResult_t r, ncclComm_t comm, const char* what) {
-  switch (r) {
-    case ncclSuccess:
-    case ncclInProgress:
-      return OkStatus();
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return InvalidArgumentError(NcclMessage(r, comm, what));
-    case ncclRemoteError:
-    case ncclSystemError:
-      return PeerLostError(NcclMessage(r, comm, what));
-    default:
-      return InternalError(NcclMessage(r, comm, what));
-  }
-}
-
-#define ELASTRA_NCCL_RETURN(expr, comm) ELASTRA_RETURN_IF_ERROR(NcclStatus((expr), (comm), #expr))
-
-ncclDataType_t ToNccl(DataType type) {
-  switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kUint8: return ncclUint8;
-  }
-  return ncclUint8;
-}
-
-bool ValidType(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-    case DataType::kFloat64:
-    case DataType::kInt64:
-    case DataType::kUint8:
-      return true;
-  }
-  return false;
-}
-
-StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-  }
-  return InvalidArgumentError("unknown reduce op " + std::to_string(static_cast<int>(op)));
-}
-
-// Waits, without ever blocking inside NCCL or CUDA, until `comm` is out of ncclInProgress and (when
-// `stream` is given) the stream has drained. kPeerLost on an asynchronous NCCL error, kTimedOut at
-// `deadline`, kAborted as soon as `*abort` is set.
-Status Poll(ncclComm_t comm, cudaStream_t stream, Clock::time_point deadline,
-            const std::atomic<bool>* abort, const char* what,
-            const std::atomic<bool>* interrupt = nullptr) {
-  const Clock::time_point start = Clock::now();
-  std::chrono::microseconds nap(20);
-  while (true) {
-    if (abort != nullptr && abort->load(std::memory_order_acquire)) {
-      return AbortedError(std::string(what) + ": communicator aborted");
-    }
-    if (interrupt != nullptr && interrupt->load(std::memory_order_acquire)) {
-      return PeerLostError(std::string(what) + ": interrupted (the job is recovering)");
-    }
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm, &async);
-    if (r != ncclSuccess) return NcclStatus(r, comm, "ncclCommGetAsyncError").WithContext(what);
-    bool done = false;
-    if (async == ncclSuccess) {
-      if (stream == nullptr) {
-        done = true;
-      } else {
-        cudaError_t q = cudaStreamQuery(stream);
-        if (q == cudaSuccess) {
-          done = true;
-        } else if (q != cudaErrorNotReady) {
-          return CudaStatus(q, "cudaStreamQuery").WithContext(what);
-        }
-      }
-    } else if (async != ncclInProgress) {
-      return PeerLostError(NcclMessage(async, comm, what));
-    }
-    if (done) return OkStatus();
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) {
-      return TimedOutError(std::string(what) + ": not done after " +
-                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              now - start).count()) +
-                           " ms");
-    }
-    // Spin (yielding) for the first millisecond: short collectives finish there. Then back off
-    // to at most 1 ms between polls so that a hung call costs no CPU.
-    if (now - start < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    }
-  }
-}
+using nccl_internal::Clock;
+using nccl_internal::CudaStatus;
+using nccl_internal::NcclStatus;
+using nccl_internal::Poll;
 
 std::string ToHex(const void* data, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
@@ -214,67 +91,6 @@ ncclConfig_t NonBlockingConfig() {
 }
 
 }  // namespace
-
-struct NcclCommunicator::Impl {
-  int rank = 0;
-  int size = 0;
-  int device = 0;
-  Communicator::Timeout timeout{0};
-  Communicator::Timeout connect_timeout{0};
-  cudaStream_t stream = nullptr;
-  void* scratch = nullptr;  // 8 bytes of device memory for Barrier
-
-  // Guards `comm` (its lifetime), `in_call` and `broken`. Never held while polling, so that
-  // Abort() from another thread only waits for bookkeeping, not for NCCL.
-  mutable std::mutex mu;
-  ncclComm_t comm = nullptr;
-  bool in_call = false;
-  Status broken;  // OK while usable
-  std::atomic<bool> abort_requested{false};
-  std::atomic<bool> interrupt_requested{false};  // Interrupt(): broken, handle kept
-  bool revoke_issued = false;  // ncclCommRevoke was called on `comm` (never twice)
-  // Where ncclCommSplit/ncclCommShrink store the new handle. On a non-blocking communicator they
-  // return ncclInProgress with it still null; NCCL's thread stores it when the collective part is
-  // over (before the parent leaves ncclInProgress). It lives here, not on the caller's stack, so
-  // that a split abandoned at its deadline writes into memory that still exists; the handle is
-  // aborted with this communicator.
-  ncclComm_t pending_child = nullptr;
-
-  ~Impl();
-
-  // Takes ownership of an initialized `c`: creates the stream and scratch buffer.
-  static StatusOr<std::unique_ptr<Impl>> Wrap(ncclComm_t c, int device, Communicator::Timeout t,
-                                               Communicator::Timeout ct);
-
-  // Marks the owner as inside a call. `allow_broken`: Shrink may run on a broken communicator.
-  Status BeginCall(bool allow_broken);
-  // Leaves the call; records `s` as the reason the communicator is broken (except for
-  // kInvalidArgument) and releases the NCCL handle when an abort was asked for.
-  Status EndCall(Status s);
-  // With `mu` held.
-  void AbortLocked(const std::string& why);
-
-  // Validates, enqueues with `enqueue(comm, stream)` and polls until done or `timeout`.
-  template <typename F>
-  Status Run(const char* what, Communicator::Timeout timeout, F&& enqueue);
-
-  // Split/Shrink, after the call returned `r` into `pending_child`: polls the parent until the
-  // new communicator is ready (NCCL reports a failed child init on the parent only), then wraps
-  // it. `release_parent` (abortive shrink): this communicator is released afterwards.
-  StatusOr<std::unique_ptr<NcclCommunicator>> FinishChild(ncclResult_t r, const char* what,
-                                                          bool release_parent);
-  // With `mu` held, after `comm` was aborted (which joins NCCL's split thread): aborts a child
-  // that an abandoned split/shrink left behind.
-  void ReleasePendingChildLocked();
-  // With `mu` held and no call in flight: breaks the communicator (kPeerLost) and takes one step
-  // of NextInterruptStep (nccl_interrupt.h): revoke it, or release it when NCCL reports an error.
-  // Returns kReady once NCCL would shrink it; kRelease once `comm` is gone. Never blocks on peers.
-  // Without `may_release` a release is left to a later call (kWait): ncclCommAbort frees device
-  // memory, and cudaFree waits for every kernel on the device, e.g. one of another communicator
-  // that is still spinning until its own interrupt; Interrupt() runs on the worker's I/O thread,
-  // which must keep answering the coordinator, so it only flags and revokes.
-  InterruptStep InterruptLocked(bool may_release = true);
-};
 
 NcclCommunicator::Impl::~Impl() {
   {
@@ -422,19 +238,6 @@ void NcclCommunicator::Impl::ReleasePendingChildLocked() {
   if (child != nullptr) ncclCommAbort(child);
 }
 
-template <typename F>
-Status NcclCommunicator::Impl::Run(const char* what, Communicator::Timeout t, F&& enqueue) {
-  if (t.count() <= 0) return InvalidArgumentError(std::string(what) + ": timeout must be > 0");
-  const Clock::time_point deadline = Clock::now() + t;
-  ELASTRA_RETURN_IF_ERROR(BeginCall(/*allow_broken=*/false));
-  Status s = [&]() -> Status {
-    ELASTRA_CUDA_RETURN(cudaSetDevice(device));
-    ELASTRA_RETURN_IF_ERROR(enqueue(comm, stream));
-    return Poll(comm, stream, deadline, &abort_requested, what, &interrupt_requested);
-  }();
-  return EndCall(std::move(s));
-}
-
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Impl::FinishChild(
     ncclResult_t r, const char* what, bool release_parent) {
   const Clock::time_point deadline = Clock::now() + connect_timeout;
@@ -491,166 +294,6 @@ Status NcclCommunicator::health() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->abort_requested.load() && impl_->broken.ok()) return AbortedError("Abort() was called");
   return impl_->broken;
-}
-
-namespace {
-
-// Device or managed memory on `device`; host pointers are a caller's mistake.
-Status CheckDevicePointer(const void* p, size_t bytes, int device, const char* what) {
-  if (bytes == 0) return OkStatus();
-  if (p == nullptr) return InvalidArgumentError(std::string(what) + ": null buffer");
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the non-sticky error
-    return InvalidArgumentError(std::string(what) + ": not a CUDA pointer (" +
-                                cudaGetErrorString(e) + ")");
-  }
-  if (attr.type == cudaMemoryTypeManaged) return OkStatus();
-  if (attr.type != cudaMemoryTypeDevice) {
-    return InvalidArgumentError(std::string(what) + ": buffer is not device memory");
-  }
-  if (attr.device != device) {
-    return InvalidArgumentError(std::string(what) + ": buffer is on device " +
-                                std::to_string(attr.device) + ", communicator on " +
-                                std::to_string(device));
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
-Status NcclCommunicator::Allreduce(void* data, size_t count, DataType type, ReduceOp op,
-                                   Timeout timeout) {
-  if (!ValidType(type)) return InvalidArgumentError("Allreduce: unknown data type");
-  ELASTRA_ASSIGN_OR_RETURN(ncclRedOp_t nop, ToNccl(op));
-  ELASTRA_RETURN_IF_ERROR(
-      CheckDevicePointer(data, count * DataTypeSize(type), impl_->device, "Allreduce"));
-  return impl_->Run("ncclAllReduce", timeout, [&](ncclComm_t c, cudaStream_t s) {
-    return NcclStatus(ncclAllReduce(data, data, count, ToNccl(type), nop, c, s), c,
-                      "ncclAllReduce");
-  });
-}
-
-Status NcclCommunicator::Broadcast(void* data, size_t count, DataType type, int root,
-                                   Timeout timeout) {
-  if (!ValidType(type)) return InvalidArgumentError("Broadcast: unknown data type");
-  if (root < 0 || root >= size()) {
-    return InvalidArgumentError("Broadcast: root " + std::to_string(root) + " out of range");
-  }
-  ELASTRA_RETURN_IF_ERROR(
-      CheckDevicePointer(data, count * DataTypeSize(type), impl_->device, "Broadcast"));
-  return impl_->Run("ncclBroadcast", timeout, [&](ncclComm_t c, cudaStream_t s) {
-    return NcclStatus(ncclBroadcast(data, data, count, ToNccl(type), root, c, s), c,
-                      "ncclBroadcast");
-  });
-}
-
-Status NcclCommunicator::Allgather(const void* send, void* recv, size_t count, DataType type,
-                                   Timeout timeout) {
-  if (!ValidType(type)) return InvalidArgumentError("Allgather: unknown data type");
-  const size_t bytes = count * DataTypeSize(type);
-  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(send, bytes, impl_->device, "Allgather send"));
-  ELASTRA_RETURN_IF_ERROR(
-      CheckDevicePointer(recv, bytes * size(), impl_->device, "Allgather recv"));
-  return impl_->Run("ncclAllGather", timeout, [&](ncclComm_t c, cudaStream_t s) {
-    return NcclStatus(ncclAllGather(send, recv, count, ToNccl(type), c, s), c, "ncclAllGather");
-  });
-}
-
-Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
-                                       ReduceOp op, Timeout timeout) {
-  if (!ValidType(type)) return InvalidArgumentError("ReduceScatter: unknown data type");
-  ELASTRA_ASSIGN_OR_RETURN(ncclRedOp_t nop, ToNccl(op));
-  const size_t bytes = count * DataTypeSize(type);
-  ELASTRA_RETURN_IF_ERROR(
-      CheckDevicePointer(send, bytes * size(), impl_->device, "ReduceScatter send"));
-  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(recv, bytes, impl_->device, "ReduceScatter recv"));
-  return impl_->Run("ncclReduceScatter", timeout, [&](ncclComm_t c, cudaStream_t s) {
-    return NcclStatus(ncclReduceScatter(send, recv, count, ToNccl(type), nop, c, s), c,
-                      "ncclReduceScatter");
-  });
-}
-
-Status NcclCommunicator::Barrier(Timeout timeout) {
-  return impl_->Run("barrier (ncclAllReduce)", timeout, [&](ncclComm_t c, cudaStream_t s) {
-    return NcclStatus(
-        ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclFloat32, ncclSum, c, s), c,
-        "ncclAllReduce");
-  });
-}
-
-Status NcclCommunicator::SendRecv(const void* send, size_t send_bytes, int send_peer, void* recv,
-                                  size_t recv_bytes, int recv_peer, Timeout timeout) {
-  auto bad_peer = [&](int peer) { return peer < 0 || peer >= size() || peer == rank(); };
-  if (send_bytes > 0 && bad_peer(send_peer)) {
-    return InvalidArgumentError("Send: bad peer " + std::to_string(send_peer));
-  }
-  if (recv_bytes > 0 && bad_peer(recv_peer)) {
-    return InvalidArgumentError("Recv: bad peer " + std::to_string(recv_peer));
-  }
-  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(send, send_bytes, impl_->device, "Send"));
-  ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(recv, recv_bytes, impl_->device, "Recv"));
-  if (send_bytes == 0 && recv_bytes == 0) return OkStatus();
-  return impl_->Run("ncclSend/ncclRecv", timeout, [&](ncclComm_t c, cudaStream_t s) -> Status {
-    ELASTRA_NCCL_RETURN(ncclGroupStart(), c);
-    // Every call inside the group is checked, and the group is always closed.
-    Status first;
-    if (send_bytes > 0) {
-      first = NcclStatus(ncclSend(send, send_bytes, ncclUint8, send_peer, c, s), c, "ncclSend");
-    }
-    if (first.ok() && recv_bytes > 0) {
-      first = NcclStatus(ncclRecv(recv, recv_bytes, ncclUint8, recv_peer, c, s), c, "ncclRecv");
-    }
-    Status end = NcclStatus(ncclGroupEnd(), c, "ncclGroupEnd");
-    return first.ok() ? end : first;
-  });
-}
-
-Status NcclCommunicator::Exchange(const std::vector<PointToPoint>& ops, uint32_t /*tag*/,
-                                  Timeout timeout) {
-  bool any = false;
-  for (const PointToPoint& op : ops) {
-    if (op.bytes == 0) continue;
-    if (op.peer < 0 || op.peer >= size() || op.peer == rank()) {
-      return InvalidArgumentError("Exchange: bad peer " + std::to_string(op.peer));
-    }
-    ELASTRA_RETURN_IF_ERROR(CheckDevicePointer(op.data, op.bytes, impl_->device, "Exchange"));
-    any = true;
-  }
-  if (!any) return health();
-  return impl_->Run("ncclSend/ncclRecv group", timeout,
-                    [&](ncclComm_t c, cudaStream_t s) -> Status {
-    ELASTRA_NCCL_RETURN(ncclGroupStart(), c);
-    // Every call inside the group is checked, and the group is always closed.
-    Status first;
-    for (size_t i = 0; i < ops.size() && first.ok(); ++i) {
-      const PointToPoint& op = ops[i];
-      if (op.bytes == 0) continue;
-      first = op.send ? NcclStatus(ncclSend(op.data, op.bytes, ncclUint8, op.peer, c, s), c,
-                                   "ncclSend")
-                      : NcclStatus(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, c, s), c,
-                                   "ncclRecv");
-    }
-    Status end = NcclStatus(ncclGroupEnd(), c, "ncclGroupEnd");
-    return first.ok() ? end : first;
-  });
-}
-
-Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t /*tag*/,
-                              Timeout timeout) {
-  if (bytes > 0 && (peer < 0 || peer >= size() || peer == rank())) {
-    return InvalidArgumentError("Send: bad peer " + std::to_string(peer));
-  }
-  return SendRecv(data, bytes, peer, nullptr, 0, -1, timeout);
-}
-
-Status NcclCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t /*tag*/,
-                              Timeout timeout) {
-  if (bytes > 0 && (peer < 0 || peer >= size() || peer == rank())) {
-    return InvalidArgumentError("Recv: bad peer " + std::to_string(peer));
-  }
-  return SendRecv(nullptr, 0, -1, data, bytes, peer, timeout);
 }
 
 void NcclCommunicator::Abort() {

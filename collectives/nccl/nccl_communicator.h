@@ -44,7 +44,7 @@ struct NcclOptions {
 
 class NcclCommunicator : public Communicator {
  public:
-  struct Impl;  // NCCL/CUDA state; defined in nccl_communicator.cc
+  struct Impl;  // NCCL/CUDA state; defined in nccl_communicator_impl.h
 
   explicit NcclCommunicator(std::unique_ptr<Impl> impl);
   // Healthy: ncclCommFinalize (bounded by timeout) then ncclCommDestroy. Broken, aborted or a
