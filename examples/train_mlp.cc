@@ -33,6 +33,8 @@
 // This file holds the two training loops (--reference, and elastic under a Worker); the model is
 // train_mlp_model.h, the flags and environment train_mlp_options.h, the --log file
 // train_mlp_log.h.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -184,10 +186,36 @@ int RunElastic(const Flags& flags) {
                  "ELASTRA_BACKEND=gloo\n");
     return 2;
   }
+  if (!flags.stop_file.empty() && worker->world().backend() == elastra::Backend::kNccl) {
+    std::fprintf(stderr, "train_mlp: --stop-file needs host collectives, not the nccl backend\n");
+    return 2;
+  }
   StepLog log(flags.log);
   const InjectedFailure inject = InjectedFailureFromEnvironment();
   double loss = 0;
+  int64_t stopped_at = -1;
   while (worker->step() < flags.steps) {
+    if (!flags.stop_file.empty()) {
+      // Every member asks at the same point of the same step, also right after a reconfiguration
+      // (a joiner's first step), so they all stop together.
+      int64_t seen = access(flags.stop_file.c_str(), F_OK) == 0 ? 1 : 0;
+      Status agreed = worker->world().Allreduce(&seen, 1, elastra::DataType::kInt64,
+                                                elastra::ReduceOp::kMax);
+      if (!agreed.ok()) {
+        // A failed collective like any other: the worker recovers and the step is retried.
+        auto action = worker->StepEnd(agreed);
+        if (!action.ok()) {
+          std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
+          return 1;
+        }
+        if (*action == elastra::StepAction::kLeave) return 0;
+        continue;
+      }
+      if (seen != 0) {
+        stopped_at = worker->step();
+        break;
+      }
+    }
     auto start = std::chrono::steady_clock::now();
     int64_t step = worker->step();
     uint64_t generation = worker->generation();
@@ -232,8 +260,9 @@ int RunElastic(const Flags& flags) {
     if (*action == elastra::StepAction::kLeave) return 0;
   }
   if (worker->rank() == 0) {
-    std::printf("train_mlp: %lld steps, final loss %.6g, generation %llu, %s%s\n",
-                static_cast<long long>(flags.steps), loss,
+    std::printf("train_mlp: %lld steps%s, final loss %.6g, generation %llu, %s%s\n",
+                static_cast<long long>(stopped_at >= 0 ? stopped_at : flags.steps),
+                stopped_at >= 0 ? " (stopped by --stop-file)" : "", loss,
                 static_cast<unsigned long long>(worker->generation()),
                 worker->layout().ToString().c_str(), DeviceNote(device).c_str());
   }

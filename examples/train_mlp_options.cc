@@ -16,7 +16,7 @@ namespace {
                "                 [--lr X] [--log FILE] [--step-time-ms T] [--commit-every K]\n"
                "                 [--checkpoint-dir DIR --checkpoint-every M]\n"
                "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n"
-               "                 [--device cpu|cuda]\n",
+               "                 [--device cpu|cuda] [--stop-file FILE]\n",
                msg);
   std::exit(2);
 }
@@ -70,6 +70,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--only-dp") f.only_dp = true;
     else if (a == "--reference") f.reference = true;
     else if (a == "--device") f.cuda = device_value();
+    else if (a == "--stop-file") f.stop_file = value();
     else Usage(("unknown flag " + a).c_str());
   }
   if (f.ffn == 0) f.ffn = 2 * f.hidden;

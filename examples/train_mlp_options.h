@@ -31,6 +31,11 @@ struct Flags {
   int pin_tp = 0, pin_pp = 0;
   bool only_dp = false;
   bool cuda = false;  // --device cuda
+  // --stop-file FILE: training ends early once FILE exists. Before each step the workers agree
+  // (one allreduce over world()) on whether any of them sees it, so all stop after the same step.
+  // Host collectives only (not with the nccl backend). Tests use it to end a job when they are
+  // done with it instead of guessing how many steps their resizes need.
+  std::string stop_file;
 };
 
 // The flags of the command line, checked; exits with status 2 (after printing the usage) on a bad

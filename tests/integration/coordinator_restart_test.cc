@@ -63,8 +63,7 @@ pid_t KillCoordinatorAndWaitForRestart(Job& job) {
 }
 
 TEST(CoordinatorRestart, KilledMidRunTakesTheJobBackWithoutRestartingWorkers) {
-  const int steps = 150;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   Job job(2, args);
   ASSERT_TRUE(job.WaitForStep(20, seconds(60))) << LauncherLog(job);
   const auto before = job.Status();
@@ -85,18 +84,18 @@ TEST(CoordinatorRestart, KilledMidRunTakesTheJobBackWithoutRestartingWorkers) {
   EXPECT_EQ(MemberPids(after), pids);
   EXPECT_EQ(after.value("state", std::string()), "running");
 
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("took back job"), std::string::npos) << log;
   // No worker was restarted and no recovery was needed: one generation in the whole run.
-  auto run = ExpectMatchesReference(job, args, steps);
-  EXPECT_EQ(run.applied.size(), static_cast<size_t>(steps));
+  auto run = ExpectStoppedRunMatchesReference(job, args);
+  EXPECT_EQ(run.applied.size(), static_cast<size_t>(StepsApplied(job)));
   for (const auto& [step, r] : run.applied) EXPECT_EQ(r.generation, 1u) << step;
 }
 
 TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
-  const int steps = 150;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   // Widen the window in which the workers build the next generation.
   Job job(2, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
   ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
@@ -118,10 +117,13 @@ TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
   EXPECT_EQ(grow.exit_code, 0) << grow.out;
   EXPECT_NE(grow.out.find("\"phase\":\"done\""), std::string::npos) << grow.out;
   EXPECT_NE(grow.out.find("\"workers\":3"), std::string::npos) << grow.out;
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60))) << LauncherLog(job);
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("a change was in flight"), std::string::npos) << log;
-  auto run = ExpectMatchesReference(job, args, steps);
+  auto run = ExpectStoppedRunMatchesReference(job, args);
   // The journaled resize still happened: the job ends with three workers.
   std::set<int> dps;
   for (const auto& [step, r] : run.applied) dps.insert(r.dp);
@@ -134,18 +136,27 @@ TEST(CoordinatorRestart, KilledMidGrowRecoversAndFinishesTheResize) {
 }
 
 TEST(CoordinatorRestart, KilledMidShrinkRecoversAndFinishesTheResize) {
-  const int steps = 150;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   Job job(3, args, {"ELASTRA_TEST_APPLY_DELAY_MS=400"});
   ASSERT_TRUE(job.WaitForStep(12, seconds(60))) << LauncherLog(job);
   auto shrink = job.Resize("--workers 2");
   ASSERT_EQ(shrink.exit_code, 0) << shrink.out;
   // Right after the resize was accepted: the pause is in flight.
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
+  // The restarted coordinator finishes the shrink, and the job trains on at two workers.
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        return j.value("state", std::string()) == "running" && j["layout"].value("dp", 0) == 2;
+      },
+      seconds(60)))
+      << LauncherLog(job);
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60))) << LauncherLog(job);
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("a change was in flight"), std::string::npos) << log;
-  auto run = ExpectMatchesReference(job, args, steps);
+  auto run = ExpectStoppedRunMatchesReference(job, args);
   std::ifstream final_status(job.state_dir() + "/status.json");
   auto status = nlohmann::json::parse(final_status, nullptr, false);
   ASSERT_FALSE(status.is_discarded());
@@ -154,15 +165,17 @@ TEST(CoordinatorRestart, KilledMidShrinkRecoversAndFinishesTheResize) {
 }
 
 TEST(CoordinatorRestart, KilledTwiceStillFinishes) {
-  const int steps = 150;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   Job job(2, args);
   ASSERT_TRUE(job.WaitForStep(10, seconds(60))) << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
-  ASSERT_TRUE(job.WaitForStep(40, seconds(20))) << LauncherLog(job);
+  ASSERT_TRUE(job.WaitForStep(40, seconds(60))) << LauncherLog(job);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60))) << LauncherLog(job);
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
-  ExpectMatchesReference(job, args, steps);
+  ExpectStoppedRunMatchesReference(job, args);
 }
 
 // A checkpointing tp=2 job (no replica of any shard): the coordinator is killed right after a
@@ -171,8 +184,7 @@ TEST(CoordinatorRestart, KilledTwiceStillFinishes) {
 TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
   char tmpl[] = "/tmp/elastra_it_XXXXXX";
   const std::string ckpt = std::string(mkdtemp(tmpl)) + "/ckpt";
-  const int steps = 150;
-  std::vector<std::string> args = {"--steps",        std::to_string(steps),
+  std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
                                    "--step-time-ms", "15",
                                    "--global-batch", "32",
                                    "--hidden",       "16",
@@ -204,11 +216,22 @@ TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
   ASSERT_GT(victim, 0);
   ASSERT_GT(KillCoordinatorAndWaitForRestart(job), 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        auto h = j.value("history", nlohmann::json::array());
+        return j.value("state", std::string()) == "running" && !h.empty() &&
+               h.back().value("reason", std::string()) == "failure";
+      },
+      seconds(60)))
+      << LauncherLog(job);
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60))) << LauncherLog(job);
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << LauncherLog(job);
   const std::string log = LauncherLog(job);
   EXPECT_NE(log.find("took back job"), std::string::npos) << log;
   EXPECT_NE(log.find("loaded checkpoint"), std::string::npos) << log;
-  ExpectMatchesReference(job, args, steps);
+  ExpectStoppedRunMatchesReference(job, args);
   std::error_code ec;
   std::filesystem::remove_all(std::filesystem::path(ckpt).parent_path(), ec);
 }

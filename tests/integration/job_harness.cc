@@ -37,7 +37,7 @@ Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string
   std::vector<std::string> argv = {ElastraBinary(), "run", "--nproc", std::to_string(nproc),
                                    "--state-dir", state_dir(), "--max-workers", "8"};
   argv.insert(argv.end(), run_args.begin(), run_args.end());
-  argv.insert(argv.end(), {"--", TrainBinary(), "--log", log_path()});
+  argv.insert(argv.end(), {"--", TrainBinary(), "--log", log_path(), "--stop-file", stop_path()});
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -150,6 +150,26 @@ examples::TrainLog ExpectMatchesReference(const Job& job,
   std::string ref = job.dir() + "/ref.jsonl";
   EXPECT_TRUE(RunReference(train_args, ref));
   return ExpectLogMatches(job.log_path(), ref, steps, 1e-4);
+}
+
+void Job::StopTraining() {
+  std::ofstream(stop_path()) << "stop\n";
+}
+
+int64_t StepsApplied(const Job& job) {
+  auto log = examples::ReadTrainLog(job.log_path());
+  if (!log.ok() || log->applied.empty()) return 0;
+  return log->applied.rbegin()->first + 1;
+}
+
+examples::TrainLog ExpectStoppedRunMatchesReference(const Job& job,
+                                                    std::vector<std::string> train_args) {
+  const int64_t steps = StepsApplied(job);
+  EXPECT_GT(steps, 0) << "the job applied no step";
+  for (size_t i = 0; i + 1 < train_args.size(); ++i) {
+    if (train_args[i] == "--steps") train_args[i + 1] = std::to_string(steps);
+  }
+  return ExpectMatchesReference(job, train_args, static_cast<int>(steps));
 }
 
 bool RunReference(const std::vector<std::string>& train_args, const std::string& log) {

@@ -13,6 +13,11 @@
 
 namespace elastra::testing {
 
+// The step budget (--steps) of a job that the test ends with Job::StopTraining() once it is done
+// with it: far more steps than any test runs, so the job never ends on its own under the test's
+// feet.
+inline constexpr int kUntilStopped = 1000000;
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;  // stdout and stderr together
@@ -33,6 +38,12 @@ class Job {
   const std::string& dir() const { return dir_; }
   std::string state_dir() const { return dir_ + "/state"; }
   std::string log_path() const { return dir_ + "/run.jsonl"; }
+  // train_mlp runs with --stop-file at this path: StopTraining() creates it, and the workers end
+  // the job together after the step at which they agree they see it. A test that resizes or
+  // kills workers mid-run trains for "forever" (a large --steps) and stops the job once it is done
+  // with it, so the job never finishes under the test's feet however fast or slow the machine is.
+  std::string stop_path() const { return dir_ + "/stop"; }
+  void StopTraining();
 
   // `elastra status --json`, parsed; an empty object when it fails.
   nlohmann::json Status();
@@ -73,5 +84,12 @@ examples::TrainLog ExpectLogMatches(const std::string& run_log, const std::strin
 // sample accounting over `steps` steps, loss within 1e-4 relative). Returns the run's log.
 examples::TrainLog ExpectMatchesReference(const Job& job,
                                           const std::vector<std::string>& train_args, int steps);
+
+// The steps the job applied, from its log (the highest applied step + 1); 0 when none.
+int64_t StepsApplied(const Job& job);
+// For a job ended by StopTraining(): checks its log against the reference over the steps it
+// applied (train_args' --steps replaced by that count).
+examples::TrainLog ExpectStoppedRunMatchesReference(const Job& job,
+                                                    std::vector<std::string> train_args);
 
 }  // namespace elastra::testing

@@ -82,6 +82,8 @@ class MpirunJob {
       args.insert(args.end(), train_args.begin(), train_args.end());
       args.push_back("--log");
       args.push_back(dir_ + "/run.jsonl");
+      args.push_back("--stop-file");
+      args.push_back(stop_path());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -102,6 +104,15 @@ class MpirunJob {
   const std::string& dir() const { return dir_; }
   std::string state_dir() const { return dir_ + "/.elastra"; }
   std::string output() const { return ReadFile(dir_ + "/mpirun.out"); }
+  // train_mlp's --stop-file: the ranks end the job together once it exists (a test trains with
+  // kUntilStopped steps and stops when it is done, instead of hoping the job is still running).
+  std::string stop_path() const { return dir_ + "/stop"; }
+  void StopTraining() const { std::ofstream(stop_path()) << "stop\n"; }
+  // The steps the job applied, from its log.
+  int64_t StepsApplied() const {
+    auto log = examples::ReadTrainLog(dir_ + "/run.jsonl");
+    return log.ok() && !log->applied.empty() ? log->applied.rbegin()->first + 1 : 0;
+  }
 
   nlohmann::json Status() {
     auto r = RunShell(std::string(ELASTRA_BINARY) + " status --json --state-dir " + state_dir());
@@ -159,13 +170,16 @@ class MpirunJob {
   int exit_code_ = -1;
 };
 
-// Runs `train_mlp --reference` with the job's `args` next to its log and matches the log
-// against it (examples::MatchLogs: exact sample accounting over `steps` steps, loss within 1e-4
+// Runs `train_mlp --reference` with the job's `args` (--steps set to `steps`) next to its log and
+// matches the log against it (examples::MatchLogs: exact sample accounting over `steps` steps, loss within 1e-4
 // relative).
-examples::LogMatch MatchReference(const MpirunJob& job, const std::vector<std::string>& args,
+examples::LogMatch MatchReference(const MpirunJob& job, std::vector<std::string> args,
                                   int steps) {
   std::string ref = job.dir() + "/ref.jsonl";
   std::string cmd = std::string(TRAIN_MLP_BINARY) + " --reference --log " + ref;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--steps") args[i + 1] = std::to_string(steps);
+  }
   for (const auto& a : args) cmd += " " + a;
   auto r = RunShell(cmd);
   if (r.exit_code != 0) {
@@ -190,10 +204,12 @@ std::map<std::string, nlohmann::json> WorkersById(const nlohmann::json& status) 
 // but mpirun kills them at the end.
 const std::vector<std::string> kKeepAlive = {"--enable-recovery"};
 
+// The step budget of a job the test ends with StopTraining().
+constexpr int kUntilStopped = 1000000;
+
 TEST(MpirunJob, ShrinkParksGrowBringsBackAndMatchesReference) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
-  const int steps = 240;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   MpirunJob job(4, kKeepAlive, args);
   ASSERT_TRUE(job.WaitForStep(15, seconds(40))) << job.output();
   auto start = job.Status();
@@ -243,14 +259,17 @@ TEST(MpirunJob, ShrinkParksGrowBringsBackAndMatchesReference) {
     if (w.value("state", std::string()) == "member") pids_after.insert(w.value("pid", int64_t{0}));
   }
   EXPECT_EQ(pids_after, pids) << after.dump();
+  at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(30))) << job.output();
 
+  job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
   std::string out = job.output();
   EXPECT_EQ(out.find("to keep it alive"), std::string::npos)
       << "warned although the flag was given";
   EXPECT_NE(out.find("parked after step"), std::string::npos);
 
-  auto match = MatchReference(job, args, steps);
+  auto match = MatchReference(job, args, static_cast<int>(job.StepsApplied()));
   EXPECT_TRUE(match.status.ok()) << match.status;
   std::set<int> dps;
   for (const auto& [step, rec] : match.run.applied) dps.insert(rec.dp);
@@ -259,12 +278,14 @@ TEST(MpirunJob, ShrinkParksGrowBringsBackAndMatchesReference) {
 
 TEST(MpirunJob, ParkedRanksLeaveWhenTheJobFinishes) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
-  const int steps = 120;
-  auto args = TrainArgs(steps, 10);
+  auto args = TrainArgs(kUntilStopped, 10);
   MpirunJob job(3, kKeepAlive, args);
   ASSERT_TRUE(job.WaitForStep(10, seconds(40))) << job.output();
   auto down = job.Resize("--workers 1 --wait --timeout 30");
   ASSERT_EQ(down.exit_code, 0) << down.out << job.output();
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(30))) << job.output();
+  job.StopTraining();
   // Two ranks stay parked to the end; they leave when the job finishes, and mpirun exits 0.
   ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
   std::string out = job.output();
@@ -276,13 +297,14 @@ TEST(MpirunJob, ParkedRanksLeaveWhenTheJobFinishes) {
   EXPECT_EQ(left, 2u) << out;
   auto run = examples::ReadTrainLog(job.dir() + "/run.jsonl");
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->applied.size(), static_cast<size_t>(steps));
+  // Every step up to the stop applied once.
+  EXPECT_EQ(run->applied.size(), static_cast<size_t>(job.StepsApplied()));
+  EXPECT_GE(job.StepsApplied(), at + 5);
 }
 
 TEST(MpirunJob, KilledRankIsSurvivedWithEnableRecovery) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
-  const int steps = 150;
-  auto args = TrainArgs(steps, 15);
+  auto args = TrainArgs(kUntilStopped, 15);
   std::vector<std::string> flags = kKeepAlive;
   // A dead rank never reaches MPI_Finalize; do not wait long for it.
   for (const char* f : {"-x", "ELASTRA_MPI_FINALIZE_TIMEOUT_MS=3000"}) flags.push_back(f);
@@ -297,12 +319,54 @@ TEST(MpirunJob, KilledRankIsSurvivedWithEnableRecovery) {
       [](const nlohmann::json& j) {
         return j.value("state", std::string()) == "running" && j["layout"].value("dp", 0) == 2;
       },
-      seconds(20)))
+      seconds(60)))
       << job.output();
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(30))) << job.output();
+  job.StopTraining();
   // The survivors finish the training and mpirun ends (not hung in MPI_Finalize) with 0.
   ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
-  auto match = MatchReference(job, args, steps);
+  auto match = MatchReference(job, args, static_cast<int>(job.StepsApplied()));
   EXPECT_TRUE(match.status.ok()) << match.status;
+}
+
+// The coordinator runs as a child process of MPI rank 0 (`elastra coordinator`), not inside a
+// training process: SIGKILLed, it is started again by rank 0 on the same state directory, takes
+// the job back from its journal, and the same ranks go on training.
+TEST(MpirunJob, KilledCoordinatorIsRestartedByRankZero) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  auto args = TrainArgs(kUntilStopped, 15);
+  MpirunJob job(3, kKeepAlive, args);
+  ASSERT_TRUE(job.WaitForStep(10, seconds(40))) << job.output();
+  auto coordinator_pid = [&] {
+    std::ifstream in(job.state_dir() + "/coordinator.json");
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    return j.is_discarded() ? int64_t{0} : j.value("pid", int64_t{0});
+  };
+  const int64_t first = coordinator_pid();
+  ASSERT_GT(first, 0);
+  std::set<int64_t> ranks;
+  for (const auto& [id, w] : WorkersById(job.Status())) ranks.insert(w.value("pid", int64_t{0}));
+  EXPECT_EQ(ranks.count(first), 0u) << "the coordinator runs inside a rank";
+  const int64_t step_at_kill = job.Status().value("step", int64_t{0});
+  ASSERT_EQ(kill(static_cast<pid_t>(first), SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json& j) {
+        return coordinator_pid() != first && j.value("step", int64_t{0}) > step_at_kill + 5;
+      },
+      seconds(60)))
+      << job.output();
+  std::set<int64_t> after;
+  for (const auto& [id, w] : WorkersById(job.Status())) after.insert(w.value("pid", int64_t{0}));
+  EXPECT_EQ(after, ranks);
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(60)), 0) << job.output();
+  EXPECT_NE(job.output().find("the coordinator process died"), std::string::npos)
+      << job.output();
+  auto match = MatchReference(job, args, static_cast<int>(job.StepsApplied()));
+  EXPECT_TRUE(match.status.ok()) << match.status;
+  // Trained in one generation: the restart needed no recovery.
+  for (const auto& [step, rec] : match.run.applied) EXPECT_EQ(rec.generation, 1u) << step;
 }
 
 TEST(MpirunJob, JoinsANamedCoordinator) {
