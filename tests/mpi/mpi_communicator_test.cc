@@ -177,12 +177,12 @@ TEST(MpiCommunicator, RecvFromSilentPeerTimesOutAndBreaks) {
                     .count();
     EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s;
     EXPECT_GE(ms, 190);
-    EXPECT_LT(ms, 1000);
-    // Broken: later calls fail fast with the same code, without waiting.
+    EXPECT_LT(ms, 2500) << "a 200 ms timeout waited far longer";
+    // Broken: later calls fail fast with the same code, without waiting out their timeout.
     t0 = std::chrono::steady_clock::now();
     Status again = world->Barrier(milliseconds(5000));
     EXPECT_EQ(again.code(), StatusCode::kTimedOut);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(50));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2500));
   }
   // Nothing was posted for the receive (it waits to match with MPI_Improbe): nothing lingers.
   EXPECT_EQ(ProgressAbandonedMpiRequests(), 0);
@@ -199,7 +199,8 @@ TEST(MpiCommunicator, LateRankMakesTheOthersTimeOutNotHang) {
   const bool late = world->rank() == world->size() - 1;
   std::vector<double> v(64, 1.0);
   if (late) {
-    std::this_thread::sleep_for(milliseconds(600));
+    // Joins only once every other rank has given up (the barrier below follows their timeout).
+    ASSERT_TRUE(sync->Barrier().ok());
     // The others gave up, but their abandoned requests still complete the collective.
     EXPECT_TRUE(world->Allreduce(v.data(), v.size(), DataType::kFloat64, ReduceOp::kSum,
                                  milliseconds(5000))
@@ -210,10 +211,11 @@ TEST(MpiCommunicator, LateRankMakesTheOthersTimeOutNotHang) {
     Status s = world->Allreduce(v.data(), v.size(), DataType::kFloat64, ReduceOp::kSum,
                                 milliseconds(200));
     EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s;
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2500));
     // The caller's buffer is never written after the call returned, even once the abandoned
     // collective completes.
     EXPECT_DOUBLE_EQ(v[0], 1.0);
+    ASSERT_TRUE(sync->Barrier().ok());
   }
   ASSERT_TRUE(sync->Barrier().ok());
   EXPECT_TRUE(DrainAbandoned());
@@ -230,7 +232,8 @@ TEST(MpiCommunicator, AbortBreaksLaterCallsAtOnce) {
   int64_t x = 1;
   EXPECT_EQ(world->Allreduce(&x, 1, DataType::kInt64, ReduceOp::kSum).code(),
             StatusCode::kAborted);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(50));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, world->default_timeout() / 2)
+      << "an aborted communicator waited instead of failing at once";
 }
 
 TEST(MpiCommunicator, BadArgumentsAreRefusedAndDoNotBreakIt) {
@@ -423,12 +426,12 @@ TEST(MpiExchange, PeerThatNeverPostsTimesOutAndBuffersAreLeftAlone) {
                     .count();
     EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s;
     EXPECT_GE(ms, 190);
-    EXPECT_LT(ms, 1000);
+    EXPECT_LT(ms, 2500) << "a 200 ms timeout waited far longer";
     EXPECT_EQ(from2, std::vector<uint8_t>(16, 2));  // what did arrive was delivered
     // Broken: later calls fail fast with the same code.
     t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(world->Exchange(ops, kTag, milliseconds(5000)).code(), StatusCode::kTimedOut);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(50));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2500));
   } else if (r == 2) {
     std::vector<uint8_t> to0(16, 2);
     EXPECT_TRUE(world->Exchange({{true, to0.data(), to0.size(), 0}}, kTag, kTimeout).ok());
