@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "examples/log_check.h"
 
 int main(int argc, char** argv) {
@@ -21,10 +23,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto c = elastra::examples::Compare(*run, *ref, std::atoll(argv[3]));
-  std::printf(
-      "{\"steps\":%lld,\"max_rel_loss_diff\":%.3g,\"accounting_ok\":%s,\"reapplied\":%lld,"
-      "\"problem\":\"%s\"}\n",
-      static_cast<long long>(c.steps), c.max_rel_loss_diff, c.accounting_ok ? "true" : "false",
-      static_cast<long long>(run->reapplied), c.problem.c_str());
+  nlohmann::ordered_json out;
+  out["steps"] = c.steps;
+  out["max_rel_loss_diff"] = c.max_rel_loss_diff;
+  out["accounting_ok"] = c.accounting_ok;
+  out["reapplied"] = run->reapplied;
+  out["problem"] = c.problem;  // free text: escaped by the JSON library
+  std::printf("%s\n", out.dump().c_str());
   return (c.accounting_ok && c.max_rel_loss_diff <= tolerance) ? 0 : 1;
 }

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/env.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
@@ -204,14 +206,24 @@ int main(int argc, char** argv) {
   const double gib = static_cast<double>(bytes) / (1ull << 30);
   const double save = Median(save_s), ddw = Median(dd_write_s), load = Median(load_s),
                ddr = Median(dd_read_s), stall = Median(stall_s), mc = Median(memcpy_s);
-  std::printf(
-      "{\"bench\":\"checkpoint\",\"bytes\":%llu,\"tensors\":%d,\"reps\":%d,\"dir\":\"%s\","
-      "\"cache\":\"writes O_DIRECT+fsync for both, reads after posix_fadvise(DONTNEED) for both\",\"dd_source\":\"the same bytes, from tmpfs\","
-      "\"save_gib_s\":%.3f,\"dd_write_gib_s\":%.3f,\"dd_zero_write_gib_s\":%.3f,\"load_gib_s\":%.3f,\"dd_read_gib_s\":%.3f,"
-      "\"stall_ms\":%.2f,\"memcpy_ms\":%.2f,"
-      "\"save_vs_dd\":%.3f,\"load_vs_dd\":%.3f,\"stall_vs_memcpy\":%.3f}\n",
-      static_cast<unsigned long long>(bytes), tensors, reps, dir.c_str(), gib / save, gib / ddw,
-      gib / Median(dd_zero_s),
-      gib / load, gib / ddr, stall * 1e3, mc * 1e3, ddw / save, ddr / load, stall / mc);
+  nlohmann::ordered_json out;
+  out["bench"] = "checkpoint";
+  out["bytes"] = bytes;
+  out["tensors"] = tensors;
+  out["reps"] = reps;
+  out["dir"] = dir;
+  out["cache"] = "writes O_DIRECT+fsync for both, reads after posix_fadvise(DONTNEED) for both";
+  out["dd_source"] = "the same bytes, from tmpfs";
+  out["save_gib_s"] = gib / save;
+  out["dd_write_gib_s"] = gib / ddw;
+  out["dd_zero_write_gib_s"] = gib / Median(dd_zero_s);
+  out["load_gib_s"] = gib / load;
+  out["dd_read_gib_s"] = gib / ddr;
+  out["stall_ms"] = stall * 1e3;
+  out["memcpy_ms"] = mc * 1e3;
+  out["save_vs_dd"] = ddw / save;
+  out["load_vs_dd"] = ddr / load;
+  out["stall_vs_memcpy"] = stall / mc;
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
