@@ -29,6 +29,8 @@ bool IsKnownType(uint16_t type) {
     case MessageType::kSpawnRequest:
     case MessageType::kProcessExited:
     case MessageType::kShutdown:
+    case MessageType::kDrain:
+    case MessageType::kHeartbeatAck:
     case MessageType::kAck:
       return true;
   }
@@ -62,6 +64,8 @@ const char* TypeName(MessageType type) {
     case MessageType::kSpawnRequest: return "SpawnRequest";
     case MessageType::kProcessExited: return "ProcessExited";
     case MessageType::kShutdown: return "Shutdown";
+    case MessageType::kDrain: return "Drain";
+    case MessageType::kHeartbeatAck: return "HeartbeatAck";
     case MessageType::kAck: return "Ack";
   }
   return "Unknown";

@@ -24,6 +24,8 @@ const char* ToString(GenerationReason v) {
     case GenerationReason::kResize: return "resize";
     case GenerationReason::kFailure: return "failure";
     case GenerationReason::kResume: return "resume";
+    case GenerationReason::kDrain: return "drain";
+    case GenerationReason::kRegrow: return "regrow";
   }
   return "unknown";
 }
@@ -73,6 +75,16 @@ const char* ToString(LeaveReason v) {
   switch (v) {
     case LeaveReason::kFinished: return "finished";
     case LeaveReason::kQuit: return "quit";
+  }
+  return "unknown";
+}
+
+const char* ToString(HostState v) {
+  switch (v) {
+    case HostState::kUp: return "up";
+    case HostState::kDraining: return "draining";
+    case HostState::kDrained: return "drained";
+    case HostState::kLost: return "lost";
   }
   return "unknown";
 }

@@ -55,6 +55,8 @@ enum class GenerationReason : uint8_t {
   kResize = 1,   // a planned change: resize, layout change
   kFailure = 2,  // recovery after a lost worker
   kResume = 3,   // the first generation of a job restarted from a disk checkpoint
+  kDrain = 4,    // a planned change that moves the job off a host (elastra drain, agent SIGTERM)
+  kRegrow = 5,   // back towards the target size after a failure, on hosts with free slots
 };
 
 // Where a resize request stands, in the replies to it.
@@ -90,6 +92,14 @@ enum class JobState : uint8_t {
   kFailed = 6,      // the job cannot go on
 };
 
+// A host (one agent) as the coordinator sees it.
+enum class HostState : uint8_t {
+  kUp = 0,        // its agent is heard from; new workers may start there
+  kDraining = 1,  // the job is being moved off it; nothing new starts there
+  kDrained = 2,   // the job left it; its agent was told to exit
+  kLost = 3,      // its agent and workers vanished together (one recovery round)
+};
+
 // Why a worker leaves the job outside a resize.
 enum class LeaveReason : uint8_t {
   kFinished = 0,  // it finished training (keeps its rank for status)
@@ -102,6 +112,7 @@ const char* ToString(Role v);
 const char* ToString(WorkerState v);
 const char* ToString(JobState v);
 const char* ToString(LeaveReason v);
+const char* ToString(HostState v);
 // False when `name` is none of the enum's names (`out` unchanged).
 bool FromString(std::string_view name, GenerationReason* out);
 bool FromString(std::string_view name, WorkerState* out);
@@ -110,11 +121,12 @@ bool FromString(std::string_view name, WorkerState* out);
 template <class E>
 inline constexpr E kLastEnumerator = E{};
 template <> inline constexpr GenerationReason kLastEnumerator<GenerationReason> =
-    GenerationReason::kResume;
+    GenerationReason::kRegrow;
 template <> inline constexpr ResizePhase kLastEnumerator<ResizePhase> = ResizePhase::kFailed;
 template <> inline constexpr WorkerState kLastEnumerator<WorkerState> = WorkerState::kFinished;
 template <> inline constexpr JobState kLastEnumerator<JobState> = JobState::kFailed;
 template <> inline constexpr LeaveReason kLastEnumerator<LeaveReason> = LeaveReason::kQuit;
+template <> inline constexpr HostState kLastEnumerator<HostState> = HostState::kLost;
 
 // An enum travels as one byte and is checked when decoded: a value the enum does not have makes
 // the payload malformed (kCorrupt from DecodePayload), never an enum out of range.
@@ -167,7 +179,10 @@ enum class MessageType : uint16_t {
   kAgentRegister = 50,  // AgentRegister -> Ack
   kSpawnRequest = 51,   // SpawnRequest: coordinator asks the agent to start workers
   kProcessExited = 52,  // ProcessExited: agent saw a worker exit (faster than heartbeats)
-  kShutdown = 53,       // Shutdown: coordinator -> agent, the job is over
+  kShutdown = 53,       // Shutdown: coordinator -> agent or worker: stop (the job is over,
+                        // the host drained, the worker declared lost)
+  kDrain = 54,          // DrainRequest -> ResizeReply (accepted, then done or failed if wait)
+  kHeartbeatAck = 55,   // HeartbeatAck: coordinator -> a worker or agent that sent a Heartbeat
 
   kAck = 60,  // Ack: empty success reply
 };
@@ -434,6 +449,22 @@ struct AgentStatus {
   template <class A> void serialize(A& ar) { ar(id, host, max_workers); }
 };
 
+// One host: an agent's registration and what runs there now.
+struct HostStatus {
+  std::string name;
+  std::string address;
+  int32_t slots = 0;
+  int32_t gpus = 0;
+  int32_t workers = 0;  // members, standby and leaving workers on it now
+  HostState state = HostState::kUp;
+  int64_t last_heartbeat_ms_ago = -1;  // of its agent; -1 when none is awaited
+  template <class A> void serialize(A& ar) {
+    ar(name, address, slots, gpus, workers);
+    SerializeEnum(ar, state);
+    ar(last_heartbeat_ms_ago);
+  }
+};
+
 struct JobStatus {
   std::string job;
   JobState state = JobState::kForming;
@@ -443,6 +474,8 @@ struct JobStatus {
   std::vector<WorkerStatus> workers;       // by join order
   std::vector<GenerationRecord> history;   // oldest first
   std::vector<AgentStatus> agents;
+  std::vector<HostStatus> hosts;  // every host an agent registered, by registration order
+  int32_t target_workers = 0;     // the size the job returns to: the start size or last resize
   uint64_t malformed_frames = 0;
   uint64_t stale_messages = 0;
   bool resize_pending = false;             // an accepted resize not yet done or failed
@@ -451,8 +484,8 @@ struct JobStatus {
   template <class A> void serialize(A& ar) {
     ar(job);
     SerializeEnum(ar, state);
-    ar(generation, layout, step, workers, history, agents, malformed_frames, stale_messages,
-       resize_pending, resize_workers, resize_waiting_for_workers);
+    ar(generation, layout, step, workers, history, agents, hosts, target_workers, malformed_frames,
+       stale_messages, resize_pending, resize_workers, resize_waiting_for_workers);
   }
   bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
 };
@@ -462,10 +495,30 @@ struct StatusReply {
   template <class A> void serialize(A& ar) { ar(status); }
 };
 
+// Agent -> coordinator, at start and again every few seconds (and after a coordinator restart).
+// One agent per host; its sender id names it.
 struct AgentRegister {
+  std::string host;         // the host's name (elastra agent --name; default gethostname())
+  int32_t max_workers = 0;  // slots: how many workers this agent may run at once
+  std::string address;      // where its workers bind their collectives (reachable by the others)
+  int32_t gpus = 0;         // CUDA devices it hands its workers (0: CPU workers)
+  template <class A> void serialize(A& ar) { ar(host, max_workers, address, gpus); }
+};
+
+// Admin (any host) or the agent of `host` (its own host only) -> coordinator: move the job off
+// `host` in one planned generation (replacements start on other hosts with free slots up to the
+// target size); its agent is then told to exit 0. Replied to as a resize.
+struct DrainRequest {
   std::string host;
-  int32_t max_workers = 0;  // how many workers this agent may run at once
-  template <class A> void serialize(A& ar) { ar(host, max_workers); }
+  bool wait = false;  // a second reply when the job has left the host
+  template <class A> void serialize(A& ar) { ar(host, wait); }
+};
+
+// Coordinator -> the sender of a Heartbeat: the coordinator hears it. A worker that hears nothing
+// for longer than its lease fences itself (docs/hosts.md, "Partitions and fencing").
+struct HeartbeatAck {
+  uint64_t generation = 0;  // the coordinator's committed generation
+  template <class A> void serialize(A& ar) { ar(generation); }
 };
 
 struct SpawnRequest {

@@ -46,6 +46,18 @@ std::string StatusJson(const JobStatus& s) {
     agents.push_back({{"id", a.id}, {"host", a.host}, {"max_workers", a.max_workers}});
   }
   j["agents"] = agents;
+  json hosts = json::array();
+  for (const HostStatus& h : s.hosts) {
+    hosts.push_back({{"name", h.name},
+                     {"address", h.address},
+                     {"slots", h.slots},
+                     {"gpus", h.gpus},
+                     {"workers", h.workers},
+                     {"state", ToString(h.state)},
+                     {"last_heartbeat_ms_ago", h.last_heartbeat_ms_ago}});
+  }
+  j["hosts"] = hosts;
+  j["target_workers"] = s.target_workers;
   j["counters"] = {{"malformed_frames", s.malformed_frames},
                    {"stale_messages", s.stale_messages}};
   if (s.resize_pending) {

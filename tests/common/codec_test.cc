@@ -66,6 +66,8 @@ JobStatus SampleStatus() {
   s.history.push_back(
       GenerationRecord{7, GenerationReason::kFailure, {"w1"}, Layout{1, 1, 1}, 5, 1, 2, 3});
   s.agents.push_back(AgentStatus{"agent-a", "node-a", 8});
+  s.hosts.push_back(HostStatus{"node-a", "198.18.0.10", 8, 2, 1, HostState::kDraining, 40});
+  s.target_workers = 6;
   s.malformed_frames = 2;
   s.stale_messages = 1;
   s.resize_pending = true;
@@ -107,7 +109,9 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   ExpectRoundTrip(MessageType::kResizeReply, rr);
   ExpectRoundTrip(MessageType::kStatusRequest, StatusRequest{});
   ExpectRoundTrip(MessageType::kStatusReply, StatusReply{SampleStatus()});
-  ExpectRoundTrip(MessageType::kAgentRegister, AgentRegister{"node-a", 8});
+  ExpectRoundTrip(MessageType::kAgentRegister, AgentRegister{"node-a", 8, "198.18.0.10", 2});
+  ExpectRoundTrip(MessageType::kDrain, DrainRequest{"node-a", true});
+  ExpectRoundTrip(MessageType::kHeartbeatAck, HeartbeatAck{7});
   ExpectRoundTrip(MessageType::kSpawnRequest, SpawnRequest{{"w4", "w5"}});
   ExpectRoundTrip(MessageType::kProcessExited, ProcessExited{"w4", 0, 9});
   ExpectRoundTrip(MessageType::kShutdown, Shutdown{1, "failed"});
