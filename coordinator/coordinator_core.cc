@@ -99,9 +99,10 @@ void CoordinatorCore::Restore(const JournalState& s) {
     join.pid = w.pid;
     membership_.Join(join, /*identity=*/"", now).IgnoreError();
   };
-  auto state_of = [&](const std::string& id) {
+  auto state_of = [&](const std::string& id) -> std::optional<JournalWorkerState> {
     auto it = s.worker_states.find(id);
-    return it == s.worker_states.end() ? std::string() : it->second;
+    if (it == s.worker_states.end()) return std::nullopt;
+    return it->second;
   };
   // Members: the committed generation's, then (a change in flight) the workers it involved.
   std::vector<std::string> members;
@@ -111,7 +112,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
     job_state_ = proto::JobState::kRunning;
     for (const auto& m : g->members) {
       current_members_.push_back(m.id);
-      if (state_of(m.id) == "lost") continue;
+      if (state_of(m.id) == JournalWorkerState::kLost) continue;
       restore_worker(m);
       members.push_back(m.id);
     }
@@ -119,7 +120,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
   if (s.change_in_flight) {
     for (const auto& w : s.change_workers) {
       if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
-      if (!state_of(w.id).empty()) continue;
+      if (state_of(w.id).has_value()) continue;
       restore_worker(w);
       members.push_back(w.id);
     }
@@ -131,7 +132,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
   }
   membership_.AssignRanks(members);
   for (const auto& id : members) {
-    if (state_of(id) == "finished") {
+    if (state_of(id) == JournalWorkerState::kFinished) {
       membership_.SetState(id, WorkerState::kFinished);
     } else {
       health_.Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
@@ -146,12 +147,12 @@ void CoordinatorCore::Restore(const JournalState& s) {
     p.received = now;
     resize_ = p;
   }
-  if (s.ended == "finished") job_state_ = proto::JobState::kFinished;
-  if (s.ended == "failed") job_state_ = proto::JobState::kFailed;
+  if (s.ended == JobOutcome::kFinished) job_state_ = proto::JobState::kFinished;
+  if (s.ended == JobOutcome::kFailed) job_state_ = proto::JobState::kFailed;
   restart_pending_ = !JobOver();
   restart_recover_ = s.change_in_flight;
   restart_why_ = "the coordinator restarted while changing to generation " +
-                 std::to_string(s.change_target) + " (" + s.change_kind + ")";
+                 std::to_string(s.change_target) + " (" + ToString(s.change_kind) + ")";
   restart_deadline_ = now + options_.heartbeat_timeout;
   LOG(WARNING) << "took back job " << options_.job << " from " << journal_->path() << " ("
                << s.records << " records): generation " << generation_ << ", "
@@ -160,7 +161,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
                << (s.change_in_flight ? "; a change was in flight: recovering once the workers "
                                         "reconnect"
                                       : "")
-               << (s.ended.empty() ? std::string() : "; the job is " + s.ended);
+               << (s.ended ? std::string("; the job is ") + ToString(*s.ended) : std::string());
 }
 
 void CoordinatorCore::MaybeFinishRestart() {
@@ -211,7 +212,7 @@ std::vector<JournalWorker> CoordinatorCore::JournalRecordsOf(
 }
 
 void CoordinatorCore::JournalLost(const std::string& id) {
-  if (journal_) Journaled(journal_->RecordWorkerState(id, "lost"));
+  if (journal_) Journaled(journal_->RecordWorkerState(id, JournalWorkerState::kLost));
 }
 
 void CoordinatorCore::EndResize() {
@@ -366,7 +367,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
       case WorkerState::kStandby:
         LOG(WARNING) << "standby worker " << id << " missed its heartbeat deadline";
         membership_.SetState(id, WorkerState::kLost);
-        if (journal_) Journaled(journal_->RecordWorkerState(id, "removed"));
+        if (journal_) Journaled(journal_->RecordWorkerState(id, JournalWorkerState::kRemoved));
         break;
       case WorkerState::kLeaving: membership_.Remove(id); break;
       default: break;
@@ -470,7 +471,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
     case WorkerState::kLeaving:
     case WorkerState::kLost:
       membership_.Remove(e.sender);
-      if (journal_) Journaled(journal_->RecordWorkerState(e.sender, "removed"));
+      if (journal_) Journaled(journal_->RecordWorkerState(e.sender, JournalWorkerState::kRemoved));
       return;
     case WorkerState::kFinished:
       return;
@@ -478,7 +479,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
       break;
   }
   if (req.reason == proto::LeaveReason::kFinished) {
-    if (journal_) Journaled(journal_->RecordWorkerState(e.sender, "finished"));
+    if (journal_) Journaled(journal_->RecordWorkerState(e.sender, JournalWorkerState::kFinished));
     w->state = WorkerState::kFinished;  // keeps its rank for status
     bool all = !current_members_.empty();
     for (const auto& id : current_members_) {
@@ -566,7 +567,7 @@ void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
   switch (w->state) {
     case WorkerState::kLeaving:
     case WorkerState::kStandby:
-      if (journal_) Journaled(journal_->RecordWorkerState(w->id, "removed"));
+      if (journal_) Journaled(journal_->RecordWorkerState(w->id, JournalWorkerState::kRemoved));
       membership_.Remove(w->id);
       return;
     case WorkerState::kMember:
@@ -975,7 +976,7 @@ void CoordinatorCore::ContinueResize() {
 void CoordinatorCore::BeginPause() {
   const auto members = membership_.Members();
   const uint64_t target = ++highest_generation_;
-  if (journal_) Journaled(journal_->RecordChangeBegun(target, "pause", JournalRecordsOf(members)));
+  if (journal_) Journaled(journal_->RecordChangeBegun(target, ChangeKind::kPause, JournalRecordsOf(members)));
   reconf_.BeginPause(target, members);
   proto::PauseRequest pause;
   pause.target_generation = target;
@@ -1129,7 +1130,7 @@ void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const 
   }
   const uint64_t target = ++highest_generation_;
   if (journal_) {
-    Journaled(journal_->RecordChangeBegun(target, "recover", JournalRecordsOf(survivors)));
+    Journaled(journal_->RecordChangeBegun(target, ChangeKind::kRecover, JournalRecordsOf(survivors)));
   }
   reconf_.BeginRecover(target, survivors, clock_->Now() + options_.recover_timeout);
   proto::RecoverRequest recover;
@@ -1222,7 +1223,7 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
     }
   }
   if (journal_) {
-    Journaled(journal_->RecordChangeBegun(plan.generation, "build",
+    Journaled(journal_->RecordChangeBegun(plan.generation, ChangeKind::kBuild,
                                           JournalRecordsOf(plan.members)));
   }
   membership_.AssignRanks(plan.members);
@@ -1288,7 +1289,7 @@ void CoordinatorCore::Commit() {
 
 void CoordinatorCore::FinishJob() {
   job_state_ = proto::JobState::kFinished;
-  if (journal_) Journaled(journal_->RecordEnd("finished", "every member finished"));
+  if (journal_) Journaled(journal_->RecordEnd(JobOutcome::kFinished, "every member finished"));
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
   shutdown.reason = "every member finished";
@@ -1302,7 +1303,7 @@ void CoordinatorCore::FinishJob() {
 
 void CoordinatorCore::FailJob(const std::string& why) {
   job_state_ = proto::JobState::kFailed;
-  if (journal_) Journaled(journal_->RecordEnd("failed", why));
+  if (journal_) Journaled(journal_->RecordEnd(JobOutcome::kFailed, why));
   reconf_.Reset();
   proto::Shutdown shutdown;
   shutdown.exit_code = 1;

@@ -151,6 +151,15 @@ json WorkersJson(const std::vector<JournalWorker>& ws) {
   return a;
 }
 
+// The enum named `name`, or a BadRecord naming the field and the unknown name.
+template <class E>
+E EnumFrom(const json& j, const char* field, const char* what) {
+  const std::string name = Str(j, field);
+  E v{};
+  if (!FromString(name, &v)) throw BadRecord{std::string("unknown ") + what + " '" + name + "'"};
+  return v;
+}
+
 void EraseStandby(JournalState* s, const std::string& id) {
   s->standby.erase(std::remove_if(s->standby.begin(), s->standby.end(),
                                   [&](const JournalWorker& w) { return w.id == id; }),
@@ -180,12 +189,9 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.standby.push_back(w);
     } else if (type == "worker") {
       const std::string id = Str(r, "id");
-      const std::string st = Str(r, "state");
-      if (st != "finished" && st != "lost" && st != "removed") {
-        throw BadRecord{"unknown worker state '" + st + "'"};
-      }
+      const auto st = EnumFrom<JournalWorkerState>(r, "state", "worker state");
       EraseStandby(&s, id);
-      if (st == "removed") {
+      if (st == JournalWorkerState::kRemoved) {
         s.worker_states.erase(id);
       } else {
         if (s.worker_states.size() >= kMaxHistory) throw BadRecord{"too many worker states"};
@@ -201,10 +207,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
       if (s.seen_ids.size() > kMaxHistory) throw BadRecord{"too many worker ids"};
     } else if (type == "begin") {
       const uint64_t target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
-      const std::string kind = Str(r, "kind");
-      if (kind != "pause" && kind != "recover" && kind != "build") {
-        throw BadRecord{"unknown change kind '" + kind + "'"};
-      }
+      const auto kind = EnumFrom<ChangeKind>(r, "kind", "change kind");
       s.change_in_flight = true;
       s.change_target = target;
       s.change_kind = kind;
@@ -243,7 +246,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.history.push_back(std::move(g));
       s.change_in_flight = false;
       s.change_target = 0;
-      s.change_kind.clear();
+      s.change_kind = ChangeKind::kPause;
       s.change_workers.clear();
     } else if (type == "checkpoint") {
       JournalCheckpoint c;
@@ -261,11 +264,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
     } else if (type == "resize_end") {
       s.resize.reset();
     } else if (type == "end") {
-      const std::string outcome = Str(r, "outcome");
-      if (outcome != "finished" && outcome != "failed") {
-        throw BadRecord{"unknown outcome '" + outcome + "'"};
-      }
-      s.ended = outcome;
+      s.ended = EnumFrom<JobOutcome>(r, "outcome", "outcome");
       s.end_reason = Str(r, "reason");
       s.change_in_flight = false;
       s.resize.reset();
@@ -306,6 +305,58 @@ Status SyncDirectoryOf(const std::string& path) {
 }
 
 }  // namespace
+
+const char* ToString(JournalWorkerState v) {
+  switch (v) {
+    case JournalWorkerState::kFinished: return "finished";
+    case JournalWorkerState::kLost: return "lost";
+    case JournalWorkerState::kRemoved: return "removed";
+  }
+  return "unknown";
+}
+
+const char* ToString(ChangeKind v) {
+  switch (v) {
+    case ChangeKind::kPause: return "pause";
+    case ChangeKind::kRecover: return "recover";
+    case ChangeKind::kBuild: return "build";
+  }
+  return "unknown";
+}
+
+const char* ToString(JobOutcome v) {
+  switch (v) {
+    case JobOutcome::kFinished: return "finished";
+    case JobOutcome::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// FromString over the names ToString gives, for enums numbered 0..last.
+template <class E>
+bool ParseName(std::string_view name, E last, E* out) {
+  for (int v = 0; v <= static_cast<int>(last); ++v) {
+    if (name == ToString(static_cast<E>(v))) {
+      *out = static_cast<E>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool FromString(std::string_view name, JournalWorkerState* out) {
+  return ParseName(name, JournalWorkerState::kRemoved, out);
+}
+bool FromString(std::string_view name, ChangeKind* out) {
+  return ParseName(name, ChangeKind::kBuild, out);
+}
+bool FromString(std::string_view name, JobOutcome* out) {
+  return ParseName(name, JobOutcome::kFailed, out);
+}
 
 uint32_t Journal::Crc32c(const void* data, size_t size) {
   static const std::array<uint32_t, 256> table = MakeCrcTable();
@@ -479,18 +530,20 @@ Status Journal::RecordJoin(const JournalWorker& worker) {
   return Append(Dump(json{{"t", "join"}, {"worker", WorkerJson(worker)}}));
 }
 
-Status Journal::RecordWorkerState(const std::string& id, const std::string& state) {
-  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", state}}));
+Status Journal::RecordWorkerState(const std::string& id, JournalWorkerState state) {
+  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", ToString(state)}}));
 }
 
 Status Journal::RecordIds(const std::vector<std::string>& ids) {
   return Append(Dump(json{{"t", "ids"}, {"ids", ids}}));
 }
 
-Status Journal::RecordChangeBegun(uint64_t target, const std::string& kind,
+Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<JournalWorker>& workers) {
-  return Append(Dump(
-      json{{"t", "begin"}, {"target", target}, {"kind", kind}, {"workers", WorkersJson(workers)}}));
+  return Append(Dump(json{{"t", "begin"},
+                          {"target", target},
+                          {"kind", ToString(kind)},
+                          {"workers", WorkersJson(workers)}}));
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
@@ -519,8 +572,8 @@ Status Journal::RecordResize(const JournalResize& z) {
 
 Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
 
-Status Journal::RecordEnd(const std::string& outcome, const std::string& reason) {
-  return Append(Dump(json{{"t", "end"}, {"outcome", outcome}, {"reason", reason}}));
+Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason) {
+  return Append(Dump(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}}));
 }
 
 }  // namespace elastra::coordinator

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/messages.h"
@@ -23,6 +24,37 @@
 #include "elastra/status.h"
 
 namespace elastra::coordinator {
+
+// The journal's vocabulary. Each is written by its name (ToString) inside the JSON records, so the
+// file format is the same as when these were plain strings; replay refuses an unknown name.
+
+// What became of a worker (the `worker` record): "finished", "lost", "removed".
+enum class JournalWorkerState : uint8_t {
+  kFinished = 0,  // a member finished training (keeps its place in the generation)
+  kLost = 1,      // a member was declared lost
+  kRemoved = 2,   // a standby or leaving worker is gone; the job forgets it
+};
+
+// The kind of change of generation begun (the `begin` record): "pause", "recover", "build".
+enum class ChangeKind : uint8_t {
+  kPause = 0,    // PauseRequest sent for a planned change
+  kRecover = 1,  // RecoverRequest sent after a failure
+  kBuild = 2,    // NewGeneration sent
+};
+
+// How the job ended (the `end` record): "finished", "failed".
+enum class JobOutcome : uint8_t {
+  kFinished = 0,
+  kFailed = 1,
+};
+
+const char* ToString(JournalWorkerState v);
+const char* ToString(ChangeKind v);
+const char* ToString(JobOutcome v);
+// False when `name` is none of the enum's names (`out` unchanged).
+bool FromString(std::string_view name, JournalWorkerState* out);
+bool FromString(std::string_view name, ChangeKind* out);
+bool FromString(std::string_view name, JobOutcome* out);
 
 struct JournalWorker {
   std::string id;
@@ -64,8 +96,9 @@ struct JournalState {
   uint64_t highest_generation = 0;
   // Committed generations, oldest first; back() is the current one.
   std::vector<JournalGeneration> history;
-  // Workers of the committed generations that are no longer running in it: "finished", "lost".
-  std::map<std::string, std::string> worker_states;
+  // Workers of the committed generations that are no longer running in it: kFinished or kLost
+  // (a kRemoved worker is forgotten).
+  std::map<std::string, JournalWorkerState> worker_states;
   // Workers that joined and hold no rank (by join order).
   std::vector<JournalWorker> standby;
   // Every worker id the job has used or handed out (a restarted coordinator never reuses one).
@@ -74,12 +107,12 @@ struct JournalState {
   // A change of generation begun and not committed: its target and the workers asked.
   bool change_in_flight = false;
   uint64_t change_target = 0;
-  std::string change_kind;  // "pause", "recover", "build"
+  ChangeKind change_kind = ChangeKind::kPause;  // meaningful while change_in_flight
   std::vector<JournalWorker> change_workers;
   // An accepted resize not yet done or failed.
   std::optional<JournalResize> resize;
-  // "" while the job runs, else "finished" or "failed".
-  std::string ended;
+  // Empty while the job runs.
+  std::optional<JobOutcome> ended;
   std::string end_reason;
   // Records applied.
   uint64_t records = 0;
@@ -116,16 +149,15 @@ class Journal {
   // fsync failed (the state is then unchanged), kInvalidArgument when a field is out of bounds.
   Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers);
   Status RecordJoin(const JournalWorker& worker);
-  // `state`: "finished", "lost" or "removed" (a standby worker that left).
-  Status RecordWorkerState(const std::string& id, const std::string& state);
+  Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
-  Status RecordChangeBegun(uint64_t target, const std::string& kind,
+  Status RecordChangeBegun(uint64_t target, ChangeKind kind,
                            const std::vector<JournalWorker>& workers);
   Status RecordCommit(const JournalGeneration& generation);
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
-  Status RecordEnd(const std::string& outcome, const std::string& reason);
+  Status RecordEnd(JobOutcome outcome, const std::string& reason);
 
   // CRC-32C (Castagnoli) of `data`.
   static uint32_t Crc32c(const void* data, size_t size);
