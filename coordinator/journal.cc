@@ -1,15 +1,9 @@
 #include "coordinator/journal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "common/logging.h"
 
@@ -23,8 +17,6 @@ constexpr size_t kMaxWorkers = 4096;
 constexpr size_t kMaxString = 4096;
 constexpr size_t kMaxHistory = 1 << 20;
 constexpr size_t kMaxCheckpoints = 1 << 16;
-
-std::string Errno() { return std::strerror(errno); }
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> t{};
@@ -43,34 +35,6 @@ uint32_t GetU32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
   return v;
-}
-
-// Reads up to `n` bytes; returns how many were read (fewer only at end of file), -1 on error.
-ssize_t ReadFull(int fd, void* buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(got);
-}
-
-Status WriteFull(int fd, const char* data, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::write(fd, data + done, n - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return InternalError("writing the journal: " + Errno());
-    }
-    done += static_cast<size_t>(w);
-  }
-  return OkStatus();
 }
 
 // ---- JSON <-> structs, with bounds. Throwing helpers; ApplyRecord turns throws into kCorrupt. --
@@ -294,14 +258,21 @@ std::string Frame(const std::string& payload) {
   return out;
 }
 
-Status SyncDirectoryOf(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return InternalError("opening " + dir + ": " + Errno());
-  ::fsync(dfd);
-  ::close(dfd);
-  return OkStatus();
+// Copies `from` to `to` (mode 0600, replaced when it exists) in bounded pieces.
+Status CopyFile(checkpoint::Env* env, const std::string& from, const std::string& to) {
+  ELASTRA_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(from));
+  ELASTRA_ASSIGN_OR_RETURN(const uint64_t size, in->Size());
+  ELASTRA_ASSIGN_OR_RETURN(auto out, env->NewAppendableFile(to));
+  ELASTRA_RETURN_IF_ERROR(env->TruncateFile(to, 0));
+  std::vector<std::byte> buffer(std::min<uint64_t>(size, 1u << 20));
+  for (uint64_t at = 0; at < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - at));
+    ELASTRA_RETURN_IF_ERROR(in->Read(at, n, buffer.data()));
+    ELASTRA_RETURN_IF_ERROR(out->Append(std::span<const std::byte>(buffer.data(), n)));
+    at += n;
+  }
+  ELASTRA_RETURN_IF_ERROR(out->Sync());
+  return out->Close();
 }
 
 }  // namespace
@@ -367,15 +338,16 @@ uint32_t Journal::Crc32c(const void* data, size_t size) {
 }
 
 StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std::string>* warnings,
-                                       uint64_t* consistent_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError("no journal at " + path);
-    return InternalError("opening the journal " + path + ": " + Errno());
+                                       uint64_t* consistent_bytes, checkpoint::Env* env) {
+  auto opened = env->NewRandomAccessFile(path);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) return NotFoundError("no journal at " + path);
+    return InternalError("opening the journal " + path + ": " + opened.status().message());
   }
-  struct stat st {};
-  ::fstat(fd, &st);
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  const std::unique_ptr<checkpoint::RandomAccessFile> file = std::move(opened).value();
+  auto size = file->Size();
+  if (!size.ok()) return InternalError("reading the journal " + path + ": " + size.status().message());
+  const uint64_t file_size = *size;
   JournalState state;
   uint64_t offset = 0;
   auto warn = [&](const std::string& why) {
@@ -385,20 +357,18 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
     LOG(WARNING) << line;
     if (warnings != nullptr) warnings->push_back(line);
   };
+  auto read = [&](uint64_t at, size_t n, void* out) {
+    Status s = file->Read(at, n, static_cast<std::byte*>(out));
+    return s.ok() ? s : InternalError("reading the journal " + path + ": " + s.message());
+  };
   std::string payload;
-  for (;;) {
-    uint8_t header[kHeaderBytes];
-    ssize_t got = ReadFull(fd, header, kHeaderBytes);
-    if (got < 0) {
-      int saved = errno;
-      ::close(fd);
-      return InternalError("reading the journal " + path + ": " + std::strerror(saved));
-    }
-    if (got == 0) break;
-    if (static_cast<size_t>(got) < kHeaderBytes) {
+  while (offset < file_size) {
+    if (file_size - offset < kHeaderBytes) {
       warn("torn record header (the writer was stopped mid-write)");
       break;
     }
+    uint8_t header[kHeaderBytes];
+    ELASTRA_RETURN_IF_ERROR(read(offset, kHeaderBytes, header));
     const uint32_t magic = GetU32(header);
     const uint32_t length = GetU32(header + 4);
     const uint32_t crc = GetU32(header + 8);
@@ -415,11 +385,7 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
       break;
     }
     payload.resize(length);
-    got = ReadFull(fd, payload.data(), length);
-    if (got != static_cast<ssize_t>(length)) {
-      warn("torn record");
-      break;
-    }
+    ELASTRA_RETURN_IF_ERROR(read(offset + kHeaderBytes, length, payload.data()));
     if (Crc32c(payload.data(), payload.size()) != crc) {
       warn("record checksum mismatch");
       break;
@@ -436,63 +402,63 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
     }
     offset += kHeaderBytes + length;
   }
-  ::close(fd);
   if (consistent_bytes != nullptr) *consistent_bytes = offset;
   return state;
 }
 
-Journal::Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings)
-    : path_(std::move(path)), fd_(fd), state_(std::move(state)), warnings_(std::move(warnings)) {}
+Journal::Journal(std::string path, checkpoint::Env* env,
+                 std::unique_ptr<checkpoint::WritableFile> file, uint64_t size, JournalState state,
+                 std::vector<std::string> warnings)
+    : path_(std::move(path)),
+      env_(env),
+      file_(std::move(file)),
+      size_(size),
+      state_(std::move(state)),
+      warnings_(std::move(warnings)) {}
 
-Journal::~Journal() {
-  if (fd_ >= 0) ::close(fd_);
-}
+Journal::~Journal() { file_->Close().IgnoreError(); }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
+StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, checkpoint::Env* env) {
   std::vector<std::string> warnings;
   uint64_t good = 0;
   JournalState state;
-  auto replayed = Replay(path, &warnings, &good);
+  auto replayed = Replay(path, &warnings, &good, env);
   if (replayed.ok()) {
     state = std::move(replayed).value();
   } else if (replayed.status().code() != StatusCode::kNotFound) {
     return replayed.status();
   }
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return InternalError("opening the journal " + path + ": " + Errno());
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<uint64_t>(st.st_size) != good) {
+  auto file = env->NewAppendableFile(path);
+  if (!file.ok()) {
+    return InternalError("opening the journal " + path + ": " + file.status().message());
+  }
+  auto size = env->GetFileSize(path);
+  if (!size.ok()) {
+    return InternalError("opening the journal " + path + ": " + size.status().message());
+  }
+  if (*size != good) {
     // Bad bytes after the consistent prefix: keep a copy for inspection, then cut them off so the
     // next record follows the last good one.
-    if (!warnings.empty()) {
-      std::error_code ec;
-      std::filesystem::copy_file(path, path + ".corrupt",
-                                 std::filesystem::copy_options::overwrite_existing, ec);
-    }
-    if (::ftruncate(fd, static_cast<off_t>(good)) != 0) {
-      int saved = errno;
-      ::close(fd);
+    if (!warnings.empty()) CopyFile(env, path, path + ".corrupt").IgnoreError();
+    Status cut = env->TruncateFile(path, good);
+    if (!cut.ok()) {
       return InternalError("cutting the journal " + path +
-                           " back to its consistent part: " + std::strerror(saved));
+                           " back to its consistent part: " + cut.message());
     }
-    ::fsync(fd);
   }
-  if (::lseek(fd, 0, SEEK_END) < 0) {
-    int saved = errno;
-    ::close(fd);
-    return InternalError("seeking in the journal: " + std::string(std::strerror(saved)));
-  }
-  SyncDirectoryOf(path).IgnoreError();
-  return std::unique_ptr<Journal>(new Journal(path, fd, std::move(state), std::move(warnings)));
+  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  return std::unique_ptr<Journal>(new Journal(path, env, std::move(file).value(), good,
+                                              std::move(state), std::move(warnings)));
 }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return InternalError("creating the journal " + path + ": " + Errno());
-  ::fsync(fd);
-  SyncDirectoryOf(path).IgnoreError();
-  return std::unique_ptr<Journal>(new Journal(path, fd, JournalState{}, {}));
+StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, checkpoint::Env* env) {
+  auto file = env->NewAppendableFile(path);
+  Status s = file.status();
+  if (s.ok()) s = env->TruncateFile(path, 0);
+  if (!s.ok()) return InternalError("creating the journal " + path + ": " + s.message());
+  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  return std::unique_ptr<Journal>(
+      new Journal(path, env, std::move(file).value(), 0, JournalState{}, {}));
 }
 
 Status Journal::Append(const std::string& payload) {
@@ -505,15 +471,15 @@ Status Journal::Append(const std::string& payload) {
   Status applied = ApplyRecord(r, &next);
   if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
   const std::string frame = Frame(payload);
-  struct stat st {};
-  ::fstat(fd_, &st);
-  Status s = WriteFull(fd_, frame.data(), frame.size());
-  if (s.ok() && ::fdatasync(fd_) != 0) s = InternalError("syncing the journal: " + Errno());
+  Status s = file_->Append(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(frame.data()), frame.size()));
+  if (s.ok()) s = file_->Sync();
   if (!s.ok()) {
-    // Leave no half record behind for the next append to follow.
-    if (::ftruncate(fd_, st.st_size) == 0) ::lseek(fd_, 0, SEEK_END);
-    return s;
+    // Leave no part of the record behind for the next append to follow.
+    env_->TruncateFile(path_, size_).IgnoreError();
+    return s.WithContext("appending to the journal");
   }
+  size_ += frame.size();
   state_ = std::move(next);
   return OkStatus();
 }

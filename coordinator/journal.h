@@ -7,7 +7,9 @@
 // file ends inside it: a kill mid-write), has a bad header or checksum, or does not make sense,
 // logs a warning, and returns the state up to there; Open then cuts the file back to that point
 // (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends follow
-// the last consistent record. Thread-compatible (owned by the coordinator's loop).
+// the last consistent record. All file I/O goes through a checkpoint::Env (the project's
+// filesystem seam), so tests can fail an append or cut the power. Thread-compatible (owned by the
+// coordinator's loop).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/env.h"
 #include "common/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
@@ -129,13 +132,18 @@ class Journal {
 
   // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.
-  static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path);
+  // `env` is not owned and must outlive the journal.
+  static StatusOr<std::unique_ptr<Journal>> Open(
+      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
   // Opens `path` as a new, empty journal: an older file there is replaced.
-  static StatusOr<std::unique_ptr<Journal>> Create(const std::string& path);
+  static StatusOr<std::unique_ptr<Journal>> Create(
+      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
   // Replays `path` read-only. `warnings` (may be null) gets one line per record skipped;
-  // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing.
+  // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing,
+  // kInternal when it cannot be read.
   static StatusOr<JournalState> Replay(const std::string& path, std::vector<std::string>* warnings,
-                                       uint64_t* consistent_bytes = nullptr);
+                                       uint64_t* consistent_bytes = nullptr,
+                                       checkpoint::Env* env = checkpoint::Env::Default());
 
   ~Journal();
   Journal(const Journal&) = delete;
@@ -145,8 +153,10 @@ class Journal {
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::string& path() const { return path_; }
 
-  // Each appends one record, fsyncs it, and applies it to state(). kInternal when the write or
-  // fsync failed (the state is then unchanged), kInvalidArgument when a field is out of bounds.
+  // Each appends one record, fsyncs it, and applies it to state(). The Env's error when the write
+  // or fsync failed (kResourceExhausted for a full disk, kInternal otherwise; the state is then
+  // unchanged and no part of the record stays in the file), kInvalidArgument when a field is out
+  // of bounds.
   Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers);
   Status RecordJoin(const JournalWorker& worker);
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
@@ -163,11 +173,14 @@ class Journal {
   static uint32_t Crc32c(const void* data, size_t size);
 
  private:
-  Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings);
+  Journal(std::string path, checkpoint::Env* env, std::unique_ptr<checkpoint::WritableFile> file,
+          uint64_t size, JournalState state, std::vector<std::string> warnings);
   Status Append(const std::string& payload);
 
   std::string path_;
-  int fd_ = -1;
+  checkpoint::Env* env_;
+  std::unique_ptr<checkpoint::WritableFile> file_;
+  uint64_t size_ = 0;  // bytes in the file: every record appended so far
   JournalState state_;
   std::vector<std::string> warnings_;
 };

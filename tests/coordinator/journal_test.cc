@@ -328,6 +328,55 @@ TEST_F(JournalTest, UnknownNamesAreRefusedOnReplayWithTheName) {
   EXPECT_FALSE(FromString("Failed", &outcome));
 }
 
+TEST_F(JournalTest, AFailedAppendLeavesNothingAndTheNextRecordFollowsTheLastGoodOne) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  auto j = Journal::Open(path_, &env);
+  ASSERT_TRUE(j.ok()) << j.status();
+  Journal& journal = **j;
+  ASSERT_TRUE(journal.RecordJob("mlp", 1, 4).ok());
+  ASSERT_TRUE(journal.RecordJoin(W("w0")).ok());
+  const uint64_t size = FileSize();
+
+  env.FailNthWrite(1);  // an I/O error: nothing is written
+  Status failed = journal.RecordJoin(W("w1"));
+  EXPECT_EQ(failed.code(), StatusCode::kInternal) << failed;
+  EXPECT_EQ(journal.state().records, 2u);
+  EXPECT_EQ(FileSize(), size);
+
+  env.SetDiskSpace(5);  // a full disk: the first 5 bytes of the record land, then ENOSPC
+  Status full = journal.RecordJoin(W("w1"));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(journal.state().records, 2u);
+  EXPECT_EQ(FileSize(), size) << "a torn record was left for the next append to follow";
+
+  env.Reset();
+  ASSERT_TRUE(journal.RecordJoin(W("w2")).ok());
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  EXPECT_EQ(s->records, 3u);
+  ASSERT_EQ(s->standby.size(), 2u);
+  EXPECT_EQ(s->standby[1].id, "w2");
+}
+
+TEST_F(JournalTest, EveryRecordSurvivesAPowerCut) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  {
+    auto j = Journal::Open(path_, &env);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("mlp", 1, 4).ok());
+    ASSERT_TRUE((*j)->RecordJoin(W("w0")).ok());
+    ASSERT_TRUE((*j)->RecordEnd(JobOutcome::kFailed, "gone").ok());
+  }
+  // Drops unsynced data, and the file itself if its directory entry was never synced.
+  ASSERT_TRUE(env.SimulatePowerLoss().ok());
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->records, 3u);
+  EXPECT_EQ(s->ended, JobOutcome::kFailed);
+}
+
 TEST_F(JournalTest, RandomDamageNeverCrashes) {
   WriteSample();
   const std::string good = ReadAll();
