@@ -39,6 +39,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
   if (options_.recover_timeout.count() <= 0) options_.recover_timeout = options_.heartbeat_timeout;
   if (options_.initial_workers < 1) options_.initial_workers = 1;
   if (options_.max_workers < 1) options_.max_workers = 1;
+  if (options_.env == nullptr) options_.env = checkpoint::Env::Default();
   layout_.dp = 0;
   if (!options_.state_dir.empty()) OpenJournal();
 }
@@ -47,7 +48,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
 // Journal.
 
 void CoordinatorCore::OpenJournal() {
-  auto journal = Journal::Open(options_.state_dir + "/journal.bin");
+  auto journal = Journal::Open(options_.state_dir + "/journal.bin", options_.env);
   if (!journal.ok()) {
     journal_status_ = journal.status();
     return;
@@ -870,6 +871,7 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
     shards.push_back(std::move(d).value());
   }
   checkpoint::CommitOptions options;
+  options.env = options_.env;
   options.root = p.root;
   options.keep_last = options_.checkpoint_keep;
   checkpoint::CheckpointId id{options_.job, r.step, r.generation};
@@ -911,7 +913,7 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   if (!options_.resume_from.empty()) {
     // A job restarted from disk: every member loads the newest committed checkpoint (falling
     // back to older ones together when it does not load) for its own place in the new layout.
-    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), options_.resume_from);
+    auto list = checkpoint::ListCheckpoints(options_.env, options_.resume_from);
     if (!list.ok() || list->empty()) {
       FailJob("cannot resume: no committed checkpoint under " + options_.resume_from +
               (list.ok() ? std::string() : ": " + list.status().message()));

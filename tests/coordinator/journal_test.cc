@@ -408,8 +408,10 @@ TEST_F(JournalTest, MissingFileIsNotFound) {
 
 class RestartTest : public JournalTest {
  protected:
-  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers) {
+  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers,
+                                           checkpoint::Env* env = checkpoint::Env::Default()) {
     CoordinatorOptions o;
+    o.env = env;
     o.job = "job";
     o.initial_workers = initial_workers;
     o.max_workers = 8;
@@ -464,6 +466,23 @@ class RestartTest : public JournalTest {
 
   FakeClock clock_;
 };
+
+// A journal that cannot be written (a full disk) is logged; the job itself goes on.
+TEST_F(RestartTest, AJournalThatCannotBeWrittenDoesNotStopTheJob) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  auto core = NewCore(2, &env);
+  env.SetDiskSpace(0);
+  StartTwo(*core);
+  EXPECT_EQ(env.writes(), 5) << "the job record, then join, join, begin and commit, each tried once";
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->records, 1u);  // the job record written before the disk filled
+  // A resize still runs: the workers are asked to pause.
+  auto paused = Send(*core, "admin", proto::Role::kAdmin, T::kResize,
+                     proto::ResizeRequest{1, false, {}, false}, 2);
+  EXPECT_EQ(OfType(paused, T::kPauseRequest).size(), 2u);
+  EXPECT_EQ(core->state(), proto::JobState::kPausing);
+}
 
 TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   {
