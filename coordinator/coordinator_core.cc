@@ -14,7 +14,6 @@
 namespace elastra::coordinator {
 namespace {
 
-constexpr char kSender[] = "coordinator";
 // Longest a key-value request may block.
 constexpr int64_t kMaxKvTimeoutMs = 3600 * 1000;
 
@@ -33,6 +32,8 @@ double MsBetween(TimePoint from, TimePoint to) {
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
+      outbox_(options.job, &membership_, [this] { return generation_; }),
+      journal_(&membership_),
       health_(clock_, options.heartbeat_timeout),
       kv_(clock_),
       reconf_(clock_) {
@@ -53,10 +54,10 @@ void CoordinatorCore::OpenJournal() {
     journal_status_ = journal.status();
     return;
   }
-  journal_ = std::move(journal).value();
-  const JournalState& s = journal_->state();
+  journal_.Attach(std::move(journal).value());
+  const JournalState& s = journal_.journal()->state();
   if (s.empty()) {
-    journal_status_ = journal_->RecordJob(options_.job, options_.initial_workers,
+    journal_status_ = journal_.journal()->RecordJob(options_.job, options_.initial_workers,
                                           options_.max_workers);
     return;
   }
@@ -155,7 +156,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
   restart_why_ = "the coordinator restarted while changing to generation " +
                  std::to_string(s.change_target) + " (" + ToString(s.change_kind) + ")";
   restart_deadline_ = now + options_.heartbeat_timeout;
-  LOG(WARNING) << "took back job " << options_.job << " from " << journal_->path() << " ("
+  LOG(WARNING) << "took back job " << options_.job << " from " << journal_.journal()->path() << " ("
                << s.records << " records): generation " << generation_ << ", "
                << membership_.Members().size() << " member(s), " << membership_.Standby().size()
                << " standby"
@@ -187,84 +188,32 @@ void CoordinatorCore::MaybeFinishRestart() {
   if (resize_ && reconf_.phase() == Phase::kIdle) ContinueResize();
 }
 
-void CoordinatorCore::Journaled(const Status& s) {
-  if (!s.ok()) {
-    LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): "
-                              << s;
-  }
-}
-
-JournalWorker CoordinatorCore::JournalRecordOf(const std::string& id) const {
-  JournalWorker r;
-  r.id = id;
-  if (const WorkerInfo* w = membership_.Find(id)) {
-    r.host = w->host;
-    r.device = w->device;
-    r.pid = w->pid;
-  }
-  return r;
-}
-
-std::vector<JournalWorker> CoordinatorCore::JournalRecordsOf(
-    const std::vector<std::string>& ids) const {
-  std::vector<JournalWorker> out;
-  for (const auto& id : ids) out.push_back(JournalRecordOf(id));
-  return out;
-}
-
 void CoordinatorCore::JournalLost(const std::string& id) {
-  if (journal_) Journaled(journal_->RecordWorkerState(id, JournalWorkerState::kLost));
+  journal_.WorkerState(id, JournalWorkerState::kLost);
 }
 
 void CoordinatorCore::EndResize() {
   if (!resize_) return;
   resize_.reset();
-  if (journal_) Journaled(journal_->RecordResizeEnd());
+  journal_.ResizeEnd();
 }
 
 Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,
                                          const std::string& dir) {
-  if (journal_) ELASTRA_RETURN_IF_ERROR(journal_->RecordCheckpoint(step, generation, dir));
+  ELASTRA_RETURN_IF_ERROR(journal_.Checkpoint(step, generation, dir));
   checkpoints_.push_back(JournalCheckpoint{step, generation, dir});
   return OkStatus();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Output helpers.
-
-template <class T>
-void CoordinatorCore::Send(const std::string& identity, proto::MessageType type, const T& payload,
-                           uint64_t request_id, uint64_t generation) {
-  out_.push_back({identity, proto::MakeFrame(type, payload, options_.job, generation, kSender,
-                                             request_id)});
-}
-
-template <class T>
-void CoordinatorCore::Push(const std::string& worker_id, proto::MessageType type,
-                           const T& payload, uint64_t generation) {
-  const WorkerInfo* w = membership_.Find(worker_id);
-  if (w == nullptr || w->identity.empty()) return;
-  Send(w->identity, type, payload, 0, generation);
-}
-
-void CoordinatorCore::SendError(const std::string& identity, uint64_t request_id,
-                                const Status& status) {
-  proto::ErrorReply err;
-  err.code = static_cast<int32_t>(status.code());
-  err.message = status.message();
-  Send(identity, proto::MessageType::kError, err, request_id, generation_);
 }
 
 void CoordinatorCore::SendKvCompletions(std::vector<KvStore::Completion>& done) {
   for (auto& c : done) {
     if (!c.status.ok()) {
-      SendError(c.waiter.identity, c.waiter.request_id, c.status);
+      outbox_.SendError(c.waiter.identity, c.waiter.request_id, c.status);
       continue;
     }
     proto::KvReply reply;
     reply.value = c.value;
-    Send(c.waiter.identity, proto::MessageType::kKvReply, reply, c.waiter.request_id,
-         generation_);
+    outbox_.Send(c.waiter.identity, proto::MessageType::kKvReply, reply, c.waiter.request_id);
   }
 }
 
@@ -273,22 +222,20 @@ void CoordinatorCore::SendKvCompletions(std::vector<KvStore::Completion>& done) 
 
 std::vector<Outgoing> CoordinatorCore::HandleMalformed(const std::string& identity,
                                                        const Status& error) {
-  out_.clear();
-  ++malformed_frames_;
-  SendError(identity, 0, error);
-  return std::move(out_);
+  outbox_.CountMalformed();
+  outbox_.SendError(identity, 0, error);
+  return outbox_.Take();
 }
 
 std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto::Role role,
                                               const proto::Envelope& e) {
-  out_.clear();
   using T = proto::MessageType;
   const bool admin = role == proto::Role::kAdmin;
   if (!e.job.empty() && e.job != options_.job) {
-    SendError(identity, e.request_id,
+    outbox_.SendError(identity, e.request_id,
               InvalidArgumentError("this coordinator runs job '" + options_.job + "', not '" +
                                    e.job + "'"));
-    return std::move(out_);
+    return outbox_.Take();
   }
   // The latest message from a worker tells where it is now.
   if (!e.sender.empty() && e.type != T::kJoin) {
@@ -309,14 +256,14 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
     case T::kStatusRequest: {
       proto::StatusReply reply;
       reply.status = Snapshot();
-      Send(identity, T::kStatusReply, reply, e.request_id, generation_);
+      outbox_.Send(identity, T::kStatusReply, reply, e.request_id);
       break;
     }
     case T::kResize:
     case T::kAgentRegister:
     case T::kProcessExited:
       if (!admin) {
-        SendError(identity, e.request_id,
+        outbox_.SendError(identity, e.request_id,
                   UnauthenticatedError(std::string(proto::TypeName(e.type)) +
                                        " needs an admin key; this client holds a worker key"));
         break;
@@ -326,38 +273,29 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
       else OnProcessExited(e);
       break;
     default:
-      SendError(identity, e.request_id,
+      outbox_.SendError(identity, e.request_id,
                 InvalidArgumentError(std::string("the coordinator does not accept ") +
                                      proto::TypeName(e.type) + " messages"));
       break;
   }
-  return std::move(out_);
+  return outbox_.Take();
 }
 
-#define ELASTRA_DECODE_OR_REPLY(Type, var)                                              \
-  auto var##_or = proto::DecodePayload<Type>(e.payload);                                \
-  if (!var##_or.ok()) {                                                                 \
-    ++malformed_frames_;                                                                \
-    SendError(identity, e.request_id, var##_or.status());                               \
-    return;                                                                             \
-  }                                                                                     \
+#define ELASTRA_DECODE_OR_REPLY(Type, var)                \
+  auto var##_or = outbox_.DecodeOrReply<Type>(identity, e); \
+  if (!var##_or) return;                                  \
   const Type& var = *var##_or
 
 // Fire-and-forget messages: a bad payload is counted and answered with request id 0.
-#define ELASTRA_DECODE_OR_DROP(Type, var)                                               \
-  auto var##_or = proto::DecodePayload<Type>(e.payload);                                \
-  if (!var##_or.ok()) {                                                                 \
-    ++malformed_frames_;                                                                \
-    if (const WorkerInfo* w = membership_.Find(e.sender)) SendError(w->identity, 0, var##_or.status()); \
-    return;                                                                             \
-  }                                                                                     \
+#define ELASTRA_DECODE_OR_DROP(Type, var)       \
+  auto var##_or = outbox_.DecodeOrDrop<Type>(e); \
+  if (!var##_or) return;                         \
   const Type& var = *var##_or
 
 std::vector<Outgoing> CoordinatorCore::Tick() {
-  out_.clear();
   auto expired_waits = kv_.ExpireWaiters();
   SendKvCompletions(expired_waits);
-  if (JobOver()) return std::move(out_);
+  if (JobOver()) return outbox_.Take();
 
   std::vector<std::string> lost;
   for (const auto& id : health_.TakeExpired()) {
@@ -368,7 +306,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
       case WorkerState::kStandby:
         LOG(WARNING) << "standby worker " << id << " missed its heartbeat deadline";
         membership_.SetState(id, WorkerState::kLost);
-        if (journal_) Journaled(journal_->RecordWorkerState(id, JournalWorkerState::kRemoved));
+        journal_.WorkerState(id, JournalWorkerState::kRemoved);
         break;
       case WorkerState::kLeaving: membership_.Remove(id); break;
       default: break;
@@ -395,7 +333,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
     EndResize();
     outstanding_spawns_.clear();
   }
-  return std::move(out_);
+  return outbox_.Take();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,25 +342,25 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
 void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope& e) {
   ELASTRA_DECODE_OR_REPLY(proto::JoinRequest, req);
   if (JobOver()) {
-    SendError(identity, e.request_id, FailedPreconditionError("the job is over; not joining"));
+    outbox_.SendError(identity, e.request_id, FailedPreconditionError("the job is over; not joining"));
     return;
   }
   const WorkerInfo* existing = membership_.Find(req.worker_id);
   bool known_standby = existing != nullptr && existing->state == WorkerState::kStandby;
   if (!known_standby && membership_.Standby().size() >= static_cast<size_t>(options_.max_workers)) {
-    SendError(identity, e.request_id,
+    outbox_.SendError(identity, e.request_id,
               ResourceExhaustedError("already " + std::to_string(options_.max_workers) +
                                      " standby workers (max_workers)"));
     return;
   }
   Status s = membership_.Join(req, identity, clock_->Now());
   if (!s.ok()) {
-    SendError(identity, e.request_id, s);
+    outbox_.SendError(identity, e.request_id, s);
     return;
   }
   outstanding_spawns_.erase(req.worker_id);
   health_.Beat(req.worker_id);
-  if (journal_) Journaled(journal_->RecordJoin(JournalRecordOf(req.worker_id)));
+  journal_.Join(req.worker_id);
   if (state_spec_.tensors.empty() && !req.state.tensors.empty()) state_spec_ = req.state;
   if (model_json_.empty() && !req.model_json.empty()) {
     model_json_ = req.model_json;
@@ -449,7 +387,7 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   reply.generation = generation_;
   reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
   reply.heartbeat_timeout_ms = options_.heartbeat_timeout.count();
-  Send(identity, proto::MessageType::kJoinReply, reply, e.request_id, generation_);
+  outbox_.Send(identity, proto::MessageType::kJoinReply, reply, e.request_id);
   LOG(INFO) << "worker " << req.worker_id << " joined (host " << req.host << ", pid " << req.pid
             << ")";
   MaybeFormFirstGeneration();
@@ -462,17 +400,17 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
   ELASTRA_DECODE_OR_REPLY(proto::LeaveRequest, req);
   WorkerInfo* w = membership_.Find(e.sender);
   if (w == nullptr) {
-    SendError(identity, e.request_id, NotFoundError("no worker '" + e.sender + "' in this job"));
+    outbox_.SendError(identity, e.request_id, NotFoundError("no worker '" + e.sender + "' in this job"));
     return;
   }
-  Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id, generation_);
+  outbox_.Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id);
   health_.Forget(w->id);
   switch (w->state) {
     case WorkerState::kStandby:
     case WorkerState::kLeaving:
     case WorkerState::kLost:
       membership_.Remove(e.sender);
-      if (journal_) Journaled(journal_->RecordWorkerState(e.sender, JournalWorkerState::kRemoved));
+      journal_.WorkerState(e.sender, JournalWorkerState::kRemoved);
       return;
     case WorkerState::kFinished:
       return;
@@ -480,7 +418,7 @@ void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope
       break;
   }
   if (req.reason == proto::LeaveReason::kFinished) {
-    if (journal_) Journaled(journal_->RecordWorkerState(e.sender, JournalWorkerState::kFinished));
+    journal_.WorkerState(e.sender, JournalWorkerState::kFinished);
     w->state = WorkerState::kFinished;  // keeps its rank for status
     bool all = !current_members_.empty();
     for (const auto& id : current_members_) {
@@ -501,7 +439,7 @@ void CoordinatorCore::OnHeartbeat(const proto::Envelope& e) {
   if (w == nullptr) return;
   auto hb = proto::DecodePayload<proto::Heartbeat>(e.payload);
   if (!hb.ok()) {
-    ++malformed_frames_;
+    outbox_.CountMalformed();
     return;
   }
   if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
@@ -515,7 +453,7 @@ void CoordinatorCore::OnPaused(const proto::Envelope& e) {
   ELASTRA_DECODE_OR_DROP(proto::PausedReport, report);
   Status s = reconf_.RecordPaused(e.sender, report);
   if (!s.ok()) {
-    ++stale_messages_;
+    outbox_.CountStale();
     return;
   }
   if (WorkerInfo* w = membership_.Find(e.sender)) w->step = std::max(w->step, report.step);
@@ -536,7 +474,7 @@ void CoordinatorCore::OnGenerationReady(const proto::Envelope& e) {
   ELASTRA_DECODE_OR_DROP(proto::GenerationReady, ready);
   Status s = reconf_.RecordReady(e.sender, ready);
   if (!s.ok()) {
-    ++stale_messages_;
+    outbox_.CountStale();
     return;
   }
   if (reconf_.AllReady()) Commit();
@@ -549,7 +487,7 @@ void CoordinatorCore::OnFailureReport(const proto::Envelope& e) {
   uint64_t live = reconf_.phase() == Phase::kBuilding ? reconf_.target() : generation_;
   if (w == nullptr || w->state != WorkerState::kMember || JobOver() ||
       reconf_.phase() == Phase::kRecovering || report.generation < live) {
-    ++stale_messages_;
+    outbox_.CountStale();
     return;
   }
   StartRecovery({}, "a collective failed on " + e.sender + ": " + report.message);
@@ -558,7 +496,7 @@ void CoordinatorCore::OnFailureReport(const proto::Envelope& e) {
 void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
   auto exited = proto::DecodePayload<proto::ProcessExited>(e.payload);
   if (!exited.ok()) {
-    ++malformed_frames_;
+    outbox_.CountMalformed();
     return;
   }
   outstanding_spawns_.erase(exited->worker_id);
@@ -568,7 +506,7 @@ void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
   switch (w->state) {
     case WorkerState::kLeaving:
     case WorkerState::kStandby:
-      if (journal_) Journaled(journal_->RecordWorkerState(w->id, JournalWorkerState::kRemoved));
+      journal_.WorkerState(w->id, JournalWorkerState::kRemoved);
       membership_.Remove(w->id);
       return;
     case WorkerState::kMember:
@@ -588,7 +526,7 @@ void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e
   std::vector<KvStore::Completion> done;
   auto blocking = [&](std::vector<std::string> keys, int64_t timeout_ms, bool is_get) {
     if (timeout_ms <= 0) {
-      SendError(identity, e.request_id,
+      outbox_.SendError(identity, e.request_id,
                 TimedOutError("key '" + keys[0] + "' does not exist (timeout 0)"));
       return;
     }
@@ -600,17 +538,17 @@ void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e
     w.is_get = is_get;
     w.deadline = clock_->Now() + Duration(std::min(timeout_ms, kMaxKvTimeoutMs));
     Status s = kv_.AddWaiter(std::move(w));
-    if (!s.ok()) SendError(identity, e.request_id, s);
+    if (!s.ok()) outbox_.SendError(identity, e.request_id, s);
   };
   switch (e.type) {
     case T::kKvSet: {
       ELASTRA_DECODE_OR_REPLY(proto::KvSetRequest, req);
       Status s = kv_.Set(req.key, req.value, &done);
       if (!s.ok()) {
-        SendError(identity, e.request_id, s);
+        outbox_.SendError(identity, e.request_id, s);
         return;
       }
-      Send(identity, T::kKvReply, proto::KvReply{}, e.request_id, generation_);
+      outbox_.Send(identity, T::kKvReply, proto::KvReply{}, e.request_id);
       break;
     }
     case T::kKvGet: {
@@ -618,7 +556,7 @@ void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e
       if (auto v = kv_.Get(req.key)) {
         proto::KvReply reply;
         reply.value = *v;
-        Send(identity, T::kKvReply, reply, e.request_id, generation_);
+        outbox_.Send(identity, T::kKvReply, reply, e.request_id);
       } else {
         blocking({req.key}, req.timeout_ms, true);
       }
@@ -631,7 +569,7 @@ void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e
         if (!kv_.Contains(k)) missing.push_back(k);
       }
       if (missing.empty()) {
-        Send(identity, T::kKvReply, proto::KvReply{}, e.request_id, generation_);
+        outbox_.Send(identity, T::kKvReply, proto::KvReply{}, e.request_id);
       } else {
         blocking(std::move(missing), req.timeout_ms, false);
       }
@@ -641,12 +579,12 @@ void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e
       ELASTRA_DECODE_OR_REPLY(proto::KvAddRequest, req);
       auto sum = kv_.Add(req.key, req.delta, &done);
       if (!sum.ok()) {
-        SendError(identity, e.request_id, sum.status());
+        outbox_.SendError(identity, e.request_id, sum.status());
         return;
       }
       proto::KvReply reply;
       reply.number = *sum;
-      Send(identity, T::kKvReply, reply, e.request_id, generation_);
+      outbox_.Send(identity, T::kKvReply, reply, e.request_id);
       break;
     }
     default:
@@ -666,13 +604,13 @@ void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::
   agent.host = req.host;
   agent.max_workers = req.max_workers;
   membership_.RegisterAgent(agent);
-  Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id, generation_);
+  outbox_.Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id);
   if (JobOver()) {
     // An agent registering again after a restart may have missed the job's end.
     proto::Shutdown shutdown;
     shutdown.exit_code = job_state_ == proto::JobState::kFinished ? 0 : 1;
     shutdown.reason = job_state_ == proto::JobState::kFinished ? "every member finished" : "the job failed";
-    Send(identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    outbox_.Send(identity, proto::MessageType::kShutdown, shutdown, 0);
     return;
   }
   if (resize_ && resize_->waiting_for_workers && reconf_.phase() == Phase::kIdle) {
@@ -682,7 +620,7 @@ void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::
 
 void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelope& e) {
   ELASTRA_DECODE_OR_REPLY(proto::ResizeRequest, req);
-  auto refuse = [&](Status s) { SendError(identity, e.request_id, s); };
+  auto refuse = [&](Status s) { outbox_.SendError(identity, e.request_id, s); };
   if (req.workers < 1) {
     return refuse(InvalidArgumentError("a job needs at least 1 worker; asked for " +
                                        std::to_string(req.workers)));
@@ -726,7 +664,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
     reply.workers = req.workers;
     reply.layout = layout_;
     reply.message = "the job already runs with " + std::to_string(members) + " workers";
-    Send(identity, proto::MessageType::kResizeReply, reply, e.request_id, generation_);
+    outbox_.Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
     return;
   }
   PendingResize p;
@@ -738,19 +676,13 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   p.wait = req.wait;
   p.received = clock_->Now();
   resize_ = p;
-  if (journal_) {
-    JournalResize z;
-    z.workers = p.workers;
-    z.has_layout = p.has_layout;
-    z.layout = p.layout;
-    Journaled(journal_->RecordResize(z));
-  }
+  journal_.Resize(p.workers, p.has_layout, p.layout);
   proto::ResizeReply accepted;
   accepted.phase = proto::ResizePhase::kAccepted;
   accepted.generation = generation_;
   accepted.workers = req.workers;
   accepted.layout = req.has_layout ? req.layout : DefaultLayout(req.workers);
-  Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id, generation_);
+  outbox_.Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
   LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
   ContinueResize();
 }
@@ -772,8 +704,7 @@ void CoordinatorCore::ReplyResize(proto::ResizePhase phase, const std::string& m
       reply.transfer_ms = t.transfer_ms;
     }
     reply.total_ms = MsBetween(resize_->received, clock_->Now());
-    Send(resize_->identity, proto::MessageType::kResizeReply, reply, resize_->request_id,
-         generation_);
+    outbox_.Send(resize_->identity, proto::MessageType::kResizeReply, reply, resize_->request_id);
   }
   if (phase != proto::ResizePhase::kDone) {
     LOG(WARNING) << "resize " << proto::ToString(phase) << ": " << message;
@@ -837,12 +768,12 @@ Layout CoordinatorCore::DefaultLayout(size_t workers) const {
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
   auto report = proto::DecodePayload<proto::CheckpointWritten>(e.payload);
   if (!report.ok()) {
-    ++malformed_frames_;
+    outbox_.CountMalformed();
     return;
   }
   const auto& r = *report;
   if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks || r.ranks > 1 << 20) {
-    ++malformed_frames_;
+    outbox_.CountMalformed();
     return;
   }
   if (r.step <= latest_checkpoint_step_) return;  // older than what is committed
@@ -881,7 +812,7 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
   } else {
     latest_checkpoint_ = *dir;
     latest_checkpoint_step_ = r.step;
-    Journaled(RecordCheckpoint(r.step, r.generation, *dir));  // a restart still knows it
+    JournalRecorder::LogFailure(RecordCheckpoint(r.step, r.generation, *dir));  // a restart still knows it
     LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   }
   // Older pending ones can never complete now.
@@ -963,9 +894,9 @@ void CoordinatorCore::ContinueResize() {
           outstanding_spawns_.insert(id);
           spawn.worker_ids.push_back(id);
         }
-        if (journal_) Journaled(journal_->RecordIds(spawn.worker_ids));
+        journal_.Ids(spawn.worker_ids);
         const AgentInfo& agent = membership_.agents().front();
-        Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0, generation_);
+        outbox_.Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0);
         LOG(INFO) << "asked agent " << agent.sender << " to start " << needed << " worker(s)";
       }
       return;  // wait for joins
@@ -978,12 +909,12 @@ void CoordinatorCore::ContinueResize() {
 void CoordinatorCore::BeginPause() {
   const auto members = membership_.Members();
   const uint64_t target = ++highest_generation_;
-  if (journal_) Journaled(journal_->RecordChangeBegun(target, ChangeKind::kPause, JournalRecordsOf(members)));
+  journal_.ChangeBegun(target, ChangeKind::kPause, members);
   reconf_.BeginPause(target, members);
   proto::PauseRequest pause;
   pause.target_generation = target;
   pause.reason = proto::GenerationReason::kResize;
-  for (const auto& id : members) Push(id, proto::MessageType::kPauseRequest, pause, generation_);
+  for (const auto& id : members) outbox_.Push(id, proto::MessageType::kPauseRequest, pause, generation_);
   LOG(INFO) << "pausing generation " << generation_ << " for generation " << target;
 }
 
@@ -1084,7 +1015,7 @@ void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std
     proto::Shutdown shutdown;
     shutdown.exit_code = 1;
     shutdown.reason = "declared lost: " + why;
-    Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    outbox_.Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
     membership_.SetState(id, WorkerState::kLost);
     JournalLost(id);
     if (reconf_.phase() == Phase::kRecovering && reconf_.IsParticipant(id)) {
@@ -1131,15 +1062,13 @@ void CoordinatorCore::StartRecovery(const std::vector<std::string>& lost, const 
     return;
   }
   const uint64_t target = ++highest_generation_;
-  if (journal_) {
-    Journaled(journal_->RecordChangeBegun(target, ChangeKind::kRecover, JournalRecordsOf(survivors)));
-  }
+  journal_.ChangeBegun(target, ChangeKind::kRecover, survivors);
   reconf_.BeginRecover(target, survivors, clock_->Now() + options_.recover_timeout);
   proto::RecoverRequest recover;
   recover.target_generation = target;
   recover.lost = lost;
   for (const auto& id : survivors) {
-    Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
+    outbox_.Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
   }
   LOG(WARNING) << "recovering into generation " << target << ": " << why;
 }
@@ -1224,10 +1153,7 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
       health_.Forget(id);
     }
   }
-  if (journal_) {
-    Journaled(journal_->RecordChangeBegun(plan.generation, ChangeKind::kBuild,
-                                          JournalRecordsOf(plan.members)));
-  }
+  journal_.ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members);
   membership_.AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
     membership_.SetState(id, WorkerState::kLeaving);
@@ -1245,12 +1171,12 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   ng.checkpoint_dir = latest_checkpoint_;
   ng.prev_members = MembersOf(plan.prev_layout, plan.prev_members, plan.prev_has_state);
   for (const auto& id : plan.members) {
-    Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
+    outbox_.Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
   }
   proto::NewGeneration leave = ng;
   leave.leave = true;
   for (const auto& id : plan.leaving) {
-    Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
+    outbox_.Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
   }
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", "
@@ -1266,18 +1192,7 @@ void CoordinatorCore::Commit() {
   entry.workers = plan.members;
   entry.layout = plan.layout;
   entry.timings = reconf_.Timings();
-  if (journal_) {
-    JournalGeneration g;
-    g.generation = plan.generation;
-    g.reason = plan.reason;
-    g.layout = plan.layout;
-    g.members = JournalRecordsOf(plan.members);
-    g.downtime_ms = entry.timings.downtime_ms;
-    g.agreement_ms = entry.timings.agreement_ms;
-    g.rebuild_ms = entry.timings.rebuild_ms;
-    g.transfer_ms = entry.timings.transfer_ms;
-    Journaled(journal_->RecordCommit(g));
-  }
+  journal_.Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings);
   history_.push_back(entry);
   generation_ = plan.generation;
   layout_ = plan.layout;
@@ -1291,12 +1206,12 @@ void CoordinatorCore::Commit() {
 
 void CoordinatorCore::FinishJob() {
   job_state_ = proto::JobState::kFinished;
-  if (journal_) Journaled(journal_->RecordEnd(JobOutcome::kFinished, "every member finished"));
+  journal_.End(JobOutcome::kFinished, "every member finished");
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
   shutdown.reason = "every member finished";
   for (const auto& agent : membership_.agents()) {
-    Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    outbox_.Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
   }
   ReplyResize(proto::ResizePhase::kFailed, "the job finished");
   resize_.reset();  // the end record closes it
@@ -1305,17 +1220,17 @@ void CoordinatorCore::FinishJob() {
 
 void CoordinatorCore::FailJob(const std::string& why) {
   job_state_ = proto::JobState::kFailed;
-  if (journal_) Journaled(journal_->RecordEnd(JobOutcome::kFailed, why));
+  journal_.End(JobOutcome::kFailed, why);
   reconf_.Reset();
   proto::Shutdown shutdown;
   shutdown.exit_code = 1;
   shutdown.reason = why;
   for (const auto& agent : membership_.agents()) {
-    Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+    outbox_.Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
   }
   for (const WorkerInfo* w : membership_.All()) {
     if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
-      Send(w->identity, proto::MessageType::kShutdown, shutdown, 0, generation_);
+      outbox_.Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
     }
   }
   ReplyResize(proto::ResizePhase::kFailed, "the job failed: " + why);
@@ -1374,8 +1289,8 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
   for (const auto& a : membership_.agents()) {
     s.agents.push_back(proto::AgentStatus{a.sender, a.host, a.max_workers});
   }
-  s.malformed_frames = malformed_frames_;
-  s.stale_messages = stale_messages_;
+  s.malformed_frames = outbox_.malformed_frames();
+  s.stale_messages = outbox_.stale_messages();
   if (resize_) {
     s.resize_pending = true;
     s.resize_workers = resize_->workers;

@@ -15,19 +15,15 @@
 #include "common/messages.h"
 #include "coordinator/health.h"
 #include "coordinator/journal.h"
+#include "coordinator/journal_recorder.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
+#include "coordinator/outbox.h"
 #include "coordinator/planner.h"
 #include "coordinator/reconfiguration.h"
 
 namespace elastra::coordinator {
-
-// One frame to send to one ROUTER identity.
-struct Outgoing {
-  std::string identity;
-  std::string frame;
-};
 
 struct HistoryEntry {
   uint64_t generation = 0;
@@ -57,8 +53,8 @@ class CoordinatorCore {
   const Layout& layout() const { return layout_; }
   const Membership& membership() const { return membership_; }
   const std::vector<HistoryEntry>& history() const { return history_; }
-  uint64_t malformed_frames() const { return malformed_frames_; }
-  uint64_t stale_messages() const { return stale_messages_; }
+  uint64_t malformed_frames() const { return outbox_.malformed_frames(); }
+  uint64_t stale_messages() const { return outbox_.stale_messages(); }
 
   // Journal (options.state_dir non-empty): not OK when the journal could not be opened or names
   // another job; the server refuses to start then.
@@ -158,25 +154,16 @@ class CoordinatorCore {
   // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
   // runs the recovery round of a change that was in flight and resumes a pending resize.
   void MaybeFinishRestart();
-  void Journaled(const Status& s);
-  JournalWorker JournalRecordOf(const std::string& id) const;
-  std::vector<JournalWorker> JournalRecordsOf(const std::vector<std::string>& ids) const;
   void JournalLost(const std::string& id);
   void EndResize();
 
-  // Output helpers.
-  template <class T>
-  void Send(const std::string& identity, proto::MessageType type, const T& payload,
-            uint64_t request_id, uint64_t generation);
-  template <class T>
-  void Push(const std::string& worker_id, proto::MessageType type, const T& payload,
-            uint64_t generation);
-  void SendError(const std::string& identity, uint64_t request_id, const Status& status);
   void SendKvCompletions(std::vector<KvStore::Completion>& done);
 
   CoordinatorOptions options_;
   Clock* clock_;
   Membership membership_;
+  Outbox outbox_;
+  JournalRecorder journal_;
   HealthMonitor health_;
   KvStore kv_;
   Reconfiguration reconf_;
@@ -190,12 +177,6 @@ class CoordinatorCore {
   std::optional<PendingResize> resize_;
   std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
   std::vector<HistoryEntry> history_;
-  uint64_t malformed_frames_ = 0;
-  uint64_t stale_messages_ = 0;
-
-  std::vector<Outgoing> out_;
-
-  std::unique_ptr<Journal> journal_;
   Status journal_status_;
   bool restored_ = false;
   std::vector<JournalCheckpoint> checkpoints_;
