@@ -1,12 +1,10 @@
 #include "coordinator/coordinator_core.h"
 
-#include "coordinator/planner.h"
 #include "elastra/sharding.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "common/codec.h"
 #include "common/logging.h"
@@ -16,12 +14,6 @@ namespace {
 
 // Longest a key-value request may block.
 constexpr int64_t kMaxKvTimeoutMs = 3600 * 1000;
-
-Layout DataParallel(size_t n) {
-  Layout l;
-  l.dp = static_cast<int>(n);
-  return l;
-}
 
 double MsBetween(TimePoint from, TimePoint to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -361,27 +353,7 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   outstanding_spawns_.erase(req.worker_id);
   health_.Beat(req.worker_id);
   journal_.Join(req.worker_id);
-  if (state_spec_.tensors.empty() && !req.state.tensors.empty()) state_spec_ = req.state;
-  if (model_json_.empty() && !req.model_json.empty()) {
-    model_json_ = req.model_json;
-    auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("model")) {
-      auto model = ParseModelDescription(j["model"].dump());
-      if (model.ok()) {
-        model_ = *model;
-        auto pins = j.value("pins", nlohmann::json::object());
-        if (pins.is_object()) {
-          pins_.tp = pins.value("tp", 0);
-          pins_.pp = pins.value("pp", 0);
-          pins_.only_dp = pins.value("only_dp", false);
-        }
-        LOG(INFO) << "planning layouts for the model of worker " << req.worker_id;
-      } else {
-        LOG(WARNING) << "ignoring the model description of " << req.worker_id << ": "
-                     << model.status();
-      }
-    }
-  }
+  layouts_.Learn(req);
   proto::JoinReply reply;
   reply.worker_id = req.worker_id;
   reply.generation = generation_;
@@ -636,7 +608,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
                                        std::to_string(req.workers)));
   }
   if (req.has_layout) {
-    Status valid = ValidateLayout(req.layout);
+    Status valid = layouts_.Validate(req.layout);
     if (!valid.ok()) return refuse(valid);
   }
   if (JobOver()) return refuse(FailedPreconditionError(std::string("the job is ") +
@@ -681,7 +653,7 @@ void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelop
   accepted.phase = proto::ResizePhase::kAccepted;
   accepted.generation = generation_;
   accepted.workers = req.workers;
-  accepted.layout = req.has_layout ? req.layout : DefaultLayout(req.workers);
+  accepted.layout = req.has_layout ? req.layout : layouts_.Default(req.workers, layout_);
   outbox_.Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
   LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
   ContinueResize();
@@ -709,60 +681,6 @@ void CoordinatorCore::ReplyResize(proto::ResizePhase phase, const std::string& m
   if (phase != proto::ResizePhase::kDone) {
     LOG(WARNING) << "resize " << proto::ToString(phase) << ": " << message;
   }
-}
-
-Status CoordinatorCore::ValidateLayout(const Layout& layout) const {
-  for (const auto& t : state_spec_.tensors) {
-    Status s = ValidateTensor(t, state_spec_.num_layers, layout);
-    if (!s.ok()) {
-      return InvalidArgumentError("layout " + layout.ToString() + " does not fit the job's state: " +
-                                  s.message());
-    }
-  }
-  return OkStatus();
-}
-
-std::vector<int> CoordinatorCore::HostsOf(const std::vector<std::string>& ids) const {
-  std::map<std::string, int> index;
-  std::vector<int> out;
-  for (const auto& id : ids) {
-    const WorkerInfo* w = membership_.Find(id);
-    auto [it, added] =
-        index.emplace(w != nullptr ? w->host : id, static_cast<int>(index.size()));
-    out.push_back(it->second);
-  }
-  return out;
-}
-
-Layout CoordinatorCore::ChooseLayout(const std::vector<std::string>& candidates) const {
-  const size_t n = candidates.size();
-  if (!model_ || pins_.only_dp) return DefaultLayout(n);
-  auto planned = PlanLayout(*model_, HostsOf(candidates), pins_, CurrentPlacement{});
-  if (!planned.ok()) {
-    LOG(WARNING) << "planner: " << planned.status() << "; using the default layout";
-    return DefaultLayout(n);
-  }
-  std::vector<LayoutScore> ranked = {planned->best};
-  ranked.insert(ranked.end(), planned->alternatives.begin(), planned->alternatives.end());
-  for (const auto& score : ranked) {
-    // Every candidate is used: a worker left idle would hold no rank and no state.
-    if (static_cast<size_t>(score.layout.world()) != n) continue;
-    if (!ValidateLayout(score.layout).ok()) continue;
-    LOG(INFO) << "planner chose " << score.layout.ToString() << " for " << n
-              << " workers (modelled step " << score.step_time_s * 1e3 << " ms)";
-    return score.layout;
-  }
-  return DefaultLayout(n);
-}
-
-Layout CoordinatorCore::DefaultLayout(size_t workers) const {
-  const int n = static_cast<int>(workers);
-  const int k = layout_.pp * layout_.tp;
-  if (k > 1 && n % k == 0) {
-    Layout keep{n / k, layout_.pp, layout_.tp};
-    if (ValidateLayout(keep).ok()) return keep;
-  }
-  return DataParallel(workers);
 }
 
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
@@ -831,7 +749,7 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   standby.resize(options_.initial_workers);
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
-  plan.layout = ChooseLayout(standby);
+  plan.layout = layouts_.Choose(HostNames(standby), layout_);
   plan.members = standby;
   plan.has_state.assign(standby.size(), false);
   plan.has_state[0] = true;  // rank 0's initial state is broadcast
@@ -931,11 +849,14 @@ void CoordinatorCore::FinishPause(int64_t step) {
   }
   plan.layout = resize_ && resize_->has_layout
                     ? resize_->layout
-                    : ChooseLayout(std::vector<std::string>(
-                          candidates.begin(), candidates.begin() + std::min(want, candidates.size())));
+                    : layouts_.Choose(HostNames(std::vector<std::string>(
+                                          candidates.begin(),
+                                          candidates.begin() + std::min(want, candidates.size()))),
+                                      layout_);
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
-  plan.members = AssignWorkers(plan.layout, candidates);
+  plan.members = layouts_.Assign(plan.layout, candidates, HostNames(candidates), layout_,
+                                 current_members_);
   for (const auto& id : plan.members) {
     plan.has_state.push_back(std::find(old.begin(), old.end(), id) != old.end());
   }
@@ -951,54 +872,6 @@ void CoordinatorCore::FinishPause(int64_t step) {
   plan.prev_members = current_members_;
   plan.prev_has_state.assign(current_members_.size(), true);
   StartBuild(std::move(plan));
-}
-
-std::vector<std::string> CoordinatorCore::AssignWorkers(const Layout& layout,
-                                                        const std::vector<std::string>& candidates) {
-  const int world = layout.world();
-  std::vector<std::string> keep_order(candidates.begin(), candidates.begin() + world);
-  if (state_spec_.tensors.empty()) return keep_order;  // nothing known to keep in place
-  const std::vector<int> host_of_worker = HostsOf(candidates);
-  CurrentPlacement current;
-  current.layout = layout_;
-  for (const auto& id : current_members_) {
-    auto it = std::find(candidates.begin(), candidates.end(), id);
-    if (it == candidates.end()) return keep_order;  // a current member is missing: keep it simple
-    current.worker_of_rank.push_back(static_cast<int>(it - candidates.begin()));
-  }
-  // Exact bytes kept, from the registered state's region math.
-  PlannerOptions options;
-  const StateSpec& state = state_spec_;
-  const Layout from = layout_;
-  options.kept_bytes = [&state, from](int from_rank, const Layout& to, int to_rank) {
-    const Coordinates a = CoordinatesOf(from, from_rank), b = CoordinatesOf(to, to_rank);
-    int64_t kept = 0;
-    for (const auto& t : state.tensors) {
-      const Region ra = LocalRegion(t, state.num_layers, from, a);
-      const Region rb = LocalRegion(t, state.num_layers, to, b);
-      if (ra.empty() || rb.empty()) continue;
-      for (const Rect& p : ra.Pieces()) {
-        for (const Rect& q : rb.Pieces()) {
-          kept += Intersect(p, q).volume() * static_cast<int64_t>(t.element_size);
-        }
-      }
-    }
-    return kept;
-  };
-  bool exact = false;
-  int64_t kept = 0;
-  auto assigned = AssignRanks(ModelDescription{}, layout, host_of_worker, current, options, &exact,
-                              &kept);
-  if (!assigned.ok()) {
-    LOG(WARNING) << "rank assignment for " << layout.ToString() << " failed ("
-                 << assigned.status() << "); keeping the current order";
-    return keep_order;
-  }
-  std::vector<std::string> order;
-  for (int w : *assigned) order.push_back(candidates[w]);
-  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept
-            << " bytes in place" << (exact ? "" : " (heuristic)");
-  return order;
 }
 
 void CoordinatorCore::LoseWorkers(const std::vector<std::string>& ids, const std::string& why) {
@@ -1120,8 +993,17 @@ void CoordinatorCore::FinishRecovery() {
     plan.members.push_back(id);
     plan.has_state.push_back(false);
   }
-  plan.layout = ChooseLayout(plan.members);
+  plan.layout = layouts_.Choose(HostNames(plan.members), layout_);
   StartBuild(std::move(plan));
+}
+
+std::vector<std::string> CoordinatorCore::HostNames(const std::vector<std::string>& ids) const {
+  std::vector<std::string> hosts;
+  for (const auto& id : ids) {
+    const WorkerInfo* w = membership_.Find(id);
+    hosts.push_back(w != nullptr ? w->host : id);
+  }
+  return hosts;
 }
 
 std::vector<proto::Member> CoordinatorCore::MembersOf(const Layout& layout,

@@ -17,6 +17,7 @@
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
 #include "coordinator/outbox.h"
@@ -67,13 +68,6 @@ class CoordinatorCore {
   const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_; }
 
  private:
-  // The state the workers registered (from the first join that carried one), and the model
-  // description they gave, if any.
-  StateSpec state_spec_;
-  std::string model_json_;
-  std::optional<ModelDescription> model_;  // parsed from model_json_ ({"model": ..., "pins": ...})
-  PlannerPins pins_;
-
   // Checkpoints: shard reports gathered per (generation, step) until every rank of that
   // generation reported, then the manifest is committed.
   struct PendingCheckpoint {
@@ -99,24 +93,11 @@ class CoordinatorCore {
     TimePoint spawn_deadline{};
   };
 
-  // The layout for `workers` workers when none was asked for: keep the current pipeline and
-  // tensor degrees when they divide the count and the state allows it, else pure data
-  // parallelism.
-  Layout DefaultLayout(size_t workers) const;
-  // The layout for `candidates` when none was asked for: the planner's best layout that uses them
-  // all and fits the state, when the workers gave a model description; DefaultLayout otherwise.
-  Layout ChooseLayout(const std::vector<std::string>& candidates) const;
-  // `layout.world()` of `candidates` ordered by their rank in `layout`: the assignment that keeps
-  // the most of the registered state in place (candidates left out leave the job).
-  std::vector<std::string> AssignWorkers(const Layout& layout,
-                                         const std::vector<std::string>& candidates);
-  // For each of `ids`, the index of its host (numbered in order of first appearance).
-  std::vector<int> HostsOf(const std::vector<std::string>& ids) const;
+  // The host of each of `ids` (the id itself for an unknown worker).
+  std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
   // The wire form of workers `ids` at ranks 0.. of `layout`.
   std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
                                        const std::vector<bool>& has_state) const;
-  // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`.
-  Status ValidateLayout(const Layout& layout) const;
 
   // Handlers, one per request type.
   void OnJoin(const std::string& identity, const proto::Envelope& e);
@@ -167,6 +148,7 @@ class CoordinatorCore {
   HealthMonitor health_;
   KvStore kv_;
   Reconfiguration reconf_;
+  LayoutPolicy layouts_;
 
   // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
   proto::JobState job_state_ = proto::JobState::kForming;
