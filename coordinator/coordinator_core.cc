@@ -1,8 +1,6 @@
 #include "coordinator/coordinator_core.h"
 
 #include "elastra/sharding.h"
-#include "checkpoint/reader.h"
-#include "checkpoint/writer.h"
 
 #include <algorithm>
 
@@ -15,6 +13,16 @@ namespace {
 // Longest a key-value request may block.
 constexpr int64_t kMaxKvTimeoutMs = 3600 * 1000;
 
+// The options with every default filled in and every bound applied.
+CoordinatorOptions Normalized(CoordinatorOptions o) {
+  if (o.recover_timeout.count() <= 0) o.recover_timeout = o.heartbeat_timeout;
+  if (o.initial_workers < 1) o.initial_workers = 1;
+  if (o.max_workers < 1) o.max_workers = 1;
+  if (o.clock == nullptr) o.clock = SystemClock::Get();
+  if (o.env == nullptr) o.env = checkpoint::Env::Default();
+  return o;
+}
+
 double MsBetween(TimePoint from, TimePoint to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -22,17 +30,14 @@ double MsBetween(TimePoint from, TimePoint to) {
 }  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
-    : options_(options),
-      clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
-      outbox_(options.job, &membership_, [this] { return generation_; }),
+    : options_(Normalized(options)),
+      clock_(options_.clock),
+      outbox_(options_.job, &membership_, [this] { return generation_; }),
       journal_(&membership_),
+      checkpoints_(options_.job, options_.checkpoint_keep, options_.env, &journal_),
       health_(clock_, options.heartbeat_timeout),
       kv_(clock_),
       reconf_(clock_) {
-  if (options_.recover_timeout.count() <= 0) options_.recover_timeout = options_.heartbeat_timeout;
-  if (options_.initial_workers < 1) options_.initial_workers = 1;
-  if (options_.max_workers < 1) options_.max_workers = 1;
-  if (options_.env == nullptr) options_.env = checkpoint::Env::Default();
   layout_.dp = 0;
   if (!options_.state_dir.empty()) OpenJournal();
 }
@@ -66,12 +71,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
   restored_ = true;
   const TimePoint now = clock_->Now();
   highest_generation_ = s.highest_generation;
-  checkpoints_ = s.checkpoints;
-  if (!checkpoints_.empty()) {
-    // The newest committed checkpoint: what a failure with no live holder reloads.
-    latest_checkpoint_ = checkpoints_.back().dir;
-    latest_checkpoint_step_ = checkpoints_.back().step;
-  }
+  checkpoints_.Restore(s.checkpoints);
   for (const auto& id : s.seen_ids) membership_.MarkSeen(id);
   for (const auto& g : s.history) {
     HistoryEntry h;
@@ -192,9 +192,7 @@ void CoordinatorCore::EndResize() {
 
 Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,
                                          const std::string& dir) {
-  ELASTRA_RETURN_IF_ERROR(journal_.Checkpoint(step, generation, dir));
-  checkpoints_.push_back(JournalCheckpoint{step, generation, dir});
-  return OkStatus();
+  return checkpoints_.Record(step, generation, dir);
 }
 
 void CoordinatorCore::SendKvCompletions(std::vector<KvStore::Completion>& done) {
@@ -685,58 +683,7 @@ void CoordinatorCore::ReplyResize(proto::ResizePhase phase, const std::string& m
 
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
   auto report = proto::DecodePayload<proto::CheckpointWritten>(e.payload);
-  if (!report.ok()) {
-    outbox_.CountMalformed();
-    return;
-  }
-  const auto& r = *report;
-  if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks || r.ranks > 1 << 20) {
-    outbox_.CountMalformed();
-    return;
-  }
-  if (r.step <= latest_checkpoint_step_) return;  // older than what is committed
-  PendingCheckpoint& p = pending_checkpoints_[{r.generation, r.step}];
-  p.ranks = r.ranks;
-  p.layout = r.layout;
-  p.root = r.root;
-  if (!r.ok) {
-    LOG(WARNING) << "checkpoint of step " << r.step << " failed on rank " << r.rank << ": "
-                 << r.error << "; it will not be committed";
-    p.failed = true;
-  } else {
-    p.descriptors[r.rank] = r.descriptor;
-  }
-  if (p.failed || static_cast<int32_t>(p.descriptors.size()) < p.ranks) return;
-  std::vector<checkpoint::ShardDescriptor> shards;
-  for (const auto& [rank, bytes] : p.descriptors) {
-    auto d = checkpoint::DecodeShardDescriptor(std::span<const std::byte>(
-        reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
-    if (!d.ok()) {
-      LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
-                   << " sent an unreadable descriptor: " << d.status();
-      p.failed = true;
-      return;
-    }
-    shards.push_back(std::move(d).value());
-  }
-  checkpoint::CommitOptions options;
-  options.env = options_.env;
-  options.root = p.root;
-  options.keep_last = options_.checkpoint_keep;
-  checkpoint::CheckpointId id{options_.job, r.step, r.generation};
-  auto dir = checkpoint::CommitCheckpoint(options, id, p.layout, std::move(shards));
-  if (!dir.ok()) {
-    LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
-  } else {
-    latest_checkpoint_ = *dir;
-    latest_checkpoint_step_ = r.step;
-    JournalRecorder::LogFailure(RecordCheckpoint(r.step, r.generation, *dir));  // a restart still knows it
-    LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
-  }
-  // Older pending ones can never complete now.
-  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
-    it = it->first.second <= r.step ? pending_checkpoints_.erase(it) : std::next(it);
-  }
+  if (!report.ok() || !checkpoints_.OnWritten(*report).ok()) outbox_.CountMalformed();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -762,22 +709,18 @@ void CoordinatorCore::MaybeFormFirstGeneration() {
   if (!options_.resume_from.empty()) {
     // A job restarted from disk: every member loads the newest committed checkpoint (falling
     // back to older ones together when it does not load) for its own place in the new layout.
-    auto list = checkpoint::ListCheckpoints(options_.env, options_.resume_from);
-    if (!list.ok() || list->empty()) {
-      FailJob("cannot resume: no committed checkpoint under " + options_.resume_from +
-              (list.ok() ? std::string() : ": " + list.status().message()));
+    auto newest = checkpoints_.ResumeFrom(options_.resume_from);
+    if (!newest.ok()) {
+      FailJob("cannot resume: " + newest.status().message());
       return;
     }
-    const checkpoint::CheckpointInfo& newest = list->front();
-    latest_checkpoint_ = newest.dir;
-    latest_checkpoint_step_ = newest.step;
     plan.has_state.assign(standby.size(), false);
     plan.prev_members.clear();
     plan.prev_has_state.clear();
-    plan.restore_step = newest.step;
+    plan.restore_step = newest->step;
     plan.reason = proto::GenerationReason::kResume;
-    LOG(INFO) << "resuming from " << newest.dir << " (step " << newest.step << ", "
-              << newest.layout.ToString() << ") on " << standby.size() << " workers";
+    LOG(INFO) << "resuming from " << newest->dir << " (step " << newest->step << ", "
+              << newest->layout.ToString() << ") on " << standby.size() << " workers";
   }
   reconf_.Reset();
   StartBuild(std::move(plan));
@@ -1050,7 +993,7 @@ void CoordinatorCore::StartBuild(GenerationPlan plan) {
   ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
   ng.reason = plan.reason;
   ng.prev_layout = plan.prev_layout;
-  ng.checkpoint_dir = latest_checkpoint_;
+  ng.checkpoint_dir = checkpoints_.latest_dir();
   ng.prev_members = MembersOf(plan.prev_layout, plan.prev_members, plan.prev_has_state);
   for (const auto& id : plan.members) {
     outbox_.Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);

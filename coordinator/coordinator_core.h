@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/messages.h"
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
@@ -65,22 +66,9 @@ class CoordinatorCore {
   // Journals a committed checkpoint (kept across a restart in checkpoints()). Without a journal
   // it is only remembered.
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
-  const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_; }
+  const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_.committed(); }
 
  private:
-  // Checkpoints: shard reports gathered per (generation, step) until every rank of that
-  // generation reported, then the manifest is committed.
-  struct PendingCheckpoint {
-    int32_t ranks = 0;
-    Layout layout;
-    std::string root;
-    bool failed = false;
-    std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
-  };
-  std::map<std::pair<uint64_t, int64_t>, PendingCheckpoint> pending_checkpoints_;
-  std::string latest_checkpoint_;       // directory of the newest committed checkpoint
-  int64_t latest_checkpoint_step_ = -1;
-
   struct PendingResize {
     std::string identity;
     uint64_t request_id = 0;
@@ -145,6 +133,7 @@ class CoordinatorCore {
   Membership membership_;
   Outbox outbox_;
   JournalRecorder journal_;
+  CheckpointManager checkpoints_;
   HealthMonitor health_;
   KvStore kv_;
   Reconfiguration reconf_;
@@ -161,7 +150,6 @@ class CoordinatorCore {
   std::vector<HistoryEntry> history_;
   Status journal_status_;
   bool restored_ = false;
-  std::vector<JournalCheckpoint> checkpoints_;
   // A restart waiting to hear from its workers (MaybeFinishRestart).
   bool restart_pending_ = false;
   bool restart_recover_ = false;
