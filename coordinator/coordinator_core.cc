@@ -10,8 +10,6 @@
 namespace elastra::coordinator {
 namespace {
 
-// Longest a key-value request may block.
-constexpr int64_t kMaxKvTimeoutMs = 3600 * 1000;
 
 // The options with every default filled in and every bound applied.
 CoordinatorOptions Normalized(CoordinatorOptions o) {
@@ -36,7 +34,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       journal_(&membership_),
       checkpoints_(options_.job, options_.checkpoint_keep, options_.env, &journal_),
       health_(clock_, options.heartbeat_timeout),
-      kv_(clock_),
+      kv_(clock_, &outbox_),
       reconf_(clock_) {
   layout_.dp = 0;
   if (!options_.state_dir.empty()) OpenJournal();
@@ -195,18 +193,6 @@ Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,
   return checkpoints_.Record(step, generation, dir);
 }
 
-void CoordinatorCore::SendKvCompletions(std::vector<KvStore::Completion>& done) {
-  for (auto& c : done) {
-    if (!c.status.ok()) {
-      outbox_.SendError(c.waiter.identity, c.waiter.request_id, c.status);
-      continue;
-    }
-    proto::KvReply reply;
-    reply.value = c.value;
-    outbox_.Send(c.waiter.identity, proto::MessageType::kKvReply, reply, c.waiter.request_id);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Entry points.
 
@@ -242,7 +228,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
     case T::kKvSet:
     case T::kKvGet:
     case T::kKvWait:
-    case T::kKvAdd: OnKv(identity, e); break;
+    case T::kKvAdd: kv_.Handle(identity, e); break;
     case T::kStatusRequest: {
       proto::StatusReply reply;
       reply.status = Snapshot();
@@ -283,8 +269,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
   const Type& var = *var##_or
 
 std::vector<Outgoing> CoordinatorCore::Tick() {
-  auto expired_waits = kv_.ExpireWaiters();
-  SendKvCompletions(expired_waits);
+  kv_.Tick();
   if (JobOver()) return outbox_.Take();
 
   std::vector<std::string> lost;
@@ -486,81 +471,6 @@ void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
     default:
       return;
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Key-value store.
-
-void CoordinatorCore::OnKv(const std::string& identity, const proto::Envelope& e) {
-  using T = proto::MessageType;
-  std::vector<KvStore::Completion> done;
-  auto blocking = [&](std::vector<std::string> keys, int64_t timeout_ms, bool is_get) {
-    if (timeout_ms <= 0) {
-      outbox_.SendError(identity, e.request_id,
-                TimedOutError("key '" + keys[0] + "' does not exist (timeout 0)"));
-      return;
-    }
-    KvStore::Waiter w;
-    w.identity = identity;
-    w.sender = e.sender;
-    w.request_id = e.request_id;
-    w.keys = std::move(keys);
-    w.is_get = is_get;
-    w.deadline = clock_->Now() + Duration(std::min(timeout_ms, kMaxKvTimeoutMs));
-    Status s = kv_.AddWaiter(std::move(w));
-    if (!s.ok()) outbox_.SendError(identity, e.request_id, s);
-  };
-  switch (e.type) {
-    case T::kKvSet: {
-      ELASTRA_DECODE_OR_REPLY(proto::KvSetRequest, req);
-      Status s = kv_.Set(req.key, req.value, &done);
-      if (!s.ok()) {
-        outbox_.SendError(identity, e.request_id, s);
-        return;
-      }
-      outbox_.Send(identity, T::kKvReply, proto::KvReply{}, e.request_id);
-      break;
-    }
-    case T::kKvGet: {
-      ELASTRA_DECODE_OR_REPLY(proto::KvGetRequest, req);
-      if (auto v = kv_.Get(req.key)) {
-        proto::KvReply reply;
-        reply.value = *v;
-        outbox_.Send(identity, T::kKvReply, reply, e.request_id);
-      } else {
-        blocking({req.key}, req.timeout_ms, true);
-      }
-      break;
-    }
-    case T::kKvWait: {
-      ELASTRA_DECODE_OR_REPLY(proto::KvWaitRequest, req);
-      std::vector<std::string> missing;
-      for (const auto& k : req.keys) {
-        if (!kv_.Contains(k)) missing.push_back(k);
-      }
-      if (missing.empty()) {
-        outbox_.Send(identity, T::kKvReply, proto::KvReply{}, e.request_id);
-      } else {
-        blocking(std::move(missing), req.timeout_ms, false);
-      }
-      break;
-    }
-    case T::kKvAdd: {
-      ELASTRA_DECODE_OR_REPLY(proto::KvAddRequest, req);
-      auto sum = kv_.Add(req.key, req.delta, &done);
-      if (!sum.ok()) {
-        outbox_.SendError(identity, e.request_id, sum.status());
-        return;
-      }
-      proto::KvReply reply;
-      reply.number = *sum;
-      outbox_.Send(identity, T::kKvReply, reply, e.request_id);
-      break;
-    }
-    default:
-      break;
-  }
-  SendKvCompletions(done);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1024,7 +934,7 @@ void CoordinatorCore::Commit() {
   current_members_ = plan.members;
   job_state_ = proto::JobState::kRunning;
   reconf_.Reset();
-  if (generation_ >= 2) kv_.DropGenerationsBefore(generation_ - 1);
+  kv_.OnCommitted(generation_);
   LOG(INFO) << "generation " << generation_ << " committed (" << layout_.ToString() << ")";
   if (resize_) ContinueResize();
 }

@@ -17,7 +17,7 @@
 #include "coordinator/health.h"
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
-#include "coordinator/kv_store.h"
+#include "coordinator/kv_service.h"
 #include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
@@ -95,7 +95,6 @@ class CoordinatorCore {
   void OnGenerationReady(const proto::Envelope& e);
   void OnFailureReport(const proto::Envelope& e);
   void OnCheckpointWritten(const proto::Envelope& e);
-  void OnKv(const std::string& identity, const proto::Envelope& e);
   void OnResize(const std::string& identity, const proto::Envelope& e);
   void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
   void OnProcessExited(const proto::Envelope& e);
@@ -126,7 +125,6 @@ class CoordinatorCore {
   void JournalLost(const std::string& id);
   void EndResize();
 
-  void SendKvCompletions(std::vector<KvStore::Completion>& done);
 
   CoordinatorOptions options_;
   Clock* clock_;
@@ -135,7 +133,7 @@ class CoordinatorCore {
   JournalRecorder journal_;
   CheckpointManager checkpoints_;
   HealthMonitor health_;
-  KvStore kv_;
+  KvService kv_;
   Reconfiguration reconf_;
   LayoutPolicy layouts_;
 
