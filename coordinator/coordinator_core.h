@@ -14,6 +14,7 @@
 
 #include "common/messages.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
@@ -26,14 +27,6 @@
 #include "coordinator/reconfiguration.h"
 
 namespace elastra::coordinator {
-
-struct HistoryEntry {
-  uint64_t generation = 0;
-  proto::GenerationReason reason = proto::GenerationReason::kStart;
-  std::vector<std::string> workers;
-  Layout layout;
-  ReconfigurationTimings timings;
-};
 
 class CoordinatorCore {
  public:
@@ -50,11 +43,11 @@ class CoordinatorCore {
 
   // The job as `elastra status` shows it (common/status_json.h makes the JSON).
   proto::JobStatus Snapshot() const;
-  proto::JobState state() const;
-  uint64_t generation() const { return generation_; }
-  const Layout& layout() const { return layout_; }
+  proto::JobState state() const { return generations_.state(); }
+  uint64_t generation() const { return generations_.generation(); }
+  const Layout& layout() const { return generations_.layout(); }
   const Membership& membership() const { return membership_; }
-  const std::vector<HistoryEntry>& history() const { return history_; }
+  const std::vector<HistoryEntry>& history() const { return generations_.history(); }
   uint64_t malformed_frames() const { return outbox_.malformed_frames(); }
   uint64_t stale_messages() const { return outbox_.stale_messages(); }
 
@@ -81,12 +74,6 @@ class CoordinatorCore {
     TimePoint spawn_deadline{};
   };
 
-  // The host of each of `ids` (the id itself for an unknown worker).
-  std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
-  // The wire form of workers `ids` at ranks 0.. of `layout`.
-  std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
-                                       const std::vector<bool>& has_state) const;
-
   // Handlers, one per request type.
   void OnJoin(const std::string& identity, const proto::Envelope& e);
   void OnLeave(const std::string& identity, const proto::Envelope& e);
@@ -99,22 +86,9 @@ class CoordinatorCore {
   void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
   void OnProcessExited(const proto::Envelope& e);
 
-  // The state machine.
-  void MaybeFormFirstGeneration();
+  // The resize.
   void ContinueResize();
-  void BeginPause();
-  void FinishPause(int64_t step);
-  void StartRecovery(const std::vector<std::string>& lost, const std::string& why);
-  void FinishRecovery();
-  void StartBuild(GenerationPlan plan);
-  void Commit();
-  void FinishJob();
-  void FailJob(const std::string& why);
   void ReplyResize(proto::ResizePhase phase, const std::string& message);
-  bool JobOver() const {
-    return job_state_ == proto::JobState::kFinished || job_state_ == proto::JobState::kFailed;
-  }
-  void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
 
   // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
   void OpenJournal();
@@ -122,9 +96,7 @@ class CoordinatorCore {
   // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
   // runs the recovery round of a change that was in flight and resumes a pending resize.
   void MaybeFinishRestart();
-  void JournalLost(const std::string& id);
   void EndResize();
-
 
   CoordinatorOptions options_;
   Clock* clock_;
@@ -134,18 +106,11 @@ class CoordinatorCore {
   CheckpointManager checkpoints_;
   HealthMonitor health_;
   KvService kv_;
-  Reconfiguration reconf_;
   LayoutPolicy layouts_;
+  GenerationManager generations_;
 
-  // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
-  proto::JobState job_state_ = proto::JobState::kForming;
-  uint64_t generation_ = 0;          // committed
-  uint64_t highest_generation_ = 0;  // highest number handed out
-  Layout layout_;
-  std::vector<std::string> current_members_;  // committed generation, by rank
   std::optional<PendingResize> resize_;
   std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
-  std::vector<HistoryEntry> history_;
   Status journal_status_;
   bool restored_ = false;
   // A restart waiting to hear from its workers (MaybeFinishRestart).
