@@ -21,10 +21,6 @@ CoordinatorOptions Normalized(CoordinatorOptions o) {
   return o;
 }
 
-double MsBetween(TimePoint from, TimePoint to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
 }  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
@@ -36,15 +32,11 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       health_(clock_, options.heartbeat_timeout),
       kv_(clock_, &outbox_),
       generations_(&options_, clock_, &membership_, &health_, &outbox_, &journal_, &layouts_,
-                   &checkpoints_) {
+                   &checkpoints_),
+      resizes_(&options_, clock_, &membership_, &outbox_, &journal_, &layouts_, &generations_) {
   generations_.AddCommitListener([this](uint64_t g) { kv_.OnCommitted(g); });
-  generations_.AddCommitListener([this](uint64_t) {
-    if (resize_) ContinueResize();
-  });
-  generations_.AddJobEndListener([this](const std::string& message) {
-    ReplyResize(proto::ResizePhase::kFailed, message);
-    resize_.reset();  // the end record closes it
-  });
+  generations_.AddCommitListener([this](uint64_t) { resizes_.Continue(); });
+  generations_.AddJobEndListener([this](const std::string& m) { resizes_.OnJobEnd(m); });
   generations_.AddRecoveryListener([this] {
     restart_pending_ = false;  // this recovery is the restart's recovery round too
     restart_recover_ = false;
@@ -143,15 +135,7 @@ void CoordinatorCore::Restore(const JournalState& s) {
       health_.Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
     }
   }
-  if (s.resize) {
-    PendingResize p;
-    p.workers = s.resize->workers;
-    p.has_layout = s.resize->has_layout;
-    p.layout = s.resize->layout;
-    p.wait = false;  // the client that asked is gone (docs/journal.md)
-    p.received = now;
-    resize_ = p;
-  }
+  if (s.resize) resizes_.Restore(*s.resize);
   if (s.ended == JobOutcome::kFinished) job.state = proto::JobState::kFinished;
   if (s.ended == JobOutcome::kFailed) job.state = proto::JobState::kFailed;
   generations_.Restore(std::move(job));
@@ -189,13 +173,7 @@ void CoordinatorCore::MaybeFinishRestart() {
     return;
   }
   restart_recover_ = false;
-  if (resize_ && generations_.phase() == Phase::kIdle) ContinueResize();
-}
-
-void CoordinatorCore::EndResize() {
-  if (!resize_) return;
-  resize_.reset();
-  journal_.ResizeEnd();
+  resizes_.Continue();
 }
 
 Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,
@@ -254,7 +232,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
                                        " needs an admin key; this client holds a worker key"));
         break;
       }
-      if (e.type == T::kResize) OnResize(identity, e);
+      if (e.type == T::kResize) resizes_.OnResize(identity, e, restart_pending_);
       else if (e.type == T::kAgentRegister) OnAgentRegister(identity, e);
       else OnProcessExited(e);
       break;
@@ -301,16 +279,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
   MaybeFinishRestart();
   generations_.Tick();
 
-  if (resize_ && resize_->waiting_for_workers && generations_.phase() == Phase::kIdle &&
-      clock_->Now() >= resize_->spawn_deadline) {
-    size_t have = membership_.Members().size() + membership_.Standby().size();
-    ReplyResize(proto::ResizePhase::kFailed, "only " + std::to_string(have) + " of " +
-                              std::to_string(resize_->workers) +
-                              " workers were available within spawn_timeout (" +
-                              std::to_string(options_.spawn_timeout.count()) + " ms)");
-    EndResize();
-    outstanding_spawns_.clear();
-  }
+  resizes_.Tick();
   return outbox_.Take();
 }
 
@@ -336,7 +305,7 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
     outbox_.SendError(identity, e.request_id, s);
     return;
   }
-  outstanding_spawns_.erase(req.worker_id);
+  resizes_.StopAwaiting(req.worker_id);
   health_.Beat(req.worker_id);
   journal_.Join(req.worker_id);
   layouts_.Learn(req);
@@ -349,9 +318,7 @@ void CoordinatorCore::OnJoin(const std::string& identity, const proto::Envelope&
   LOG(INFO) << "worker " << req.worker_id << " joined (host " << req.host << ", pid " << req.pid
             << ")";
   generations_.MaybeFormFirstGeneration();
-  if (resize_ && resize_->waiting_for_workers && generations_.phase() == Phase::kIdle) {
-    ContinueResize();
-  }
+  resizes_.ContinueIfWaitingForWorkers();
 }
 
 void CoordinatorCore::OnLeave(const std::string& identity, const proto::Envelope& e) {
@@ -431,7 +398,7 @@ void CoordinatorCore::OnProcessExited(const proto::Envelope& e) {
     outbox_.CountMalformed();
     return;
   }
-  outstanding_spawns_.erase(exited->worker_id);
+  resizes_.StopAwaiting(exited->worker_id);
   WorkerInfo* w = membership_.Find(exited->worker_id);
   if (w == nullptr) return;
   health_.Forget(w->id);
@@ -471,102 +438,7 @@ void CoordinatorCore::OnAgentRegister(const std::string& identity, const proto::
     outbox_.Send(identity, proto::MessageType::kShutdown, shutdown, 0);
     return;
   }
-  if (resize_ && resize_->waiting_for_workers && generations_.phase() == Phase::kIdle) {
-    ContinueResize();
-  }
-}
-
-void CoordinatorCore::OnResize(const std::string& identity, const proto::Envelope& e) {
-  ELASTRA_DECODE_OR_REPLY(proto::ResizeRequest, req);
-  auto refuse = [&](Status s) { outbox_.SendError(identity, e.request_id, s); };
-  if (req.workers < 1) {
-    return refuse(InvalidArgumentError("a job needs at least 1 worker; asked for " +
-                                       std::to_string(req.workers)));
-  }
-  if (req.workers > options_.max_workers) {
-    return refuse(InvalidArgumentError("asked for " + std::to_string(req.workers) +
-                                       " workers; this job allows at most " +
-                                       std::to_string(options_.max_workers) + " (max_workers)"));
-  }
-  if (req.has_layout && req.layout.world() != req.workers) {
-    return refuse(InvalidArgumentError("layout " + req.layout.ToString() + " has " +
-                                       std::to_string(req.layout.world()) + " ranks, not " +
-                                       std::to_string(req.workers)));
-  }
-  if (req.has_layout) {
-    Status valid = layouts_.Validate(req.layout);
-    if (!valid.ok()) return refuse(valid);
-  }
-  if (generations_.job_over()) return refuse(FailedPreconditionError(std::string("the job is ") +
-                                                        proto::ToString(state())));
-  if (generations_.generation() == 0) {
-    return refuse(FailedPreconditionError("no generation has formed yet; wait for the job to "
-                                          "start before resizing"));
-  }
-  for (const auto& id : generations_.members()) {
-    const WorkerInfo* w = membership_.Find(id);
-    if (w != nullptr && w->state == WorkerState::kFinished) {
-      return refuse(FailedPreconditionError("worker " + id +
-                                            " has finished training; the job is ending"));
-    }
-  }
-  if (resize_ || generations_.phase() != Phase::kIdle || restart_pending_) {
-    return refuse(FailedPreconditionError(std::string("another reconfiguration is in progress (") +
-                                          proto::ToString(state()) + "); retry when it is done"));
-  }
-  const size_t members = membership_.Members().size();
-  if (static_cast<size_t>(req.workers) == members && (!req.has_layout || req.layout == generations_.layout())) {
-    proto::ResizeReply reply;
-    reply.phase = proto::ResizePhase::kDone;
-    reply.generation = generations_.generation();
-    reply.workers = req.workers;
-    reply.layout = generations_.layout();
-    reply.message = "the job already runs with " + std::to_string(members) + " workers";
-    outbox_.Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
-    return;
-  }
-  PendingResize p;
-  p.identity = identity;
-  p.request_id = e.request_id;
-  p.workers = req.workers;
-  p.has_layout = req.has_layout;
-  p.layout = req.layout;
-  p.wait = req.wait;
-  p.received = clock_->Now();
-  resize_ = p;
-  journal_.Resize(p.workers, p.has_layout, p.layout);
-  proto::ResizeReply accepted;
-  accepted.phase = proto::ResizePhase::kAccepted;
-  accepted.generation = generations_.generation();
-  accepted.workers = req.workers;
-  accepted.layout = req.has_layout ? req.layout : layouts_.Default(req.workers, generations_.layout());
-  outbox_.Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
-  LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
-  ContinueResize();
-}
-
-void CoordinatorCore::ReplyResize(proto::ResizePhase phase, const std::string& message) {
-  if (!resize_) return;
-  if (resize_->wait) {
-    proto::ResizeReply reply;
-    reply.phase = phase;
-    reply.generation = generations_.generation();
-    reply.workers = static_cast<int32_t>(membership_.Members().size());
-    reply.layout = generations_.layout();
-    reply.message = message;
-    if (phase == proto::ResizePhase::kDone && !generations_.history().empty()) {
-      const auto& t = generations_.history().back().timings;
-      reply.downtime_ms = t.downtime_ms;
-      reply.agreement_ms = t.agreement_ms;
-      reply.rebuild_ms = t.rebuild_ms;
-      reply.transfer_ms = t.transfer_ms;
-    }
-    reply.total_ms = MsBetween(resize_->received, clock_->Now());
-    outbox_.Send(resize_->identity, proto::MessageType::kResizeReply, reply, resize_->request_id);
-  }
-  if (phase != proto::ResizePhase::kDone) {
-    LOG(WARNING) << "resize " << proto::ToString(phase) << ": " << message;
-  }
+  resizes_.ContinueIfWaitingForWorkers();
 }
 
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
@@ -576,47 +448,6 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
 
 // ---------------------------------------------------------------------------------------------
 // The state machine.
-
-void CoordinatorCore::ContinueResize() {
-  if (!resize_ || generations_.phase() != Phase::kIdle || generations_.job_over()) return;
-  const auto members = membership_.Members();
-  const size_t want = static_cast<size_t>(resize_->workers);
-  if (want == members.size() && (!resize_->has_layout || resize_->layout == generations_.layout())) {
-    ReplyResize(proto::ResizePhase::kDone, "");
-    EndResize();
-    outstanding_spawns_.clear();
-    return;
-  }
-  if (want > members.size()) {
-    const size_t have = members.size() + membership_.Standby().size();
-    if (have < want) {
-      if (!resize_->waiting_for_workers) {
-        resize_->waiting_for_workers = true;
-        resize_->spawn_deadline = clock_->Now() + options_.spawn_timeout;
-      }
-      size_t needed = want - have;
-      needed = needed > outstanding_spawns_.size() ? needed - outstanding_spawns_.size() : 0;
-      if (needed > 0 && !membership_.agents().empty()) {
-        proto::SpawnRequest spawn;
-        for (size_t i = 0; i < needed; ++i) {
-          std::string id;
-          do {
-            id = membership_.NextWorkerId();
-          } while (outstanding_spawns_.count(id));
-          outstanding_spawns_.insert(id);
-          spawn.worker_ids.push_back(id);
-        }
-        journal_.Ids(spawn.worker_ids);
-        const AgentInfo& agent = membership_.agents().front();
-        outbox_.Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0);
-        LOG(INFO) << "asked agent " << agent.sender << " to start " << needed << " worker(s)";
-      }
-      return;  // wait for joins
-    }
-    resize_->waiting_for_workers = false;
-  }
-  generations_.BeginPause(SizeGoal{want, resize_->has_layout, resize_->layout});
-}
 
 // ---------------------------------------------------------------------------------------------
 // Status.
@@ -659,10 +490,10 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
   }
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();
-  if (resize_) {
+  if (const auto& resize = resizes_.pending()) {
     s.resize_pending = true;
-    s.resize_workers = resize_->workers;
-    s.resize_waiting_for_workers = resize_->waiting_for_workers;
+    s.resize_workers = resize->workers;
+    s.resize_waiting_for_workers = resize->waiting_for_workers;
   }
   return s;
 }

@@ -25,6 +25,7 @@
 #include "coordinator/outbox.h"
 #include "coordinator/planner.h"
 #include "coordinator/reconfiguration.h"
+#include "coordinator/resize_manager.h"
 
 namespace elastra::coordinator {
 
@@ -62,18 +63,6 @@ class CoordinatorCore {
   const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_.committed(); }
 
  private:
-  struct PendingResize {
-    std::string identity;
-    uint64_t request_id = 0;
-    int workers = 0;
-    bool has_layout = false;  // an exact layout was asked for
-    Layout layout;
-    bool wait = false;
-    TimePoint received{};
-    bool waiting_for_workers = false;
-    TimePoint spawn_deadline{};
-  };
-
   // Handlers, one per request type.
   void OnJoin(const std::string& identity, const proto::Envelope& e);
   void OnLeave(const std::string& identity, const proto::Envelope& e);
@@ -82,13 +71,8 @@ class CoordinatorCore {
   void OnGenerationReady(const proto::Envelope& e);
   void OnFailureReport(const proto::Envelope& e);
   void OnCheckpointWritten(const proto::Envelope& e);
-  void OnResize(const std::string& identity, const proto::Envelope& e);
   void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
   void OnProcessExited(const proto::Envelope& e);
-
-  // The resize.
-  void ContinueResize();
-  void ReplyResize(proto::ResizePhase phase, const std::string& message);
 
   // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
   void OpenJournal();
@@ -96,7 +80,6 @@ class CoordinatorCore {
   // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
   // runs the recovery round of a change that was in flight and resumes a pending resize.
   void MaybeFinishRestart();
-  void EndResize();
 
   CoordinatorOptions options_;
   Clock* clock_;
@@ -108,9 +91,8 @@ class CoordinatorCore {
   KvService kv_;
   LayoutPolicy layouts_;
   GenerationManager generations_;
+  ResizeManager resizes_;
 
-  std::optional<PendingResize> resize_;
-  std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
   Status journal_status_;
   bool restored_ = false;
   // A restart waiting to hear from its workers (MaybeFinishRestart).

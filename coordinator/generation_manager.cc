@@ -7,9 +7,9 @@
 namespace elastra::coordinator {
 
 GenerationManager::GenerationManager(const CoordinatorOptions* options, Clock* clock,
-                                     Membership* membership, HealthMonitor* health,
-                                     Outbox* outbox, JournalRecorder* journal,
-                                     const LayoutPolicy* layouts, CheckpointManager* checkpoints)
+                                     Membership* membership, HealthMonitor* health, Outbox* outbox,
+                                     JournalRecorder* journal, const LayoutPolicy* layouts,
+                                     CheckpointManager* checkpoints)
     : options_(options),
       clock_(clock),
       membership_(membership),
@@ -37,15 +37,17 @@ void GenerationManager::AddRecoveryListener(std::function<void()> listener) {
 proto::JobState GenerationManager::state() const {
   if (job_over()) return job_state_;
   switch (reconf_.phase()) {
-    case Phase::kPausing: return proto::JobState::kPausing;
-    case Phase::kRecovering: return proto::JobState::kRecovering;
+    case Phase::kPausing:
+      return proto::JobState::kPausing;
+    case Phase::kRecovering:
+      return proto::JobState::kRecovering;
     case Phase::kBuilding:
       return generation_ == 0 ? proto::JobState::kForming : proto::JobState::kBuilding;
-    case Phase::kIdle: break;
+    case Phase::kIdle:
+      break;
   }
   return job_state_;
 }
-
 
 void GenerationManager::Restore(CommittedJob job) {
   job_state_ = job.state;
@@ -173,16 +175,17 @@ void GenerationManager::FinishPause(int64_t step) {
     if (candidates.size() >= want) break;
     candidates.push_back(id);
   }
-  plan.layout = pause_goal_.has_layout
-                    ? pause_goal_.layout
-                    : layouts_->Choose(HostNames(std::vector<std::string>(
-                                          candidates.begin(),
-                                          candidates.begin() + std::min(want, candidates.size()))),
-                                      layout_);
+  plan.layout =
+      pause_goal_.has_layout
+          ? pause_goal_.layout
+          : layouts_->Choose(
+                HostNames(std::vector<std::string>(
+                    candidates.begin(), candidates.begin() + std::min(want, candidates.size()))),
+                layout_);
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
-  plan.members = layouts_->Assign(plan.layout, candidates, HostNames(candidates), layout_,
-                                 members_);
+  plan.members =
+      layouts_->Assign(plan.layout, candidates, HostNames(candidates), layout_, members_);
   for (const auto& id : plan.members) {
     plan.has_state.push_back(std::find(old.begin(), old.end(), id) != old.end());
   }
@@ -227,7 +230,8 @@ void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const s
   StartRecovery(lost, why);
 }
 
-void GenerationManager::StartRecovery(const std::vector<std::string>& lost, const std::string& why) {
+void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
+                                      const std::string& why) {
   if (job_over()) return;
   for (const auto& listener : recovery_listeners_) listener();
   for (const auto& id : lost) {
@@ -332,8 +336,8 @@ std::vector<std::string> GenerationManager::HostNames(const std::vector<std::str
 }
 
 std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
-                                                      const std::vector<std::string>& ids,
-                                                      const std::vector<bool>& has_state) const {
+                                                        const std::vector<std::string>& ids,
+                                                        const std::vector<bool>& has_state) const {
   std::vector<proto::Member> out;
   for (size_t r = 0; r < ids.size(); ++r) {
     proto::Member m;
@@ -386,8 +390,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     outbox_->Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
   }
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
-            << ", "
-            << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
+            << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));
 }
 
