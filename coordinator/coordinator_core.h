@@ -26,6 +26,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/reconfiguration.h"
 #include "coordinator/resize_manager.h"
+#include "coordinator/worker_service.h"
 
 namespace elastra::coordinator {
 
@@ -64,15 +65,7 @@ class CoordinatorCore {
 
  private:
   // Handlers, one per request type.
-  void OnJoin(const std::string& identity, const proto::Envelope& e);
-  void OnLeave(const std::string& identity, const proto::Envelope& e);
-  void OnHeartbeat(const proto::Envelope& e);
-  void OnPaused(const proto::Envelope& e);
-  void OnGenerationReady(const proto::Envelope& e);
-  void OnFailureReport(const proto::Envelope& e);
   void OnCheckpointWritten(const proto::Envelope& e);
-  void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
-  void OnProcessExited(const proto::Envelope& e);
 
   // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
   void OpenJournal();
@@ -92,6 +85,7 @@ class CoordinatorCore {
   LayoutPolicy layouts_;
   GenerationManager generations_;
   ResizeManager resizes_;
+  WorkerService workers_;
 
   Status journal_status_;
   bool restored_ = false;
