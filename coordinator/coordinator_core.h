@@ -2,16 +2,24 @@
 // envelope with the ROUTER identity and the role its CURVE key was granted ("admin" or "worker"),
 // and calls Tick() periodically; it answers with the frames to send. Time comes from the injected
 // Clock, so tests drive it with FakeClock and no sleeps. Not thread-safe: one loop owns it.
+//
+// The core only dispatches and wires. Each concern is a manager with its own file pair and test,
+// as in Ray's GCS; all of them are owned here and driven by this core's loop and clock:
+//   WorkerService      join, leave, heartbeats, paused/ready/failure reports, agents, exits
+//   GenerationManager  the committed generation and the state machine that changes it
+//   ResizeManager      a ResizeRequest from admission to its outcome, spawn requests to agents
+//   LayoutPolicy       which layout a generation gets and which worker takes which rank
+//   CheckpointManager  committing checkpoints (through CoordinatorOptions::env), the latest one
+//   KvService          the rendezvous key-value service
+//   RestoreManager     taking a job back from the journal after a restart
+//   Membership, HealthMonitor, Outbox, JournalRecorder: the state and plumbing they share.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <optional>
-#include <set>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/messages.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/generation_manager.h"
@@ -23,10 +31,11 @@
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
 #include "coordinator/outbox.h"
-#include "coordinator/planner.h"
-#include "coordinator/reconfiguration.h"
 #include "coordinator/resize_manager.h"
+#include "coordinator/restore_manager.h"
 #include "coordinator/worker_service.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
 
 namespace elastra::coordinator {
 
@@ -57,23 +66,16 @@ class CoordinatorCore {
   // another job; the server refuses to start then.
   const Status& journal_status() const { return journal_status_; }
   // True when this core took back a job from an existing journal.
-  bool restored() const { return restored_; }
+  bool restored() const { return restore_.restored(); }
   // Journals a committed checkpoint (kept across a restart in checkpoints()). Without a journal
   // it is only remembered.
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
   const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_.committed(); }
 
  private:
-  // Handlers, one per request type.
   void OnCheckpointWritten(const proto::Envelope& e);
 
-  // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
-  void OpenJournal();
-  void Restore(const JournalState& s);
-  // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
-  // runs the recovery round of a change that was in flight and resumes a pending resize.
-  void MaybeFinishRestart();
-
+  // Declared in the order they are built: each manager gets pointers to those above it.
   CoordinatorOptions options_;
   Clock* clock_;
   Membership membership_;
@@ -86,14 +88,9 @@ class CoordinatorCore {
   GenerationManager generations_;
   ResizeManager resizes_;
   WorkerService workers_;
+  RestoreManager restore_;
 
   Status journal_status_;
-  bool restored_ = false;
-  // A restart waiting to hear from its workers (MaybeFinishRestart).
-  bool restart_pending_ = false;
-  bool restart_recover_ = false;
-  std::string restart_why_;
-  TimePoint restart_deadline_{};
 };
 
 }  // namespace elastra::coordinator
