@@ -33,8 +33,8 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
 void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   std::vector<checkpoint::ShardDescriptor> shards;
   for (const auto& [rank, bytes] : p.descriptors) {
-    auto d = checkpoint::DecodeShardDescriptor(std::span<const std::byte>(
-        reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+    auto d = checkpoint::DecodeShardDescriptor(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
     if (!d.ok()) {
       LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
                    << " sent an unreadable descriptor: " << d.status();

@@ -341,12 +341,16 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
                                        uint64_t* consistent_bytes, checkpoint::Env* env) {
   auto opened = env->NewRandomAccessFile(path);
   if (!opened.ok()) {
-    if (opened.status().code() == StatusCode::kNotFound) return NotFoundError("no journal at " + path);
+    if (opened.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no journal at " + path);
+    }
     return InternalError("opening the journal " + path + ": " + opened.status().message());
   }
   const std::unique_ptr<checkpoint::RandomAccessFile> file = std::move(opened).value();
   auto size = file->Size();
-  if (!size.ok()) return InternalError("reading the journal " + path + ": " + size.status().message());
+  if (!size.ok()) {
+    return InternalError("reading the journal " + path + ": " + size.status().message());
+  }
   const uint64_t file_size = *size;
   JournalState state;
   uint64_t offset = 0;

@@ -121,14 +121,14 @@ std::vector<std::string> LayoutPolicy::Assign(
   auto assigned = AssignRanks(ModelDescription{}, layout, HostIndices(hosts), placement, options,
                               &exact, &kept);
   if (!assigned.ok()) {
-    LOG(WARNING) << "rank assignment for " << layout.ToString() << " failed ("
-                 << assigned.status() << "); keeping the current order";
+    LOG(WARNING) << "rank assignment for " << layout.ToString() << " failed (" << assigned.status()
+                 << "); keeping the current order";
     return keep_order;
   }
   std::vector<std::string> order;
   for (int w : *assigned) order.push_back(candidates[w]);
-  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept
-            << " bytes in place" << (exact ? "" : " (heuristic)");
+  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept << " bytes in place"
+            << (exact ? "" : " (heuristic)");
   return order;
 }
 

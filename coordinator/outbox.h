@@ -37,8 +37,8 @@ class Outbox {
   template <class T>
   void Send(const std::string& identity, proto::MessageType type, const T& payload,
             uint64_t request_id) {
-    out_.push_back({identity, proto::MakeFrame(type, payload, job_, generation_(), kSender,
-                                               request_id)});
+    out_.push_back(
+        {identity, proto::MakeFrame(type, payload, job_, generation_(), kSender, request_id)});
   }
   // A push (request id 0) to worker `worker_id` at its latest identity, carrying `generation`.
   // Dropped when the worker is unknown or has not been heard from since a restart.
@@ -47,8 +47,7 @@ class Outbox {
             uint64_t generation) {
     const WorkerInfo* w = membership_->Find(worker_id);
     if (w == nullptr || w->identity.empty()) return;
-    out_.push_back(
-        {w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
+    out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
   }
   // An ErrorReply{code, message} answering request `request_id`.
   void SendError(const std::string& identity, uint64_t request_id, const Status& status);

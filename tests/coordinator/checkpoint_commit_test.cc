@@ -166,7 +166,8 @@ TEST_F(CheckpointCommitTest, AFullDiskAtCommitKeepsThePreviousCheckpoint) {
   Send("a", T::kCheckpointWritten, WriteShard(0, 20));
   Send("b", T::kCheckpointWritten, WriteShard(1, 20));
   EXPECT_EQ(Committed(), 1u) << "a checkpoint whose manifest was not written counts as committed";
-  EXPECT_FALSE(fs::exists(fs::path(checkpoint::CheckpointDir(root_, {"job", 20, 1})) / checkpoint::kManifestName));
+  const fs::path step20 = checkpoint::CheckpointDir(root_, {"job", 20, 1});
+  EXPECT_FALSE(fs::exists(step20 / checkpoint::kManifestName));
   ASSERT_EQ(core_->checkpoints().size(), 1u);
   EXPECT_EQ(core_->checkpoints().back().step, 10);
   EXPECT_EQ(core_->state(), proto::JobState::kRunning);

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 class CheckpointManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = (fs::temp_directory_path() / ("elastra_ckpt_manager_" + std::to_string(getpid())))
-                .string();
+    root_ =
+        (fs::temp_directory_path() / ("elastra_ckpt_manager_" + std::to_string(getpid()))).string();
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -473,7 +473,7 @@ TEST_F(RestartTest, AJournalThatCannotBeWrittenDoesNotStopTheJob) {
   auto core = NewCore(2, &env);
   env.SetDiskSpace(0);
   StartTwo(*core);
-  EXPECT_EQ(env.writes(), 5) << "the job record, then join, join, begin and commit, each tried once";
+  EXPECT_EQ(env.writes(), 5) << "the job record, then join, join, begin, commit: each tried once";
   auto s = Journal::Replay(path_, nullptr);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->records, 1u);  // the job record written before the disk filled
