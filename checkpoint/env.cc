@@ -142,6 +142,25 @@ class PosixEnv : public Env {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, true));
   }
 
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return IoError("open", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, false));
+  }
+
+  Status TruncateFile(const std::string& path, uint64_t size) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return IoError("open", path, errno);
+    Status s;
+    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      s = IoError("truncate", path, errno);
+    } else if (::fsync(fd) != 0) {
+      s = IoError("fsync", path, errno);
+    }
+    ::close(fd);
+    return s;
+  }
+
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -370,12 +389,36 @@ StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewDirectWritableFile
   return Wrap(path, base_->NewDirectWritableFile(path));
 }
 
+StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewAppendableFile(
+    const std::string& path) {
+  ELASTRA_RETURN_IF_ERROR(CheckPower());
+  const bool existed = base_->FileExists(path);
+  uint64_t size = 0;
+  if (existed) {
+    ELASTRA_ASSIGN_OR_RETURN(size, base_->GetFileSize(path));
+  }
+  return Wrap(path, base_->NewAppendableFile(path), size, existed);
+}
+
+Status FaultInjectionEnv::TruncateFile(const std::string& path, uint64_t size) {
+  ELASTRA_RETURN_IF_ERROR(CheckPower());
+  ELASTRA_RETURN_IF_ERROR(base_->TruncateFile(path, size));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(path);
+  if (it != files_.end()) it->second.size = it->second.synced = size;  // fsync'ed
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::Wrap(
-    const std::string& path, StatusOr<std::unique_ptr<WritableFile>> opened) {
+    const std::string& path, StatusOr<std::unique_ptr<WritableFile>> opened, uint64_t size,
+    bool existed) {
   ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base, std::move(opened));
   {
     std::lock_guard<std::mutex> l(mu_);
-    files_[path] = FileState{};
+    FileState f;
+    f.size = f.synced = size;
+    f.created_unsynced_dir = !existed;
+    files_[path] = f;
   }
   return std::unique_ptr<WritableFile>(new FaultWritableFile(this, path, std::move(base)));
 }

@@ -17,7 +17,8 @@
 
 namespace elastra::checkpoint {
 
-// A file opened for writing from its start. Bytes are durable only after Sync().
+// A file opened for writing from its start (NewWritableFile) or after its end (NewAppendableFile).
+// Bytes are durable only after Sync().
 class WritableFile {
  public:
   virtual ~WritableFile() = default;
@@ -57,6 +58,14 @@ class Env {
   virtual StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) {
     return NewWritableFile(path);
   }
+  // Opens `path` for appending after its end, creating it when missing, readable and writable by
+  // its owner only (0600): an appended file is a log of private state (the coordinator's
+  // journal). kInternal (with the path and errno text) on failure.
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) = 0;
+  // Cuts `path` to its first `size` bytes and makes that durable (ftruncate, fsync). Appends
+  // through a file from NewAppendableFile go on at the new end. kNotFound when absent, kInternal
+  // on other errors.
+  virtual Status TruncateFile(const std::string& path, uint64_t size) = 0;
   // kNotFound when `path` does not exist, kInternal on other errors.
   virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
@@ -119,6 +128,9 @@ class FaultInjectionEnv : public Env {
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override;
+  // Appends count as writes (FailNthWrite, SetDiskSpace); what the file held before is synced.
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
+  Status TruncateFile(const std::string& path, uint64_t size) override;
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
     return base_->NewRandomAccessFile(path);
@@ -150,8 +162,10 @@ class FaultInjectionEnv : public Env {
   void AfterAppend(const std::string& path, size_t n);
   void AfterSync(const std::string& path);
   Status CheckPower() const;
+  // Tracks `path` as a file of `size` bytes, all synced, and wraps it.
   StatusOr<std::unique_ptr<WritableFile>> Wrap(const std::string& path,
-                                               StatusOr<std::unique_ptr<WritableFile>> base);
+                                               StatusOr<std::unique_ptr<WritableFile>> base,
+                                               uint64_t size = 0, bool existed = false);
 
   Env* base_;
   mutable std::mutex mu_;

@@ -2,40 +2,42 @@
 // envelope with the ROUTER identity and the role its CURVE key was granted ("admin" or "worker"),
 // and calls Tick() periodically; it answers with the frames to send. Time comes from the injected
 // Clock, so tests drive it with FakeClock and no sleeps. Not thread-safe: one loop owns it.
+//
+// The core only dispatches and wires. Each concern is a manager with its own file pair and test,
+// as in Ray's GCS; all of them are owned here and driven by this core's loop and clock:
+//   WorkerService      join, leave, heartbeats, paused/ready/failure reports, agents, exits
+//   GenerationManager  the committed generation and the state machine that changes it
+//   ResizeManager      a ResizeRequest from admission to its outcome, spawn requests to agents
+//   LayoutPolicy       which layout a generation gets and which worker takes which rank
+//   CheckpointManager  committing checkpoints (through CoordinatorOptions::env), the latest one
+//   KvService          the rendezvous key-value service
+//   RestoreManager     taking a job back from the journal after a restart
+//   Membership, HealthMonitor, Outbox, JournalRecorder: the state and plumbing they share.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <optional>
-#include <set>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/messages.h"
+#include "coordinator/checkpoint_manager.h"
+#include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/journal.h"
-#include "coordinator/kv_store.h"
+#include "coordinator/journal_recorder.h"
+#include "coordinator/kv_service.h"
+#include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"
-#include "coordinator/planner.h"
-#include "coordinator/reconfiguration.h"
+#include "coordinator/outbox.h"
+#include "coordinator/resize_manager.h"
+#include "coordinator/restore_manager.h"
+#include "coordinator/worker_service.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
 
 namespace elastra::coordinator {
-
-// One frame to send to one ROUTER identity.
-struct Outgoing {
-  std::string identity;
-  std::string frame;
-};
-
-struct HistoryEntry {
-  uint64_t generation = 0;
-  proto::GenerationReason reason = proto::GenerationReason::kStart;
-  std::vector<std::string> workers;
-  Layout layout;
-  ReconfigurationTimings timings;
-};
 
 class CoordinatorCore {
  public:
@@ -52,158 +54,43 @@ class CoordinatorCore {
 
   // The job as `elastra status` shows it (common/status_json.h makes the JSON).
   proto::JobStatus Snapshot() const;
-  proto::JobState state() const;
-  uint64_t generation() const { return generation_; }
-  const Layout& layout() const { return layout_; }
+  proto::JobState state() const { return generations_.state(); }
+  uint64_t generation() const { return generations_.generation(); }
+  const Layout& layout() const { return generations_.layout(); }
   const Membership& membership() const { return membership_; }
-  const std::vector<HistoryEntry>& history() const { return history_; }
-  uint64_t malformed_frames() const { return malformed_frames_; }
-  uint64_t stale_messages() const { return stale_messages_; }
+  const std::vector<HistoryEntry>& history() const { return generations_.history(); }
+  uint64_t malformed_frames() const { return outbox_.malformed_frames(); }
+  uint64_t stale_messages() const { return outbox_.stale_messages(); }
 
   // Journal (options.state_dir non-empty): not OK when the journal could not be opened or names
   // another job; the server refuses to start then.
   const Status& journal_status() const { return journal_status_; }
   // True when this core took back a job from an existing journal.
-  bool restored() const { return restored_; }
+  bool restored() const { return restore_.restored(); }
   // Journals a committed checkpoint (kept across a restart in checkpoints()). Without a journal
   // it is only remembered.
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
-  const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_; }
+  const std::vector<JournalCheckpoint>& checkpoints() const { return checkpoints_.committed(); }
 
  private:
-  // The state the workers registered (from the first join that carried one), and the model
-  // description they gave, if any.
-  StateSpec state_spec_;
-  std::string model_json_;
-  std::optional<ModelDescription> model_;  // parsed from model_json_ ({"model": ..., "pins": ...})
-  PlannerPins pins_;
-
-  // Checkpoints: shard reports gathered per (generation, step) until every rank of that
-  // generation reported, then the manifest is committed.
-  struct PendingCheckpoint {
-    int32_t ranks = 0;
-    Layout layout;
-    std::string root;
-    bool failed = false;
-    std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
-  };
-  std::map<std::pair<uint64_t, int64_t>, PendingCheckpoint> pending_checkpoints_;
-  std::string latest_checkpoint_;       // directory of the newest committed checkpoint
-  int64_t latest_checkpoint_step_ = -1;
-
-  struct PendingResize {
-    std::string identity;
-    uint64_t request_id = 0;
-    int workers = 0;
-    bool has_layout = false;  // an exact layout was asked for
-    Layout layout;
-    bool wait = false;
-    TimePoint received{};
-    bool waiting_for_workers = false;
-    TimePoint spawn_deadline{};
-  };
-
-  // The layout for `workers` workers when none was asked for: keep the current pipeline and
-  // tensor degrees when they divide the count and the state allows it, else pure data
-  // parallelism.
-  Layout DefaultLayout(size_t workers) const;
-  // The layout for `candidates` when none was asked for: the planner's best layout that uses them
-  // all and fits the state, when the workers gave a model description; DefaultLayout otherwise.
-  Layout ChooseLayout(const std::vector<std::string>& candidates) const;
-  // `layout.world()` of `candidates` ordered by their rank in `layout`: the assignment that keeps
-  // the most of the registered state in place (candidates left out leave the job).
-  std::vector<std::string> AssignWorkers(const Layout& layout,
-                                         const std::vector<std::string>& candidates);
-  // For each of `ids`, the index of its host (numbered in order of first appearance).
-  std::vector<int> HostsOf(const std::vector<std::string>& ids) const;
-  // The wire form of workers `ids` at ranks 0.. of `layout`.
-  std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
-                                       const std::vector<bool>& has_state) const;
-  // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`.
-  Status ValidateLayout(const Layout& layout) const;
-
-  // Handlers, one per request type.
-  void OnJoin(const std::string& identity, const proto::Envelope& e);
-  void OnLeave(const std::string& identity, const proto::Envelope& e);
-  void OnHeartbeat(const proto::Envelope& e);
-  void OnPaused(const proto::Envelope& e);
-  void OnGenerationReady(const proto::Envelope& e);
-  void OnFailureReport(const proto::Envelope& e);
   void OnCheckpointWritten(const proto::Envelope& e);
-  void OnKv(const std::string& identity, const proto::Envelope& e);
-  void OnResize(const std::string& identity, const proto::Envelope& e);
-  void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
-  void OnProcessExited(const proto::Envelope& e);
 
-  // The state machine.
-  void MaybeFormFirstGeneration();
-  void ContinueResize();
-  void BeginPause();
-  void FinishPause(int64_t step);
-  void StartRecovery(const std::vector<std::string>& lost, const std::string& why);
-  void FinishRecovery();
-  void StartBuild(GenerationPlan plan);
-  void Commit();
-  void FinishJob();
-  void FailJob(const std::string& why);
-  void ReplyResize(proto::ResizePhase phase, const std::string& message);
-  bool JobOver() const {
-    return job_state_ == proto::JobState::kFinished || job_state_ == proto::JobState::kFailed;
-  }
-  void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
-
-  // Journal helpers (no-ops without a journal). A failed write is logged; the job goes on.
-  void OpenJournal();
-  void Restore(const JournalState& s);
-  // After a restart: once every restored worker was heard from (or a heartbeat timeout passed),
-  // runs the recovery round of a change that was in flight and resumes a pending resize.
-  void MaybeFinishRestart();
-  void Journaled(const Status& s);
-  JournalWorker JournalRecordOf(const std::string& id) const;
-  std::vector<JournalWorker> JournalRecordsOf(const std::vector<std::string>& ids) const;
-  void JournalLost(const std::string& id);
-  void EndResize();
-
-  // Output helpers.
-  template <class T>
-  void Send(const std::string& identity, proto::MessageType type, const T& payload,
-            uint64_t request_id, uint64_t generation);
-  template <class T>
-  void Push(const std::string& worker_id, proto::MessageType type, const T& payload,
-            uint64_t generation);
-  void SendError(const std::string& identity, uint64_t request_id, const Status& status);
-  void SendKvCompletions(std::vector<KvStore::Completion>& done);
-
+  // Declared in the order they are built: each manager gets pointers to those above it.
   CoordinatorOptions options_;
   Clock* clock_;
   Membership membership_;
+  Outbox outbox_;
+  JournalRecorder journal_;
+  CheckpointManager checkpoints_;
   HealthMonitor health_;
-  KvStore kv_;
-  Reconfiguration reconf_;
+  KvService kv_;
+  LayoutPolicy layouts_;
+  GenerationManager generations_;
+  ResizeManager resizes_;
+  WorkerService workers_;
+  RestoreManager restore_;
 
-  // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
-  proto::JobState job_state_ = proto::JobState::kForming;
-  uint64_t generation_ = 0;          // committed
-  uint64_t highest_generation_ = 0;  // highest number handed out
-  Layout layout_;
-  std::vector<std::string> current_members_;  // committed generation, by rank
-  std::optional<PendingResize> resize_;
-  std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
-  std::vector<HistoryEntry> history_;
-  uint64_t malformed_frames_ = 0;
-  uint64_t stale_messages_ = 0;
-
-  std::vector<Outgoing> out_;
-
-  std::unique_ptr<Journal> journal_;
   Status journal_status_;
-  bool restored_ = false;
-  std::vector<JournalCheckpoint> checkpoints_;
-  // A restart waiting to hear from its workers (MaybeFinishRestart).
-  bool restart_pending_ = false;
-  bool restart_recover_ = false;
-  std::string restart_why_;
-  TimePoint restart_deadline_{};
 };
 
 }  // namespace elastra::coordinator

@@ -1,15 +1,9 @@
 #include "coordinator/journal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "common/logging.h"
 
@@ -23,8 +17,6 @@ constexpr size_t kMaxWorkers = 4096;
 constexpr size_t kMaxString = 4096;
 constexpr size_t kMaxHistory = 1 << 20;
 constexpr size_t kMaxCheckpoints = 1 << 16;
-
-std::string Errno() { return std::strerror(errno); }
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> t{};
@@ -43,34 +35,6 @@ uint32_t GetU32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
   return v;
-}
-
-// Reads up to `n` bytes; returns how many were read (fewer only at end of file), -1 on error.
-ssize_t ReadFull(int fd, void* buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(got);
-}
-
-Status WriteFull(int fd, const char* data, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::write(fd, data + done, n - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return InternalError("writing the journal: " + Errno());
-    }
-    done += static_cast<size_t>(w);
-  }
-  return OkStatus();
 }
 
 // ---- JSON <-> structs, with bounds. Throwing helpers; ApplyRecord turns throws into kCorrupt. --
@@ -151,6 +115,15 @@ json WorkersJson(const std::vector<JournalWorker>& ws) {
   return a;
 }
 
+// The enum named `name`, or a BadRecord naming the field and the unknown name.
+template <class E>
+E EnumFrom(const json& j, const char* field, const char* what) {
+  const std::string name = Str(j, field);
+  E v{};
+  if (!FromString(name, &v)) throw BadRecord{std::string("unknown ") + what + " '" + name + "'"};
+  return v;
+}
+
 void EraseStandby(JournalState* s, const std::string& id) {
   s->standby.erase(std::remove_if(s->standby.begin(), s->standby.end(),
                                   [&](const JournalWorker& w) { return w.id == id; }),
@@ -180,12 +153,9 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.standby.push_back(w);
     } else if (type == "worker") {
       const std::string id = Str(r, "id");
-      const std::string st = Str(r, "state");
-      if (st != "finished" && st != "lost" && st != "removed") {
-        throw BadRecord{"unknown worker state '" + st + "'"};
-      }
+      const auto st = EnumFrom<JournalWorkerState>(r, "state", "worker state");
       EraseStandby(&s, id);
-      if (st == "removed") {
+      if (st == JournalWorkerState::kRemoved) {
         s.worker_states.erase(id);
       } else {
         if (s.worker_states.size() >= kMaxHistory) throw BadRecord{"too many worker states"};
@@ -201,10 +171,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
       if (s.seen_ids.size() > kMaxHistory) throw BadRecord{"too many worker ids"};
     } else if (type == "begin") {
       const uint64_t target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
-      const std::string kind = Str(r, "kind");
-      if (kind != "pause" && kind != "recover" && kind != "build") {
-        throw BadRecord{"unknown change kind '" + kind + "'"};
-      }
+      const auto kind = EnumFrom<ChangeKind>(r, "kind", "change kind");
       s.change_in_flight = true;
       s.change_target = target;
       s.change_kind = kind;
@@ -243,7 +210,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.history.push_back(std::move(g));
       s.change_in_flight = false;
       s.change_target = 0;
-      s.change_kind.clear();
+      s.change_kind = ChangeKind::kPause;
       s.change_workers.clear();
     } else if (type == "checkpoint") {
       JournalCheckpoint c;
@@ -261,11 +228,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
     } else if (type == "resize_end") {
       s.resize.reset();
     } else if (type == "end") {
-      const std::string outcome = Str(r, "outcome");
-      if (outcome != "finished" && outcome != "failed") {
-        throw BadRecord{"unknown outcome '" + outcome + "'"};
-      }
-      s.ended = outcome;
+      s.ended = EnumFrom<JobOutcome>(r, "outcome", "outcome");
       s.end_reason = Str(r, "reason");
       s.change_in_flight = false;
       s.resize.reset();
@@ -295,17 +258,76 @@ std::string Frame(const std::string& payload) {
   return out;
 }
 
-Status SyncDirectoryOf(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return InternalError("opening " + dir + ": " + Errno());
-  ::fsync(dfd);
-  ::close(dfd);
-  return OkStatus();
+// Copies `from` to `to` (mode 0600, replaced when it exists) in bounded pieces.
+Status CopyFile(checkpoint::Env* env, const std::string& from, const std::string& to) {
+  ELASTRA_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(from));
+  ELASTRA_ASSIGN_OR_RETURN(const uint64_t size, in->Size());
+  ELASTRA_ASSIGN_OR_RETURN(auto out, env->NewAppendableFile(to));
+  ELASTRA_RETURN_IF_ERROR(env->TruncateFile(to, 0));
+  std::vector<std::byte> buffer(std::min<uint64_t>(size, 1u << 20));
+  for (uint64_t at = 0; at < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - at));
+    ELASTRA_RETURN_IF_ERROR(in->Read(at, n, buffer.data()));
+    ELASTRA_RETURN_IF_ERROR(out->Append(std::span<const std::byte>(buffer.data(), n)));
+    at += n;
+  }
+  ELASTRA_RETURN_IF_ERROR(out->Sync());
+  return out->Close();
 }
 
 }  // namespace
+
+const char* ToString(JournalWorkerState v) {
+  switch (v) {
+    case JournalWorkerState::kFinished: return "finished";
+    case JournalWorkerState::kLost: return "lost";
+    case JournalWorkerState::kRemoved: return "removed";
+  }
+  return "unknown";
+}
+
+const char* ToString(ChangeKind v) {
+  switch (v) {
+    case ChangeKind::kPause: return "pause";
+    case ChangeKind::kRecover: return "recover";
+    case ChangeKind::kBuild: return "build";
+  }
+  return "unknown";
+}
+
+const char* ToString(JobOutcome v) {
+  switch (v) {
+    case JobOutcome::kFinished: return "finished";
+    case JobOutcome::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// FromString over the names ToString gives, for enums numbered 0..last.
+template <class E>
+bool ParseName(std::string_view name, E last, E* out) {
+  for (int v = 0; v <= static_cast<int>(last); ++v) {
+    if (name == ToString(static_cast<E>(v))) {
+      *out = static_cast<E>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool FromString(std::string_view name, JournalWorkerState* out) {
+  return ParseName(name, JournalWorkerState::kRemoved, out);
+}
+bool FromString(std::string_view name, ChangeKind* out) {
+  return ParseName(name, ChangeKind::kBuild, out);
+}
+bool FromString(std::string_view name, JobOutcome* out) {
+  return ParseName(name, JobOutcome::kFailed, out);
+}
 
 uint32_t Journal::Crc32c(const void* data, size_t size) {
   static const std::array<uint32_t, 256> table = MakeCrcTable();
@@ -316,15 +338,20 @@ uint32_t Journal::Crc32c(const void* data, size_t size) {
 }
 
 StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std::string>* warnings,
-                                       uint64_t* consistent_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError("no journal at " + path);
-    return InternalError("opening the journal " + path + ": " + Errno());
+                                       uint64_t* consistent_bytes, checkpoint::Env* env) {
+  auto opened = env->NewRandomAccessFile(path);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no journal at " + path);
+    }
+    return InternalError("opening the journal " + path + ": " + opened.status().message());
   }
-  struct stat st {};
-  ::fstat(fd, &st);
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  const std::unique_ptr<checkpoint::RandomAccessFile> file = std::move(opened).value();
+  auto size = file->Size();
+  if (!size.ok()) {
+    return InternalError("reading the journal " + path + ": " + size.status().message());
+  }
+  const uint64_t file_size = *size;
   JournalState state;
   uint64_t offset = 0;
   auto warn = [&](const std::string& why) {
@@ -334,20 +361,18 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
     LOG(WARNING) << line;
     if (warnings != nullptr) warnings->push_back(line);
   };
+  auto read = [&](uint64_t at, size_t n, void* out) {
+    Status s = file->Read(at, n, static_cast<std::byte*>(out));
+    return s.ok() ? s : InternalError("reading the journal " + path + ": " + s.message());
+  };
   std::string payload;
-  for (;;) {
-    uint8_t header[kHeaderBytes];
-    ssize_t got = ReadFull(fd, header, kHeaderBytes);
-    if (got < 0) {
-      int saved = errno;
-      ::close(fd);
-      return InternalError("reading the journal " + path + ": " + std::strerror(saved));
-    }
-    if (got == 0) break;
-    if (static_cast<size_t>(got) < kHeaderBytes) {
+  while (offset < file_size) {
+    if (file_size - offset < kHeaderBytes) {
       warn("torn record header (the writer was stopped mid-write)");
       break;
     }
+    uint8_t header[kHeaderBytes];
+    ELASTRA_RETURN_IF_ERROR(read(offset, kHeaderBytes, header));
     const uint32_t magic = GetU32(header);
     const uint32_t length = GetU32(header + 4);
     const uint32_t crc = GetU32(header + 8);
@@ -364,11 +389,7 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
       break;
     }
     payload.resize(length);
-    got = ReadFull(fd, payload.data(), length);
-    if (got != static_cast<ssize_t>(length)) {
-      warn("torn record");
-      break;
-    }
+    ELASTRA_RETURN_IF_ERROR(read(offset + kHeaderBytes, length, payload.data()));
     if (Crc32c(payload.data(), payload.size()) != crc) {
       warn("record checksum mismatch");
       break;
@@ -385,63 +406,63 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
     }
     offset += kHeaderBytes + length;
   }
-  ::close(fd);
   if (consistent_bytes != nullptr) *consistent_bytes = offset;
   return state;
 }
 
-Journal::Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings)
-    : path_(std::move(path)), fd_(fd), state_(std::move(state)), warnings_(std::move(warnings)) {}
+Journal::Journal(std::string path, checkpoint::Env* env,
+                 std::unique_ptr<checkpoint::WritableFile> file, uint64_t size, JournalState state,
+                 std::vector<std::string> warnings)
+    : path_(std::move(path)),
+      env_(env),
+      file_(std::move(file)),
+      size_(size),
+      state_(std::move(state)),
+      warnings_(std::move(warnings)) {}
 
-Journal::~Journal() {
-  if (fd_ >= 0) ::close(fd_);
-}
+Journal::~Journal() { file_->Close().IgnoreError(); }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
+StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, checkpoint::Env* env) {
   std::vector<std::string> warnings;
   uint64_t good = 0;
   JournalState state;
-  auto replayed = Replay(path, &warnings, &good);
+  auto replayed = Replay(path, &warnings, &good, env);
   if (replayed.ok()) {
     state = std::move(replayed).value();
   } else if (replayed.status().code() != StatusCode::kNotFound) {
     return replayed.status();
   }
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return InternalError("opening the journal " + path + ": " + Errno());
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<uint64_t>(st.st_size) != good) {
+  auto file = env->NewAppendableFile(path);
+  if (!file.ok()) {
+    return InternalError("opening the journal " + path + ": " + file.status().message());
+  }
+  auto size = env->GetFileSize(path);
+  if (!size.ok()) {
+    return InternalError("opening the journal " + path + ": " + size.status().message());
+  }
+  if (*size != good) {
     // Bad bytes after the consistent prefix: keep a copy for inspection, then cut them off so the
     // next record follows the last good one.
-    if (!warnings.empty()) {
-      std::error_code ec;
-      std::filesystem::copy_file(path, path + ".corrupt",
-                                 std::filesystem::copy_options::overwrite_existing, ec);
-    }
-    if (::ftruncate(fd, static_cast<off_t>(good)) != 0) {
-      int saved = errno;
-      ::close(fd);
+    if (!warnings.empty()) CopyFile(env, path, path + ".corrupt").IgnoreError();
+    Status cut = env->TruncateFile(path, good);
+    if (!cut.ok()) {
       return InternalError("cutting the journal " + path +
-                           " back to its consistent part: " + std::strerror(saved));
+                           " back to its consistent part: " + cut.message());
     }
-    ::fsync(fd);
   }
-  if (::lseek(fd, 0, SEEK_END) < 0) {
-    int saved = errno;
-    ::close(fd);
-    return InternalError("seeking in the journal: " + std::string(std::strerror(saved)));
-  }
-  SyncDirectoryOf(path).IgnoreError();
-  return std::unique_ptr<Journal>(new Journal(path, fd, std::move(state), std::move(warnings)));
+  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  return std::unique_ptr<Journal>(new Journal(path, env, std::move(file).value(), good,
+                                              std::move(state), std::move(warnings)));
 }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return InternalError("creating the journal " + path + ": " + Errno());
-  ::fsync(fd);
-  SyncDirectoryOf(path).IgnoreError();
-  return std::unique_ptr<Journal>(new Journal(path, fd, JournalState{}, {}));
+StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, checkpoint::Env* env) {
+  auto file = env->NewAppendableFile(path);
+  Status s = file.status();
+  if (s.ok()) s = env->TruncateFile(path, 0);
+  if (!s.ok()) return InternalError("creating the journal " + path + ": " + s.message());
+  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  return std::unique_ptr<Journal>(
+      new Journal(path, env, std::move(file).value(), 0, JournalState{}, {}));
 }
 
 Status Journal::Append(const std::string& payload) {
@@ -454,15 +475,15 @@ Status Journal::Append(const std::string& payload) {
   Status applied = ApplyRecord(r, &next);
   if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
   const std::string frame = Frame(payload);
-  struct stat st {};
-  ::fstat(fd_, &st);
-  Status s = WriteFull(fd_, frame.data(), frame.size());
-  if (s.ok() && ::fdatasync(fd_) != 0) s = InternalError("syncing the journal: " + Errno());
+  Status s = file_->Append(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(frame.data()), frame.size()));
+  if (s.ok()) s = file_->Sync();
   if (!s.ok()) {
-    // Leave no half record behind for the next append to follow.
-    if (::ftruncate(fd_, st.st_size) == 0) ::lseek(fd_, 0, SEEK_END);
-    return s;
+    // Leave no part of the record behind for the next append to follow.
+    env_->TruncateFile(path_, size_).IgnoreError();
+    return s.WithContext("appending to the journal");
   }
+  size_ += frame.size();
   state_ = std::move(next);
   return OkStatus();
 }
@@ -479,18 +500,20 @@ Status Journal::RecordJoin(const JournalWorker& worker) {
   return Append(Dump(json{{"t", "join"}, {"worker", WorkerJson(worker)}}));
 }
 
-Status Journal::RecordWorkerState(const std::string& id, const std::string& state) {
-  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", state}}));
+Status Journal::RecordWorkerState(const std::string& id, JournalWorkerState state) {
+  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", ToString(state)}}));
 }
 
 Status Journal::RecordIds(const std::vector<std::string>& ids) {
   return Append(Dump(json{{"t", "ids"}, {"ids", ids}}));
 }
 
-Status Journal::RecordChangeBegun(uint64_t target, const std::string& kind,
+Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<JournalWorker>& workers) {
-  return Append(Dump(
-      json{{"t", "begin"}, {"target", target}, {"kind", kind}, {"workers", WorkersJson(workers)}}));
+  return Append(Dump(json{{"t", "begin"},
+                          {"target", target},
+                          {"kind", ToString(kind)},
+                          {"workers", WorkersJson(workers)}}));
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
@@ -519,8 +542,8 @@ Status Journal::RecordResize(const JournalResize& z) {
 
 Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
 
-Status Journal::RecordEnd(const std::string& outcome, const std::string& reason) {
-  return Append(Dump(json{{"t", "end"}, {"outcome", outcome}, {"reason", reason}}));
+Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason) {
+  return Append(Dump(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}}));
 }
 
 }  // namespace elastra::coordinator

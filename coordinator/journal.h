@@ -7,7 +7,9 @@
 // file ends inside it: a kill mid-write), has a bad header or checksum, or does not make sense,
 // logs a warning, and returns the state up to there; Open then cuts the file back to that point
 // (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends follow
-// the last consistent record. Thread-compatible (owned by the coordinator's loop).
+// the last consistent record. All file I/O goes through a checkpoint::Env (the project's
+// filesystem seam), so tests can fail an append or cut the power. Thread-compatible (owned by the
+// coordinator's loop).
 #pragma once
 
 #include <cstdint>
@@ -16,13 +18,46 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "checkpoint/env.h"
 #include "common/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 
 namespace elastra::coordinator {
+
+// The journal's vocabulary. Each is written by its name (ToString) inside the JSON records, so the
+// file format is the same as when these were plain strings; replay refuses an unknown name.
+
+// What became of a worker (the `worker` record): "finished", "lost", "removed".
+enum class JournalWorkerState : uint8_t {
+  kFinished = 0,  // a member finished training (keeps its place in the generation)
+  kLost = 1,      // a member was declared lost
+  kRemoved = 2,   // a standby or leaving worker is gone; the job forgets it
+};
+
+// The kind of change of generation begun (the `begin` record): "pause", "recover", "build".
+enum class ChangeKind : uint8_t {
+  kPause = 0,    // PauseRequest sent for a planned change
+  kRecover = 1,  // RecoverRequest sent after a failure
+  kBuild = 2,    // NewGeneration sent
+};
+
+// How the job ended (the `end` record): "finished", "failed".
+enum class JobOutcome : uint8_t {
+  kFinished = 0,
+  kFailed = 1,
+};
+
+const char* ToString(JournalWorkerState v);
+const char* ToString(ChangeKind v);
+const char* ToString(JobOutcome v);
+// False when `name` is none of the enum's names (`out` unchanged).
+bool FromString(std::string_view name, JournalWorkerState* out);
+bool FromString(std::string_view name, ChangeKind* out);
+bool FromString(std::string_view name, JobOutcome* out);
 
 struct JournalWorker {
   std::string id;
@@ -64,8 +99,9 @@ struct JournalState {
   uint64_t highest_generation = 0;
   // Committed generations, oldest first; back() is the current one.
   std::vector<JournalGeneration> history;
-  // Workers of the committed generations that are no longer running in it: "finished", "lost".
-  std::map<std::string, std::string> worker_states;
+  // Workers of the committed generations that are no longer running in it: kFinished or kLost
+  // (a kRemoved worker is forgotten).
+  std::map<std::string, JournalWorkerState> worker_states;
   // Workers that joined and hold no rank (by join order).
   std::vector<JournalWorker> standby;
   // Every worker id the job has used or handed out (a restarted coordinator never reuses one).
@@ -74,12 +110,12 @@ struct JournalState {
   // A change of generation begun and not committed: its target and the workers asked.
   bool change_in_flight = false;
   uint64_t change_target = 0;
-  std::string change_kind;  // "pause", "recover", "build"
+  ChangeKind change_kind = ChangeKind::kPause;  // meaningful while change_in_flight
   std::vector<JournalWorker> change_workers;
   // An accepted resize not yet done or failed.
   std::optional<JournalResize> resize;
-  // "" while the job runs, else "finished" or "failed".
-  std::string ended;
+  // Empty while the job runs.
+  std::optional<JobOutcome> ended;
   std::string end_reason;
   // Records applied.
   uint64_t records = 0;
@@ -96,13 +132,18 @@ class Journal {
 
   // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.
-  static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path);
+  // `env` is not owned and must outlive the journal.
+  static StatusOr<std::unique_ptr<Journal>> Open(
+      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
   // Opens `path` as a new, empty journal: an older file there is replaced.
-  static StatusOr<std::unique_ptr<Journal>> Create(const std::string& path);
+  static StatusOr<std::unique_ptr<Journal>> Create(
+      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
   // Replays `path` read-only. `warnings` (may be null) gets one line per record skipped;
-  // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing.
+  // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing,
+  // kInternal when it cannot be read.
   static StatusOr<JournalState> Replay(const std::string& path, std::vector<std::string>* warnings,
-                                       uint64_t* consistent_bytes = nullptr);
+                                       uint64_t* consistent_bytes = nullptr,
+                                       checkpoint::Env* env = checkpoint::Env::Default());
 
   ~Journal();
   Journal(const Journal&) = delete;
@@ -112,30 +153,34 @@ class Journal {
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::string& path() const { return path_; }
 
-  // Each appends one record, fsyncs it, and applies it to state(). kInternal when the write or
-  // fsync failed (the state is then unchanged), kInvalidArgument when a field is out of bounds.
+  // Each appends one record, fsyncs it, and applies it to state(). The Env's error when the write
+  // or fsync failed (kResourceExhausted for a full disk, kInternal otherwise; the state is then
+  // unchanged and no part of the record stays in the file), kInvalidArgument when a field is out
+  // of bounds.
   Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers);
   Status RecordJoin(const JournalWorker& worker);
-  // `state`: "finished", "lost" or "removed" (a standby worker that left).
-  Status RecordWorkerState(const std::string& id, const std::string& state);
+  Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
-  Status RecordChangeBegun(uint64_t target, const std::string& kind,
+  Status RecordChangeBegun(uint64_t target, ChangeKind kind,
                            const std::vector<JournalWorker>& workers);
   Status RecordCommit(const JournalGeneration& generation);
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
-  Status RecordEnd(const std::string& outcome, const std::string& reason);
+  Status RecordEnd(JobOutcome outcome, const std::string& reason);
 
   // CRC-32C (Castagnoli) of `data`.
   static uint32_t Crc32c(const void* data, size_t size);
 
  private:
-  Journal(std::string path, int fd, JournalState state, std::vector<std::string> warnings);
+  Journal(std::string path, checkpoint::Env* env, std::unique_ptr<checkpoint::WritableFile> file,
+          uint64_t size, JournalState state, std::vector<std::string> warnings);
   Status Append(const std::string& payload);
 
   std::string path_;
-  int fd_ = -1;
+  checkpoint::Env* env_;
+  std::unique_ptr<checkpoint::WritableFile> file_;
+  uint64_t size_ = 0;  // bytes in the file: every record appended so far
   JournalState state_;
   std::vector<std::string> warnings_;
 };

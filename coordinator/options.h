@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/env.h"
 #include "common/clock.h"
 #include "common/keys.h"
 
@@ -46,6 +47,10 @@ struct CoordinatorOptions {
   std::string state_dir;
   // Time source for deadlines; nullptr means SystemClock. Not owned.
   Clock* clock = nullptr;
+  // The filesystem (the checkpoint Env seam) for the journal, checkpoint commits and listing
+  // resume_from; tests pass a FaultInjectionEnv to fail writes or fill the disk. nullptr means
+  // Env::Default(). Not owned; must outlive the coordinator.
+  checkpoint::Env* env = checkpoint::Env::Default();
 };
 
 }  // namespace elastra::coordinator

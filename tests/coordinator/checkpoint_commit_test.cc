@@ -1,6 +1,6 @@
 // The coordinator commits a checkpoint's manifest only when every rank of its generation reported
-// its shard file durable, never when one failed; the newest commit is what later generations are
-// told to load from.
+// its shard file durable, never when one failed or the manifest could not be written; the newest
+// commit is what later generations are told to load from.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,21 +23,43 @@ class CheckpointCommitTest : public ::testing::Test {
     root_ = (fs::temp_directory_path() / ("elastra_commit_test_" + std::to_string(getpid())))
                 .string();
     fs::remove_all(root_);
+    MakeCore(checkpoint::Env::Default());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void MakeCore(checkpoint::Env* env) {
     CoordinatorOptions o;
     o.job = "job";
     o.initial_workers = 2;
     o.clock = &clock_;
+    o.env = env;
     core_ = std::make_unique<CoordinatorCore>(o);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
-  void Send(const std::string& id, T type, const std::string& payload) {
+  std::vector<proto::Envelope> Send(const std::string& id, T type, const std::string& payload) {
     proto::Envelope e;
     e.type = type;
     e.job = "job";
     e.sender = id;
     e.payload = payload;
-    core_->Handle("id-" + id, proto::Role::kWorker, e);
+    std::vector<proto::Envelope> sent;
+    for (const auto& o : core_->Handle("id-" + id, proto::Role::kWorker, e)) {
+      auto d = proto::DecodeEnvelope(o.frame);
+      EXPECT_TRUE(d.ok()) << d.status();
+      if (d.ok()) sent.push_back(*d);
+    }
+    return sent;
+  }
+  template <class P>
+  std::vector<proto::Envelope> Send(const std::string& id, T type, const P& payload) {
+    return Send(id, type, proto::EncodePayload(payload));
+  }
+  static std::vector<proto::Envelope> OfType(const std::vector<proto::Envelope>& sent, T type) {
+    std::vector<proto::Envelope> out;
+    for (const auto& e : sent) {
+      if (e.type == type) out.push_back(e);
+    }
+    return out;
   }
 
   // Writes rank `rank`'s half of a 2 x 4 float tensor for step `step` and returns the report.
@@ -121,6 +143,53 @@ TEST_F(CheckpointCommitTest, GarbageReportsAreCountedNotCommitted) {
   Send("c", T::kCheckpointWritten, "\\x01garbage");
   EXPECT_EQ(Committed(), 0u);
   EXPECT_GE(core_->malformed_frames(), 2u);
+}
+
+// The commit's own write fails (the disk is full): no checkpoint appears, the job goes on, and
+// the previous checkpoint stays the one a new generation is told to load from.
+TEST_F(CheckpointCommitTest, AFullDiskAtCommitKeepsThePreviousCheckpoint) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  MakeCore(&env);
+  Send("a", T::kJoin, proto::JoinRequest{"a", "host-a", 0, 1});
+  Send("b", T::kJoin, proto::JoinRequest{"b", "host-b", 0, 2});
+  Send("a", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
+  Send("b", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
+  ASSERT_EQ(core_->generation(), 1u);
+
+  Send("a", T::kCheckpointWritten, WriteShard(0, 10));
+  Send("b", T::kCheckpointWritten, WriteShard(1, 10));
+  ASSERT_EQ(Committed(), 1u);
+  ASSERT_EQ(core_->checkpoints().size(), 1u);
+  const std::string step10 = core_->checkpoints().back().dir;
+
+  env.SetDiskSpace(0);  // the shard files are on disk; the manifest does not fit
+  Send("a", T::kCheckpointWritten, WriteShard(0, 20));
+  Send("b", T::kCheckpointWritten, WriteShard(1, 20));
+  EXPECT_EQ(Committed(), 1u) << "a checkpoint whose manifest was not written counts as committed";
+  const fs::path step20 = checkpoint::CheckpointDir(root_, {"job", 20, 1});
+  EXPECT_FALSE(fs::exists(step20 / checkpoint::kManifestName));
+  ASSERT_EQ(core_->checkpoints().size(), 1u);
+  EXPECT_EQ(core_->checkpoints().back().step, 10);
+  EXPECT_EQ(core_->state(), proto::JobState::kRunning);
+  env.Reset();
+
+  // The job goes on: a failure is recovered from, and the new generation loads step 10.
+  auto recover = Send("a", T::kFailureReport, proto::FailureReport{1, 0, "allreduce failed"});
+  EXPECT_EQ(OfType(recover, T::kRecoverRequest).size(), 2u);
+  const uint64_t target = core_->generation() + 1;
+  proto::PausedReport paused{target, 12, {10}, true};
+  Send("a", T::kPaused, paused);
+  auto built = OfType(Send("b", T::kPaused, paused), T::kNewGeneration);
+  ASSERT_EQ(built.size(), 2u);
+  auto ng = proto::DecodePayload<proto::NewGeneration>(built[0].payload);
+  ASSERT_TRUE(ng.ok()) << ng.status();
+  EXPECT_EQ(ng->checkpoint_dir, step10);
+
+  // And a later checkpoint commits once the disk has room again.
+  Send("a", T::kCheckpointWritten, WriteShard(0, 30));
+  Send("b", T::kCheckpointWritten, WriteShard(1, 30));
+  EXPECT_EQ(Committed(), 2u);
+  EXPECT_EQ(core_->checkpoints().back().step, 30);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class JournalTest : public ::testing::Test {
     ASSERT_TRUE(journal.RecordJob("mlp", 2, 8).ok());
     ASSERT_TRUE(journal.RecordJoin(W("w0")).ok());
     ASSERT_TRUE(journal.RecordJoin(W("w1")).ok());
-    ASSERT_TRUE(journal.RecordChangeBegun(1, "build", {W("w0"), W("w1")}).ok());
+    ASSERT_TRUE(journal.RecordChangeBegun(1, ChangeKind::kBuild, {W("w0"), W("w1")}).ok());
     JournalGeneration g;
     g.generation = 1;
     g.reason = proto::GenerationReason::kStart;
@@ -50,7 +50,7 @@ class JournalTest : public ::testing::Test {
     ASSERT_TRUE(journal.RecordCheckpoint(20, 1, "/ckpt/step-20").ok());
     ASSERT_TRUE(journal.RecordIds({"w2", "w3"}).ok());
     ASSERT_TRUE(journal.RecordResize(JournalResize{4, false, Layout{}}).ok());
-    ASSERT_TRUE(journal.RecordChangeBegun(2, "pause", {W("w0"), W("w1")}).ok());
+    ASSERT_TRUE(journal.RecordChangeBegun(2, ChangeKind::kPause, {W("w0"), W("w1")}).ok());
   }
 
   uint64_t FileSize() { return fs::file_size(path_); }
@@ -113,7 +113,7 @@ TEST_F(JournalTest, RoundTrip) {
   EXPECT_EQ(s->resize->workers, 4);
   EXPECT_TRUE(s->change_in_flight);
   EXPECT_EQ(s->change_target, 2u);
-  EXPECT_EQ(s->change_kind, "pause");
+  EXPECT_EQ(s->change_kind, ChangeKind::kPause);
   EXPECT_EQ(s->highest_generation, 2u);
 
   // Open replays the same and appends after it.
@@ -127,18 +127,18 @@ TEST_F(JournalTest, RoundTrip) {
     g.layout.dp = 1;
     g.members = {W("w0")};
     ASSERT_TRUE((*j)->RecordCommit(g).ok());
-    ASSERT_TRUE((*j)->RecordWorkerState("w0", "finished").ok());
+    ASSERT_TRUE((*j)->RecordWorkerState("w0", JournalWorkerState::kFinished).ok());
     ASSERT_TRUE((*j)->RecordResizeEnd().ok());
-    ASSERT_TRUE((*j)->RecordEnd("finished", "every member finished").ok());
+    ASSERT_TRUE((*j)->RecordEnd(JobOutcome::kFinished, "every member finished").ok());
   }
   s = Journal::Replay(path_, &warnings);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(s->change_in_flight);
   EXPECT_EQ(s->current()->generation, 2u);
-  EXPECT_EQ(s->worker_states.at("w0"), "finished");
+  EXPECT_EQ(s->worker_states.at("w0"), JournalWorkerState::kFinished);
   EXPECT_FALSE(s->resize.has_value());
-  EXPECT_EQ(s->ended, "finished");
+  EXPECT_EQ(s->ended, JobOutcome::kFinished);
 }
 
 TEST_F(JournalTest, RefusesInconsistentRecordsWithoutWriting) {
@@ -155,7 +155,8 @@ TEST_F(JournalTest, RefusesInconsistentRecordsWithoutWriting) {
   g.layout.dp = 3;  // three ranks, one member
   g.members = {W("w0")};
   EXPECT_FALSE((*j)->RecordCommit(g).ok());
-  EXPECT_FALSE((*j)->RecordWorkerState("w0", "dancing").ok());
+  // A value outside the enum has no name the journal could read back.
+  EXPECT_FALSE((*j)->RecordWorkerState("w0", static_cast<JournalWorkerState>(7)).ok());
   EXPECT_EQ(FileSize(), size);
   EXPECT_EQ((*j)->state().records, 1u);
 }
@@ -286,6 +287,96 @@ TEST_F(JournalTest, BadHeadersAndRecordsNeverCrash) {
   }
 }
 
+TEST_F(JournalTest, UnknownNamesAreRefusedOnReplayWithTheName) {
+  const std::string job = Framed(R"({"t":"job","version":1,"job":"j","initial_workers":1,)"
+                                 R"("max_workers":2})");
+  const std::string join = Framed(R"({"t":"join","worker":{"id":"a","host":"h","device":0,)"
+                                  R"("pid":1}})");
+  struct Case {
+    std::string record;
+    std::string warning;
+  };
+  const std::vector<Case> cases = {
+      {R"({"t":"worker","id":"a","state":"retired"})", "unknown worker state 'retired'"},
+      {R"({"t":"begin","target":1,"kind":"grow","workers":[]})", "unknown change kind 'grow'"},
+      {R"({"t":"end","outcome":"done","reason":"x"})", "unknown outcome 'done'"},
+  };
+  for (const auto& c : cases) {
+    WriteAll(job + join + Framed(c.record));
+    std::vector<std::string> warnings;
+    auto s = Journal::Replay(path_, &warnings);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->records, 2u) << c.record;
+    ASSERT_EQ(warnings.size(), 1u) << c.record;
+    EXPECT_NE(warnings[0].find(c.warning), std::string::npos) << warnings[0];
+  }
+  // The names the journal writes read back as the same enums.
+  for (auto st : {JournalWorkerState::kFinished, JournalWorkerState::kLost,
+                  JournalWorkerState::kRemoved}) {
+    JournalWorkerState back{};
+    ASSERT_TRUE(FromString(ToString(st), &back));
+    EXPECT_EQ(back, st);
+  }
+  for (auto k : {ChangeKind::kPause, ChangeKind::kRecover, ChangeKind::kBuild}) {
+    ChangeKind back{};
+    ASSERT_TRUE(FromString(ToString(k), &back));
+    EXPECT_EQ(back, k);
+  }
+  JobOutcome outcome{};
+  EXPECT_TRUE(FromString("failed", &outcome));
+  EXPECT_EQ(outcome, JobOutcome::kFailed);
+  EXPECT_FALSE(FromString("Failed", &outcome));
+}
+
+TEST_F(JournalTest, AFailedAppendLeavesNothingAndTheNextRecordFollowsTheLastGoodOne) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  auto j = Journal::Open(path_, &env);
+  ASSERT_TRUE(j.ok()) << j.status();
+  Journal& journal = **j;
+  ASSERT_TRUE(journal.RecordJob("mlp", 1, 4).ok());
+  ASSERT_TRUE(journal.RecordJoin(W("w0")).ok());
+  const uint64_t size = FileSize();
+
+  env.FailNthWrite(1);  // an I/O error: nothing is written
+  Status failed = journal.RecordJoin(W("w1"));
+  EXPECT_EQ(failed.code(), StatusCode::kInternal) << failed;
+  EXPECT_EQ(journal.state().records, 2u);
+  EXPECT_EQ(FileSize(), size);
+
+  env.SetDiskSpace(5);  // a full disk: the first 5 bytes of the record land, then ENOSPC
+  Status full = journal.RecordJoin(W("w1"));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(journal.state().records, 2u);
+  EXPECT_EQ(FileSize(), size) << "a torn record was left for the next append to follow";
+
+  env.Reset();
+  ASSERT_TRUE(journal.RecordJoin(W("w2")).ok());
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  EXPECT_EQ(s->records, 3u);
+  ASSERT_EQ(s->standby.size(), 2u);
+  EXPECT_EQ(s->standby[1].id, "w2");
+}
+
+TEST_F(JournalTest, EveryRecordSurvivesAPowerCut) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  {
+    auto j = Journal::Open(path_, &env);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("mlp", 1, 4).ok());
+    ASSERT_TRUE((*j)->RecordJoin(W("w0")).ok());
+    ASSERT_TRUE((*j)->RecordEnd(JobOutcome::kFailed, "gone").ok());
+  }
+  // Drops unsynced data, and the file itself if its directory entry was never synced.
+  ASSERT_TRUE(env.SimulatePowerLoss().ok());
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->records, 3u);
+  EXPECT_EQ(s->ended, JobOutcome::kFailed);
+}
+
 TEST_F(JournalTest, RandomDamageNeverCrashes) {
   WriteSample();
   const std::string good = ReadAll();
@@ -317,8 +408,10 @@ TEST_F(JournalTest, MissingFileIsNotFound) {
 
 class RestartTest : public JournalTest {
  protected:
-  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers) {
+  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers,
+                                           checkpoint::Env* env = checkpoint::Env::Default()) {
     CoordinatorOptions o;
+    o.env = env;
     o.job = "job";
     o.initial_workers = initial_workers;
     o.max_workers = 8;
@@ -373,6 +466,23 @@ class RestartTest : public JournalTest {
 
   FakeClock clock_;
 };
+
+// A journal that cannot be written (a full disk) is logged; the job itself goes on.
+TEST_F(RestartTest, AJournalThatCannotBeWrittenDoesNotStopTheJob) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  auto core = NewCore(2, &env);
+  env.SetDiskSpace(0);
+  StartTwo(*core);
+  EXPECT_EQ(env.writes(), 5) << "the job record, then join, join, begin, commit: each tried once";
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->records, 1u);  // the job record written before the disk filled
+  // A resize still runs: the workers are asked to pause.
+  auto paused = Send(*core, "admin", proto::Role::kAdmin, T::kResize,
+                     proto::ResizeRequest{1, false, {}, false}, 2);
+  EXPECT_EQ(OfType(paused, T::kPauseRequest).size(), 2u);
+  EXPECT_EQ(core->state(), proto::JobState::kPausing);
+}
 
 TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   {

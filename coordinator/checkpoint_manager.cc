@@ -1,0 +1,93 @@
+#include "coordinator/checkpoint_manager.h"
+
+#include <span>
+
+#include "checkpoint/format.h"
+#include "checkpoint/writer.h"
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+
+Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
+  if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks || r.ranks > 1 << 20) {
+    return InvalidArgumentError("rank " + std::to_string(r.rank) + " of " +
+                                std::to_string(r.ranks));
+  }
+  if (r.step <= latest_step_) return OkStatus();  // older than what is committed
+  Pending& p = pending_[{r.generation, r.step}];
+  p.ranks = r.ranks;
+  p.layout = r.layout;
+  p.root = r.root;
+  if (!r.ok) {
+    LOG(WARNING) << "checkpoint of step " << r.step << " failed on rank " << r.rank << ": "
+                 << r.error << "; it will not be committed";
+    p.failed = true;
+  } else {
+    p.descriptors[r.rank] = r.descriptor;
+  }
+  if (p.failed || static_cast<int32_t>(p.descriptors.size()) < p.ranks) return OkStatus();
+  Commit(r, p);
+  return OkStatus();
+}
+
+void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
+  std::vector<checkpoint::ShardDescriptor> shards;
+  for (const auto& [rank, bytes] : p.descriptors) {
+    auto d = checkpoint::DecodeShardDescriptor(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+    if (!d.ok()) {
+      LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
+                   << " sent an unreadable descriptor: " << d.status();
+      p.failed = true;
+      return;
+    }
+    shards.push_back(std::move(d).value());
+  }
+  checkpoint::CommitOptions options;
+  options.env = env_;
+  options.root = p.root;
+  options.keep_last = keep_;
+  checkpoint::CheckpointId id{job_, r.step, r.generation};
+  auto dir = checkpoint::CommitCheckpoint(options, id, p.layout, std::move(shards));
+  if (!dir.ok()) {
+    LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
+  } else {
+    latest_dir_ = *dir;
+    latest_step_ = r.step;
+    JournalRecorder::LogFailure(Record(r.step, r.generation, *dir));  // a restart still knows it
+    LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
+  }
+  // Older pending ones can never complete now.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = it->first.second <= r.step ? pending_.erase(it) : std::next(it);
+  }
+}
+
+Status CheckpointManager::Record(int64_t step, uint64_t generation, const std::string& dir) {
+  ELASTRA_RETURN_IF_ERROR(journal_->Checkpoint(step, generation, dir));
+  committed_.push_back(JournalCheckpoint{step, generation, dir});
+  return OkStatus();
+}
+
+StatusOr<checkpoint::CheckpointInfo> CheckpointManager::ResumeFrom(const std::string& root) {
+  auto list = checkpoint::ListCheckpoints(env_, root);
+  if (!list.ok() || list->empty()) {
+    return NotFoundError("no committed checkpoint under " + root +
+                         (list.ok() ? std::string() : ": " + list.status().message()));
+  }
+  const checkpoint::CheckpointInfo& newest = list->front();
+  latest_dir_ = newest.dir;
+  latest_step_ = newest.step;
+  return newest;
+}
+
+void CheckpointManager::Restore(const std::vector<JournalCheckpoint>& committed) {
+  committed_ = committed;
+  if (!committed_.empty()) {
+    // The newest committed checkpoint: what a failure with no live holder reloads.
+    latest_dir_ = committed_.back().dir;
+    latest_step_ = committed_.back().step;
+  }
+}
+
+}  // namespace elastra::coordinator

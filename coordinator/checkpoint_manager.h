@@ -1,0 +1,79 @@
+// CheckpointManager: what makes a checkpoint exist. It gathers the CheckpointWritten reports of
+// every rank of a generation for one step, commits the manifest once all of them succeeded
+// (keeping the newest `keep` on disk), journals the commit, and knows the latest committed
+// checkpoint: the one a generation with no live holder of the state reloads. All its disk I/O goes
+// through the checkpoint Env seam (CoordinatorOptions::env), so a test can fail the commit's
+// writes or fill the disk. Thread-compatible: the core's loop owns it, like every manager.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/env.h"
+#include "checkpoint/reader.h"
+#include "common/messages.h"
+#include "coordinator/journal.h"
+#include "coordinator/journal_recorder.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+class CheckpointManager {
+ public:
+  // `env` and `journal` are not owned and must outlive the manager. `keep` is at least 1.
+  CheckpointManager(std::string job, int keep, checkpoint::Env* env, JournalRecorder* journal)
+      : job_(std::move(job)), keep_(keep), env_(env), journal_(journal) {}
+
+  // One rank's report. When every rank of that generation and step reported success, commits
+  // the manifest and makes it the latest checkpoint. kInvalidArgument for a report that cannot
+  // be right (a rank outside [0, ranks)): the caller counts it as malformed. OK otherwise, also
+  // when a rank failed, a descriptor was unreadable or the commit's write failed: those are
+  // logged, nothing is committed, and the latest checkpoint stays what it was.
+  Status OnWritten(const proto::CheckpointWritten& report);
+
+  // Journals a committed checkpoint and remembers it in committed(). The journal's error when it
+  // could not be written (then it is not remembered either).
+  Status Record(int64_t step, uint64_t generation, const std::string& dir);
+
+  // A job resumed from disk: makes the newest committed checkpoint under `root` the latest and
+  // returns it. kNotFound "no committed checkpoint under ROOT[: why]" when there is none or
+  // `root` cannot be listed.
+  StatusOr<checkpoint::CheckpointInfo> ResumeFrom(const std::string& root);
+
+  // A restarted coordinator: the committed checkpoints from the journal (oldest first); the
+  // newest becomes the latest.
+  void Restore(const std::vector<JournalCheckpoint>& committed);
+
+  // The directory of the newest committed checkpoint, "" when there is none.
+  const std::string& latest_dir() const { return latest_dir_; }
+  // Its step, -1 when there is none.
+  int64_t latest_step() const { return latest_step_; }
+  // Every committed checkpoint journaled (or restored), oldest first.
+  const std::vector<JournalCheckpoint>& committed() const { return committed_; }
+
+ private:
+  // The reports of one (generation, step) until every rank of that generation reported.
+  struct Pending {
+    int32_t ranks = 0;
+    Layout layout;
+    std::string root;
+    bool failed = false;
+    std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
+  };
+  void Commit(const proto::CheckpointWritten& r, Pending& p);
+
+  std::string job_;
+  int keep_;
+  checkpoint::Env* env_;
+  JournalRecorder* journal_;
+  std::map<std::pair<uint64_t, int64_t>, Pending> pending_;
+  std::string latest_dir_;
+  int64_t latest_step_ = -1;
+  std::vector<JournalCheckpoint> committed_;
+};
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,452 @@
+#include "coordinator/generation_manager.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+
+GenerationManager::GenerationManager(const CoordinatorOptions* options, Clock* clock,
+                                     Membership* membership, HealthMonitor* health, Outbox* outbox,
+                                     JournalRecorder* journal, const LayoutPolicy* layouts,
+                                     CheckpointManager* checkpoints)
+    : options_(options),
+      clock_(clock),
+      membership_(membership),
+      health_(health),
+      outbox_(outbox),
+      journal_(journal),
+      layouts_(layouts),
+      checkpoints_(checkpoints),
+      reconf_(clock) {
+  layout_.dp = 0;
+}
+
+void GenerationManager::AddCommitListener(std::function<void(uint64_t)> listener) {
+  commit_listeners_.push_back(std::move(listener));
+}
+
+void GenerationManager::AddJobEndListener(std::function<void(const std::string&)> listener) {
+  job_end_listeners_.push_back(std::move(listener));
+}
+
+void GenerationManager::AddRecoveryListener(std::function<void()> listener) {
+  recovery_listeners_.push_back(std::move(listener));
+}
+
+proto::JobState GenerationManager::state() const {
+  if (job_over()) return job_state_;
+  switch (reconf_.phase()) {
+    case Phase::kPausing:
+      return proto::JobState::kPausing;
+    case Phase::kRecovering:
+      return proto::JobState::kRecovering;
+    case Phase::kBuilding:
+      return generation_ == 0 ? proto::JobState::kForming : proto::JobState::kBuilding;
+    case Phase::kIdle:
+      break;
+  }
+  return job_state_;
+}
+
+void GenerationManager::Restore(CommittedJob job) {
+  job_state_ = job.state;
+  generation_ = job.generation;
+  highest_generation_ = job.highest_generation;
+  if (job.generation != 0) layout_ = job.layout;
+  members_ = std::move(job.members);
+  history_ = std::move(job.history);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What workers report.
+
+Status GenerationManager::OnPaused(const std::string& id, const proto::PausedReport& report) {
+  ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, report));
+  if (!reconf_.AllPaused()) return OkStatus();
+  if (reconf_.phase() == Phase::kPausing) {
+    auto step = reconf_.AgreedStep();
+    if (!step.ok()) {
+      StartRecovery({}, step.status().message());
+      return OkStatus();
+    }
+    FinishPause(*step);
+  } else {
+    FinishRecovery();
+  }
+  return OkStatus();
+}
+
+Status GenerationManager::OnReady(const std::string& id, const proto::GenerationReady& ready) {
+  ELASTRA_RETURN_IF_ERROR(reconf_.RecordReady(id, ready));
+  if (reconf_.AllReady()) Commit();
+  return OkStatus();
+}
+
+bool GenerationManager::FailureIsCurrent(uint64_t generation) const {
+  // The generation the members run now: the one being built, else the committed one.
+  const uint64_t live = reconf_.phase() == Phase::kBuilding ? reconf_.target() : generation_;
+  return !job_over() && reconf_.phase() != Phase::kRecovering && generation >= live;
+}
+
+void GenerationManager::MaybeFinishJob() {
+  bool all = !members_.empty();
+  for (const auto& id : members_) {
+    const WorkerInfo* m = membership_->Find(id);
+    if (m != nullptr && m->state != WorkerState::kFinished && m->state != WorkerState::kLost) {
+      all = false;
+    }
+  }
+  if (all && reconf_.phase() == Phase::kIdle) FinishJob();
+}
+
+void GenerationManager::Tick() {
+  if (!reconf_.DeadlinePassed()) return;
+  auto silent = reconf_.Unanswered();
+  if (!silent.empty()) {
+    LOG(WARNING) << silent.size() << " survivor(s) did not answer the recover request in time";
+    LoseWorkers(silent, "did not answer the recover request");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The state machine.
+
+void GenerationManager::MaybeFormFirstGeneration() {
+  if (job_state_ != proto::JobState::kForming || reconf_.phase() != Phase::kIdle) return;
+  auto standby = membership_->Standby();
+  if (standby.size() < static_cast<size_t>(options_->initial_workers)) return;
+  standby.resize(options_->initial_workers);
+  GenerationPlan plan;
+  plan.generation = ++highest_generation_;
+  plan.layout = layouts_->Choose(HostNames(standby), layout_);
+  plan.members = standby;
+  plan.has_state.assign(standby.size(), false);
+  plan.has_state[0] = true;  // rank 0's initial state is broadcast
+  plan.restore_step = 0;
+  plan.source_rank = 0;
+  plan.reason = proto::GenerationReason::kStart;
+  plan.prev_layout = Layout{};
+  plan.prev_members = {standby[0]};
+  plan.prev_has_state = {true};
+  if (!options_->resume_from.empty()) {
+    // A job restarted from disk: every member loads the newest committed checkpoint (falling
+    // back to older ones together when it does not load) for its own place in the new layout.
+    auto newest = checkpoints_->ResumeFrom(options_->resume_from);
+    if (!newest.ok()) {
+      FailJob("cannot resume: " + newest.status().message());
+      return;
+    }
+    plan.has_state.assign(standby.size(), false);
+    plan.prev_members.clear();
+    plan.prev_has_state.clear();
+    plan.restore_step = newest->step;
+    plan.reason = proto::GenerationReason::kResume;
+    LOG(INFO) << "resuming from " << newest->dir << " (step " << newest->step << ", "
+              << newest->layout.ToString() << ") on " << standby.size() << " workers";
+  }
+  reconf_.Reset();
+  StartBuild(std::move(plan));
+}
+
+void GenerationManager::BeginPause(const SizeGoal& goal) {
+  pause_goal_ = goal;
+  const auto members = membership_->Members();
+  const uint64_t target = ++highest_generation_;
+  journal_->ChangeBegun(target, ChangeKind::kPause, members);
+  reconf_.BeginPause(target, members);
+  proto::PauseRequest pause;
+  pause.target_generation = target;
+  pause.reason = proto::GenerationReason::kResize;
+  for (const auto& id : members) {
+    outbox_->Push(id, proto::MessageType::kPauseRequest, pause, generation_);
+  }
+  LOG(INFO) << "pausing generation " << generation_ << " for generation " << target;
+}
+
+void GenerationManager::FinishPause(int64_t step) {
+  const auto old = reconf_.Answered();  // old members by rank
+  const size_t want = pause_goal_.workers;
+  GenerationPlan plan;
+  plan.generation = reconf_.target();
+  // The candidates: every current member, plus standby workers up to the size asked for.
+  std::vector<std::string> candidates = old;
+  for (const auto& id : membership_->Standby()) {
+    if (candidates.size() >= want) break;
+    candidates.push_back(id);
+  }
+  plan.layout =
+      pause_goal_.has_layout
+          ? pause_goal_.layout
+          : layouts_->Choose(
+                HostNames(std::vector<std::string>(
+                    candidates.begin(), candidates.begin() + std::min(want, candidates.size()))),
+                layout_);
+  // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
+  // state in place.
+  plan.members =
+      layouts_->Assign(plan.layout, candidates, HostNames(candidates), layout_, members_);
+  for (const auto& id : plan.members) {
+    plan.has_state.push_back(std::find(old.begin(), old.end(), id) != old.end());
+  }
+  for (const auto& id : old) {
+    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end()) {
+      plan.leaving.push_back(id);
+    }
+  }
+  plan.restore_step = step;
+  plan.source_rank = 0;
+  plan.reason = proto::GenerationReason::kResize;
+  plan.prev_layout = layout_;
+  plan.prev_members = members_;
+  plan.prev_has_state.assign(members_.size(), true);
+  StartBuild(std::move(plan));
+}
+
+void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const std::string& why) {
+  std::vector<std::string> lost;
+  for (const auto& id : ids) {
+    WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr) continue;
+    bool was_member = w->state == WorkerState::kMember;
+    health_->Forget(id);
+    if (w->state == WorkerState::kLost) continue;
+    LOG(WARNING) << "worker " << id << " lost: " << why;
+    // If the process is in fact alive (stalled, partitioned), it is out of the job: tell it to
+    // exit rather than let it wait on communicators its peers have abandoned.
+    proto::Shutdown shutdown;
+    shutdown.exit_code = 1;
+    shutdown.reason = "declared lost: " + why;
+    outbox_->Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
+    membership_->SetState(id, WorkerState::kLost);
+    journal_->WorkerState(id, JournalWorkerState::kLost);
+    if (reconf_.phase() == Phase::kRecovering && reconf_.IsParticipant(id)) {
+      lost.push_back(id);
+    } else if (was_member) {
+      lost.push_back(id);
+    }
+  }
+  if (lost.empty()) return;
+  StartRecovery(lost, why);
+}
+
+void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
+                                      const std::string& why) {
+  if (job_over()) return;
+  for (const auto& listener : recovery_listeners_) listener();
+  for (const auto& id : lost) {
+    if (membership_->Find(id) != nullptr && membership_->Find(id)->state != WorkerState::kLost) {
+      membership_->SetState(id, WorkerState::kLost);
+      journal_->WorkerState(id, JournalWorkerState::kLost);
+    }
+    health_->Forget(id);
+  }
+  if (reconf_.phase() == Phase::kRecovering) {
+    // Already recovering: the dead simply stop being awaited.
+    for (const auto& id : lost) reconf_.DropParticipant(id);
+    if (reconf_.Unanswered().empty()) FinishRecovery();
+    return;
+  }
+  // A change in flight is aborted. Leaving workers of an aborted shrink stay members.
+  if (reconf_.phase() == Phase::kBuilding) {
+    for (const auto& id : reconf_.plan().leaving) {
+      WorkerInfo* w = membership_->Find(id);
+      if (w != nullptr && w->state == WorkerState::kLeaving) {
+        // It was told to leave and will exit; it holds no rank in what follows.
+        membership_->Remove(id);
+        journal_->WorkerState(id, JournalWorkerState::kLost);
+      }
+    }
+  }
+  auto survivors = membership_->Members();
+  if (survivors.empty()) {
+    FailJob("every member is lost (" + why + ")");
+    return;
+  }
+  const uint64_t target = ++highest_generation_;
+  journal_->ChangeBegun(target, ChangeKind::kRecover, survivors);
+  reconf_.BeginRecover(target, survivors, clock_->Now() + options_->recover_timeout);
+  proto::RecoverRequest recover;
+  recover.target_generation = target;
+  recover.lost = lost;
+  for (const auto& id : survivors) {
+    outbox_->Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
+  }
+  LOG(WARNING) << "recovering into generation " << target << ": " << why;
+}
+
+void GenerationManager::FinishRecovery() {
+  auto survivors = reconf_.Answered();
+  auto standby = membership_->Standby();
+  if (survivors.empty()) {
+    FailJob("no member survived");
+    return;
+  }
+  GenerationPlan plan;
+  plan.generation = reconf_.target();
+  plan.source_rank = 0;
+  if (generation_ == 0) {
+    // The first generation never committed: start again from rank 0's initial state.
+    plan.members = survivors;
+    plan.has_state.assign(survivors.size(), false);
+    plan.has_state[0] = true;
+    plan.restore_step = 0;
+    plan.reason = proto::GenerationReason::kStart;
+    plan.prev_layout = Layout{};
+    plan.prev_members = {survivors[0]};
+    plan.prev_has_state = {true};
+  } else {
+    auto recovery = reconf_.PlanRecovery();
+    if (!recovery.ok()) {
+      FailJob("cannot recover: " + recovery.status().message());
+      return;
+    }
+    plan.members = recovery->with_state;
+    plan.has_state.assign(plan.members.size(), true);
+    for (const auto& id : recovery->without_state) {
+      plan.members.push_back(id);
+      plan.has_state.push_back(false);
+    }
+    plan.restore_step = recovery->restore_step;
+    plan.reason = proto::GenerationReason::kFailure;
+    plan.prev_layout = layout_;
+    plan.prev_members = members_;
+    for (const auto& id : members_) {
+      plan.prev_has_state.push_back(std::find(recovery->with_state.begin(),
+                                              recovery->with_state.end(),
+                                              id) != recovery->with_state.end());
+    }
+  }
+  for (const auto& id : standby) {
+    if (plan.members.size() >= static_cast<size_t>(options_->max_workers)) break;
+    plan.members.push_back(id);
+    plan.has_state.push_back(false);
+  }
+  plan.layout = layouts_->Choose(HostNames(plan.members), layout_);
+  StartBuild(std::move(plan));
+}
+
+std::vector<std::string> GenerationManager::HostNames(const std::vector<std::string>& ids) const {
+  std::vector<std::string> hosts;
+  for (const auto& id : ids) {
+    const WorkerInfo* w = membership_->Find(id);
+    hosts.push_back(w != nullptr ? w->host : id);
+  }
+  return hosts;
+}
+
+std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
+                                                        const std::vector<std::string>& ids,
+                                                        const std::vector<bool>& has_state) const {
+  std::vector<proto::Member> out;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    proto::Member m;
+    m.worker_id = ids[r];
+    if (const WorkerInfo* w = membership_->Find(ids[r])) {
+      m.host = w->host;
+      m.device = w->device;
+    }
+    m.coords = CoordinatesOf(layout, static_cast<int>(r));
+    m.has_state = r < has_state.size() && has_state[r];
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void GenerationManager::StartBuild(GenerationPlan plan) {
+  // Members not in the plan that still hold the member state (aborted survivors that did not
+  // answer were marked lost already) are not part of the new generation.
+  for (const auto& id : membership_->Members()) {
+    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end() &&
+        std::find(plan.leaving.begin(), plan.leaving.end(), id) == plan.leaving.end()) {
+      membership_->SetState(id, WorkerState::kLost);
+      journal_->WorkerState(id, JournalWorkerState::kLost);
+      health_->Forget(id);
+    }
+  }
+  journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members);
+  membership_->AssignRanks(plan.members);
+  for (const auto& id : plan.leaving) {
+    membership_->SetState(id, WorkerState::kLeaving);
+    health_->Forget(id);
+  }
+  proto::NewGeneration ng;
+  ng.generation = plan.generation;
+  ng.layout = plan.layout;
+  ng.members = MembersOf(plan.layout, plan.members, plan.has_state);
+  ng.restore_step = plan.restore_step;
+  ng.source_rank = plan.source_rank;
+  ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
+  ng.reason = plan.reason;
+  ng.prev_layout = plan.prev_layout;
+  ng.checkpoint_dir = checkpoints_->latest_dir();
+  ng.prev_members = MembersOf(plan.prev_layout, plan.prev_members, plan.prev_has_state);
+  for (const auto& id : plan.members) {
+    outbox_->Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
+  }
+  proto::NewGeneration leave = ng;
+  leave.leave = true;
+  for (const auto& id : plan.leaving) {
+    outbox_->Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
+  }
+  LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
+            << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
+  reconf_.BeginBuild(std::move(plan));
+}
+
+void GenerationManager::Commit() {
+  const GenerationPlan plan = reconf_.plan();
+  HistoryEntry entry;
+  entry.generation = plan.generation;
+  entry.reason = plan.reason;
+  entry.workers = plan.members;
+  entry.layout = plan.layout;
+  entry.timings = reconf_.Timings();
+  journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings);
+  history_.push_back(entry);
+  generation_ = plan.generation;
+  layout_ = plan.layout;
+  members_ = plan.members;
+  job_state_ = proto::JobState::kRunning;
+  reconf_.Reset();
+  LOG(INFO) << "generation " << generation_ << " committed (" << layout_.ToString() << ")";
+  for (const auto& listener : commit_listeners_) listener(generation_);
+}
+
+void GenerationManager::FinishJob() {
+  job_state_ = proto::JobState::kFinished;
+  journal_->End(JobOutcome::kFinished, "every member finished");
+  proto::Shutdown shutdown;
+  shutdown.exit_code = 0;
+  shutdown.reason = "every member finished";
+  for (const auto& agent : membership_->agents()) {
+    outbox_->Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
+  }
+  EndJob("the job finished");
+  LOG(INFO) << "job " << options_->job << " finished";
+}
+
+void GenerationManager::FailJob(const std::string& why) {
+  job_state_ = proto::JobState::kFailed;
+  journal_->End(JobOutcome::kFailed, why);
+  reconf_.Reset();
+  proto::Shutdown shutdown;
+  shutdown.exit_code = 1;
+  shutdown.reason = why;
+  for (const auto& agent : membership_->agents()) {
+    outbox_->Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
+  }
+  for (const WorkerInfo* w : membership_->All()) {
+    if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
+      outbox_->Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
+    }
+  }
+  EndJob("the job failed: " + why);
+  LOG(ERROR) << "job " << options_->job << " failed: " << why;
+}
+
+void GenerationManager::EndJob(const std::string& message) {
+  for (const auto& listener : job_end_listeners_) listener(message);
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,160 @@
+// GenerationManager: the job's generations and the state machine that changes them
+// (docs/protocol.md): forming the first generation, pausing for a planned change, recovering from
+// a failure, building the next generation, committing it, and ending the job. It owns the
+// committed generation (number, layout, members by rank, history) and the change in flight
+// (Reconfiguration), and decides what the members are sent. The worker service calls in with what
+// workers report, the resize manager with the pause a resize needs, the restore manager with what
+// a restart took back; they learn of commits, recoveries and the job's end through listeners.
+// Time comes from the injected Clock. Thread-compatible: the core's loop owns it, like every
+// manager.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/messages.h"
+#include "coordinator/checkpoint_manager.h"
+#include "coordinator/health.h"
+#include "coordinator/journal_recorder.h"
+#include "coordinator/layout_policy.h"
+#include "coordinator/membership.h"
+#include "coordinator/options.h"
+#include "coordinator/outbox.h"
+#include "coordinator/reconfiguration.h"
+#include "elastra/layout.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+struct HistoryEntry {
+  uint64_t generation = 0;
+  proto::GenerationReason reason = proto::GenerationReason::kStart;
+  std::vector<std::string> workers;
+  Layout layout;
+  ReconfigurationTimings timings;
+};
+
+// What a planned change is to reach (the resize that asked for it).
+struct SizeGoal {
+  size_t workers = 0;
+  bool has_layout = false;  // `layout` was asked for; else the layout policy chooses
+  Layout layout;
+};
+
+// The committed job a restart took back from the journal.
+struct CommittedJob {
+  proto::JobState state = proto::JobState::kForming;  // kForming, kRunning, kFinished or kFailed
+  uint64_t generation = 0;                            // 0: none committed
+  uint64_t highest_generation = 0;                    // highest number ever handed out
+  Layout layout;
+  std::vector<std::string> members;  // of `generation`, by rank
+  std::vector<HistoryEntry> history;
+};
+
+class GenerationManager {
+ public:
+  // Every pointer is not owned and must outlive the manager. `options` are normalized
+  // (CoordinatorCore's constructor).
+  GenerationManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
+                    HealthMonitor* health, Outbox* outbox, JournalRecorder* journal,
+                    const LayoutPolicy* layouts, CheckpointManager* checkpoints);
+  GenerationManager(const GenerationManager&) = delete;
+  GenerationManager& operator=(const GenerationManager&) = delete;
+
+  // Called, in the order added, after generation `generation` committed.
+  void AddCommitListener(std::function<void(uint64_t generation)> listener);
+  // Called when the job finishes or fails, with what to tell a waiting resize ("the job
+  // finished", "the job failed: why").
+  void AddJobEndListener(std::function<void(const std::string& message)> listener);
+  // Called when a recovery round starts.
+  void AddRecoveryListener(std::function<void()> listener);
+
+  // The job as status shows it: the phase of a change in flight, else the committed state.
+  proto::JobState state() const;
+  bool job_over() const {
+    return job_state_ == proto::JobState::kFinished || job_state_ == proto::JobState::kFailed;
+  }
+  Phase phase() const { return reconf_.phase(); }
+  uint64_t generation() const { return generation_; }  // committed; 0 before the first
+  const Layout& layout() const { return layout_; }
+  const std::vector<std::string>& members() const { return members_; }  // committed, by rank
+  const std::vector<HistoryEntry>& history() const { return history_; }
+
+  // Forms the first generation once initial_workers standby workers joined (the newest
+  // checkpoint under resume_from when set; the job fails when there is none).
+  void MaybeFormFirstGeneration();
+  // A planned change: asks every member to pause for the next generation, which is to reach
+  // `goal`.
+  void BeginPause(const SizeGoal& goal);
+  // A PausedReport from `id`. Reconfiguration's error (kStaleGeneration, kNotFound) when it was
+  // not expected. Once every participant answered: builds the next generation at the agreed step,
+  // or recovers when the steps differ or one failed (pausing); builds the recovery generation
+  // (recovering).
+  Status OnPaused(const std::string& id, const proto::PausedReport& report);
+  // A GenerationReady from `id`. Reconfiguration's error when it was not expected. Commits the
+  // generation once every member is ready.
+  Status OnReady(const std::string& id, const proto::GenerationReady& ready);
+  // True when a FailureReport about `generation` concerns what the members run now (the
+  // generation being built, else the committed one) and no recovery is under way.
+  bool FailureIsCurrent(uint64_t generation) const;
+  // A member finished training: the job finishes when every member of the committed generation
+  // has finished (or is lost) and no change is in flight.
+  void MaybeFinishJob();
+
+  // Workers that died or went silent: marked lost, told to exit (they may be alive but cut off),
+  // and recovered from when they were members (or participants of the recovery under way).
+  void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
+  // Starts a recovery round without `lost` (may be empty: a collective failed and nobody is known
+  // dead). A change in flight is aborted; already recovering, the lost stop being awaited. The job
+  // fails when no member is left.
+  void StartRecovery(const std::vector<std::string>& lost, const std::string& why);
+  // Recovering: survivors that did not answer by the deadline are lost.
+  void Tick();
+
+  // A restart: the committed job from the journal.
+  void Restore(CommittedJob job);
+
+ private:
+  void FinishPause(int64_t step);
+  void FinishRecovery();
+  void StartBuild(GenerationPlan plan);
+  void Commit();
+  void FinishJob();
+  void FailJob(const std::string& why);
+  void EndJob(const std::string& message);
+  // The host of each of `ids` (the id itself for an unknown worker).
+  std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
+  // The wire form of workers `ids` at ranks 0.. of `layout`.
+  std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
+                                       const std::vector<bool>& has_state) const;
+
+  const CoordinatorOptions* options_;
+  Clock* clock_;
+  Membership* membership_;
+  HealthMonitor* health_;
+  Outbox* outbox_;
+  JournalRecorder* journal_;
+  const LayoutPolicy* layouts_;
+  CheckpointManager* checkpoints_;
+
+  // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
+  proto::JobState job_state_ = proto::JobState::kForming;
+  uint64_t generation_ = 0;          // committed
+  uint64_t highest_generation_ = 0;  // highest number handed out
+  Layout layout_;
+  std::vector<std::string> members_;  // committed generation, by rank
+  std::vector<HistoryEntry> history_;
+  Reconfiguration reconf_;
+  SizeGoal pause_goal_;  // of the pause in flight
+
+  std::vector<std::function<void(uint64_t)>> commit_listeners_;
+  std::vector<std::function<void(const std::string&)>> job_end_listeners_;
+  std::vector<std::function<void()>> recovery_listeners_;
+};
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,86 @@
+#include "coordinator/journal_recorder.h"
+
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+
+void JournalRecorder::LogFailure(const Status& s) {
+  if (!s.ok()) {
+    LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): "
+                              << s;
+  }
+}
+
+JournalWorker JournalRecorder::RecordOf(const std::string& id) const {
+  JournalWorker r;
+  r.id = id;
+  if (const WorkerInfo* w = membership_->Find(id)) {
+    r.host = w->host;
+    r.device = w->device;
+    r.pid = w->pid;
+  }
+  return r;
+}
+
+std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::string>& ids) const {
+  std::vector<JournalWorker> out;
+  for (const auto& id : ids) out.push_back(RecordOf(id));
+  return out;
+}
+
+void JournalRecorder::Join(const std::string& id) {
+  if (journal_) LogFailure(journal_->RecordJoin(RecordOf(id)));
+}
+
+void JournalRecorder::WorkerState(const std::string& id, JournalWorkerState state) {
+  if (journal_) LogFailure(journal_->RecordWorkerState(id, state));
+}
+
+void JournalRecorder::Ids(const std::vector<std::string>& ids) {
+  if (journal_) LogFailure(journal_->RecordIds(ids));
+}
+
+void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
+                                  const std::vector<std::string>& workers) {
+  if (journal_) LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers)));
+}
+
+void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,
+                             const Layout& layout, const std::vector<std::string>& members,
+                             const ReconfigurationTimings& timings) {
+  if (!journal_) return;
+  JournalGeneration g;
+  g.generation = generation;
+  g.reason = reason;
+  g.layout = layout;
+  g.members = RecordsOf(members);
+  g.downtime_ms = timings.downtime_ms;
+  g.agreement_ms = timings.agreement_ms;
+  g.rebuild_ms = timings.rebuild_ms;
+  g.transfer_ms = timings.transfer_ms;
+  LogFailure(journal_->RecordCommit(g));
+}
+
+void JournalRecorder::Resize(int32_t workers, bool has_layout, const Layout& layout) {
+  if (!journal_) return;
+  JournalResize z;
+  z.workers = workers;
+  z.has_layout = has_layout;
+  z.layout = layout;
+  LogFailure(journal_->RecordResize(z));
+}
+
+void JournalRecorder::ResizeEnd() {
+  if (journal_) LogFailure(journal_->RecordResizeEnd());
+}
+
+void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
+  if (journal_) LogFailure(journal_->RecordEnd(outcome, reason));
+}
+
+Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir) {
+  if (!journal_) return OkStatus();
+  return journal_->RecordCheckpoint(step, generation, dir);
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,53 @@
+// JournalRecorder: the coordinator's events written as journal records (docs/journal.md), each
+// before the messages it causes leave. Without a journal (no state directory) every call does
+// nothing. A record that cannot be written is logged as an error and the job goes on: a full disk
+// must not stop training, it only costs the ability to take the job back after a restart.
+// Thread-compatible: the core's loop owns it, like every manager.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/journal.h"
+#include "coordinator/membership.h"
+#include "coordinator/reconfiguration.h"
+
+namespace elastra::coordinator {
+
+class JournalRecorder {
+ public:
+  // `membership` (hosts, devices and pids of the workers named) is not owned.
+  explicit JournalRecorder(const Membership* membership) : membership_(membership) {}
+
+  // Starts recording into `journal`.
+  void Attach(std::unique_ptr<Journal> journal) { journal_ = std::move(journal); }
+  // nullptr when the job keeps no journal.
+  Journal* journal() const { return journal_.get(); }
+
+  void Join(const std::string& id);
+  void WorkerState(const std::string& id, JournalWorkerState state);
+  void Ids(const std::vector<std::string>& ids);
+  void ChangeBegun(uint64_t target, ChangeKind kind, const std::vector<std::string>& workers);
+  void Commit(uint64_t generation, proto::GenerationReason reason, const Layout& layout,
+              const std::vector<std::string>& members, const ReconfigurationTimings& timings);
+  void Resize(int32_t workers, bool has_layout, const Layout& layout);
+  void ResizeEnd();
+  void End(JobOutcome outcome, const std::string& reason);
+  // The journal's error, not logged: a committed checkpoint that is not journaled is still
+  // committed, and the caller decides what to say.
+  Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir);
+
+  // Logs a failed journal write (at most once a second).
+  static void LogFailure(const Status& s);
+
+ private:
+  JournalWorker RecordOf(const std::string& id) const;
+  std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids) const;
+
+  const Membership* membership_;
+  std::unique_ptr<Journal> journal_;
+};
+
+}  // namespace elastra::coordinator

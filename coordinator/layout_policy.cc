@@ -1,0 +1,135 @@
+#include "coordinator/layout_policy.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+
+std::vector<int> HostIndices(const std::vector<std::string>& hosts) {
+  std::map<std::string, int> index;
+  std::vector<int> out;
+  for (const auto& h : hosts) {
+    auto [it, added] = index.emplace(h, static_cast<int>(index.size()));
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+void LayoutPolicy::Learn(const proto::JoinRequest& join) {
+  if (state_.tensors.empty() && !join.state.tensors.empty()) state_ = join.state;
+  if (!model_json_.empty() || join.model_json.empty()) return;
+  model_json_ = join.model_json;
+  auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("model")) return;
+  auto model = ParseModelDescription(j["model"].dump());
+  if (!model.ok()) {
+    LOG(WARNING) << "ignoring the model description of " << join.worker_id << ": "
+                 << model.status();
+    return;
+  }
+  model_ = *model;
+  auto pins = j.value("pins", nlohmann::json::object());
+  if (pins.is_object()) {
+    pins_.tp = pins.value("tp", 0);
+    pins_.pp = pins.value("pp", 0);
+    pins_.only_dp = pins.value("only_dp", false);
+  }
+  LOG(INFO) << "planning layouts for the model of worker " << join.worker_id;
+}
+
+Status LayoutPolicy::Validate(const Layout& layout) const {
+  for (const auto& t : state_.tensors) {
+    Status s = ValidateTensor(t, state_.num_layers, layout);
+    if (!s.ok()) {
+      return InvalidArgumentError("layout " + layout.ToString() +
+                                  " does not fit the job's state: " + s.message());
+    }
+  }
+  return OkStatus();
+}
+
+Layout LayoutPolicy::Default(size_t workers, const Layout& current) const {
+  const int n = static_cast<int>(workers);
+  const int k = current.pp * current.tp;
+  if (k > 1 && n % k == 0) {
+    Layout keep{n / k, current.pp, current.tp};
+    if (Validate(keep).ok()) return keep;
+  }
+  Layout dp;
+  dp.dp = n;
+  return dp;
+}
+
+Layout LayoutPolicy::Choose(const std::vector<std::string>& hosts, const Layout& current) const {
+  const size_t n = hosts.size();
+  if (!model_ || pins_.only_dp) return Default(n, current);
+  auto planned = PlanLayout(*model_, HostIndices(hosts), pins_, CurrentPlacement{});
+  if (!planned.ok()) {
+    LOG(WARNING) << "planner: " << planned.status() << "; using the default layout";
+    return Default(n, current);
+  }
+  std::vector<LayoutScore> ranked = {planned->best};
+  ranked.insert(ranked.end(), planned->alternatives.begin(), planned->alternatives.end());
+  for (const auto& score : ranked) {
+    // Every worker is used: a worker left idle would hold no rank and no state.
+    if (static_cast<size_t>(score.layout.world()) != n) continue;
+    if (!Validate(score.layout).ok()) continue;
+    LOG(INFO) << "planner chose " << score.layout.ToString() << " for " << n
+              << " workers (modelled step " << score.step_time_s * 1e3 << " ms)";
+    return score.layout;
+  }
+  return Default(n, current);
+}
+
+std::vector<std::string> LayoutPolicy::Assign(
+    const Layout& layout, const std::vector<std::string>& candidates,
+    const std::vector<std::string>& hosts, const Layout& current,
+    const std::vector<std::string>& current_members) const {
+  const int world = layout.world();
+  std::vector<std::string> keep_order(candidates.begin(), candidates.begin() + world);
+  if (state_.tensors.empty()) return keep_order;  // nothing known to keep in place
+  CurrentPlacement placement;
+  placement.layout = current;
+  for (const auto& id : current_members) {
+    auto it = std::find(candidates.begin(), candidates.end(), id);
+    if (it == candidates.end()) return keep_order;  // a current member is missing: keep it simple
+    placement.worker_of_rank.push_back(static_cast<int>(it - candidates.begin()));
+  }
+  // Exact bytes kept, from the registered state's region math.
+  PlannerOptions options;
+  const StateSpec& state = state_;
+  options.kept_bytes = [&state, current](int from_rank, const Layout& to, int to_rank) {
+    const Coordinates a = CoordinatesOf(current, from_rank), b = CoordinatesOf(to, to_rank);
+    int64_t kept = 0;
+    for (const auto& t : state.tensors) {
+      const Region ra = LocalRegion(t, state.num_layers, current, a);
+      const Region rb = LocalRegion(t, state.num_layers, to, b);
+      if (ra.empty() || rb.empty()) continue;
+      for (const Rect& p : ra.Pieces()) {
+        for (const Rect& q : rb.Pieces()) {
+          kept += Intersect(p, q).volume() * static_cast<int64_t>(t.element_size);
+        }
+      }
+    }
+    return kept;
+  };
+  bool exact = false;
+  int64_t kept = 0;
+  auto assigned = AssignRanks(ModelDescription{}, layout, HostIndices(hosts), placement, options,
+                              &exact, &kept);
+  if (!assigned.ok()) {
+    LOG(WARNING) << "rank assignment for " << layout.ToString() << " failed (" << assigned.status()
+                 << "); keeping the current order";
+    return keep_order;
+  }
+  std::vector<std::string> order;
+  for (int w : *assigned) order.push_back(candidates[w]);
+  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept << " bytes in place"
+            << (exact ? "" : " (heuristic)");
+  return order;
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,65 @@
+// LayoutPolicy: which (dp, pp, tp) layout a generation gets and which worker takes which rank.
+// It learns the job's state (the tensors the workers registered) and the model description for
+// the planner from the first join that carries them; after that it answers questions with no
+// side effect but log lines: does a layout fit the state, the default layout for a worker count,
+// the planner's choice for workers on their hosts, and the rank assignment that keeps the most
+// state in place. Thread-compatible: the core's loop owns it, like every manager.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/messages.h"
+#include "coordinator/model_description.h"
+#include "coordinator/planner.h"
+#include "elastra/layout.h"
+#include "elastra/sharding.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+class LayoutPolicy {
+ public:
+  // Takes the state and the model description ({"model": ..., "pins": {...}}) from `join` when
+  // none is known yet. A model description that does not parse is logged and ignored.
+  void Learn(const proto::JoinRequest& join);
+
+  const StateSpec& state() const { return state_; }
+  bool has_model() const { return model_.has_value(); }
+
+  // kInvalidArgument with the reason when the registered state cannot be laid out as `layout`
+  // (always OK before a worker registered its state).
+  Status Validate(const Layout& layout) const;
+
+  // The layout for `workers` workers when none was asked for: keeps the pipeline and tensor
+  // degrees of `current` when they divide the count and the state allows it, else pure data
+  // parallelism.
+  Layout Default(size_t workers, const Layout& current) const;
+
+  // The layout for workers on `hosts` (one host name per worker) when none was asked for: the
+  // planner's best layout that uses every worker and fits the state, when the workers gave a
+  // model description (and did not pin data parallelism); Default() otherwise.
+  Layout Choose(const std::vector<std::string>& hosts, const Layout& current) const;
+
+  // `layout.world()` of `candidates` (on `hosts`, one per candidate) ordered by their rank in
+  // `layout`: the assignment that keeps the most of the registered state in place, given that
+  // `current_members` hold the ranks of `current`. Candidates left out leave the job. The
+  // candidates' own order when no state is registered, a current member is not a candidate, or
+  // the assignment fails (logged).
+  std::vector<std::string> Assign(const Layout& layout, const std::vector<std::string>& candidates,
+                                  const std::vector<std::string>& hosts, const Layout& current,
+                                  const std::vector<std::string>& current_members) const;
+
+ private:
+  StateSpec state_;
+  std::string model_json_;
+  std::optional<ModelDescription> model_;
+  PlannerPins pins_;
+};
+
+// For each host name, the index of that host in order of first appearance: {b, a, b} -> {0, 1, 0}.
+std::vector<int> HostIndices(const std::vector<std::string>& hosts);
+
+}  // namespace elastra::coordinator

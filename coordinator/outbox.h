@@ -1,0 +1,95 @@
+// Outbox: the frames one call into a CoordinatorCore answers with, and the counters of what the
+// coordinator dropped (malformed frames, stale messages). Every manager writes its replies and
+// pushes here; the core hands them to the server when Handle() or Tick() returns. Replies carry
+// the committed generation. Thread-compatible: the core's loop owns it, like every manager.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/messages.h"
+#include "coordinator/membership.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+// One frame to send to one ROUTER identity.
+struct Outgoing {
+  std::string identity;
+  std::string frame;
+};
+
+class Outbox {
+ public:
+  // `membership` (where a worker's latest ROUTER identity is kept) is not owned and must outlive
+  // the outbox; `generation` returns the committed generation that replies carry.
+  Outbox(std::string job, const Membership* membership, std::function<uint64_t()> generation)
+      : job_(std::move(job)), membership_(membership), generation_(std::move(generation)) {}
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  // A frame to ROUTER identity `identity`, carrying the committed generation.
+  template <class T>
+  void Send(const std::string& identity, proto::MessageType type, const T& payload,
+            uint64_t request_id) {
+    out_.push_back(
+        {identity, proto::MakeFrame(type, payload, job_, generation_(), kSender, request_id)});
+  }
+  // A push (request id 0) to worker `worker_id` at its latest identity, carrying `generation`.
+  // Dropped when the worker is unknown or has not been heard from since a restart.
+  template <class T>
+  void Push(const std::string& worker_id, proto::MessageType type, const T& payload,
+            uint64_t generation) {
+    const WorkerInfo* w = membership_->Find(worker_id);
+    if (w == nullptr || w->identity.empty()) return;
+    out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
+  }
+  // An ErrorReply{code, message} answering request `request_id`.
+  void SendError(const std::string& identity, uint64_t request_id, const Status& status);
+
+  // The payload of request `e`; nullopt after counting a malformed frame and answering
+  // `identity` with the decode error under e's request id.
+  template <class T>
+  std::optional<T> DecodeOrReply(const std::string& identity, const proto::Envelope& e) {
+    auto v = proto::DecodePayload<T>(e.payload);
+    if (v.ok()) return std::move(v).value();
+    ++malformed_frames_;
+    SendError(identity, e.request_id, v.status());
+    return std::nullopt;
+  }
+  // The payload of a fire-and-forget message `e`; nullopt after counting a malformed frame and
+  // answering its sender, when known, with request id 0.
+  template <class T>
+  std::optional<T> DecodeOrDrop(const proto::Envelope& e) {
+    auto v = proto::DecodePayload<T>(e.payload);
+    if (v.ok()) return std::move(v).value();
+    ++malformed_frames_;
+    if (const WorkerInfo* w = membership_->Find(e.sender)) SendError(w->identity, 0, v.status());
+    return std::nullopt;
+  }
+
+  void CountMalformed() { ++malformed_frames_; }
+  void CountStale() { ++stale_messages_; }
+  uint64_t malformed_frames() const { return malformed_frames_; }
+  uint64_t stale_messages() const { return stale_messages_; }
+
+  // The frames written since the last Take().
+  std::vector<Outgoing> Take() { return std::exchange(out_, {}); }
+
+ private:
+  static constexpr char kSender[] = "coordinator";
+
+  std::string job_;
+  const Membership* membership_;
+  std::function<uint64_t()> generation_;
+  std::vector<Outgoing> out_;
+  uint64_t malformed_frames_ = 0;
+  uint64_t stale_messages_ = 0;
+};
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,135 @@
+#include "coordinator/restore_manager.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "common/logging.h"
+
+namespace elastra::coordinator {
+
+Status RestoreManager::Open() {
+  auto journal = Journal::Open(options_->state_dir + "/journal.bin", options_->env);
+  if (!journal.ok()) return journal.status();
+  journal_->Attach(std::move(journal).value());
+  const JournalState& s = journal_->journal()->state();
+  if (s.empty()) {
+    return journal_->journal()->RecordJob(options_->job, options_->initial_workers,
+                                          options_->max_workers);
+  }
+  if (s.job != options_->job) {
+    return FailedPreconditionError("the journal in " + options_->state_dir + " belongs to job '" +
+                                   s.job + "', not '" + options_->job + "'");
+  }
+  Restore(s);
+  return OkStatus();
+}
+
+void RestoreManager::Restore(const JournalState& s) {
+  restored_ = true;
+  const TimePoint now = clock_->Now();
+  CommittedJob job;
+  job.highest_generation = s.highest_generation;
+  checkpoints_->Restore(s.checkpoints);
+  for (const auto& id : s.seen_ids) membership_->MarkSeen(id);
+  for (const auto& g : s.history) {
+    HistoryEntry h;
+    h.generation = g.generation;
+    h.reason = g.reason;
+    h.layout = g.layout;
+    for (const auto& m : g.members) h.workers.push_back(m.id);
+    h.timings.downtime_ms = g.downtime_ms;
+    h.timings.agreement_ms = g.agreement_ms;
+    h.timings.rebuild_ms = g.rebuild_ms;
+    h.timings.transfer_ms = g.transfer_ms;
+    job.history.push_back(std::move(h));
+  }
+  auto restore_worker = [&](const JournalWorker& w) {
+    proto::JoinRequest join;
+    join.worker_id = w.id;
+    join.host = w.host;
+    join.device = w.device;
+    join.pid = w.pid;
+    membership_->Join(join, /*identity=*/"", now).IgnoreError();
+  };
+  auto state_of = [&](const std::string& id) -> std::optional<JournalWorkerState> {
+    auto it = s.worker_states.find(id);
+    if (it == s.worker_states.end()) return std::nullopt;
+    return it->second;
+  };
+  // Members: the committed generation's, then (a change in flight) the workers it involved.
+  std::vector<std::string> members;
+  if (const JournalGeneration* g = s.current()) {
+    job.generation = g->generation;
+    job.layout = g->layout;
+    job.state = proto::JobState::kRunning;
+    for (const auto& m : g->members) {
+      job.members.push_back(m.id);
+      if (state_of(m.id) == JournalWorkerState::kLost) continue;
+      restore_worker(m);
+      members.push_back(m.id);
+    }
+  }
+  if (s.change_in_flight) {
+    for (const auto& w : s.change_workers) {
+      if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+      if (state_of(w.id).has_value()) continue;
+      restore_worker(w);
+      members.push_back(w.id);
+    }
+  }
+  for (const auto& w : s.standby) {
+    if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+    restore_worker(w);
+    health_->Beat(w.id);
+  }
+  membership_->AssignRanks(members);
+  for (const auto& id : members) {
+    if (state_of(id) == JournalWorkerState::kFinished) {
+      membership_->SetState(id, WorkerState::kFinished);
+    } else {
+      health_->Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
+    }
+  }
+  if (s.resize) resizes_->Restore(*s.resize);
+  if (s.ended == JobOutcome::kFinished) job.state = proto::JobState::kFinished;
+  if (s.ended == JobOutcome::kFailed) job.state = proto::JobState::kFailed;
+  generations_->Restore(std::move(job));
+  pending_ = !generations_->job_over();
+  recover_ = s.change_in_flight;
+  why_ = "the coordinator restarted while changing to generation " +
+         std::to_string(s.change_target) + " (" + ToString(s.change_kind) + ")";
+  deadline_ = now + options_->heartbeat_timeout;
+  LOG(WARNING) << "took back job " << options_->job << " from " << journal_->journal()->path()
+               << " (" << s.records << " records): generation " << generations_->generation()
+               << ", " << membership_->Members().size() << " member(s), "
+               << membership_->Standby().size() << " standby"
+               << (s.change_in_flight ? "; a change was in flight: recovering once the workers "
+                                        "reconnect"
+                                      : "")
+               << (s.ended ? std::string("; the job is ") + ToString(*s.ended) : std::string());
+}
+
+void RestoreManager::MaybeFinish() {
+  if (!pending_) return;
+  if (generations_->job_over()) {
+    pending_ = false;
+    return;
+  }
+  bool all_heard = true;
+  for (const auto& id : membership_->Members()) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w != nullptr && w->identity.empty()) all_heard = false;
+  }
+  if (!all_heard && clock_->Now() < deadline_) return;
+  pending_ = false;
+  if (recover_ && generations_->phase() == Phase::kIdle) {
+    recover_ = false;
+    generations_->StartRecovery({}, why_);
+    return;
+  }
+  recover_ = false;
+  resizes_->Continue();
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,125 @@
+// The generation manager driven on its own, without a CoordinatorCore, as a simulator would: the
+// workers are entries in a Membership, time is a FakeClock, and what the members are sent is read
+// back from the Outbox.
+#include "coordinator/generation_manager.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/coordinator/manager_test_util.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using T = proto::MessageType;
+
+using GenerationManagerTest = ManagerTest;
+
+TEST_F(GenerationManagerTest, TheFirstGenerationFormsAndCommitsWhenEveryMemberIsReady) {
+  Join("a");
+  EXPECT_TRUE(outbox_.Take().empty()) << "formed with one of two initial workers";
+  Join("b");
+  auto built = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(built.size(), 2u);
+  EXPECT_EQ(built[0].second.generation, 1u);
+  EXPECT_EQ(built[0].second.layout, (Layout{2, 1, 1}));
+  EXPECT_TRUE(built[0].second.members[0].has_state);  // rank 0's initial state is broadcast
+  EXPECT_FALSE(built[0].second.members[1].has_state);
+  EXPECT_EQ(generations_.state(), proto::JobState::kForming);
+  ASSERT_TRUE(generations_.OnReady("a", proto::GenerationReady{1, 2, 0, 0}).ok());
+  EXPECT_TRUE(commits_.empty());
+  ASSERT_TRUE(generations_.OnReady("b", proto::GenerationReady{1, 3, 0, 0}).ok());
+  EXPECT_EQ(commits_, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(generations_.state(), proto::JobState::kRunning);
+  EXPECT_EQ(generations_.members(), (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(generations_.history().size(), 1u);
+  EXPECT_DOUBLE_EQ(generations_.history()[0].timings.rebuild_ms, 3);
+  EXPECT_EQ(generations_.OnReady("a", proto::GenerationReady{1, 0, 0, 0}).code(),
+            StatusCode::kStaleGeneration);
+}
+
+TEST_F(GenerationManagerTest, APauseBuildsTheGoalWithStandbyWorkers) {
+  StartTwo();
+  Join("c");
+  Join("d");
+  generations_.BeginPause(SizeGoal{4, false, {}});
+  auto pauses = Sent<proto::PauseRequest>(T::kPauseRequest);
+  ASSERT_EQ(pauses.size(), 2u);
+  EXPECT_EQ(pauses[0].second.target_generation, 2u);
+  EXPECT_EQ(generations_.state(), proto::JobState::kPausing);
+  ASSERT_TRUE(generations_.OnPaused("a", proto::PausedReport{2, 10, {}, false}).ok());
+  ASSERT_TRUE(generations_.OnPaused("b", proto::PausedReport{2, 10, {}, false}).ok());
+  auto built = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(built.size(), 4u);
+  const proto::NewGeneration& ng = built[0].second;
+  EXPECT_EQ(ng.generation, 2u);
+  EXPECT_EQ(ng.layout, (Layout{4, 1, 1}));
+  EXPECT_EQ(ng.restore_step, 10);
+  ASSERT_EQ(ng.members.size(), 4u);
+  EXPECT_TRUE(ng.members[0].has_state && ng.members[1].has_state);
+  EXPECT_FALSE(ng.members[2].has_state || ng.members[3].has_state);
+  for (const std::string id : {"a", "b", "c", "d"}) {
+    ASSERT_TRUE(generations_.OnReady(id, proto::GenerationReady{2, 0, 0, 0}).ok());
+  }
+  EXPECT_EQ(commits_, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(generations_.layout(), (Layout{4, 1, 1}));
+}
+
+TEST_F(GenerationManagerTest, DifferentPauseStepsTurnThePauseIntoARecovery) {
+  StartTwo();
+  generations_.BeginPause(SizeGoal{2, true, Layout{1, 2, 1}});
+  outbox_.Take();
+  ASSERT_TRUE(generations_.OnPaused("a", proto::PausedReport{2, 10, {10}, false}).ok());
+  ASSERT_TRUE(generations_.OnPaused("b", proto::PausedReport{2, 11, {10}, false}).ok());
+  auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
+  ASSERT_EQ(recover.size(), 2u);
+  EXPECT_EQ(recover[0].second.target_generation, 3u) << "a fresh number, above the pause's";
+  EXPECT_EQ(recoveries_, 1);
+  EXPECT_EQ(generations_.state(), proto::JobState::kRecovering);
+  EXPECT_FALSE(generations_.FailureIsCurrent(1)) << "already recovering";
+}
+
+TEST_F(GenerationManagerTest, SilentSurvivorsAreLostAtTheRecoverDeadline) {
+  StartTwo();
+  EXPECT_FALSE(generations_.FailureIsCurrent(0));
+  EXPECT_TRUE(generations_.FailureIsCurrent(1));
+  generations_.StartRecovery({}, "a collective failed");
+  outbox_.Take();
+  ASSERT_TRUE(generations_.OnPaused("a", proto::PausedReport{2, 7, {7}, true}).ok());
+  clock_.Advance(Duration(1499));
+  generations_.Tick();
+  EXPECT_EQ(generations_.state(), proto::JobState::kRecovering);
+  clock_.Advance(Duration(1));
+  generations_.Tick();  // b is lost; a alone builds generation 2 from its commit at step 7
+  EXPECT_EQ(membership_.Find("b")->state, WorkerState::kLost);
+  auto built = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(built.size(), 1u);
+  EXPECT_EQ(built[0].first, "id-a");
+  EXPECT_EQ(built[0].second.restore_step, 7);
+  EXPECT_EQ(built[0].second.reason, proto::GenerationReason::kFailure);
+}
+
+TEST_F(GenerationManagerTest, LosingEveryMemberFailsTheJob) {
+  StartTwo();
+  generations_.LoseWorkers({"a", "b"}, "missed heartbeat deadline");
+  auto shutdowns = Sent<proto::Shutdown>(T::kShutdown);
+  ASSERT_EQ(shutdowns.size(), 2u);
+  EXPECT_EQ(shutdowns[0].second.exit_code, 1);
+  EXPECT_EQ(shutdowns[0].second.reason, "declared lost: missed heartbeat deadline");
+  EXPECT_EQ(generations_.state(), proto::JobState::kFailed);
+  EXPECT_TRUE(generations_.job_over());
+  EXPECT_EQ(ended_, "the job failed: every member is lost (missed heartbeat deadline)");
+}
+
+TEST_F(GenerationManagerTest, TheJobFinishesWhenEveryMemberHasFinished) {
+  StartTwo();
+  membership_.SetState("a", WorkerState::kFinished);
+  generations_.MaybeFinishJob();
+  EXPECT_EQ(generations_.state(), proto::JobState::kRunning);
+  membership_.SetState("b", WorkerState::kFinished);
+  generations_.MaybeFinishJob();
+  EXPECT_EQ(generations_.state(), proto::JobState::kFinished);
+  EXPECT_EQ(ended_, "the job finished");
+}
+
+}  // namespace
+}  // namespace elastra::coordinator

@@ -1,0 +1,103 @@
+// The layout policy on its own: which layouts fit the registered state, the default and planned
+// layouts, and the rank assignment that keeps state in place. Pure: no core, no clock.
+#include "coordinator/layout_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace elastra::coordinator {
+namespace {
+
+// Two layers and a [6, 4] tensor split over TP along dim 0 (as CoreTest's resize test).
+proto::JoinRequest JoinWithState() {
+  proto::JoinRequest join{"a", "n1", 0, 1};
+  join.state.num_layers = 2;
+  join.state.tensors.push_back(TensorSpec{"w", {6, 4}, 4, ShardingRule{0, 1, false}});
+  return join;
+}
+
+// A ~7B model that does not fit one 80 GiB device (tests/planner/planner_test.cc).
+constexpr char kLargeModel[] = R"({"model": {"layers": 32, "hidden": 4096, "heads": 32,
+  "vocab": 50304, "seq_len": 2048, "global_batch": 512, "micro_batch": 1,
+  "device_memory_gib": 80}})";
+
+TEST(LayoutPolicyTest, ValidateChecksTheRegisteredState) {
+  LayoutPolicy policy;
+  EXPECT_TRUE(policy.Validate(Layout{1, 3, 1}).ok()) << "no state registered yet: anything goes";
+  policy.Learn(JoinWithState());
+  EXPECT_TRUE(policy.Validate(Layout{2, 2, 1}).ok());
+  EXPECT_TRUE(policy.Validate(Layout{1, 1, 2}).ok());
+  Status stages = policy.Validate(Layout{1, 3, 1});  // three stages for two layers
+  EXPECT_EQ(stages.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stages.message().find("does not fit the job's state"), std::string::npos) << stages;
+  EXPECT_TRUE(policy.Validate(Layout{1, 1, 4}).ok()) << "six rows over four TP ranks: uneven";
+  EXPECT_FALSE(policy.Validate(Layout{1, 1, 8}).ok());  // six rows over eight TP ranks
+  // The first state registered stays: a later join does not replace it.
+  proto::JoinRequest other{"b", "n1", 0, 2};
+  other.state.num_layers = 3;
+  other.state.tensors.push_back(TensorSpec{"v", {3, 3}, 4, ShardingRule{0, 1, false}});
+  policy.Learn(other);
+  EXPECT_FALSE(policy.Validate(Layout{1, 3, 1}).ok());
+}
+
+TEST(LayoutPolicyTest, DefaultKeepsPipelineAndTensorDegreesWhenTheyFit) {
+  LayoutPolicy policy;
+  EXPECT_EQ(policy.Default(4, Layout{1, 2, 1}), (Layout{2, 2, 1}));
+  EXPECT_EQ(policy.Default(3, Layout{1, 2, 1}), (Layout{3, 1, 1})) << "pp=2 does not divide 3";
+  EXPECT_EQ(policy.Default(4, Layout{2, 1, 1}), (Layout{4, 1, 1}));
+  policy.Learn(JoinWithState());
+  // Keeping tp=8 would split six rows eight ways: pure data parallelism instead.
+  EXPECT_EQ(policy.Default(16, Layout{1, 1, 8}), (Layout{16, 1, 1}));
+  EXPECT_EQ(policy.Default(8, Layout{1, 1, 2}), (Layout{4, 1, 2}));
+}
+
+TEST(LayoutPolicyTest, ChooseAsksThePlannerOnlyWithAModel) {
+  const std::vector<std::string> hosts(8, "n1");
+  LayoutPolicy plain;
+  EXPECT_EQ(plain.Choose(hosts, Layout{1, 2, 1}), (Layout{4, 2, 1})) << "no model: Default()";
+
+  LayoutPolicy planned;
+  proto::JoinRequest join{"a", "n1", 0, 1};
+  join.model_json = kLargeModel;
+  planned.Learn(join);
+  ASSERT_TRUE(planned.has_model());
+  const Layout chosen = planned.Choose(hosts, Layout{});
+  EXPECT_EQ(chosen.world(), 8) << chosen.ToString() << ": every worker gets a rank";
+  EXPECT_GT(chosen.pp * chosen.tp, 1) << chosen.ToString() << ": 7B does not fit one device";
+
+  LayoutPolicy pinned;
+  join.model_json = std::string(kLargeModel).insert(1, R"("pins": {"only_dp": true}, )");
+  pinned.Learn(join);
+  ASSERT_TRUE(pinned.has_model());
+  EXPECT_EQ(pinned.Choose(hosts, Layout{1, 1, 1}), (Layout{8, 1, 1}));
+
+  LayoutPolicy broken;
+  join.model_json = R"({"model": {"layers": 0}})";
+  broken.Learn(join);
+  EXPECT_FALSE(broken.has_model()) << "an unreadable model description is ignored";
+}
+
+TEST(LayoutPolicyTest, AssignKeepsEachShardWithTheWorkerThatHoldsIt) {
+  LayoutPolicy policy;
+  const std::vector<std::string> hosts(3, "n1");
+  // Before any state is registered, the candidates' order is the assignment.
+  EXPECT_EQ(policy.Assign(Layout{2, 1, 1}, {"b", "a", "c"}, hosts, Layout{2, 1, 1}, {"a", "b"}),
+            (std::vector<std::string>{"b", "a"}));
+  // A [6, 4] tensor with ZeRO-1: a (DP rank 0) holds its first half, b (DP rank 1) the second.
+  proto::JoinRequest join{"a", "n1", 0, 1};
+  join.state.tensors.push_back(TensorSpec{"m", {6, 4}, 4, ShardingRule{-1, -1, true}});
+  policy.Learn(join);
+  // They keep their ranks whatever the candidates' order; c, holding nothing, leaves.
+  EXPECT_EQ(policy.Assign(Layout{2, 1, 1}, {"b", "c", "a"}, hosts, Layout{2, 1, 1}, {"a", "b"}),
+            (std::vector<std::string>{"a", "b"}));
+  // A current member that is not a candidate: the candidates' order.
+  EXPECT_EQ(policy.Assign(Layout{2, 1, 1}, {"c", "b"}, {"n1", "n1"}, Layout{2, 1, 1}, {"a", "b"}),
+            (std::vector<std::string>{"c", "b"}));
+}
+
+TEST(LayoutPolicyTest, HostIndicesNumberHostsByFirstAppearance) {
+  EXPECT_EQ(HostIndices({"b", "a", "b", "c"}), (std::vector<int>{0, 1, 0, 2}));
+  EXPECT_TRUE(HostIndices({}).empty());
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
