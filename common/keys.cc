@@ -247,4 +247,32 @@ StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path) {
   return info;
 }
 
+Status WriteJoinFile(const std::string& path, const ConnectionInfo& info) {
+  if (!IsValidZ85Key(info.worker.public_key) || !IsValidZ85Key(info.worker.secret_key)) {
+    return InvalidArgumentError("a join file needs the worker key pair");
+  }
+  ConnectionInfo join = info;
+  join.admin = KeyPair{};  // never in a join file
+  nlohmann::json j;
+  j["address"] = join.address;
+  j["job"] = join.job;
+  j["server_public"] = join.server_public;
+  j["worker"] = KeyPairToJson(join.worker);
+  if (join.address.empty()) return InvalidArgumentError("connection info has no address");
+  if (!IsValidZ85Key(join.server_public)) {
+    return InvalidArgumentError("server public key is not a 40-character Z85 key");
+  }
+  return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
+}
+
+StatusOr<ConnectionInfo> ReadJoinFile(const std::string& path) {
+  ELASTRA_ASSIGN_OR_RETURN(ConnectionInfo info, ReadConnectionInfo(path));
+  if (info.worker.public_key.empty()) {
+    return CorruptError(path + " has no worker key pair (\"worker\"): not a join file");
+  }
+  info.admin = KeyPair{};
+  info.pid = 0;
+  return info;
+}
+
 }  // namespace elastra

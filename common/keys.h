@@ -40,6 +40,15 @@ Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info);
 // kNotFound when the file is missing, kCorrupt when it does not parse or a key is malformed.
 StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path);
 
+// The join file (<state-dir>/join.json, mode 0600): what an agent or worker on another host needs
+// to join the job, and nothing that lets its holder resize it (docs/hosts.md): the address to
+// reach the coordinator at, the job, the coordinator's public key and the worker key pair. The
+// same JSON as coordinator.json without "admin" and "pid".
+Status WriteJoinFile(const std::string& path, const ConnectionInfo& info);
+// kNotFound when missing, kCorrupt when malformed or without a worker key pair. The admin key
+// pair of the result is always empty, even when the file was a coordinator.json.
+StatusOr<ConnectionInfo> ReadJoinFile(const std::string& path);
+
 // Writes `contents` to `path` atomically (temporary file, fsync, rename) with the given mode.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);
 

@@ -125,6 +125,40 @@ TEST_F(KeysTest, ConnectionInfoRoundTripAtomicAndPrivate) {
   EXPECT_EQ(back->pid, 1234);
 }
 
+// The join file carries what an agent or worker needs and no admin key: its holder cannot resize.
+TEST_F(KeysTest, JoinFileHoldsNoAdminKey) {
+  const ConnectionInfo info = SampleInfo();
+  const std::string path = Path("join.json");
+  ASSERT_TRUE(WriteJoinFile(path, info).ok());
+  EXPECT_EQ(Mode(path), 0600);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text.find(info.admin.public_key), std::string::npos) << text;
+  EXPECT_EQ(text.find(info.admin.secret_key), std::string::npos) << text;
+  EXPECT_EQ(text.find("\"admin\""), std::string::npos) << text;
+  auto back = ReadJoinFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->address, info.address);
+  EXPECT_EQ(back->job, info.job);
+  EXPECT_EQ(back->server_public, info.server_public);
+  EXPECT_EQ(back->worker.public_key, info.worker.public_key);
+  EXPECT_EQ(back->worker.secret_key, info.worker.secret_key);
+  EXPECT_TRUE(back->admin.public_key.empty());
+  // A coordinator.json read as a join file gives up its admin key too.
+  const std::string full = Path("coordinator.json");
+  ASSERT_TRUE(WriteConnectionInfo(full, info).ok());
+  auto as_join = ReadJoinFile(full);
+  ASSERT_TRUE(as_join.ok()) << as_join.status();
+  EXPECT_TRUE(as_join->admin.secret_key.empty());
+  // Without a worker key pair it is no join file.
+  ConnectionInfo admin_only = info;
+  admin_only.worker = KeyPair{};
+  ASSERT_TRUE(WriteConnectionInfo(full, admin_only).ok());
+  EXPECT_EQ(ReadJoinFile(full).status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(WriteJoinFile(path, admin_only).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadJoinFile(Path("missing.json")).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(KeysTest, ConnectionInfoErrorsAreClear) {
   auto missing = ReadConnectionInfo(Path("coordinator.json"));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
