@@ -81,7 +81,9 @@ GptConfig GptOf(const ModelDescription& m) {
 nlohmann::json ScoreJson(const LayoutScore& s) { return nlohmann::json::parse(LayoutScoreJson(s)); }
 
 void PrintScore(const char* label, const LayoutScore& s) {
-  std::string choice = std::string("; ") + RecomputeName(s.recompute) + " recomputation";
+  std::string choice = s.recompute == Recompute::kNone
+                           ? std::string("; no recomputation")
+                           : std::string("; ") + RecomputeName(s.recompute) + " recomputation";
   if (s.sequence_parallel) choice += ", sequence parallel";
   if (!s.tp_in_host) choice += ", tp across hosts";
   std::printf("%-9s %-18s workers %-5d step %.4f s  (compute %.4f incl. recompute %.4f, bubble "
