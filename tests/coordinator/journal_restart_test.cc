@@ -1,0 +1,266 @@
+// A CoordinatorCore that takes a job back from its journal (mid-run and mid-reconfiguration),
+// driven with a FakeClock; and a journal that cannot be written, which does not stop the job.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "coordinator/coordinator_core.h"
+#include "coordinator/journal.h"
+#include "tests/coordinator/journal_test_util.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using T = proto::MessageType;
+
+class RestartTest : public JournalTest {
+ protected:
+  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers,
+                                           checkpoint::Env* env = checkpoint::Env::Default()) {
+    CoordinatorOptions o;
+    o.env = env;
+    o.job = "job";
+    o.initial_workers = initial_workers;
+    o.max_workers = 8;
+    o.heartbeat_interval = Duration(200);
+    o.heartbeat_timeout = Duration(1500);
+    o.clock = &clock_;
+    o.state_dir = dir_;
+    auto core = std::make_unique<CoordinatorCore>(o);
+    EXPECT_TRUE(core->journal_status().ok()) << core->journal_status();
+    return core;
+  }
+
+  template <class P>
+  std::vector<proto::Envelope> Send(CoordinatorCore& core, const std::string& sender,
+                                    proto::Role role, T type, const P& payload,
+                                    uint64_t rid = 0, const std::string& identity_suffix = "") {
+    proto::Envelope e;
+    e.type = type;
+    e.job = "job";
+    e.sender = sender;
+    e.request_id = rid;
+    e.payload = proto::EncodePayload(payload);
+    return Decode(core.Handle("id-" + sender + identity_suffix, role, e));
+  }
+  static std::vector<proto::Envelope> Decode(const std::vector<Outgoing>& out) {
+    std::vector<proto::Envelope> v;
+    for (const auto& o : out) {
+      auto e = proto::DecodeEnvelope(o.frame);
+      if (e.ok()) v.push_back(*e);
+    }
+    return v;
+  }
+  static std::vector<proto::Envelope> OfType(const std::vector<proto::Envelope>& v, T type) {
+    std::vector<proto::Envelope> out;
+    for (const auto& e : v) {
+      if (e.type == type) out.push_back(e);
+    }
+    return out;
+  }
+
+  // Two workers join and generation 1 commits.
+  void StartTwo(CoordinatorCore& core) {
+    for (const std::string id : {"w0", "w1"}) {
+      Send(core, id, proto::Role::kWorker, T::kJoin, proto::JoinRequest{id, "host-" + id, 0, 100}, 1);
+    }
+    for (const std::string id : {"w0", "w1"}) {
+      Send(core, id, proto::Role::kWorker, T::kGenerationReady, proto::GenerationReady{1, 1.0, 0.0, 0});
+    }
+    ASSERT_EQ(core.state(), proto::JobState::kRunning);
+    ASSERT_EQ(core.generation(), 1u);
+  }
+
+  FakeClock clock_;
+};
+
+// A journal that cannot be written (a full disk) is logged; the job itself goes on.
+TEST_F(RestartTest, AJournalThatCannotBeWrittenDoesNotStopTheJob) {
+  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  auto core = NewCore(2, &env);
+  env.SetDiskSpace(0);
+  StartTwo(*core);
+  EXPECT_EQ(env.writes(), 5) << "the job record, then join, join, begin, commit: each tried once";
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->records, 1u);  // the job record written before the disk filled
+  // A resize still runs: the workers are asked to pause.
+  auto paused = Send(*core, "admin", proto::Role::kAdmin, T::kResize,
+                     proto::ResizeRequest{1, false, {}, false}, 2);
+  EXPECT_EQ(OfType(paused, T::kPauseRequest).size(), 2u);
+  EXPECT_EQ(core->state(), proto::JobState::kPausing);
+}
+
+TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{5});
+  }
+  auto core = NewCore(2);  // the restart: a new core on the same state directory
+  EXPECT_TRUE(core->restored());
+  EXPECT_EQ(core->generation(), 1u);
+  EXPECT_EQ(core->state(), proto::JobState::kRunning);
+  EXPECT_EQ(core->membership().Members(), (std::vector<std::string>{"w0", "w1"}));
+  EXPECT_EQ(core->membership().Find("w1")->host, "host-w1");
+  ASSERT_EQ(core->history().size(), 1u);
+  EXPECT_EQ(core->layout().dp, 2);
+  // Heartbeats refresh the deadlines; no recovery, no message to the workers.
+  clock_.Advance(Duration(1000));
+  for (const std::string id : {"w0", "w1"}) {
+    EXPECT_TRUE(Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7}).empty());
+  }
+  clock_.Advance(Duration(1000));
+  EXPECT_TRUE(Decode(core->Tick()).empty());
+  EXPECT_EQ(core->state(), proto::JobState::kRunning);
+  // A member that never comes back is lost after the heartbeat timeout, as usual.
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(Duration(200));
+    Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{8});
+    core->Tick();
+  }
+  EXPECT_EQ(core->membership().Find("w1")->state, WorkerState::kLost);
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
+}
+
+TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues) {
+  uint64_t pause_target = 0;
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    ASSERT_TRUE(core->RecordCheckpoint(10, 1, dir_ + "/ckpt/step-10").ok());
+    auto out =
+        Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
+    auto pauses = OfType(out, T::kPauseRequest);
+    ASSERT_EQ(pauses.size(), 2u);
+    pause_target = proto::DecodePayload<proto::PauseRequest>(pauses[0].payload)->target_generation;
+  }
+  auto core = NewCore(2);
+  EXPECT_TRUE(core->restored());
+  EXPECT_EQ(core->generation(), 1u);
+  // A resize while the restart is settling is refused.
+  auto refused =
+      Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{2, false, {}, false}, 3);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].type, T::kError);
+  // Nothing is sent before the workers are heard from (their ROUTER identities are unknown).
+  EXPECT_TRUE(Decode(core->Tick()).empty());
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  EXPECT_TRUE(Decode(core->Tick()).empty());
+  Send(*core, "w1", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  auto out = Decode(core->Tick());
+  auto recovers = OfType(out, T::kRecoverRequest);
+  ASSERT_EQ(recovers.size(), 2u);
+  const uint64_t target =
+      proto::DecodePayload<proto::RecoverRequest>(recovers[0].payload)->target_generation;
+  EXPECT_GT(target, pause_target);  // never a number the workers may have seen
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
+  // The workers answer with their commits and the recovery builds and commits.
+  std::vector<proto::Envelope> gens;
+  for (const std::string id : {"w0", "w1"}) {
+    auto o = Send(*core, id, proto::Role::kWorker, T::kPaused, proto::PausedReport{target, 12, {10, 12}, true});
+    for (auto& e : OfType(o, T::kNewGeneration)) gens.push_back(e);
+  }
+  ASSERT_EQ(gens.size(), 2u);
+  auto ng = proto::DecodePayload<proto::NewGeneration>(gens[0].payload);
+  EXPECT_EQ(ng->restore_step, 12);
+  EXPECT_EQ(ng->members.size(), 2u);
+  // The committed checkpoint survived the restart: the generation names it for a disk fallback.
+  EXPECT_EQ(ng->checkpoint_dir, dir_ + "/ckpt/step-10");
+  ASSERT_EQ(core->checkpoints().size(), 1u);
+  EXPECT_EQ(core->checkpoints()[0].step, 10);
+  std::vector<proto::Envelope> after;
+  for (const std::string id : {"w0", "w1"}) {
+    after = Send(*core, id, proto::Role::kWorker, T::kGenerationReady, proto::GenerationReady{target, 1, 0, 0});
+  }
+  EXPECT_EQ(core->generation(), target);
+  // The journaled resize (to 1 worker) goes on: a pause for the next generation.
+  auto pauses = OfType(after, T::kPauseRequest);
+  EXPECT_EQ(pauses.size(), 2u);
+  EXPECT_EQ(core->state(), proto::JobState::kPausing);
+}
+
+TEST_F(RestartTest, UnheardWorkersAreRecoveredAfterTheHeartbeatTimeout) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, false}, 9);
+  }
+  auto core = NewCore(2);
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
+  EXPECT_TRUE(Decode(core->Tick()).empty());
+  clock_.Advance(Duration(1600));
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{3}, 0, "-new");
+  auto out = Decode(core->Tick());
+  // w1 missed its deadline: it is lost and w0 is asked to recover.
+  EXPECT_EQ(core->membership().Find("w1")->state, WorkerState::kLost);
+  EXPECT_EQ(OfType(out, T::kRecoverRequest).size(), 1u);
+  EXPECT_EQ(core->state(), proto::JobState::kRecovering);
+}
+
+TEST_F(RestartTest, FinishedWorkersAndTheJobEndSurviveARestart) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    Send(*core, "w0", proto::Role::kWorker, T::kLeave,
+         proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
+  }
+  {
+    auto core = NewCore(2);
+    EXPECT_EQ(core->membership().Find("w0")->state, WorkerState::kFinished);
+    EXPECT_EQ(core->state(), proto::JobState::kRunning);
+    Send(*core, "w1", proto::Role::kWorker, T::kLeave,
+         proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
+    EXPECT_EQ(core->state(), proto::JobState::kFinished);
+  }
+  auto core = NewCore(2);
+  EXPECT_EQ(core->state(), proto::JobState::kFinished);
+  // An agent registering after the restart learns that the job is over.
+  auto out = Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 4}, 2);
+  auto shutdown = OfType(out, T::kShutdown);
+  ASSERT_EQ(shutdown.size(), 1u);
+  EXPECT_EQ(proto::DecodePayload<proto::Shutdown>(shutdown[0].payload)->exit_code, 0);
+}
+
+TEST_F(RestartTest, WorkerIdsAreNeverReusedAfterARestart) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    auto reg = Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
+    auto out =
+        Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{3, false, {}, false}, 9);
+    (void)reg;
+    (void)out;
+  }
+  auto core = NewCore(2);
+  // After the restart, the resize to 3 continues and asks the agent for a fresh id (not w2).
+  Send(*core, "agent", proto::Role::kAdmin, T::kAgentRegister, proto::AgentRegister{"h", 8}, 2);
+  for (const std::string id : {"w0", "w1"}) {
+    Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{1}, 0, "-new");
+  }
+  auto out = Decode(core->Tick());
+  auto spawns = OfType(out, T::kSpawnRequest);
+  ASSERT_EQ(spawns.size(), 1u);
+  auto req = proto::DecodePayload<proto::SpawnRequest>(spawns[0].payload);
+  ASSERT_EQ(req->worker_ids.size(), 1u);
+  EXPECT_EQ(req->worker_ids[0], "w3");
+}
+
+TEST_F(RestartTest, AJournalOfAnotherJobIsRefused) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+  }
+  CoordinatorOptions o;
+  o.job = "other";
+  o.clock = &clock_;
+  o.state_dir = dir_;
+  CoordinatorCore core(o);
+  EXPECT_EQ(core.journal_status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
