@@ -247,4 +247,57 @@ StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path) {
   return info;
 }
 
+Status WriteJoinInfo(const std::string& path, const JoinInfo& info) {
+  if (info.address.empty()) return InvalidArgumentError("join info has no address");
+  if (!IsValidZ85Key(info.server_public)) {
+    return InvalidArgumentError("server public key is not a 40-character Z85 key");
+  }
+  if (!IsValidZ85Key(info.worker.public_key) || !IsValidZ85Key(info.worker.secret_key)) {
+    return InvalidArgumentError("the join file needs the worker key pair (public and secret)");
+  }
+  nlohmann::json j;
+  j["address"] = info.address;
+  j["job"] = info.job;
+  j["server_public"] = info.server_public;
+  j["worker"] = KeyPairToJson(info.worker);
+  return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
+}
+
+StatusOr<JoinInfo> ReadJoinInfo(const std::string& path) {
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no join file at " + path +
+                           " (copy <state-dir>/join.json from the coordinator's host)");
+    }
+    return text.status();
+  }
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return CorruptError(path + " is not a JSON object");
+  if (j.contains("admin")) {
+    return CorruptError(path + " holds admin credentials: it is a coordinator.json, not a join "
+                               "file; give agents and workers <state-dir>/join.json");
+  }
+  JoinInfo info;
+  for (auto [name, out] : {std::pair{"address", &info.address}, std::pair{"job", &info.job},
+                           std::pair{"server_public", &info.server_public}}) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_string()) {
+      return CorruptError(path + " has no string field \"" + name + "\"");
+    }
+    *out = it->get<std::string>();
+  }
+  if (info.address.empty()) return CorruptError(path + ": \"address\" is empty");
+  if (!IsValidZ85Key(info.server_public)) {
+    return CorruptError(path + ": \"server_public\" is not a 40-character Z85 key");
+  }
+  auto worker = j.find("worker");
+  if (worker == j.end()) return CorruptError(path + " has no \"worker\" key pair");
+  ELASTRA_ASSIGN_OR_RETURN(info.worker, KeyPairFromJson(*worker, path + ": \"worker\""));
+  if (info.worker.secret_key.empty()) {
+    return CorruptError(path + ": \"worker\" has no secret key");
+  }
+  return info;
+}
+
 }  // namespace elastra

@@ -152,6 +152,54 @@ TEST_F(KeysTest, ConnectionInfoErrorsAreClear) {
   EXPECT_NE(bad_admin.status().message().find("admin"), std::string::npos);
 }
 
+TEST_F(KeysTest, JoinInfoRoundTripHoldsOnlyTheWorkerKeys) {
+  const ConnectionInfo full = SampleInfo();
+  JoinInfo join{full.address, full.job, full.server_public, full.worker};
+  const std::string path = Path("join.json");
+  ASSERT_TRUE(WriteJoinInfo(path, join).ok());
+  EXPECT_EQ(Mode(path), 0600);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("admin"), std::string::npos) << text;
+  EXPECT_EQ(text.find(full.admin.secret_key), std::string::npos);
+  auto back = ReadJoinInfo(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->address, join.address);
+  EXPECT_EQ(back->job, join.job);
+  EXPECT_EQ(back->server_public, join.server_public);
+  EXPECT_EQ(back->worker.public_key, join.worker.public_key);
+  EXPECT_EQ(back->worker.secret_key, join.worker.secret_key);
+  // A worker key without its secret cannot join anything.
+  EXPECT_EQ(WriteJoinInfo(Path("x.json"), JoinInfo{join.address, "j", join.server_public,
+                                                   KeyPair{join.worker.public_key, ""}})
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(KeysTest, JoinInfoErrorsAreClear) {
+  auto missing = ReadJoinInfo(Path("join.json"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("join.json"), std::string::npos);
+  WriteRaw(Path("a.json"), "[]");
+  EXPECT_EQ(ReadJoinInfo(Path("a.json")).status().code(), StatusCode::kCorrupt);
+  // coordinator.json is not a join file: it grants admin.
+  ASSERT_TRUE(WriteConnectionInfo(Path("coordinator.json"), SampleInfo()).ok());
+  auto admin = ReadJoinInfo(Path("coordinator.json"));
+  EXPECT_EQ(admin.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(admin.status().message().find("admin credentials"), std::string::npos);
+  const ConnectionInfo info = SampleInfo();
+  WriteRaw(Path("b.json"), R"({"address": "tcp://x:1", "job": "j", "server_public": ")" +
+                               info.server_public + R"(", "worker": {"public": ")" +
+                               info.worker.public_key + R"("}})");
+  auto no_secret = ReadJoinInfo(Path("b.json"));
+  EXPECT_EQ(no_secret.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(no_secret.status().message().find("secret"), std::string::npos);
+  WriteRaw(Path("c.json"), R"({"job": "j"})");
+  auto no_address = ReadJoinInfo(Path("c.json"));
+  EXPECT_EQ(no_address.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(no_address.status().message().find("address"), std::string::npos);
+}
+
 TEST_F(KeysTest, AtomicWriteFailsCleanlyInMissingDirectory) {
   Status s = WriteFileAtomically(Path("no/such/dir/file"), "x", 0600);
   EXPECT_FALSE(s.ok());
