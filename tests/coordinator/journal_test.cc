@@ -399,6 +399,38 @@ TEST_F(JournalTest, RandomDamageNeverCrashes) {
   }
 }
 
+TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->RecordJob("mlp", 2, 8, "tcp://0.0.0.0:0").ok());
+    EXPECT_EQ((*j)->state().target_workers, 2);
+    ASSERT_TRUE((*j)->RecordResize(JournalResize{5, false, Layout{}}).ok());
+    EXPECT_EQ((*j)->state().target_workers, 5);
+    ASSERT_TRUE((*j)->RecordResizeEnd().ok());
+    ASSERT_TRUE((*j)->RecordTarget(3).ok());  // a drain no other host could take
+  }
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->bind, "tcp://0.0.0.0:0");
+  EXPECT_EQ(s->target_workers, 3);
+  // A journal from before these fields: no bind, the target is the start size.
+  WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})"));
+  auto old = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->records, 1u);
+  EXPECT_EQ(old->bind, "");
+  EXPECT_EQ(old->target_workers, 4);
+  // A target out of range stops replay there, like any bad record.
+  WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})") +
+           Framed(R"({"t":"target","workers":0})"));
+  std::vector<std::string> warnings;
+  auto bad = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->records, 1u);
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
 TEST_F(JournalTest, MissingFileIsNotFound) {
   auto s = Journal::Replay(dir_ + "/nothing.bin", nullptr);
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
@@ -498,10 +530,13 @@ TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   EXPECT_EQ(core->membership().Find("w1")->host, "host-w1");
   ASSERT_EQ(core->history().size(), 1u);
   EXPECT_EQ(core->layout().dp, 2);
-  // Heartbeats refresh the deadlines; no recovery, no message to the workers.
+  // Heartbeats refresh the deadlines and are acknowledged; no recovery, no other message.
   clock_.Advance(Duration(1000));
   for (const std::string id : {"w0", "w1"}) {
-    EXPECT_TRUE(Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7}).empty());
+    auto out = Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].type, T::kHeartbeatAck);
+    EXPECT_EQ(proto::DecodePayload<proto::HeartbeatAck>(out[0].payload)->generation, 1u);
   }
   clock_.Advance(Duration(1000));
   EXPECT_TRUE(Decode(core->Tick()).empty());
@@ -637,6 +672,18 @@ TEST_F(RestartTest, WorkerIdsAreNeverReusedAfterARestart) {
   auto req = proto::DecodePayload<proto::SpawnRequest>(spawns[0].payload);
   ASSERT_EQ(req->worker_ids.size(), 1u);
   EXPECT_EQ(req->worker_ids[0], "w3");
+}
+
+TEST_F(RestartTest, TheTargetSurvivesARestart) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, false},
+         9);
+    EXPECT_EQ(core->target_workers(), 1);
+  }
+  auto core = NewCore(2);
+  EXPECT_EQ(core->target_workers(), 1);
 }
 
 TEST_F(RestartTest, AJournalOfAnotherJobIsRefused) {
