@@ -1,6 +1,7 @@
 #include "coordinator/generation_manager.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/logging.h"
 
@@ -122,6 +123,8 @@ void GenerationManager::MaybeFormFirstGeneration() {
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
   plan.layout = layouts_->Choose(HostNames(standby), layout_);
+  // Ranks in join order, unless tensor-parallel groups would then span hosts.
+  if (plan.layout.tp > 1) standby = layouts_->Assign(plan.layout, standby, HostNames(standby), {}, {});
   plan.members = standby;
   plan.has_state.assign(standby.size(), false);
   plan.has_state[0] = true;  // rank 0's initial state is broadcast
@@ -340,6 +343,25 @@ void GenerationManager::FinishRecovery() {
     plan.has_state.push_back(false);
   }
   plan.layout = layouts_->Choose(HostNames(plan.members), layout_);
+  if (plan.layout.tp > 1) {
+    // Tensor-parallel groups inside hosts where they fit; each worker keeps what it holds.
+    std::map<std::string, bool> held;
+    for (size_t r = 0; r < plan.members.size(); ++r) held[plan.members[r]] = plan.has_state[r];
+    plan.members = layouts_->Assign(plan.layout, plan.members, HostNames(plan.members), layout_,
+                                    members_);
+    plan.has_state.clear();
+    for (const auto& id : plan.members) plan.has_state.push_back(held[id]);
+    if (generation_ == 0) {
+      // Re-forming the first generation: the new rank 0 broadcasts its initial state.
+      plan.has_state.assign(plan.members.size(), false);
+      plan.has_state[0] = true;
+      plan.prev_members = {plan.members[0]};
+    }
+    const auto source = std::find(plan.has_state.begin(), plan.has_state.end(), true);
+    plan.source_rank = source == plan.has_state.end()
+                           ? 0
+                           : static_cast<int32_t>(source - plan.has_state.begin());
+  }
   StartBuild(std::move(plan));
 }
 
