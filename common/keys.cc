@@ -266,9 +266,20 @@ Status WriteJoinFile(const std::string& path, const ConnectionInfo& info) {
 }
 
 StatusOr<ConnectionInfo> ReadJoinFile(const std::string& path) {
-  ELASTRA_ASSIGN_OR_RETURN(ConnectionInfo info, ReadConnectionInfo(path));
+  auto read = ReadConnectionInfo(path);
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no join file at " + path +
+                           " (copy <state-dir>/join.json from the coordinator's host)");
+    }
+    return read.status();
+  }
+  ConnectionInfo info = *std::move(read);
   if (info.worker.public_key.empty()) {
     return CorruptError(path + " has no worker key pair (\"worker\"): not a join file");
+  }
+  if (info.worker.secret_key.empty()) {
+    return CorruptError(path + ": \"worker\" has no secret key");
   }
   info.admin = KeyPair{};
   info.pid = 0;

@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "common/codec.h"
+#include "common/keys.h"
+#include "common/logging.h"
+#include "common/status_json.h"
 
 namespace elastra::coordinator {
 namespace {
@@ -22,23 +25,36 @@ CoordinatorOptions Normalized(CoordinatorOptions o) {
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
     : options_(Normalized(options)),
       clock_(options_.clock),
+      hosts_(&membership_),
       outbox_(options_.job, &membership_, [this] { return generations_.generation(); }),
       journal_(&membership_),
       checkpoints_(options_.job, options_.checkpoint_keep, options_.env, &journal_),
       health_(clock_, options_.heartbeat_timeout),
       kv_(clock_, &outbox_),
-      generations_(&options_, clock_, &membership_, &health_, &outbox_, &journal_, &layouts_,
-                   &checkpoints_),
-      resizes_(&options_, clock_, &membership_, &outbox_, &journal_, &layouts_, &generations_),
-      workers_(&options_, clock_, &membership_, &health_, &outbox_, &journal_, &layouts_,
-               &generations_, &resizes_),
+      generations_(&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_,
+                   &layouts_, &checkpoints_),
+      host_manager_(&options_, clock_, &membership_, &hosts_, &outbox_, &journal_, &generations_),
+      resizes_(&options_, clock_, &membership_, &hosts_, &host_manager_, &outbox_, &journal_,
+               &layouts_, &generations_),
+      workers_(&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_, &layouts_,
+               &generations_, &host_manager_, &resizes_),
       restore_(&options_, clock_, &membership_, &health_, &journal_, &checkpoints_, &generations_,
                &resizes_) {
   // What a commit, a recovery or the job's end means to the other managers.
   generations_.AddCommitListener([this](uint64_t g) { kv_.OnCommitted(g); });
-  generations_.AddCommitListener([this](uint64_t) { resizes_.Continue(); });
+  // A change ended: a pending one goes on, else the job grows back towards its target.
+  generations_.AddCommitListener([this](uint64_t) {
+    resizes_.Continue();
+    resizes_.MaybeRegrow();
+  });
   generations_.AddJobEndListener([this](const std::string& m) { resizes_.OnJobEnd(m); });
   generations_.AddRecoveryListener([this] { restore_.OnRecoveryStarted(); });
+  // A host may take new workers: the first generation's, a waiting change's, a regrow's.
+  host_manager_.AddHostListener([this] {
+    host_manager_.MaybeStartFirstWorkers();
+    resizes_.ContinueIfWaitingForWorkers();
+    resizes_.MaybeRegrow();
+  });
   if (!options_.state_dir.empty()) journal_status_ = restore_.Open();
 }
 
@@ -67,9 +83,13 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
                                            "', not '" + e.job + "'"));
     return outbox_.Take();
   }
-  // The latest message from a worker tells where it is now.
+  // The latest message from a worker or an agent tells where it is now.
   if (!e.sender.empty() && e.type != T::kJoin) {
-    if (WorkerInfo* w = membership_.Find(e.sender)) w->identity = identity;
+    if (WorkerInfo* w = membership_.Find(e.sender)) {
+      w->identity = identity;
+    } else if (HostInfo* h = hosts_.FindByAgent(e.sender)) {
+      h->identity = identity;
+    }
   }
   switch (e.type) {
     case T::kJoin:
@@ -79,7 +99,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
       workers_.OnLeave(identity, e);
       break;
     case T::kHeartbeat:
-      workers_.OnHeartbeat(e);
+      workers_.OnHeartbeat(identity, e);
       break;
     case T::kPaused:
       workers_.OnPaused(e);
@@ -106,21 +126,24 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
       break;
     }
     case T::kResize:
-    case T::kAgentRegister:
-    case T::kProcessExited:
       if (!admin) {
-        outbox_.SendError(
-            identity, e.request_id,
-            UnauthenticatedError(std::string(proto::TypeName(e.type)) +
-                                 " needs an admin key; this client holds a worker key"));
+        outbox_.SendError(identity, e.request_id,
+                          UnauthenticatedError("Resize needs an admin key; this client holds a "
+                                               "worker key"));
         break;
       }
-      if (e.type == T::kResize)
-        resizes_.OnResize(identity, e, restore_.pending());
-      else if (e.type == T::kAgentRegister)
-        workers_.OnAgentRegister(identity, e);
-      else
-        workers_.OnProcessExited(e);
+      resizes_.OnResize(identity, e);
+      break;
+    // The worker key may do these for its own host (docs/hosts.md, "Keys and the join file"); the
+    // managers check which host that is.
+    case T::kAgentRegister:
+      host_manager_.OnAgentRegister(identity, e);
+      break;
+    case T::kProcessExited:
+      workers_.OnProcessExited(identity, role, e);
+      break;
+    case T::kDrain:
+      resizes_.OnDrain(identity, role, e);
       break;
     default:
       outbox_.SendError(identity, e.request_id,
@@ -128,19 +151,30 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
                                              proto::TypeName(e.type) + " messages"));
       break;
   }
+  MaybeWriteFinalStatus();
   return outbox_.Take();
 }
 
 std::vector<Outgoing> CoordinatorCore::Tick() {
   kv_.Tick();
-  if (generations_.job_over()) return outbox_.Take();
-
-  workers_.ExpireHeartbeats();
-  restore_.MaybeFinish();
-  generations_.Tick();
-
-  resizes_.Tick();
+  if (!generations_.job_over()) {
+    host_manager_.Tick();
+    if (!generations_.job_over()) workers_.ExpireHeartbeats();
+    restore_.MaybeFinish();
+    generations_.Tick();
+    resizes_.Tick();
+  }
+  MaybeWriteFinalStatus();
   return outbox_.Take();
+}
+
+void CoordinatorCore::MaybeWriteFinalStatus() {
+  if (final_status_written_ || !generations_.job_over()) return;
+  final_status_written_ = true;
+  if (options_.state_dir.empty()) return;
+  const std::string path = options_.state_dir + "/status.json";
+  Status s = WriteFileAtomically(path, proto::StatusJson(Snapshot()) + "\n", 0600);
+  if (!s.ok()) LOG(ERROR) << "writing the final status to " << path << ": " << s;
 }
 
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
@@ -184,12 +218,27 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     r.transfer_ms = h.timings.transfer_ms;
     s.history.push_back(std::move(r));
   }
-  for (const auto& a : membership_.agents()) {
-    s.agents.push_back(proto::AgentStatus{a.sender, a.host, a.max_workers});
+  for (const HostInfo& h : hosts_.hosts()) {
+    s.agents.push_back(proto::AgentStatus{h.agent, h.name, h.slots});
+    proto::HostStatus hs;
+    hs.name = h.name;
+    hs.address = h.address;
+    hs.slots = h.slots;
+    hs.gpus = h.gpus;
+    hs.workers = static_cast<int32_t>(hosts_.WorkersOn(h.name).size());
+    hs.state = h.state;
+    if (h.heartbeats && (h.state == proto::HostState::kUp ||
+                         h.state == proto::HostState::kDraining)) {
+      hs.last_heartbeat_ms_ago =
+          std::chrono::duration_cast<Duration>(clock_->Now() - h.last_heartbeat).count();
+    }
+    s.hosts.push_back(std::move(hs));
   }
+  s.target_workers = resizes_.target();
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();
-  if (const auto& resize = resizes_.pending()) {
+  if (const auto& resize = resizes_.pending();
+      resize && resize->reason != proto::GenerationReason::kRegrow) {
     s.resize_pending = true;
     s.resize_workers = resize->workers;
     s.resize_waiting_for_workers = resize->waiting_for_workers;

@@ -1,18 +1,22 @@
 // CoordinatorCore: the coordinator's logic with no sockets. The server hands it each decoded
 // envelope with the ROUTER identity and the role its CURVE key was granted ("admin" or "worker"),
 // and calls Tick() periodically; it answers with the frames to send. Time comes from the injected
-// Clock, so tests drive it with FakeClock and no sleeps. Not thread-safe: one loop owns it.
+// Clock, so tests drive it with FakeClock and no sleeps. When the job ends it writes the final
+// status to <state_dir>/status.json. Not thread-safe: one loop owns it.
 //
 // The core only dispatches and wires. Each concern is a manager with its own file pair and test,
 // as in Ray's GCS; all of them are owned here and driven by this core's loop and clock:
-//   WorkerService      join, leave, heartbeats, paused/ready/failure reports, agents, exits
+//   WorkerService      join, leave, heartbeats and their acks, paused/ready/failure reports, exits
 //   GenerationManager  the committed generation and the state machine that changes it
-//   ResizeManager      a ResizeRequest from admission to its outcome, spawn requests to agents
+//   HostManager        agents and their hosts: registration, heartbeats, spawn requests, the
+//                      first generation's workers, a host lost as one event, a drain's end
+//   ResizeManager      resizes, drains and regrows from admission to their outcome; the target
 //   LayoutPolicy       which layout a generation gets and which worker takes which rank
 //   CheckpointManager  committing checkpoints (through CoordinatorOptions::env), the latest one
 //   KvService          the rendezvous key-value service
 //   RestoreManager     taking a job back from the journal after a restart
-//   Membership, HealthMonitor, Outbox, JournalRecorder: the state and plumbing they share.
+//   Membership, HostTable, HealthMonitor, Outbox, JournalRecorder: the state and plumbing they
+//   share.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,8 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
+#include "coordinator/host_manager.h"
+#include "coordinator/host_table.h"
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/kv_service.h"
@@ -58,6 +64,9 @@ class CoordinatorCore {
   uint64_t generation() const { return generations_.generation(); }
   const Layout& layout() const { return generations_.layout(); }
   const Membership& membership() const { return membership_; }
+  const HostTable& hosts() const { return hosts_; }
+  // The size the job returns to (docs/hosts.md, "Placement and the target size").
+  int target_workers() const { return resizes_.target(); }
   const std::vector<HistoryEntry>& history() const { return generations_.history(); }
   uint64_t malformed_frames() const { return outbox_.malformed_frames(); }
   uint64_t stale_messages() const { return outbox_.stale_messages(); }
@@ -74,11 +83,14 @@ class CoordinatorCore {
 
  private:
   void OnCheckpointWritten(const proto::Envelope& e);
+  // Once the job is over: <state_dir>/status.json (mode 0600), the final status.
+  void MaybeWriteFinalStatus();
 
   // Declared in the order they are built: each manager gets pointers to those above it.
   CoordinatorOptions options_;
   Clock* clock_;
   Membership membership_;
+  HostTable hosts_;
   Outbox outbox_;
   JournalRecorder journal_;
   CheckpointManager checkpoints_;
@@ -86,11 +98,13 @@ class CoordinatorCore {
   KvService kv_;
   LayoutPolicy layouts_;
   GenerationManager generations_;
+  HostManager host_manager_;
   ResizeManager resizes_;
   WorkerService workers_;
   RestoreManager restore_;
 
   Status journal_status_;
+  bool final_status_written_ = false;
 };
 
 }  // namespace elastra::coordinator

@@ -1,5 +1,9 @@
 #include "coordinator/embedded.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/logging.h"
 #include "coordinator/journal.h"
 #include "coordinator/options.h"
 
@@ -22,7 +27,72 @@ long long EnvInt(const char* name, long long fallback) {
   return (end != v && *end == '\0' && x >= 0) ? x : fallback;
 }
 
+// "tcp://HOST:PORT" -> HOST and PORT (an IPv6 host in brackets stays bracketed).
+bool SplitEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
+  constexpr char kTcp[] = "tcp://";
+  if (endpoint.rfind(kTcp, 0) != 0) return false;
+  const std::string rest = endpoint.substr(sizeof(kTcp) - 1);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) return false;
+  *host = rest.substr(0, colon);
+  *port = rest.substr(colon + 1);
+  return true;
+}
+
+bool IsWildcard(const std::string& host) { return host == "0.0.0.0" || host == "*"; }
+
 }  // namespace
+
+std::string FirstNonLoopbackIPv4() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "127.0.0.1";
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) found = text;
+  }
+  freeifaddrs(list);
+  return found.empty() ? "127.0.0.1" : found;
+}
+
+StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::string& advertise,
+                                        std::string (*first_ipv4)()) {
+  std::string host, port;
+  if (!SplitEndpoint(bound, &host, &port)) {
+    return InvalidArgumentError("the coordinator is bound to '" + bound +
+                                "', not a tcp://HOST:PORT endpoint");
+  }
+  if (advertise.empty()) {
+    if (!IsWildcard(host)) return bound;
+    const std::string ip = (first_ipv4 != nullptr ? first_ipv4 : FirstNonLoopbackIPv4)();
+    return "tcp://" + ip + ":" + port;
+  }
+  std::string a = advertise;
+  if (a.rfind("tcp://", 0) != 0) a = "tcp://" + a;
+  std::string a_host, a_port;
+  if (SplitEndpoint(a, &a_host, &a_port) &&
+      a_port.find_first_not_of("0123456789") == std::string::npos) {
+    return a;
+  }
+  // "HOST" alone: the bound port.
+  const std::string plain = a.substr(6);
+  if (plain.empty() || plain.find_first_of(":/") != std::string::npos) {
+    return InvalidArgumentError("--advertise '" + advertise +
+                                "' is not tcp://HOST:PORT, HOST:PORT or HOST");
+  }
+  return "tcp://" + plain + ":" + port;
+}
+
+std::string RestartBindAddress(const std::string& journaled_bind, const std::string& published) {
+  std::string host, port, p_host, p_port;
+  if (!SplitEndpoint(journaled_bind, &host, &port) || !SplitEndpoint(published, &p_host, &p_port)) {
+    return published;
+  }
+  return port == "0" ? "tcp://" + host + ":" + p_port : journaled_bind;
+}
 
 StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& options) {
   if (options.initial_workers < 1) {
@@ -38,6 +108,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   chmod(options.state_dir.c_str(), 0700);
   EmbeddedCoordinator e;
   const std::string info_path = options.state_dir + "/coordinator.json";
+  const std::string join_path = options.state_dir + "/join.json";
   const std::string key_path = options.state_dir + "/server.key";
   const std::string journal_path = options.state_dir + "/journal.bin";
   KeyPair server_keys;
@@ -65,7 +136,9 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
     server_keys = *keys;
     e.info = *info;
     o.job = info->job;
-    o.bind_address = info->address;
+    // The same endpoint as before: the journaled bind host (0.0.0.0 stays every interface) on the
+    // port the clients have.
+    o.bind_address = RestartBindAddress(journal->bind, info->address);
     o.initial_workers = std::max(1, journal->initial_workers);
     o.max_workers = std::max(journal->max_workers, o.initial_workers);
   } else {
@@ -97,9 +170,23 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   }
   if (!server.ok()) return server.status();
   e.server = std::move(server).value();
-  e.info.address = e.server->address();
+  if (!options.restart || !options.advertise.empty()) {
+    // A restart keeps the address it published (clients have it), unless told another.
+    auto advertised = AdvertisedAddress(e.server->address(), options.advertise);
+    if (!advertised.ok()) return advertised.status();
+    e.info.address = *advertised;
+  }
+  if (e.info.address != e.server->address()) {
+    LOG(INFO) << "coordinator bound to " << e.server->address() << ", published as "
+              << e.info.address;
+  }
   e.info.server_public = server_keys.public_key;
   e.info.pid = getpid();
+  e.join = e.info;
+  e.join.admin = KeyPair{};
+  e.join.pid = 0;
+  // join.json first: whoever waits for coordinator.json finds both.
+  ELASTRA_RETURN_IF_ERROR(WriteJoinFile(join_path, e.join));
   ELASTRA_RETURN_IF_ERROR(WriteConnectionInfo(info_path, e.info));
   return e;
 }

@@ -1,8 +1,11 @@
 // An embedded coordinator: the one `elastra run`, `elastra coordinator` and the mpirun bootstrap
 // start inside their own process. Makes the state directory (mode 0700) and the job's CURVE keys
-// (server, admin, worker), starts a CoordinatorServer, and writes <state_dir>/coordinator.json
-// (mode 0600) so that `elastra resize|status --state-dir` and workers started with
-// ELASTRA_STATE_DIR find it. Heartbeat and spawn timing come from ELASTRA_HEARTBEAT_MS,
+// (server, admin, worker), starts a CoordinatorServer, and writes two files, both mode 0600
+// (docs/hosts.md, "Keys and the join file"): <state_dir>/join.json, what agents and workers on
+// every host join with (the advertised address, the job, the coordinator's public key and the
+// worker key pair, nothing that grants admin), then <state_dir>/coordinator.json, what
+// `elastra resize|status|drain --state-dir` and workers started with ELASTRA_STATE_DIR use (the
+// same address, the admin and worker key pairs, the pid). Heartbeat and spawn timing come from ELASTRA_HEARTBEAT_MS,
 // ELASTRA_HEARTBEAT_TIMEOUT_MS and ELASTRA_SPAWN_TIMEOUT_MS when set. The coordinator journals the
 // job to <state_dir>/journal.bin and keeps its key pair in <state_dir>/server.key (mode 0600), so
 // that a restart (EmbeddedOptions::restart) takes the job back on the same address and keys.
@@ -24,6 +27,10 @@ struct EmbeddedOptions {
   std::string job = "elastra";
   // ZeroMQ endpoint to bind; port 0 picks a free port.
   std::string bind = "tcp://127.0.0.1:0";
+  // The address to publish in join.json and coordinator.json, what clients on other hosts connect
+  // to: "tcp://HOST:PORT", "HOST:PORT" or "HOST" (with the bound port). Empty: the bound address;
+  // for a wildcard bind (0.0.0.0 or *), the first non-loopback IPv4 address of this machine.
+  std::string advertise;
   // The first generation forms when this many workers joined.
   int initial_workers = 1;
   // Upper bound on the workers of one generation (raised to initial_workers when lower).
@@ -32,19 +39,35 @@ struct EmbeddedOptions {
   std::string resume_from;
   // Take back the job in state_dir after its coordinator died (docs/journal.md): reuse the
   // address, job name and keys of coordinator.json and server.key and replay journal.bin; job,
-  // bind, initial_workers and max_workers are then read from the state directory. Without it a
-  // new job starts and an old journal in state_dir is discarded.
+  // bind (the journaled bind host with the published port), the published address (unless
+  // `advertise` is given), initial_workers and max_workers are then read from the state
+  // directory, and both files are written again with the same keys. Without it a new job starts
+  // and an old journal in state_dir is discarded.
   bool restart = false;
 };
 
 struct EmbeddedCoordinator {
   std::unique_ptr<CoordinatorServer> server;
-  ConnectionInfo info;  // what coordinator.json holds (address with the real port, keys)
+  ConnectionInfo info;  // what coordinator.json holds (the advertised address, keys, pid)
+  ConnectionInfo join;  // what join.json holds (no admin keys, no pid)
 };
 
 // kInvalidArgument when the state directory cannot be made or an option is out of range,
 // kUnavailable when the address cannot be bound, kInternal when libzmq lacks CURVE or the file
 // cannot be written.
 StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& options);
+
+// The address to publish for a coordinator bound at `bound` ("tcp://0.0.0.0:40123"), given
+// EmbeddedOptions::advertise. kInvalidArgument when `bound` or `advertise` is not tcp://HOST:PORT
+// (HOST:PORT or HOST for advertise). `first_ipv4` answers the wildcard case (tests pass their own).
+StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::string& advertise,
+                                        std::string (*first_ipv4)() = nullptr);
+// The first IPv4 address of an up, non-loopback interface of this machine; "127.0.0.1" when there
+// is none.
+std::string FirstNonLoopbackIPv4();
+// The endpoint a restart binds: `journaled_bind` (what the first start was asked to bind) with the
+// port of `published` when that bind asked for any port (0); `published` itself when nothing was
+// journaled (a journal from before the bind was recorded).
+std::string RestartBindAddress(const std::string& journaled_bind, const std::string& published);
 
 }  // namespace elastra::coordinator

@@ -1,18 +1,21 @@
 #include "coordinator/generation_manager.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/logging.h"
 
 namespace elastra::coordinator {
 
 GenerationManager::GenerationManager(const CoordinatorOptions* options, Clock* clock,
-                                     Membership* membership, HealthMonitor* health, Outbox* outbox,
+                                     Membership* membership, const HostTable* hosts,
+                                     HealthMonitor* health, Outbox* outbox,
                                      JournalRecorder* journal, const LayoutPolicy* layouts,
                                      CheckpointManager* checkpoints)
     : options_(options),
       clock_(clock),
       membership_(membership),
+      hosts_(hosts),
       health_(health),
       outbox_(outbox),
       journal_(journal),
@@ -114,12 +117,14 @@ void GenerationManager::Tick() {
 
 void GenerationManager::MaybeFormFirstGeneration() {
   if (job_state_ != proto::JobState::kForming || reconf_.phase() != Phase::kIdle) return;
-  auto standby = membership_->Standby();
+  auto standby = hosts_->UsableStandby();
   if (standby.size() < static_cast<size_t>(options_->initial_workers)) return;
   standby.resize(options_->initial_workers);
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
   plan.layout = layouts_->Choose(HostNames(standby), layout_);
+  // Ranks in join order, unless tensor-parallel groups would then span hosts.
+  if (plan.layout.tp > 1) standby = layouts_->Assign(plan.layout, standby, HostNames(standby), {}, {});
   plan.members = standby;
   plan.has_state.assign(standby.size(), false);
   plan.has_state[0] = true;  // rank 0's initial state is broadcast
@@ -157,26 +162,40 @@ void GenerationManager::BeginPause(const SizeGoal& goal) {
   reconf_.BeginPause(target, members);
   proto::PauseRequest pause;
   pause.target_generation = target;
-  pause.reason = proto::GenerationReason::kResize;
+  pause.reason = goal.reason;
   for (const auto& id : members) {
     outbox_->Push(id, proto::MessageType::kPauseRequest, pause, generation_);
   }
-  LOG(INFO) << "pausing generation " << generation_ << " for generation " << target;
+  LOG(INFO) << "pausing generation " << generation_ << " for generation " << target << " ("
+            << proto::ToString(goal.reason) << ")";
 }
 
 void GenerationManager::FinishPause(int64_t step) {
   const auto old = reconf_.Answered();  // old members by rank
-  const size_t want = pause_goal_.workers;
+  const std::string& except = pause_goal_.except_host;
   GenerationPlan plan;
   plan.generation = reconf_.target();
-  // The candidates: every current member, plus standby workers up to the size asked for.
-  std::vector<std::string> candidates = old;
-  for (const auto& id : membership_->Standby()) {
-    if (candidates.size() >= want) break;
+  // The candidates: the current members (less a draining host's), plus usable standby workers up
+  // to the size asked for.
+  std::vector<std::string> candidates;
+  for (const auto& id : old) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (except.empty() || w == nullptr || w->host != except) candidates.push_back(id);
+  }
+  for (const auto& id : hosts_->UsableStandby(except)) {
+    if (candidates.size() >= pause_goal_.workers) break;
     candidates.push_back(id);
   }
+  if (candidates.empty()) {
+    // Nobody is left to take over (a replacement vanished meanwhile): this change keeps everyone,
+    // and the drain asking for it decides again once it committed.
+    candidates = old;
+  }
+  const size_t want = std::min(pause_goal_.workers, candidates.size());
+  const bool has_layout =
+      pause_goal_.has_layout && static_cast<size_t>(pause_goal_.layout.world()) == want;
   plan.layout =
-      pause_goal_.has_layout
+      has_layout
           ? pause_goal_.layout
           : layouts_->Choose(
                 HostNames(std::vector<std::string>(
@@ -196,7 +215,7 @@ void GenerationManager::FinishPause(int64_t step) {
   }
   plan.restore_step = step;
   plan.source_rank = 0;
-  plan.reason = proto::GenerationReason::kResize;
+  plan.reason = pause_goal_.reason;
   plan.prev_layout = layout_;
   plan.prev_members = members_;
   plan.prev_has_state.assign(members_.size(), true);
@@ -212,6 +231,7 @@ void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const s
     health_->Forget(id);
     if (w->state == WorkerState::kLost) continue;
     LOG(WARNING) << "worker " << id << " lost: " << why;
+    w->last_shutdown = clock_->Now();
     // If the process is in fact alive (stalled, partitioned), it is out of the job: tell it to
     // exit rather than let it wait on communicators its peers have abandoned.
     proto::Shutdown shutdown;
@@ -277,7 +297,7 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
 
 void GenerationManager::FinishRecovery() {
   auto survivors = reconf_.Answered();
-  auto standby = membership_->Standby();
+  auto standby = hosts_->UsableStandby();
   if (survivors.empty()) {
     FailJob("no member survived");
     return;
@@ -323,6 +343,25 @@ void GenerationManager::FinishRecovery() {
     plan.has_state.push_back(false);
   }
   plan.layout = layouts_->Choose(HostNames(plan.members), layout_);
+  if (plan.layout.tp > 1) {
+    // Tensor-parallel groups inside hosts where they fit; each worker keeps what it holds.
+    std::map<std::string, bool> held;
+    for (size_t r = 0; r < plan.members.size(); ++r) held[plan.members[r]] = plan.has_state[r];
+    plan.members = layouts_->Assign(plan.layout, plan.members, HostNames(plan.members), layout_,
+                                    members_);
+    plan.has_state.clear();
+    for (const auto& id : plan.members) plan.has_state.push_back(held[id]);
+    if (generation_ == 0) {
+      // Re-forming the first generation: the new rank 0 broadcasts its initial state.
+      plan.has_state.assign(plan.members.size(), false);
+      plan.has_state[0] = true;
+      plan.prev_members = {plan.members[0]};
+    }
+    const auto source = std::find(plan.has_state.begin(), plan.has_state.end(), true);
+    plan.source_rank = source == plan.has_state.end()
+                           ? 0
+                           : static_cast<int32_t>(source - plan.has_state.begin());
+  }
   StartBuild(std::move(plan));
 }
 
@@ -419,8 +458,12 @@ void GenerationManager::FinishJob() {
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
   shutdown.reason = "every member finished";
-  for (const auto& agent : membership_->agents()) {
-    outbox_->Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
+  ShutdownAgents(shutdown);
+  // Standby workers have nothing to come back to (a parked mpirun rank leaves at once).
+  for (const WorkerInfo* w : membership_->All()) {
+    if (w->state == WorkerState::kStandby) {
+      outbox_->Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
+    }
   }
   EndJob("the job finished");
   LOG(INFO) << "job " << options_->job << " finished";
@@ -433,9 +476,7 @@ void GenerationManager::FailJob(const std::string& why) {
   proto::Shutdown shutdown;
   shutdown.exit_code = 1;
   shutdown.reason = why;
-  for (const auto& agent : membership_->agents()) {
-    outbox_->Send(agent.identity, proto::MessageType::kShutdown, shutdown, 0);
-  }
+  ShutdownAgents(shutdown);
   for (const WorkerInfo* w : membership_->All()) {
     if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
       outbox_->Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
@@ -443,6 +484,13 @@ void GenerationManager::FailJob(const std::string& why) {
   }
   EndJob("the job failed: " + why);
   LOG(ERROR) << "job " << options_->job << " failed: " << why;
+}
+
+void GenerationManager::ShutdownAgents(const proto::Shutdown& shutdown) {
+  for (const HostInfo& host : hosts_->hosts()) {
+    if (host.state == proto::HostState::kDrained) continue;
+    outbox_->Send(host.identity, proto::MessageType::kShutdown, shutdown, 0);
+  }
 }
 
 void GenerationManager::EndJob(const std::string& message) {

@@ -20,6 +20,7 @@
 #include "common/messages.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/health.h"
+#include "coordinator/host_table.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"
@@ -39,11 +40,13 @@ struct HistoryEntry {
   ReconfigurationTimings timings;
 };
 
-// What a planned change is to reach (the resize that asked for it).
+// What a planned change is to reach (the resize, drain or regrow that asked for it).
 struct SizeGoal {
   size_t workers = 0;
   bool has_layout = false;  // `layout` was asked for; else the layout policy chooses
   Layout layout;
+  proto::GenerationReason reason = proto::GenerationReason::kResize;  // kResize, kDrain, kRegrow
+  std::string except_host;  // kDrain: the host whose workers leave (none of its workers stays)
 };
 
 // The committed job a restart took back from the journal.
@@ -61,8 +64,9 @@ class GenerationManager {
   // Every pointer is not owned and must outlive the manager. `options` are normalized
   // (CoordinatorCore's constructor).
   GenerationManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                    HealthMonitor* health, Outbox* outbox, JournalRecorder* journal,
-                    const LayoutPolicy* layouts, CheckpointManager* checkpoints);
+                    const HostTable* hosts, HealthMonitor* health, Outbox* outbox,
+                    JournalRecorder* journal, const LayoutPolicy* layouts,
+                    CheckpointManager* checkpoints);
   GenerationManager(const GenerationManager&) = delete;
   GenerationManager& operator=(const GenerationManager&) = delete;
 
@@ -89,7 +93,8 @@ class GenerationManager {
   // checkpoint under resume_from when set; the job fails when there is none).
   void MaybeFormFirstGeneration();
   // A planned change: asks every member to pause for the next generation, which is to reach
-  // `goal`.
+  // `goal`: the members (less those on goal.except_host) and usable standby workers up to
+  // goal.workers; members left out leave (they hand their state off and exit 0).
   void BeginPause(const SizeGoal& goal);
   // A PausedReport from `id`. Reconfiguration's error (kStaleGeneration, kNotFound) when it was
   // not expected. Once every participant answered: builds the next generation at the agreed step,
@@ -107,7 +112,8 @@ class GenerationManager {
   void MaybeFinishJob();
 
   // Workers that died or went silent: marked lost, told to exit (they may be alive but cut off),
-  // and recovered from when they were members (or participants of the recovery under way).
+  // and recovered from when they were members (or participants of the recovery under way): one
+  // recovery round for all of `ids`.
   void LoseWorkers(const std::vector<std::string>& ids, const std::string& why);
   // Starts a recovery round without `lost` (may be empty: a collective failed and nobody is known
   // dead). A change in flight is aborted; already recovering, the lost stop being awaited. The job
@@ -126,6 +132,9 @@ class GenerationManager {
   void Commit();
   void FinishJob();
   void FailJob(const std::string& why);
+  // Shutdown{exit_code, reason} to every agent of a host that is not drained (a drained host's
+  // agent was told already).
+  void ShutdownAgents(const proto::Shutdown& shutdown);
   void EndJob(const std::string& message);
   // The host of each of `ids` (the id itself for an unknown worker).
   std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
@@ -136,6 +145,7 @@ class GenerationManager {
   const CoordinatorOptions* options_;
   Clock* clock_;
   Membership* membership_;
+  const HostTable* hosts_;
   HealthMonitor* health_;
   Outbox* outbox_;
   JournalRecorder* journal_;

@@ -144,6 +144,8 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.job = Str(r, "job");
       s.initial_workers = static_cast<int32_t>(Int(r, "initial_workers", 0, 1 << 20));
       s.max_workers = static_cast<int32_t>(Int(r, "max_workers", 0, 1 << 20));
+      s.target_workers = s.initial_workers;
+      if (r.contains("bind")) s.bind = Str(r, "bind");  // absent in older journals
     } else if (type == "join") {
       JournalWorker w = WorkerFrom(Field(r, "worker"));
       EraseStandby(&s, w.id);
@@ -225,6 +227,9 @@ Status ApplyRecord(const json& r, JournalState* state) {
       z.has_layout = Field(r, "has_layout").is_boolean() && Field(r, "has_layout").get<bool>();
       z.layout = LayoutFrom(Field(r, "layout"));
       s.resize = z;
+      s.target_workers = z.workers;
+    } else if (type == "target") {
+      s.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
     } else if (type == "resize_end") {
       s.resize.reset();
     } else if (type == "end") {
@@ -488,12 +493,14 @@ Status Journal::Append(const std::string& payload) {
   return OkStatus();
 }
 
-Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers) {
+Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
+                          const std::string& bind) {
   return Append(Dump(json{{"t", "job"},
                           {"version", 1},
                           {"job", job},
                           {"initial_workers", initial_workers},
-                          {"max_workers", max_workers}}));
+                          {"max_workers", max_workers},
+                          {"bind", bind}}));
 }
 
 Status Journal::RecordJoin(const JournalWorker& worker) {
@@ -541,6 +548,10 @@ Status Journal::RecordResize(const JournalResize& z) {
 }
 
 Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
+
+Status Journal::RecordTarget(int32_t workers) {
+  return Append(Dump(json{{"t", "target"}, {"workers", workers}}));
+}
 
 Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason) {
   return Append(Dump(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}}));

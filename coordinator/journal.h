@@ -95,6 +95,12 @@ struct JournalState {
   std::string job;
   int32_t initial_workers = 0;
   int32_t max_workers = 0;
+  // What the coordinator was asked to bind ("tcp://0.0.0.0:0"); empty in a journal written before
+  // it was recorded. A restart binds this host with the port of coordinator.json's address.
+  std::string bind;
+  // The size the job returns to: initial_workers, then each resize's size, then what a `target`
+  // record set (a drain that no other host could take).
+  int32_t target_workers = 0;
   // The highest generation number ever handed out (begun or committed).
   uint64_t highest_generation = 0;
   // Committed generations, oldest first; back() is the current one.
@@ -157,7 +163,8 @@ class Journal {
   // or fsync failed (kResourceExhausted for a full disk, kInternal otherwise; the state is then
   // unchanged and no part of the record stays in the file), kInvalidArgument when a field is out
   // of bounds.
-  Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers);
+  Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
+                   const std::string& bind = "");
   Status RecordJoin(const JournalWorker& worker);
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
@@ -167,6 +174,7 @@ class Journal {
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
+  Status RecordTarget(int32_t workers);
   Status RecordEnd(JobOutcome outcome, const std::string& reason);
 
   // CRC-32C (Castagnoli) of `data`.

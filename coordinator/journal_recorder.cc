@@ -74,6 +74,10 @@ void JournalRecorder::ResizeEnd() {
   if (journal_) LogFailure(journal_->RecordResizeEnd());
 }
 
+void JournalRecorder::Target(int32_t workers) {
+  if (journal_) LogFailure(journal_->RecordTarget(workers));
+}
+
 void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
   if (journal_) LogFailure(journal_->RecordEnd(outcome, reason));
 }

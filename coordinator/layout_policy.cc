@@ -88,14 +88,25 @@ std::vector<std::string> LayoutPolicy::Assign(
     const Layout& layout, const std::vector<std::string>& candidates,
     const std::vector<std::string>& hosts, const Layout& current,
     const std::vector<std::string>& current_members) const {
-  const int world = layout.world();
+  const size_t world = static_cast<size_t>(layout.world());
+  if (world > candidates.size()) return candidates;  // nothing to choose; the caller's mistake
   std::vector<std::string> keep_order(candidates.begin(), candidates.begin() + world);
-  if (state_.tensors.empty()) return keep_order;  // nothing known to keep in place
+  // With nothing known to keep in place (no state registered, or a current member missing: a
+  // failure, a drain), what still matters is that tensor-parallel groups stay inside hosts.
+  auto by_hosts = [&]() -> std::vector<std::string> {
+    if (layout.tp <= 1) return keep_order;
+    auto assigned = AssignRanks(ModelDescription{}, layout, HostIndices(hosts), CurrentPlacement{});
+    if (!assigned.ok()) return keep_order;
+    std::vector<std::string> order;
+    for (int w : *assigned) order.push_back(candidates[w]);
+    return order;
+  };
+  if (state_.tensors.empty()) return by_hosts();
   CurrentPlacement placement;
   placement.layout = current;
   for (const auto& id : current_members) {
     auto it = std::find(candidates.begin(), candidates.end(), id);
-    if (it == candidates.end()) return keep_order;  // a current member is missing: keep it simple
+    if (it == candidates.end()) return by_hosts();
     placement.worker_of_rank.push_back(static_cast<int>(it - candidates.begin()));
   }
   // Exact bytes kept, from the registered state's region math.

@@ -45,9 +45,12 @@ class LayoutPolicy {
 
   // `layout.world()` of `candidates` (on `hosts`, one per candidate) ordered by their rank in
   // `layout`: the assignment that keeps the most of the registered state in place, given that
-  // `current_members` hold the ranks of `current`. Candidates left out leave the job. The
-  // candidates' own order when no state is registered, a current member is not a candidate, or
-  // the assignment fails (logged).
+  // `current_members` hold the ranks of `current`, with tensor-parallel groups inside hosts when
+  // the hosts can hold them. Candidates left out leave the job. When nothing can be kept in place
+  // (no state registered, no current placement, a current member is not a candidate): the
+  // candidates' own order with tp = 1, else host blocks (each TP group on one host when
+  // possible). The candidates' own order when the assignment fails (logged); all candidates when
+  // there are fewer than the layout's ranks.
   std::vector<std::string> Assign(const Layout& layout, const std::vector<std::string>& candidates,
                                   const std::vector<std::string>& hosts, const Layout& current,
                                   const std::vector<std::string>& current_members) const;

@@ -105,14 +105,4 @@ std::string Membership::NextWorkerId() {
   }
 }
 
-void Membership::RegisterAgent(const AgentInfo& agent) {
-  for (auto& a : agents_) {
-    if (a.identity == agent.identity || (!agent.sender.empty() && a.sender == agent.sender)) {
-      a = agent;
-      return;
-    }
-  }
-  agents_.push_back(agent);
-}
-
 }  // namespace elastra::coordinator

@@ -1,6 +1,6 @@
-// Membership: every worker and agent the coordinator knows, their state and rank, and the mapping
-// from worker id to the ROUTER identity of its latest message. Thread-compatible (owned by the
-// coordinator's loop).
+// Membership: every worker the coordinator knows, its host, state and rank, and the mapping from
+// worker id to the ROUTER identity of its latest message (the hosts and their agents are in
+// HostTable). Thread-compatible (owned by the coordinator's loop).
 #pragma once
 
 #include <cstdint>
@@ -28,13 +28,7 @@ struct WorkerInfo {
   int64_t step = -1;
   uint64_t join_order = 0;
   TimePoint last_heartbeat{};
-};
-
-struct AgentInfo {
-  std::string identity;
-  std::string sender;
-  std::string host;
-  int32_t max_workers = 0;
+  TimePoint last_shutdown{};  // declared lost: when its heartbeat was last answered with Shutdown
 };
 
 class Membership {
@@ -65,12 +59,8 @@ class Membership {
   // Marks `id` as used, so NextWorkerId never hands it out (a restarted coordinator).
   void MarkSeen(const std::string& id) { ever_seen_.insert(id); }
 
-  void RegisterAgent(const AgentInfo& agent);
-  const std::vector<AgentInfo>& agents() const { return agents_; }
-
  private:
   std::map<std::string, WorkerInfo> workers_;
-  std::vector<AgentInfo> agents_;
   std::set<std::string> ever_seen_;
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;

@@ -49,6 +49,9 @@ class Outbox {
     if (w == nullptr || w->identity.empty()) return;
     out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
   }
+  // A HeartbeatAck{committed generation} to `identity`. Every heartbeat gets one, so the frame is
+  // encoded once per generation and reused.
+  void SendHeartbeatAck(const std::string& identity);
   // An ErrorReply{code, message} answering request `request_id`.
   void SendError(const std::string& identity, uint64_t request_id, const Status& status);
 
@@ -88,6 +91,8 @@ class Outbox {
   const Membership* membership_;
   std::function<uint64_t()> generation_;
   std::vector<Outgoing> out_;
+  std::string ack_frame_;  // HeartbeatAck of ack_generation_
+  uint64_t ack_generation_ = 0;
   uint64_t malformed_frames_ = 0;
   uint64_t stale_messages_ = 0;
 };

@@ -1,5 +1,7 @@
 #include "coordinator/resize_manager.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 
 namespace elastra::coordinator {
@@ -9,10 +11,36 @@ double MsBetween(TimePoint from, TimePoint to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
+using proto::GenerationReason;
+
 }  // namespace
 
-void ResizeManager::OnResize(const std::string& identity, const proto::Envelope& e,
-                             bool restarting) {
+Status ResizeManager::CheckCanChange() const {
+  if (generations_->job_over()) {
+    return FailedPreconditionError(std::string("the job is ") +
+                                   proto::ToString(generations_->state()));
+  }
+  for (const auto& id : generations_->members()) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w != nullptr && w->state == WorkerState::kFinished) {
+      return FailedPreconditionError("worker " + id + " has finished training; the job is ending");
+    }
+  }
+  if ((pending_ && !PendingGivesWay()) || generations_->phase() != Phase::kIdle || restoring_) {
+    return FailedPreconditionError(std::string("another reconfiguration is in progress (") +
+                                   (pending_ ? proto::ToString(pending_->reason)
+                                             : proto::ToString(generations_->state())) +
+                                   "); retry when it is done");
+  }
+  return OkStatus();
+}
+
+bool ResizeManager::PendingGivesWay() const {
+  return pending_ && pending_->reason == GenerationReason::kRegrow &&
+         generations_->phase() == Phase::kIdle;
+}
+
+void ResizeManager::OnResize(const std::string& identity, const proto::Envelope& e) {
   auto decoded = outbox_->DecodeOrReply<proto::ResizeRequest>(identity, e);
   if (!decoded) return;
   const proto::ResizeRequest& req = *decoded;
@@ -35,29 +63,40 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     Status valid = layouts_->Validate(req.layout);
     if (!valid.ok()) return refuse(valid);
   }
-  if (generations_->job_over())
-    return refuse(FailedPreconditionError(std::string("the job is ") +
-                                          proto::ToString(generations_->state())));
+  if (generations_->job_over()) return refuse(CheckCanChange());
   if (generations_->generation() == 0) {
     return refuse(
         FailedPreconditionError("no generation has formed yet; wait for the job to "
                                 "start before resizing"));
   }
-  for (const auto& id : generations_->members()) {
-    const WorkerInfo* w = membership_->Find(id);
-    if (w != nullptr && w->state == WorkerState::kFinished) {
-      return refuse(
-          FailedPreconditionError("worker " + id + " has finished training; the job is ending"));
+  if (Status can = CheckCanChange(); !can.ok()) return refuse(can);
+  const size_t members = membership_->Members().size();
+  if (!hosts_->empty() && static_cast<size_t>(req.workers) > members) {
+    // With agents, new workers start only in free slots: a size beyond them cannot be reached.
+    const size_t room = members + hosts_->UsableStandby().size() +
+                        hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/false) +
+                        hosts_->Outstanding();
+    if (static_cast<size_t>(req.workers) > room) {
+      int slots = 0;
+      std::string each;
+      for (const auto& h : hosts_->hosts()) {
+        if (h.state != proto::HostState::kUp) continue;
+        slots += h.slots;
+        each += (each.empty() ? "" : ", ") + h.name + ": " + std::to_string(h.slots);
+      }
+      return refuse(ResourceExhaustedError(
+          "asked for " + std::to_string(req.workers) + " workers; the live hosts have " +
+          std::to_string(slots) + " slots (" + each + "), room for at most " +
+          std::to_string(room) + " workers"));
     }
   }
-  if (pending_ || generations_->phase() != Phase::kIdle || restarting) {
-    return refuse(FailedPreconditionError(std::string("another reconfiguration is in progress (") +
-                                          proto::ToString(generations_->state()) +
-                                          "); retry when it is done"));
+  if (pending_) {
+    LOG(INFO) << "a resize replaces the regrow that was waiting for workers";
+    pending_.reset();
   }
-  const size_t members = membership_->Members().size();
   if (static_cast<size_t>(req.workers) == members &&
       (!req.has_layout || req.layout == generations_->layout())) {
+    SetTarget(req.workers, /*journal=*/true);
     proto::ResizeReply reply;
     reply.phase = proto::ResizePhase::kDone;
     reply.generation = generations_->generation();
@@ -68,6 +107,7 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     return;
   }
   Pending p;
+  p.reason = GenerationReason::kResize;
   p.identity = identity;
   p.request_id = e.request_id;
   p.workers = req.workers;
@@ -76,7 +116,8 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   p.wait = req.wait;
   p.received = clock_->Now();
   pending_ = p;
-  journal_->Resize(p.workers, p.has_layout, p.layout);
+  journal_->Resize(p.workers, p.has_layout, p.layout);  // the target too (docs/journal.md)
+  SetTarget(req.workers, /*journal=*/false);
   proto::ResizeReply accepted;
   accepted.phase = proto::ResizePhase::kAccepted;
   accepted.generation = generations_->generation();
@@ -86,6 +127,252 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   outbox_->Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
   LOG(INFO) << "resize to " << req.workers << " workers accepted (now " << members << ")";
   Continue();
+}
+
+void ResizeManager::OnDrain(const std::string& identity, proto::Role role,
+                            const proto::Envelope& e) {
+  auto decoded = outbox_->DecodeOrReply<proto::DrainRequest>(identity, e);
+  if (!decoded) return;
+  const proto::DrainRequest& req = *decoded;
+  auto refuse = [&](Status s) { outbox_->SendError(identity, e.request_id, s); };
+  if (role != proto::Role::kAdmin) {
+    const HostInfo* own = hosts_->FindByAgent(e.sender);
+    if (own == nullptr || own->name != req.host) {
+      return refuse(UnauthenticatedError(
+          "draining host " + req.host + " needs an admin key; a worker key may drain only the " +
+          (own == nullptr ? std::string("host its agent registered, and '") + e.sender +
+                                "' registered none"
+                          : "host of its own agent (" + own->name + ")")));
+    }
+  }
+  HostInfo* host = hosts_->Find(req.host);
+  if (host == nullptr) return refuse(NotFoundError("no host '" + req.host + "' in this job"));
+  if (host->state != proto::HostState::kUp) {
+    return refuse(FailedPreconditionError("host " + req.host + " is " +
+                                          proto::ToString(host->state) + ", not up"));
+  }
+  if (Status can = CheckCanChange(); !can.ok()) return refuse(can);
+  const auto members = membership_->Members();
+  const size_t staying = Staying(members, req.host);
+  auto done_at_once = [&](const std::string& message) {
+    proto::ResizeReply reply;
+    reply.phase = proto::ResizePhase::kDone;
+    reply.generation = generations_->generation();
+    reply.workers = static_cast<int32_t>(members.size());
+    reply.layout = generations_->layout();
+    reply.message = message;
+    outbox_->Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
+  };
+  if (staying == members.size()) {
+    // No member runs there (only standby workers, or nothing): nothing to hand off.
+    host_manager_->FinishDrain(host);
+    done_at_once("host " + req.host + " ran no member; drained at once");
+    return;
+  }
+  // Where the job can go: the members elsewhere, standby workers elsewhere, free slots elsewhere.
+  int on_their_way = 0;
+  for (const auto& h : hosts_->hosts()) {
+    if (h.name != req.host) on_their_way += static_cast<int>(h.spawns.size());
+  }
+  const int room = static_cast<int>(staying + hosts_->UsableStandby(req.host).size()) +
+                   hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/false, req.host) +
+                   on_their_way;
+  if (room == 0) {
+    return refuse(FailedPreconditionError(
+        "draining host " + req.host +
+        " would leave the job with no worker: no other host has a member, a standby worker or "
+        "a free slot"));
+  }
+  if (pending_) {
+    LOG(INFO) << "a drain replaces the regrow that was waiting for workers";
+    pending_.reset();
+  }
+  const int want = std::min(target(), room);
+  if (want < target()) {
+    LOG(WARNING) << "draining host " << req.host << ": the other hosts hold " << room
+                 << " workers; the target drops from " << target() << " to " << want;
+    SetTarget(want, /*journal=*/true);
+  }
+  host->state = proto::HostState::kDraining;
+  Pending p;
+  p.reason = GenerationReason::kDrain;
+  p.identity = identity;
+  p.request_id = e.request_id;
+  p.workers = want;
+  p.wait = req.wait;
+  p.host = req.host;
+  p.received = clock_->Now();
+  pending_ = p;
+  proto::ResizeReply accepted;
+  accepted.phase = proto::ResizePhase::kAccepted;
+  accepted.generation = generations_->generation();
+  accepted.workers = want;
+  accepted.layout = layouts_->Default(want, generations_->layout());
+  outbox_->Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
+  LOG(INFO) << "drain of host " << req.host << " accepted: " << members.size() - staying
+            << " member(s) leave it; the job goes on with " << want << " workers";
+  Continue();
+}
+
+size_t ResizeManager::Staying(const std::vector<std::string>& members,
+                              const std::string& except) const {
+  if (except.empty()) return members.size();
+  size_t n = 0;
+  for (const auto& id : members) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr || w->host != except) ++n;
+  }
+  return n;
+}
+
+std::string ResizeManager::DrainedHost() const {
+  return pending_ && pending_->reason == GenerationReason::kDrain ? pending_->host : "";
+}
+
+void ResizeManager::Continue() {
+  if (!pending_ || generations_->phase() != Phase::kIdle || generations_->job_over()) return;
+  Pending& p = *pending_;
+  const std::string except = DrainedHost();
+  const auto members = membership_->Members();
+  const size_t staying = Staying(members, except);
+  const size_t want = static_cast<size_t>(p.workers);
+  if (p.reason == GenerationReason::kDrain) {
+    if (staying == members.size()) {
+      FinishDrain();
+      return;
+    }
+  } else if (want == members.size() &&
+             (!p.has_layout || p.layout == generations_->layout())) {
+    Reply(proto::ResizePhase::kDone, "");
+    End();
+    return;
+  } else if (p.reason == GenerationReason::kRegrow && members.size() >= want) {
+    End();  // something else brought the job there
+    return;
+  }
+  if (want > staying) {
+    const size_t have = staying + hosts_->UsableStandby(except).size();
+    if (have < want) {
+      if (!p.waiting_for_workers) {
+        p.waiting_for_workers = true;
+        p.spawn_deadline = clock_->Now() + options_->spawn_timeout;
+      }
+      int on_their_way = 0;
+      for (const auto& h : hosts_->hosts()) {
+        if (h.name != except) on_their_way += static_cast<int>(h.spawns.size());
+      }
+      const int needed = static_cast<int>(want - have) - on_their_way;
+      // A regrow starts workers only where agents heartbeat (see HostInfo::heartbeats); a resize
+      // or a drain was asked for and uses any live host. No agent: wait for workers started
+      // elsewhere.
+      host_manager_->Spawn(needed, Placement::kFullestFirst,
+                           /*watched_only=*/p.reason == GenerationReason::kRegrow, except);
+      return;  // wait for joins
+    }
+    p.waiting_for_workers = false;
+  }
+  BeginPause();
+}
+
+void ResizeManager::BeginPause() {
+  const Pending& p = *pending_;
+  SizeGoal goal;
+  goal.workers = static_cast<size_t>(p.workers);
+  goal.has_layout = p.has_layout;
+  goal.layout = p.layout;
+  goal.reason = p.reason;
+  if (p.reason == GenerationReason::kDrain) goal.except_host = p.host;
+  generations_->BeginPause(goal);
+}
+
+void ResizeManager::ContinueIfWaitingForWorkers() {
+  if (pending_ && pending_->waiting_for_workers && generations_->phase() == Phase::kIdle) {
+    Continue();
+  }
+}
+
+void ResizeManager::MaybeRegrow() {
+  if (restoring_ || pending_ || generations_->phase() != Phase::kIdle ||
+      generations_->job_over() || generations_->generation() == 0) {
+    return;
+  }
+  const auto members = membership_->Members();
+  if (members.size() >= static_cast<size_t>(target())) return;
+  for (const auto& id : generations_->members()) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w != nullptr && w->state == WorkerState::kFinished) return;  // the job is ending
+  }
+  const int standby = static_cast<int>(hosts_->UsableStandby().size());
+  const int free = hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/true);
+  const int room = static_cast<int>(members.size()) + standby + free + hosts_->Outstanding();
+  const int want = std::min(target(), room);
+  if (want <= static_cast<int>(members.size())) return;
+  Pending p;
+  p.reason = GenerationReason::kRegrow;
+  p.workers = want;
+  p.received = clock_->Now();
+  pending_ = p;
+  LOG(INFO) << "regrowing from " << members.size() << " to " << want << " workers (target "
+            << target() << "; " << standby << " standby, " << free << " free slots)";
+  Continue();
+}
+
+void ResizeManager::Tick() {
+  if (!pending_ || !pending_->waiting_for_workers || generations_->phase() != Phase::kIdle ||
+      clock_->Now() < pending_->spawn_deadline) {
+    return;
+  }
+  Pending& p = *pending_;
+  const std::string except = DrainedHost();
+  const auto members = membership_->Members();
+  const size_t staying = Staying(members, except);
+  const size_t have = staying + hosts_->UsableStandby(except).size();
+  const std::string timeout =
+      "within spawn_timeout (" + std::to_string(options_->spawn_timeout.count()) + " ms)";
+  switch (p.reason) {
+    case GenerationReason::kRegrow:
+      if (have > members.size()) break;  // grow back as far as the workers that came allow
+      LOG(WARNING) << "regrow: no new worker joined " << timeout << "; staying at "
+                   << members.size() << " workers until a host or a change makes room";
+      End();
+      return;
+    case GenerationReason::kDrain:
+      if (have > 0) break;  // leave the host with the workers that came
+      if (HostInfo* host = hosts_->Find(p.host);
+          host != nullptr && host->state == proto::HostState::kDraining) {
+        host->state = proto::HostState::kUp;
+      }
+      Reply(proto::ResizePhase::kFailed,
+            "no worker could take over from host " + p.host + " " + timeout);
+      End();
+      return;
+    default:
+      Reply(proto::ResizePhase::kFailed, "only " + std::to_string(have) + " of " +
+                                             std::to_string(p.workers) +
+                                             " workers were available " + timeout);
+      End();
+      return;
+  }
+  LOG(WARNING) << proto::ToString(p.reason) << ": " << have << " of " << p.workers
+               << " workers joined " << timeout << "; going on with " << have;
+  p.workers = static_cast<int>(have);
+  p.waiting_for_workers = false;
+  BeginPause();
+}
+
+void ResizeManager::FinishDrain() {
+  HostInfo* host = hosts_->Find(pending_->host);
+  const bool lost = host != nullptr && host->state == proto::HostState::kLost;
+  host_manager_->FinishDrain(host);
+  Reply(proto::ResizePhase::kDone, lost ? "host " + pending_->host + " was lost while draining"
+                                        : "host " + pending_->host + " drained");
+  End();
+}
+
+void ResizeManager::SetTarget(int workers, bool journal) {
+  if (workers == target()) return;
+  target_ = workers;
+  if (journal) journal_->Target(workers);
 }
 
 void ResizeManager::Reply(proto::ResizePhase phase, const std::string& message) {
@@ -109,81 +396,24 @@ void ResizeManager::Reply(proto::ResizePhase phase, const std::string& message) 
                   pending_->request_id);
   }
   if (phase != proto::ResizePhase::kDone) {
-    LOG(WARNING) << "resize " << proto::ToString(phase) << ": " << message;
-  }
-}
-
-void ResizeManager::Continue() {
-  if (!pending_ || generations_->phase() != Phase::kIdle || generations_->job_over()) return;
-  const auto members = membership_->Members();
-  const size_t want = static_cast<size_t>(pending_->workers);
-  if (want == members.size() &&
-      (!pending_->has_layout || pending_->layout == generations_->layout())) {
-    Reply(proto::ResizePhase::kDone, "");
-    End();
-    outstanding_spawns_.clear();
-    return;
-  }
-  if (want > members.size()) {
-    const size_t have = members.size() + membership_->Standby().size();
-    if (have < want) {
-      if (!pending_->waiting_for_workers) {
-        pending_->waiting_for_workers = true;
-        pending_->spawn_deadline = clock_->Now() + options_->spawn_timeout;
-      }
-      size_t needed = want - have;
-      needed = needed > outstanding_spawns_.size() ? needed - outstanding_spawns_.size() : 0;
-      if (needed > 0 && !membership_->agents().empty()) {
-        proto::SpawnRequest spawn;
-        for (size_t i = 0; i < needed; ++i) {
-          std::string id;
-          do {
-            id = membership_->NextWorkerId();
-          } while (outstanding_spawns_.count(id));
-          outstanding_spawns_.insert(id);
-          spawn.worker_ids.push_back(id);
-        }
-        journal_->Ids(spawn.worker_ids);
-        const AgentInfo& agent = membership_->agents().front();
-        outbox_->Send(agent.identity, proto::MessageType::kSpawnRequest, spawn, 0);
-        LOG(INFO) << "asked agent " << agent.sender << " to start " << needed << " worker(s)";
-      }
-      return;  // wait for joins
-    }
-    pending_->waiting_for_workers = false;
-  }
-  generations_->BeginPause(SizeGoal{want, pending_->has_layout, pending_->layout});
-}
-
-void ResizeManager::ContinueIfWaitingForWorkers() {
-  if (pending_ && pending_->waiting_for_workers && generations_->phase() == Phase::kIdle) {
-    Continue();
-  }
-}
-
-void ResizeManager::Tick() {
-  if (pending_ && pending_->waiting_for_workers && generations_->phase() == Phase::kIdle &&
-      clock_->Now() >= pending_->spawn_deadline) {
-    size_t have = membership_->Members().size() + membership_->Standby().size();
-    Reply(proto::ResizePhase::kFailed,
-          "only " + std::to_string(have) + " of " + std::to_string(pending_->workers) +
-              " workers were available within spawn_timeout (" +
-              std::to_string(options_->spawn_timeout.count()) + " ms)");
-    End();
-    outstanding_spawns_.clear();
+    LOG(WARNING) << proto::ToString(pending_->reason) << " " << proto::ToString(phase) << ": "
+                 << message;
   }
 }
 
 void ResizeManager::OnJobEnd(const std::string& message) {
   Reply(proto::ResizePhase::kFailed, message);
-  pending_.reset();  // the end record closes it
+  pending_.reset();  // the end record closes a resize
 }
 
-void ResizeManager::Restore(const JournalResize& resize) {
+void ResizeManager::Restore(const std::optional<JournalResize>& resize, int target) {
+  target_ = target;
+  if (!resize) return;
   Pending p;
-  p.workers = resize.workers;
-  p.has_layout = resize.has_layout;
-  p.layout = resize.layout;
+  p.reason = GenerationReason::kResize;
+  p.workers = resize->workers;
+  p.has_layout = resize->has_layout;
+  p.layout = resize->layout;
   p.wait = false;  // the client that asked is gone (docs/journal.md)
   p.received = clock_->Now();
   pending_ = p;
@@ -191,8 +421,9 @@ void ResizeManager::Restore(const JournalResize& resize) {
 
 void ResizeManager::End() {
   if (!pending_) return;
+  const bool resize = pending_->reason == GenerationReason::kResize;
   pending_.reset();
-  journal_->ResizeEnd();
+  if (resize) journal_->ResizeEnd();
 }
 
 }  // namespace elastra::coordinator

@@ -1,20 +1,29 @@
-// ResizeManager: an admin's ResizeRequest from admission to its outcome (docs/protocol.md,
-// "Resize"). It refuses what cannot be done, keeps the one pending resize (journaled, so a
-// restarted coordinator continues it), asks the first registered agent to start the workers a
-// grow lacks under ids never used before, waits for them up to spawn_timeout, has the generation
-// manager pause the job for the new size, and answers a waiting caller when the job runs at that
-// size or why it does not. Time comes from the injected Clock. Thread-compatible: the core's loop
-// owns it, like every manager.
+// ResizeManager: the job's planned changes of size, from admission to their outcome
+// (docs/protocol.md "Resize", docs/hosts.md "Placement and the target size", "Drain"):
+//   - a ResizeRequest (admin key): refused when it cannot be done (beyond the free slots of the
+//     live hosts when agents exist), else the new size becomes the target;
+//   - a DrainRequest (admin key, or the worker key of the host's own agent): the job moves off one
+//     host in one planned generation, replacements starting on other hosts up to the target
+//     (which drops when no other host can take the workers); replied to like a resize;
+//   - a regrow: below the target with standby workers or free slots (after a failure), new
+//     workers start and the job grows back in a generation with reason `regrow`.
+// It keeps the one pending change and the target size (both journaled, so a restarted coordinator
+// continues), asks the host manager for the workers a change lacks and waits for them up to
+// spawn_timeout, has the generation manager pause the job for the new size, and answers a waiting
+// caller when the job runs at that size or why it does not. Time comes from the injected Clock.
+// Thread-compatible: the core's loop owns it, like every manager.
 #pragma once
 
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/messages.h"
 #include "coordinator/generation_manager.h"
+#include "coordinator/host_manager.h"
+#include "coordinator/host_table.h"
 #include "coordinator/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/layout_policy.h"
@@ -26,26 +35,31 @@ namespace elastra::coordinator {
 
 class ResizeManager {
  public:
-  // The resize in progress.
+  // The change in progress.
   struct Pending {
-    std::string identity;     // the caller
+    proto::GenerationReason reason = proto::GenerationReason::kResize;  // kResize/kDrain/kRegrow
+    std::string identity;     // the caller (none for a regrow)
     uint64_t request_id = 0;  // its request, repeated in the replies
-    int workers = 0;
+    int workers = 0;          // the size to reach
     bool has_layout = false;  // an exact layout was asked for
     Layout layout;
     bool wait = false;  // the caller waits for the outcome
+    std::string host;   // kDrain: the host the job leaves
     TimePoint received{};
-    bool waiting_for_workers = false;  // a grow waits for workers to join
+    bool waiting_for_workers = false;  // it waits for workers to start and join
     TimePoint spawn_deadline{};
   };
 
   // Every pointer is not owned and must outlive the manager.
   ResizeManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                Outbox* outbox, JournalRecorder* journal, const LayoutPolicy* layouts,
+                HostTable* hosts, HostManager* host_manager, Outbox* outbox,
+                JournalRecorder* journal, const LayoutPolicy* layouts,
                 GenerationManager* generations)
       : options_(options),
         clock_(clock),
         membership_(membership),
+        hosts_(hosts),
+        host_manager_(host_manager),
         outbox_(outbox),
         journal_(journal),
         layouts_(layouts),
@@ -53,44 +67,73 @@ class ResizeManager {
   ResizeManager(const ResizeManager&) = delete;
   ResizeManager& operator=(const ResizeManager&) = delete;
 
-  // A ResizeRequest from admin client `identity`: refused with an ErrorReply (kInvalidArgument,
-  // kFailedPrecondition: another change in flight, or `restarting`, a restart not settled yet),
-  // done at once when the job already has that size, else accepted and started.
-  void OnResize(const std::string& identity, const proto::Envelope& e, bool restarting);
-  // Moves the pending resize on when no change is in flight: done when the job runs at the size
-  // asked; else, for a grow short of workers, asks an agent for them and waits; else pauses the
-  // job for the new size.
+  // A ResizeRequest from admin client `identity`: refused with an ErrorReply (kInvalidArgument;
+  // kResourceExhausted: more workers than the live hosts have slots, when agents exist;
+  // kFailedPrecondition: another change in flight, or a restart not settled yet), done at once
+  // when the job already has that size, else accepted and started. Its size is the new target.
+  void OnResize(const std::string& identity, const proto::Envelope& e);
+  // A DrainRequest from `identity` holding `role`: refused with an ErrorReply (kUnauthenticated:
+  // a worker key draining another host than its agent's; kNotFound: an unknown host;
+  // kFailedPrecondition: the host is not up, the job would have no worker left, another change in
+  // flight), done at once when no member runs there, else accepted and started.
+  void OnDrain(const std::string& identity, proto::Role role, const proto::Envelope& e);
+  // Moves the pending change on when no change of generation is in flight: done when the job runs
+  // at the size asked (and, for a drain, off its host); else, short of workers, asks agents for
+  // them and waits; else pauses the job for the new size.
   void Continue();
-  // Continue(), for a pending grow waiting for workers (a worker joined, an agent registered).
+  // Continue(), for a pending change waiting for workers (a worker joined, a host may take one).
   void ContinueIfWaitingForWorkers();
-  // Worker `id` joined, or its process exited: no agent owes it any more.
-  void StopAwaiting(const std::string& id) { outstanding_spawns_.erase(id); }
-  // Fails a grow whose workers did not join within spawn_timeout.
+  // With no change pending or in flight and the job below its target: when standby workers or
+  // free slots on hosts whose agents heartbeat can bring it back, starts a regrow.
+  void MaybeRegrow();
+  // A change whose workers did not join within spawn_timeout: a resize fails; a regrow or a drain
+  // goes on with the workers that came (a drain with nobody to take over fails).
   void Tick();
-  // The job ended: a waiting caller hears `message` as the failure; the resize is over (the
-  // journal's end record closes it).
+  // The job ended: a waiting caller hears `message` as the failure; the change is over (the
+  // journal's end record closes a resize).
   void OnJobEnd(const std::string& message);
-  // A restarted coordinator: the journaled pending resize. Nobody waits for its outcome any more.
-  void Restore(const JournalResize& resize);
+  // A restarted coordinator: the journaled target and pending resize. Nobody waits for the
+  // resize's outcome any more.
+  void Restore(const std::optional<JournalResize>& resize, int target);
+  // While a restart waits to hear from its workers, resizes and drains are refused and no regrow
+  // starts.
+  void set_restoring(bool restoring) { restoring_ = restoring; }
 
+  // The size the job returns to: the start size, then each accepted resize's size, lowered by a
+  // drain no other host could take.
+  int target() const { return target_.value_or(options_->initial_workers); }
   const std::optional<Pending>& pending() const { return pending_; }
 
  private:
+  // Why no resize or drain may start now; OK when one may.
+  Status CheckCanChange() const;
+  // A pending regrow that still waits for workers gives way to a resize or a drain.
+  bool PendingGivesWay() const;
+  // How many of `members` stay: those not on host `except` (none when it is empty).
+  size_t Staying(const std::vector<std::string>& members, const std::string& except) const;
+  // The host a pending drain leaves; empty for any other change.
+  std::string DrainedHost() const;
+  void BeginPause();
+  void FinishDrain();
+  void SetTarget(int workers, bool journal);
   // Answers a waiting caller; logs any outcome but done.
   void Reply(proto::ResizePhase phase, const std::string& message);
-  // The resize is over: forgets it and journals that.
+  // The change is over: forgets it and journals that (a resize).
   void End();
 
   const CoordinatorOptions* options_;
   Clock* clock_;
   Membership* membership_;
+  HostTable* hosts_;
+  HostManager* host_manager_;
   Outbox* outbox_;
   JournalRecorder* journal_;
   const LayoutPolicy* layouts_;
   GenerationManager* generations_;
 
   std::optional<Pending> pending_;
-  std::set<std::string> outstanding_spawns_;  // ids asked of agents, not joined yet
+  std::optional<int> target_;  // unset: options.initial_workers
+  bool restoring_ = false;
 };
 
 }  // namespace elastra::coordinator

@@ -15,7 +15,7 @@ Status RestoreManager::Open() {
   const JournalState& s = journal_->journal()->state();
   if (s.empty()) {
     return journal_->journal()->RecordJob(options_->job, options_->initial_workers,
-                                          options_->max_workers);
+                                          options_->max_workers, options_->bind_address);
   }
   if (s.job != options_->job) {
     return FailedPreconditionError("the journal in " + options_->state_dir + " belongs to job '" +
@@ -91,11 +91,12 @@ void RestoreManager::Restore(const JournalState& s) {
       health_->Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
     }
   }
-  if (s.resize) resizes_->Restore(*s.resize);
+  resizes_->Restore(s.resize, s.target_workers);
   if (s.ended == JobOutcome::kFinished) job.state = proto::JobState::kFinished;
   if (s.ended == JobOutcome::kFailed) job.state = proto::JobState::kFailed;
   generations_->Restore(std::move(job));
   pending_ = !generations_->job_over();
+  resizes_->set_restoring(pending_);
   recover_ = s.change_in_flight;
   why_ = "the coordinator restarted while changing to generation " +
          std::to_string(s.change_target) + " (" + ToString(s.change_kind) + ")";
@@ -114,6 +115,7 @@ void RestoreManager::MaybeFinish() {
   if (!pending_) return;
   if (generations_->job_over()) {
     pending_ = false;
+    resizes_->set_restoring(false);
     return;
   }
   bool all_heard = true;
@@ -123,6 +125,7 @@ void RestoreManager::MaybeFinish() {
   }
   if (!all_heard && clock_->Now() < deadline_) return;
   pending_ = false;
+  resizes_->set_restoring(false);
   if (recover_ && generations_->phase() == Phase::kIdle) {
     recover_ = false;
     generations_->StartRecovery({}, why_);
@@ -130,6 +133,7 @@ void RestoreManager::MaybeFinish() {
   }
   recover_ = false;
   resizes_->Continue();
+  resizes_->MaybeRegrow();
 }
 
 }  // namespace elastra::coordinator

@@ -56,6 +56,7 @@ class RestoreManager {
   void OnRecoveryStarted() {
     pending_ = false;
     recover_ = false;
+    resizes_->set_restoring(false);
   }
 
  private:

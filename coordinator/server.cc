@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -22,6 +23,12 @@ constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
 constexpr long kLoopPollMs = 10;
 // Messages handled per wakeup before deadlines are checked again.
 constexpr int kMaxBatch = 256;
+// How long Stop() lets messages already sent leave before the socket closes.
+constexpr int kStopLingerMs = 1000;
+
+bool Over(proto::JobState state) {
+  return state == proto::JobState::kFinished || state == proto::JobState::kFailed;
+}
 
 std::string ZmqError() { return zmq_strerror(zmq_errno()); }
 
@@ -114,7 +121,12 @@ class CoordinatorServer::Impl {
   void Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
-    if (router_ != nullptr) zmq_close(router_);
+    if (router_ != nullptr) {
+      // What the loop sent last (the job's Shutdowns) still leaves; zmq_ctx_term waits for it.
+      int linger = kStopLingerMs;
+      zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger));
+      zmq_close(router_);
+    }
     if (zap_ != nullptr) zmq_close(zap_);
     router_ = zap_ = nullptr;
     if (ctx_ != nullptr) zmq_ctx_term(ctx_);
@@ -131,6 +143,12 @@ class CoordinatorServer::Impl {
   }
 
   uint64_t rejected_keys() const { return rejected_keys_.load(); }
+
+  bool done() const { return done_.load(); }
+  bool WaitDone(std::chrono::milliseconds timeout) const {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    return done_cv_.wait_for(lock, timeout, [this] { return done_.load(); });
+  }
 
  private:
   void Loop() {
@@ -153,11 +171,14 @@ class CoordinatorServer::Impl {
       if (now - last_tick >= std::chrono::milliseconds(kLoopPollMs)) {
         last_tick = now;
         std::vector<Outgoing> out;
+        bool over = false;
         {
           std::lock_guard<std::mutex> lock(mu_);
           out = core_.Tick();
+          over = Over(core_.state());
         }
         SendAll(out);
+        if (over) MarkDone();
       }
     }
   }
@@ -208,6 +229,7 @@ class CoordinatorServer::Impl {
     if (!RecvMultipart(router_, &frames, 2, &total, ZMQ_DONTWAIT)) return false;
     std::string identity = AsString(frames[0]);
     std::vector<Outgoing> out;
+    bool over = false;
     if (total != 2) {
       // A DEALER of ours sends exactly one frame; anything else is not our protocol.
       std::lock_guard<std::mutex> lock(mu_);
@@ -234,10 +256,23 @@ class CoordinatorServer::Impl {
       } else {
         out = core_.Handle(identity, *role, *envelope);
       }
+      over = Over(core_.state());
     }
     CloseAll(&frames);
     SendAll(out);
+    if (over) MarkDone();
     return true;
+  }
+
+  // The messages that ended the job were handed to ZeroMQ: tell the owner.
+  void MarkDone() {
+    if (done_.load()) return;
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    LOG(INFO) << "job " << options_.job << " is over; every agent and standby worker was told";
   }
 
   void SendAll(const std::vector<Outgoing>& out) {
@@ -263,6 +298,9 @@ class CoordinatorServer::Impl {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> rejected_keys_{0};
+  std::atomic<bool> done_{false};
+  mutable std::mutex done_mu_;
+  mutable std::condition_variable done_cv_;
 };
 
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -320,5 +358,9 @@ uint64_t CoordinatorServer::stale_messages() const {
   return impl_->WithCore([](const CoordinatorCore& c) { return c.stale_messages(); });
 }
 uint64_t CoordinatorServer::rejected_keys() const { return impl_->rejected_keys(); }
+bool CoordinatorServer::done() const { return impl_->done(); }
+bool CoordinatorServer::WaitDone(std::chrono::milliseconds timeout) const {
+  return impl_->WaitDone(timeout);
+}
 
 }  // namespace elastra::coordinator

@@ -13,6 +13,7 @@
 //   (*server)->address();                              // "tcp://127.0.0.1:40123"
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,8 +34,17 @@ class CoordinatorServer {
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
 
-  // Stops the loop and closes the sockets. Idempotent.
+  // Stops the loop and closes the sockets, first giving the messages already sent up to a second
+  // to leave (ZMQ_LINGER): the job's last Shutdowns reach their agents and workers. Idempotent.
   void Stop();
+
+  // The job is over: true once it finished or failed, the messages telling every agent and every
+  // standby worker so were handed to ZeroMQ, and <state_dir>/status.json holds the final status.
+  // The server keeps answering (status requests, agents registering again) until Stop(); the
+  // owner exits then: 0 when state() is kFinished, 1 when kFailed.
+  bool done() const;
+  // Waits up to `timeout` for done(); returns done().
+  bool WaitDone(std::chrono::milliseconds timeout) const;
 
   // The bound endpoint with the real port, e.g. "tcp://127.0.0.1:40123".
   const std::string& address() const;

@@ -15,6 +15,14 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
                        FailedPreconditionError("the job is over; not joining"));
     return;
   }
+  if (const HostInfo* host = hosts_->Find(req->host);
+      host != nullptr && host->state == proto::HostState::kDrained &&
+      hosts_->SpawnHost(req->worker_id) == nullptr) {
+    outbox_->SendError(identity, e.request_id,
+                       FailedPreconditionError("host " + req->host +
+                                               " was drained; no worker joins from it"));
+    return;
+  }
   const WorkerInfo* existing = membership_->Find(req->worker_id);
   bool known_standby = existing != nullptr && existing->state == WorkerState::kStandby;
   if (!known_standby &&
@@ -29,7 +37,7 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
     outbox_->SendError(identity, e.request_id, s);
     return;
   }
-  resizes_->StopAwaiting(req->worker_id);
+  host_manager_->OnJoined(membership_->Find(req->worker_id));
   health_->Beat(req->worker_id);
   journal_->Join(req->worker_id);
   layouts_->Learn(*req);
@@ -43,6 +51,7 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
             << ")";
   generations_->MaybeFormFirstGeneration();
   resizes_->ContinueIfWaitingForWorkers();
+  resizes_->MaybeRegrow();
 }
 
 void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& e) {
@@ -78,12 +87,25 @@ void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& 
   generations_->LoseWorkers({e.sender}, "left (" + req->detail + ")");
 }
 
-void WorkerService::OnHeartbeat(const proto::Envelope& e) {
+void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelope& e) {
   WorkerInfo* w = membership_->Find(e.sender);
-  if (w == nullptr) return;
+  if (w == nullptr) {
+    if (host_manager_->OnAgentHeartbeat(e.sender)) outbox_->SendHeartbeatAck(identity);
+    return;
+  }
   auto hb = proto::DecodePayload<proto::Heartbeat>(e.payload);
   if (!hb.ok()) {
     outbox_->CountMalformed();
+    return;
+  }
+  if (w->state == WorkerState::kLost) {
+    // The job went on without it (a partition healed, a stall ended): no lease, but the order to
+    // stop, which the Shutdown sent when it was declared lost may not have reached.
+    if (clock_->Now() - w->last_shutdown >= options_->heartbeat_timeout) {
+      w->last_shutdown = clock_->Now();
+      outbox_->Send(identity, proto::MessageType::kShutdown,
+                    proto::Shutdown{1, "declared lost: the job went on without this worker"}, 0);
+    }
     return;
   }
   if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
@@ -91,6 +113,7 @@ void WorkerService::OnHeartbeat(const proto::Envelope& e) {
     w->last_heartbeat = clock_->Now();
   }
   w->step = std::max(w->step, hb->step);
+  outbox_->SendHeartbeatAck(identity);
 }
 
 void WorkerService::OnPaused(const proto::Envelope& e) {
@@ -121,14 +144,35 @@ void WorkerService::OnFailureReport(const proto::Envelope& e) {
   generations_->StartRecovery({}, "a collective failed on " + e.sender + ": " + report->message);
 }
 
-void WorkerService::OnProcessExited(const proto::Envelope& e) {
+void WorkerService::OnProcessExited(const std::string& identity, proto::Role role,
+                                    const proto::Envelope& e) {
   auto exited = proto::DecodePayload<proto::ProcessExited>(e.payload);
   if (!exited.ok()) {
     outbox_->CountMalformed();
     return;
   }
-  resizes_->StopAwaiting(exited->worker_id);
   WorkerInfo* w = membership_->Find(exited->worker_id);
+  if (role != proto::Role::kAdmin) {
+    // A worker key speaks for one agent: it reports the workers of its own host only.
+    const HostInfo* own = hosts_->FindByAgent(e.sender);
+    if (own == nullptr) {
+      outbox_->SendError(identity, e.request_id,
+                         UnauthenticatedError("ProcessExited needs an admin key or a registered "
+                                              "agent's worker key; '" +
+                                              e.sender + "' registered no host"));
+      return;
+    }
+    const HostInfo* asked = hosts_->SpawnHost(exited->worker_id);
+    const std::string where = w != nullptr ? w->host : asked != nullptr ? asked->name : own->name;
+    if (where != own->name) {
+      outbox_->SendError(identity, e.request_id,
+                         UnauthenticatedError("worker " + exited->worker_id + " runs on host " +
+                                              where + "; the agent of host " + own->name +
+                                              " reports only its own workers"));
+      return;
+    }
+  }
+  host_manager_->OnExited(exited->worker_id);
   if (w == nullptr) return;
   health_->Forget(w->id);
   switch (w->state) {
@@ -136,6 +180,7 @@ void WorkerService::OnProcessExited(const proto::Envelope& e) {
     case WorkerState::kStandby:
       journal_->WorkerState(w->id, JournalWorkerState::kRemoved);
       membership_->Remove(w->id);
+      host_manager_->MaybeStartFirstWorkers();  // a standby worker of the first generation
       return;
     case WorkerState::kMember:
       generations_->LoseWorkers({w->id}, "process exited (code " +
@@ -147,31 +192,10 @@ void WorkerService::OnProcessExited(const proto::Envelope& e) {
   }
 }
 
-void WorkerService::OnAgentRegister(const std::string& identity, const proto::Envelope& e) {
-  auto req = outbox_->DecodeOrReply<proto::AgentRegister>(identity, e);
-  if (!req) return;
-  AgentInfo agent;
-  agent.identity = identity;
-  agent.sender = e.sender;
-  agent.host = req->host;
-  agent.max_workers = req->max_workers;
-  membership_->RegisterAgent(agent);
-  outbox_->Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id);
-  if (generations_->job_over()) {
-    // An agent registering again after a restart may have missed the job's end.
-    proto::Shutdown shutdown;
-    const bool finished = generations_->state() == proto::JobState::kFinished;
-    shutdown.exit_code = finished ? 0 : 1;
-    shutdown.reason = finished ? "every member finished" : "the job failed";
-    outbox_->Send(identity, proto::MessageType::kShutdown, shutdown, 0);
-    return;
-  }
-  resizes_->ContinueIfWaitingForWorkers();
-}
-
 void WorkerService::ExpireHeartbeats() {
   std::vector<std::string> lost;
-  for (const auto& id : health_->TakeExpired()) {
+  const auto expired = health_->TakeExpired();
+  for (const auto& id : expired) {
     WorkerInfo* w = membership_->Find(id);
     if (w == nullptr) continue;
     switch (w->state) {
@@ -190,7 +214,10 @@ void WorkerService::ExpireHeartbeats() {
         break;
     }
   }
+  // A member on a host whose agent is silent too takes the host with it (one event).
+  if (!lost.empty()) lost = host_manager_->LoseHostsOf(lost);
   if (!lost.empty()) generations_->LoseWorkers(lost, "missed heartbeat deadline");
+  if (!expired.empty()) host_manager_->MaybeStartFirstWorkers();
 }
 
 }  // namespace elastra::coordinator

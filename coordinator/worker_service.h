@@ -1,10 +1,11 @@
-// WorkerService: what workers and agents tell the coordinator (docs/protocol.md): join, leave,
-// heartbeat, the PausedReport, GenerationReady and FailureReport of a change of generation, and,
-// from agents, registration and process exits. It keeps Membership and the heartbeat deadlines
-// (HealthMonitor) up to date and journals who joined and who left; what concerns a generation goes
-// to the generation manager, and a worker or agent that a waiting grow needs wakes the resize
-// manager. Time comes from the injected Clock. Thread-compatible: the core's loop owns it, like
-// every manager.
+// WorkerService: what workers tell the coordinator (docs/protocol.md): join, leave, heartbeat
+// (answered with a HeartbeatAck, the lease a worker fences itself by; agents' heartbeats too), the
+// PausedReport, GenerationReady and FailureReport of a change of generation, and the agents'
+// reports of their workers' exits. It keeps Membership and the heartbeat deadlines (HealthMonitor)
+// up to date and journals who joined and who left; what concerns a generation goes to the
+// generation manager, what concerns a host to the host manager, and a worker that a waiting change
+// needs wakes the resize manager. Time comes from the injected Clock. Thread-compatible: the core's
+// loop owns it, like every manager.
 #pragma once
 
 #include <string>
@@ -13,6 +14,8 @@
 #include "common/messages.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
+#include "coordinator/host_manager.h"
+#include "coordinator/host_table.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"
@@ -26,48 +29,59 @@ class WorkerService {
  public:
   // Every pointer is not owned and must outlive the service.
   WorkerService(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                HealthMonitor* health, Outbox* outbox, JournalRecorder* journal,
-                LayoutPolicy* layouts, GenerationManager* generations, ResizeManager* resizes)
+                HostTable* hosts, HealthMonitor* health, Outbox* outbox, JournalRecorder* journal,
+                LayoutPolicy* layouts, GenerationManager* generations, HostManager* host_manager,
+                ResizeManager* resizes)
       : options_(options),
         clock_(clock),
         membership_(membership),
+        hosts_(hosts),
         health_(health),
         outbox_(outbox),
         journal_(journal),
         layouts_(layouts),
         generations_(generations),
+        host_manager_(host_manager),
         resizes_(resizes) {}
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
 
-  // Requests, answered through the outbox (an ErrorReply when refused).
+  // Requests, answered through the outbox (an ErrorReply when refused). A join from a drained host
+  // is refused (kFailedPrecondition).
   void OnJoin(const std::string& identity, const proto::Envelope& e);
   void OnLeave(const std::string& identity, const proto::Envelope& e);
-  // Admin key only (the core checks the role).
-  void OnAgentRegister(const std::string& identity, const proto::Envelope& e);
 
+  // A heartbeat arriving from ROUTER identity `identity`. From a member, standby, leaving or
+  // finished worker, or from an agent: answered with a HeartbeatAck. From a worker declared lost:
+  // answered with Shutdown (at most once per heartbeat timeout), never with an ack: the job went on
+  // without it. From an unknown sender: dropped.
+  void OnHeartbeat(const std::string& identity, const proto::Envelope& e);
   // Fire-and-forget reports. One from an unknown sender, or about a change not in flight, is
   // counted as stale and dropped.
-  void OnHeartbeat(const proto::Envelope& e);
   void OnPaused(const proto::Envelope& e);
   void OnGenerationReady(const proto::Envelope& e);
   void OnFailureReport(const proto::Envelope& e);
-  // Admin key only (the core checks the role).
-  void OnProcessExited(const proto::Envelope& e);
+  // An agent's report that a worker's process exited. With an admin key, about any worker; with a
+  // worker key, only from a registered agent about a worker on its own host (else an ErrorReply
+  // kUnauthenticated).
+  void OnProcessExited(const std::string& identity, proto::Role role, const proto::Envelope& e);
 
-  // Heartbeat deadlines: members that missed theirs are lost (one recovery for all of them),
-  // standby workers are dropped, leaving ones forgotten.
+  // Heartbeat deadlines: members that missed theirs are lost (one recovery for all of them; a
+  // host whose agent is silent too is lost as one event), standby workers are dropped, leaving
+  // ones forgotten.
   void ExpireHeartbeats();
 
  private:
   const CoordinatorOptions* options_;
   Clock* clock_;
   Membership* membership_;
+  HostTable* hosts_;
   HealthMonitor* health_;
   Outbox* outbox_;
   JournalRecorder* journal_;
   LayoutPolicy* layouts_;
   GenerationManager* generations_;
+  HostManager* host_manager_;
   ResizeManager* resizes_;
 };
 

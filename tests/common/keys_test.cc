@@ -186,6 +186,25 @@ TEST_F(KeysTest, ConnectionInfoErrorsAreClear) {
   EXPECT_NE(bad_admin.status().message().find("admin"), std::string::npos);
 }
 
+TEST_F(KeysTest, JoinFileErrorsAreClear) {
+  auto missing = ReadJoinFile(Path("join.json"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("copy <state-dir>/join.json"), std::string::npos);
+  WriteRaw(Path("a.json"), "[]");
+  EXPECT_EQ(ReadJoinFile(Path("a.json")).status().code(), StatusCode::kCorrupt);
+  const ConnectionInfo info = SampleInfo();
+  WriteRaw(Path("b.json"), R"({"address": "tcp://x:1", "job": "j", "server_public": ")" +
+                               info.server_public + R"(", "worker": {"public": ")" +
+                               info.worker.public_key + R"("}})");
+  auto no_secret = ReadJoinFile(Path("b.json"));
+  EXPECT_EQ(no_secret.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(no_secret.status().message().find("secret"), std::string::npos);
+  WriteRaw(Path("c.json"), R"({"job": "j"})");
+  auto no_address = ReadJoinFile(Path("c.json"));
+  EXPECT_EQ(no_address.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(no_address.status().message().find("address"), std::string::npos);
+}
+
 TEST_F(KeysTest, AtomicWriteFailsCleanlyInMissingDirectory) {
   Status s = WriteFileAtomically(Path("no/such/dir/file"), "x", 0600);
   EXPECT_FALSE(s.ok());

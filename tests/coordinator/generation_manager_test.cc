@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "tests/coordinator/manager_test_util.h"
 
 namespace elastra::coordinator {
@@ -35,6 +38,58 @@ TEST_F(GenerationManagerTest, TheFirstGenerationFormsAndCommitsWhenEveryMemberIs
   EXPECT_DOUBLE_EQ(generations_.history()[0].timings.rebuild_ms, 3);
   EXPECT_EQ(generations_.OnReady("a", proto::GenerationReady{1, 0, 0, 0}).code(),
             StatusCode::kStaleGeneration);
+}
+
+// A ~7B model pinned to tp=2: the planner's layouts have tensor-parallel groups of two.
+constexpr char kTp2Model[] = R"({"pins": {"tp": 2}, "model": {"layers": 32, "hidden": 4096,
+  "heads": 32, "vocab": 50304, "seq_len": 2048, "global_batch": 512, "micro_batch": 1,
+  "device_memory_gib": 80}})";
+
+// Each tensor-parallel group of `g` (the members with the same dp and pp coordinates) on one host.
+void ExpectGroupsInsideHosts(const proto::NewGeneration& g) {
+  ASSERT_GT(g.layout.tp, 1) << g.layout.ToString();
+  std::map<std::pair<int, int>, std::set<std::string>> hosts;
+  for (const auto& m : g.members) hosts[{m.coords.dp_rank, m.coords.pp_rank}].insert(m.host);
+  for (const auto& [group, in] : hosts) EXPECT_EQ(in.size(), 1u) << g.layout.ToString();
+}
+
+TEST_F(GenerationManagerTest, TensorParallelGroupsOfTheFirstGenerationAndARecoveryStayInHosts) {
+  options_.initial_workers = 4;
+  proto::JoinRequest with_model{"a0", "a", 0, 1};
+  with_model.model_json = kTp2Model;
+  layouts_.Learn(with_model);
+  ASSERT_TRUE(layouts_.has_model());
+  // They join alternating between hosts a and b.
+  for (const auto& [id, host] : std::vector<std::pair<std::string, std::string>>{
+           {"a0", "a"}, {"b0", "b"}, {"a1", "a"}, {"b1", "b"}}) {
+    Join(id, host);
+  }
+  auto first = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(first.size(), 4u);
+  ExpectGroupsInsideHosts(first[0].second);
+  EXPECT_TRUE(first[0].second.members[0].has_state) << "the new rank 0 broadcasts";
+  EXPECT_EQ(first[0].second.prev_members[0].worker_id, first[0].second.members[0].worker_id);
+  for (const auto& m : first[0].second.members) {
+    ASSERT_TRUE(generations_.OnReady(m.worker_id, proto::GenerationReady{1, 0, 0, 0}).ok());
+  }
+  // Four standby workers whose join order mixes the hosts; a collective fails: the recovery takes
+  // all eight (survivors by old rank, then standby workers by join order would pair b2 with a2).
+  Join("b2", "b");
+  Join("a2", "a");
+  Join("a3", "a");
+  Join("b3", "b");
+  generations_.StartRecovery({}, "a collective failed");
+  for (const auto& id : generations_.members()) {
+    ASSERT_TRUE(generations_.OnPaused(id, proto::PausedReport{2, 7, {7}, true}).ok());
+  }
+  auto recovered = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(recovered.size(), 8u);
+  const auto& g = recovered[0].second;
+  ExpectGroupsInsideHosts(g);
+  for (const auto& m : g.members) {
+    EXPECT_EQ(m.has_state, m.worker_id.back() < '2') << m.worker_id;
+  }
+  EXPECT_TRUE(g.members[g.source_rank].has_state);
 }
 
 TEST_F(GenerationManagerTest, APauseBuildsTheGoalWithStandbyWorkers) {

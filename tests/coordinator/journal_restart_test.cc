@@ -108,10 +108,13 @@ TEST_F(RestartTest, TakesBackARunningJobAndWorkersSimplyContinue) {
   EXPECT_EQ(core->membership().Find("w1")->host, "host-w1");
   ASSERT_EQ(core->history().size(), 1u);
   EXPECT_EQ(core->layout().dp, 2);
-  // Heartbeats refresh the deadlines; no recovery, no message to the workers.
+  // Heartbeats refresh the deadlines and are acknowledged; no recovery, no other message.
   clock_.Advance(Duration(1000));
   for (const std::string id : {"w0", "w1"}) {
-    EXPECT_TRUE(Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7}).empty());
+    auto out = Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{7});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].type, T::kHeartbeatAck);
+    EXPECT_EQ(proto::DecodePayload<proto::HeartbeatAck>(out[0].payload)->generation, 1u);
   }
   clock_.Advance(Duration(1000));
   EXPECT_TRUE(Decode(core->Tick()).empty());
@@ -247,6 +250,18 @@ TEST_F(RestartTest, WorkerIdsAreNeverReusedAfterARestart) {
   auto req = proto::DecodePayload<proto::SpawnRequest>(spawns[0].payload);
   ASSERT_EQ(req->worker_ids.size(), 1u);
   EXPECT_EQ(req->worker_ids[0], "w3");
+}
+
+TEST_F(RestartTest, TheTargetSurvivesARestart) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+    Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, false},
+         9);
+    EXPECT_EQ(core->target_workers(), 1);
+  }
+  auto core = NewCore(2);
+  EXPECT_EQ(core->target_workers(), 1);
 }
 
 TEST_F(RestartTest, AJournalOfAnotherJobIsRefused) {

@@ -338,6 +338,38 @@ TEST_F(JournalTest, RandomDamageNeverCrashes) {
   }
 }
 
+TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->RecordJob("mlp", 2, 8, "tcp://0.0.0.0:0").ok());
+    EXPECT_EQ((*j)->state().target_workers, 2);
+    ASSERT_TRUE((*j)->RecordResize(JournalResize{5, false, Layout{}}).ok());
+    EXPECT_EQ((*j)->state().target_workers, 5);
+    ASSERT_TRUE((*j)->RecordResizeEnd().ok());
+    ASSERT_TRUE((*j)->RecordTarget(3).ok());  // a drain no other host could take
+  }
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->bind, "tcp://0.0.0.0:0");
+  EXPECT_EQ(s->target_workers, 3);
+  // A journal from before these fields: no bind, the target is the start size.
+  WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})"));
+  auto old = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->records, 1u);
+  EXPECT_EQ(old->bind, "");
+  EXPECT_EQ(old->target_workers, 4);
+  // A target out of range stops replay there, like any bad record.
+  WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})") +
+           Framed(R"({"t":"target","workers":0})"));
+  std::vector<std::string> warnings;
+  auto bad = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->records, 1u);
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
 TEST_F(JournalTest, MissingFileIsNotFound) {
   auto s = Journal::Replay(dir_ + "/nothing.bin", nullptr);
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);

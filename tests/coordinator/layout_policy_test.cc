@@ -94,6 +94,29 @@ TEST(LayoutPolicyTest, AssignKeepsEachShardWithTheWorkerThatHoldsIt) {
             (std::vector<std::string>{"c", "b"}));
 }
 
+TEST(LayoutPolicyTest, WithNothingToKeepTensorParallelGroupsStayInsideHosts) {
+  LayoutPolicy policy;
+  // Workers joined alternating between two hosts; tp=2 groups are consecutive ranks.
+  const std::vector<std::string> ids = {"a0", "b0", "a1", "b1"};
+  const std::vector<std::string> hosts = {"a", "b", "a", "b"};
+  auto order = policy.Assign(Layout{2, 1, 2}, ids, hosts, Layout{}, {});
+  ASSERT_EQ(order.size(), 4u);
+  auto host_of = [&](const std::string& id) { return id.substr(0, 1); };
+  EXPECT_EQ(host_of(order[0]), host_of(order[1])) << "TP group 0 on one host";
+  EXPECT_EQ(host_of(order[2]), host_of(order[3])) << "TP group 1 on one host";
+  // Pure data parallelism keeps the candidates' order (the highest ranks leave a shrink).
+  EXPECT_EQ(policy.Assign(Layout{4, 1, 1}, ids, hosts, Layout{}, {}), ids);
+  // The same with the state registered and a current member missing (a failure, a drain).
+  proto::JoinRequest join{"a0", "a", 0, 1};
+  join.state.num_layers = 2;
+  join.state.tensors.push_back(TensorSpec{"w", {8, 4}, 4, ShardingRule{0, 1, false}});
+  policy.Learn(join);
+  order = policy.Assign(Layout{2, 1, 2}, ids, hosts, Layout{5, 1, 1}, {"a0", "b0", "a1", "b1", "x"});
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_EQ(host_of(order[0]), host_of(order[1]));
+  EXPECT_EQ(host_of(order[2]), host_of(order[3]));
+}
+
 TEST(LayoutPolicyTest, HostIndicesNumberHostsByFirstAppearance) {
   EXPECT_EQ(HostIndices({"b", "a", "b", "c"}), (std::vector<int>{0, 1, 0, 2}));
   EXPECT_TRUE(HostIndices({}).empty());

@@ -10,6 +10,8 @@
 
 #include "common/codec.h"
 #include "coordinator/generation_manager.h"
+#include "coordinator/host_manager.h"
+#include "coordinator/host_table.h"
 #include "coordinator/resize_manager.h"
 
 namespace elastra::coordinator {
@@ -25,7 +27,15 @@ class ManagerTest : public ::testing::Test {
     options_.spawn_timeout = Duration(1000);
     options_.clock = &clock_;
     generations_.AddCommitListener([this](uint64_t g) { commits_.push_back(g); });
-    generations_.AddCommitListener([this](uint64_t) { resizes_.Continue(); });
+    generations_.AddCommitListener([this](uint64_t) {
+      resizes_.Continue();
+      resizes_.MaybeRegrow();
+    });
+    host_manager_.AddHostListener([this] {
+      host_manager_.MaybeStartFirstWorkers();
+      resizes_.ContinueIfWaitingForWorkers();
+      resizes_.MaybeRegrow();
+    });
     generations_.AddJobEndListener([this](const std::string& m) {
       ended_ = m;
       resizes_.OnJobEnd(m);
@@ -33,14 +43,28 @@ class ManagerTest : public ::testing::Test {
     generations_.AddRecoveryListener([this] { ++recoveries_; });
   }
 
-  // Worker `id` on host n1 joins as a standby worker.
-  void Join(const std::string& id) {
+  // Worker `id` on `host` joins as a standby worker (what WorkerService::OnJoin does).
+  void Join(const std::string& id, const std::string& host = "n1") {
     ASSERT_TRUE(
-        membership_.Join(proto::JoinRequest{id, "n1", 0, 1}, "id-" + id, clock_.Now()).ok());
+        membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id, clock_.Now()).ok());
     health_.Beat(id);
-    resizes_.StopAwaiting(id);
+    host_manager_.OnJoined(membership_.Find(id));
     generations_.MaybeFormFirstGeneration();
     resizes_.ContinueIfWaitingForWorkers();
+    resizes_.MaybeRegrow();
+  }
+
+  // An agent "agent-<name>" registers host `name` with `slots` (and, with `heartbeats`, sends its
+  // first heartbeat), as HostManager::OnAgentRegister and OnAgentHeartbeat do.
+  HostInfo* RegisterHost(const std::string& name, int slots, bool heartbeats = true) {
+    proto::Envelope e;
+    e.type = T::kAgentRegister;
+    e.sender = "agent-" + name;
+    e.request_id = 1;
+    e.payload = proto::EncodePayload(proto::AgentRegister{name, slots, "10.0.0." + name, 0});
+    host_manager_.OnAgentRegister("id-agent-" + name, e);
+    if (heartbeats) host_manager_.OnAgentHeartbeat("agent-" + name);
+    return hosts_.Find(name);
   }
 
   // What was sent since the last call, of one type, as (recipient identity, payload); the rest
@@ -72,15 +96,18 @@ class ManagerTest : public ::testing::Test {
   CoordinatorOptions options_;
   FakeClock clock_;
   Membership membership_;
+  HostTable hosts_{&membership_};
   HealthMonitor health_{&clock_, Duration(1500)};
   Outbox outbox_{"job", &membership_, [this] { return generations_.generation(); }};
   JournalRecorder journal_{&membership_};
   LayoutPolicy layouts_;
   CheckpointManager checkpoints_{"job", 3, checkpoint::Env::Default(), &journal_};
-  GenerationManager generations_{&options_, &clock_,   &membership_, &health_,
+  GenerationManager generations_{&options_, &clock_,   &membership_, &hosts_,      &health_,
                                  &outbox_,  &journal_, &layouts_,    &checkpoints_};
-  ResizeManager resizes_{&options_, &clock_,   &membership_, &outbox_,
-                         &journal_, &layouts_, &generations_};
+  HostManager host_manager_{&options_, &clock_,   &membership_, &hosts_,
+                            &outbox_,  &journal_, &generations_};
+  ResizeManager resizes_{&options_, &clock_,   &membership_, &hosts_,      &host_manager_,
+                         &outbox_,  &journal_, &layouts_,    &generations_};
   std::vector<uint64_t> commits_;
   std::string ended_;
   int recoveries_ = 0;

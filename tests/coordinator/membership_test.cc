@@ -59,15 +59,5 @@ TEST(MembershipTest, FreshWorkerIdsCountUpAndSkipIdsInUse) {
   EXPECT_EQ(m.NextWorkerId(), "w5");
 }
 
-TEST(MembershipTest, AgentsAreReplacedBySameIdentityOrSender) {
-  Membership m;
-  m.RegisterAgent({"i1", "agent-a", "a", 4});
-  m.RegisterAgent({"i2", "agent-a", "a", 8});
-  m.RegisterAgent({"i3", "agent-b", "b", 2});
-  ASSERT_EQ(m.agents().size(), 2u);
-  EXPECT_EQ(m.agents()[0].identity, "i2");
-  EXPECT_EQ(m.agents()[0].max_workers, 8);
-}
-
 }  // namespace
 }  // namespace elastra::coordinator

@@ -324,6 +324,72 @@ TEST_F(ServerTest, HeartbeatsCarryTheStepAndBlockingKvGetCompletes) {
 namespace elastra::coordinator {
 namespace {
 
+// The owner learns that the job is over once the agents and standby workers were told; stopping
+// the server right then still delivers those Shutdowns. (Over loopback they leave at once; the
+// linger Stop() sets matters for a slow or distant peer, which this test does not make.)
+TEST_F(ServerTest, TheJobsEndIsSignalledOnceAgentsAndStandbyWorkersWereTold) {
+  StartServer(1);
+  auto agent = Connect(worker_keys_, "agent-h");
+  auto w0 = Connect(worker_keys_, "w0");
+  auto spare = Connect(worker_keys_, "spare");
+  ASSERT_TRUE(agent && w0 && spare);
+  ASSERT_TRUE(agent
+                  ->Call<proto::Ack>(MessageType::kAgentRegister,
+                                     proto::AgentRegister{"h", 4, "127.0.0.1", 0}, 3s)
+                  .ok());
+  ASSERT_TRUE(Join(*w0, "w0").ok());
+  ASSERT_TRUE(Expect(*w0, MessageType::kNewGeneration).has_value());
+  ASSERT_TRUE(w0->Send(MessageType::kGenerationReady,
+                       proto::EncodePayload(proto::GenerationReady{1, 0, 0, 0}), 1)
+                  .ok());
+  ASSERT_TRUE(Join(*spare, "spare").ok());
+  EXPECT_FALSE(server_->done());
+  EXPECT_FALSE(server_->WaitDone(50ms));
+  auto left = w0->Call<proto::Ack>(
+      MessageType::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "done"}, 3s);
+  ASSERT_TRUE(left.ok()) << left.status();
+  ASSERT_TRUE(server_->WaitDone(5s));
+  EXPECT_EQ(server_->state(), proto::JobState::kFinished);
+  server_->Stop();
+  for (ControlClient* c : {agent.get(), spare.get()}) {
+    auto shutdown = Expect(*c, MessageType::kShutdown);
+    ASSERT_TRUE(shutdown.has_value());
+    EXPECT_EQ(proto::DecodePayload<proto::Shutdown>(shutdown->payload)->exit_code, 0);
+  }
+}
+
+TEST_F(ServerTest, EveryHeartbeatIsAnsweredWithAnAck) {
+  StartServer(1);
+  auto w0 = Connect(worker_keys_, "w0");
+  ASSERT_NE(w0, nullptr);
+  ASSERT_TRUE(Join(*w0, "w0").ok());
+  // The ack is neither a reply nor a push for ControlClient; read it with a raw DEALER instead.
+  void* ctx = zmq_ctx_new();
+  void* dealer = zmq_socket(ctx, ZMQ_DEALER);
+  const std::string own_public = worker_keys_.public_key, own_secret = worker_keys_.secret_key;
+  zmq_setsockopt(dealer, ZMQ_CURVE_SERVERKEY, server_->public_key().data(), 40);
+  zmq_setsockopt(dealer, ZMQ_CURVE_PUBLICKEY, own_public.data(), 40);
+  zmq_setsockopt(dealer, ZMQ_CURVE_SECRETKEY, own_secret.data(), 40);
+  int linger = 0;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof(linger));
+  ASSERT_EQ(zmq_connect(dealer, server_->address().c_str()), 0);
+  const std::string beat =
+      proto::MakeFrame(MessageType::kHeartbeat, proto::Heartbeat{3}, "job", 0, "w0", 0);
+  ASSERT_GE(zmq_send(dealer, beat.data(), beat.size(), 0), 0);
+  char buf[4096];
+  int timeout = 5000;
+  zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  const int n = zmq_recv(dealer, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  auto e = proto::DecodeEnvelope(std::string_view(buf, static_cast<size_t>(n)));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->type, MessageType::kHeartbeatAck);
+  // Generation 1 is being built, not committed yet.
+  EXPECT_EQ(proto::DecodePayload<proto::HeartbeatAck>(e->payload)->generation, 0u);
+  zmq_close(dealer);
+  zmq_ctx_term(ctx);
+}
+
 TEST_F(ServerTest, WrongServerKeyFailsClearlyWithinTheTimeout) {
   StartServer(1);
   ControlClientOptions o = ClientOptions(worker_keys_, "w0");

@@ -41,8 +41,9 @@ class WorkerServiceTest : public ManagerTest {
     return errors.size() == 1 ? static_cast<StatusCode>(errors[0].second.code) : StatusCode::kOk;
   }
 
-  WorkerService workers_{&options_, &clock_,   &membership_,  &health_, &outbox_,
-                         &journal_, &layouts_, &generations_, &resizes_};
+  WorkerService workers_{&options_,     &clock_,   &membership_, &hosts_,
+                         &health_,      &outbox_,  &journal_,    &layouts_,
+                         &generations_, &host_manager_, &resizes_};
 };
 
 TEST_F(WorkerServiceTest, AJoinIsAnsweredAndTheInitialWorkersFormTheFirstGeneration) {
@@ -72,7 +73,7 @@ TEST_F(WorkerServiceTest, AMemberSilentPastTheTimeoutIsLostAndRecoveredFrom) {
   ServiceJoin("c");  // standby
   outbox_.Take();
   clock_.Advance(Duration(1000));
-  workers_.OnHeartbeat(Envelope("a", T::kHeartbeat, proto::Heartbeat{42}));
+  workers_.OnHeartbeat("id-a", Envelope("a", T::kHeartbeat, proto::Heartbeat{42}));
   clock_.Advance(Duration(600));  // b and c are 1600 ms silent, a 600 ms
   workers_.ExpireHeartbeats();
   EXPECT_EQ(membership_.Find("a")->state, WorkerState::kMember);
@@ -90,7 +91,9 @@ TEST_F(WorkerServiceTest, LeavesAndExitsOfMembersAndStandbyWorkers) {
   ServiceJoin("c");
   outbox_.Take();
   // A standby worker's exit just removes it.
-  workers_.OnProcessExited(Envelope("agent", T::kProcessExited, proto::ProcessExited{"c", 0, 9}));
+  workers_.OnProcessExited(
+      "id-agent", proto::Role::kAdmin,
+      Envelope("agent", T::kProcessExited, proto::ProcessExited{"c", 0, 9}));
   EXPECT_EQ(membership_.Find("c"), nullptr);
   EXPECT_TRUE(outbox_.Take().empty());
   // A member that finished keeps its rank; when the last one finishes, the job does.
@@ -105,7 +108,9 @@ TEST_F(WorkerServiceTest, LeavesAndExitsOfMembersAndStandbyWorkers) {
 
 TEST_F(WorkerServiceTest, AMemberThatQuitsOrExitsIsRecoveredFrom) {
   Start();
-  workers_.OnProcessExited(Envelope("agent", T::kProcessExited, proto::ProcessExited{"b", 0, 9}));
+  workers_.OnProcessExited(
+      "id-agent", proto::Role::kAdmin,
+      Envelope("agent", T::kProcessExited, proto::ProcessExited{"b", 0, 9}));
   EXPECT_EQ(membership_.Find("b")->state, WorkerState::kLost);
   auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
   ASSERT_EQ(recover.size(), 1u);
@@ -127,19 +132,6 @@ TEST_F(WorkerServiceTest, ReportsNothingAwaitsAreCountedAsStale) {
   workers_.OnPaused(bad);
   EXPECT_EQ(Refusal(), StatusCode::kCorrupt);
   EXPECT_EQ(outbox_.malformed_frames(), 1u);
-}
-
-TEST_F(WorkerServiceTest, AnAgentRegisteringAfterTheEndIsToldToShutDown) {
-  Start();
-  generations_.LoseWorkers({"a", "b"}, "gone");
-  outbox_.Take();
-  workers_.OnAgentRegister("id-agent",
-                           Envelope("agent", T::kAgentRegister, proto::AgentRegister{"n1", 4}, 3));
-  auto shutdown = Sent<proto::Shutdown>(T::kShutdown);
-  ASSERT_EQ(shutdown.size(), 1u);
-  EXPECT_EQ(shutdown[0].first, "id-agent");
-  EXPECT_EQ(shutdown[0].second.exit_code, 1);
-  EXPECT_EQ(membership_.agents().size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,182 @@
+#include "coordinator/host_table.h"
+
+#include <algorithm>
+
+#include "common/codec.h"
+
+namespace elastra::coordinator {
+
+StatusOr<HostInfo*> HostTable::Register(const proto::AgentRegister& request,
+                                        const std::string& agent, const std::string& identity,
+                                        TimePoint now, Duration timeout) {
+  if (request.host.empty()) return InvalidArgumentError("an agent registered without a host name");
+  if (request.host.size() > proto::kMaxNameBytes) {
+    return InvalidArgumentError("host name longer than " + std::to_string(proto::kMaxNameBytes) +
+                                " bytes");
+  }
+  if (request.max_workers < 0 || request.gpus < 0) {
+    return InvalidArgumentError("host " + request.host + " registered " +
+                                std::to_string(request.max_workers) + " slots and " +
+                                std::to_string(request.gpus) + " GPUs");
+  }
+  HostInfo* host = Find(request.host);
+  if (host != nullptr && host->agent != agent && host->state != proto::HostState::kLost &&
+      host->state != proto::HostState::kDrained && now - host->last_heartbeat <= timeout) {
+    return FailedPreconditionError("host " + request.host + " is already registered by agent " +
+                              host->agent + "; give each agent its own host name (--name)");
+  }
+  if (host == nullptr) {
+    hosts_.emplace_back();
+    host = &hosts_.back();
+    host->name = request.host;
+  }
+  host->address = request.address;
+  host->slots = request.max_workers;
+  host->gpus = request.gpus;
+  host->agent = agent;
+  host->identity = identity;
+  host->last_heartbeat = now;
+  if (host->state == proto::HostState::kLost) host->state = proto::HostState::kUp;
+  return host;
+}
+
+HostInfo* HostTable::Find(const std::string& name) {
+  for (auto& h : hosts_) {
+    if (h.name == name) return &h;
+  }
+  return nullptr;
+}
+
+const HostInfo* HostTable::Find(const std::string& name) const {
+  return const_cast<HostTable*>(this)->Find(name);
+}
+
+HostInfo* HostTable::FindByAgent(const std::string& agent) {
+  if (agent.empty()) return nullptr;
+  for (auto it = hosts_.rbegin(); it != hosts_.rend(); ++it) {
+    if (it->agent == agent) return &*it;
+  }
+  return nullptr;
+}
+
+const HostInfo* HostTable::FindByAgent(const std::string& agent) const {
+  return const_cast<HostTable*>(this)->FindByAgent(agent);
+}
+
+std::vector<std::string> HostTable::WorkersOn(const std::string& host) const {
+  std::vector<std::string> out;
+  for (const WorkerInfo* w : membership_->All()) {
+    if (w->host != host) continue;
+    if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby ||
+        w->state == WorkerState::kLeaving) {
+      out.push_back(w->id);
+    }
+  }
+  return out;
+}
+
+int HostTable::FreeSlots(const HostInfo& host) const {
+  const int used = static_cast<int>(WorkersOn(host.name).size() + host.spawns.size());
+  return std::max(0, host.slots - used);
+}
+
+bool HostTable::CanStart(const HostInfo& host, TimePoint now, bool watched_only) const {
+  if (host.state != proto::HostState::kUp) return false;
+  if (watched_only && !host.heartbeats) return false;
+  return now >= host.no_starts_until;
+}
+
+bool HostTable::Usable(const WorkerInfo& worker) const {
+  const HostInfo* host = Find(worker.host);
+  return host == nullptr || host->state == proto::HostState::kUp;
+}
+
+std::vector<std::string> HostTable::UsableStandby(const std::string& except) const {
+  std::vector<std::string> out;
+  for (const auto& id : membership_->Standby()) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w != nullptr && Usable(*w) && (except.empty() || w->host != except)) out.push_back(id);
+  }
+  return out;
+}
+
+int HostTable::FreeSlotsTotal(TimePoint now, bool watched_only, const std::string& except) const {
+  int free = 0;
+  for (const auto& h : hosts_) {
+    if (h.name == except || !CanStart(h, now, watched_only)) continue;
+    free += FreeSlots(h);
+  }
+  return free;
+}
+
+std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placement, TimePoint now,
+                                                        bool watched_only,
+                                                        const std::string& except) {
+  struct Candidate {
+    HostInfo* host;
+    int free;
+    int workers;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& h : hosts_) {
+    if (h.name == except || !CanStart(h, now, watched_only)) continue;
+    const int free = FreeSlots(h);
+    if (free > 0) {
+      candidates.push_back({&h, free, static_cast<int>(WorkersOn(h.name).size() + h.spawns.size())});
+    }
+  }
+  if (placement == Placement::kFullestFirst) {
+    // Stable: among equally full hosts, registration order.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.workers > b.workers; });
+  }
+  std::vector<std::pair<HostInfo*, int>> out;
+  for (const auto& c : candidates) {
+    if (n <= 0) break;
+    const int take = std::min(n, c.free);
+    out.emplace_back(c.host, take);
+    n -= take;
+  }
+  return out;
+}
+
+void HostTable::AddSpawn(HostInfo* host, const std::string& id, TimePoint deadline) {
+  host->spawns[id] = deadline;
+}
+
+HostInfo* HostTable::TakeSpawn(const std::string& id) {
+  for (auto& h : hosts_) {
+    if (h.spawns.erase(id) > 0) return &h;
+  }
+  return nullptr;
+}
+
+const HostInfo* HostTable::SpawnHost(const std::string& id) const {
+  for (const auto& h : hosts_) {
+    if (h.spawns.count(id) > 0) return &h;
+  }
+  return nullptr;
+}
+
+int HostTable::Outstanding() const {
+  int n = 0;
+  for (const auto& h : hosts_) n += static_cast<int>(h.spawns.size());
+  return n;
+}
+
+std::vector<std::pair<std::string, HostInfo*>> HostTable::TakeExpiredSpawns(TimePoint now) {
+  std::vector<std::pair<std::string, HostInfo*>> out;
+  for (auto& h : hosts_) {
+    for (auto it = h.spawns.begin(); it != h.spawns.end();) {
+      if (now >= it->second) {
+        out.emplace_back(it->first, &h);
+        it = h.spawns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace elastra::coordinator
