@@ -118,14 +118,14 @@ TEST(NetFirstAccepting, PicksTheFirstAddressThatAccepts) {
 
 TEST(NetFirstAccepting, NamesEveryAddressWhenNoneAccepts) {
   Listener listener;
-  auto picked = FirstAccepting({"127.0.0.2", "127.0.0.3", "bogus"}, listener.port(),
-                               milliseconds(2000));
+  auto picked =
+      FirstAccepting({"127.0.0.2", "127.0.0.3", "bogus"}, listener.port(), milliseconds(2000));
   ASSERT_FALSE(picked.ok());
   EXPECT_EQ(picked.status().code(), StatusCode::kUnavailable);
   for (const char* host : {"127.0.0.2", "127.0.0.3", "bogus"}) {
-    EXPECT_NE(picked.status().message().find(std::string(host) + ":" +
-                                             std::to_string(listener.port())),
-              std::string::npos)
+    EXPECT_NE(
+        picked.status().message().find(std::string(host) + ":" + std::to_string(listener.port())),
+        std::string::npos)
         << picked.status();
   }
   EXPECT_EQ(FirstAccepting({}, listener.port(), milliseconds(10)).status().code(),
