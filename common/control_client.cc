@@ -14,7 +14,7 @@
 namespace elastra {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 thread_local uint64_t tls_last_request_id = 0;
 
@@ -77,9 +77,29 @@ bool ReadMonitorEvent(void* monitor, uint16_t* event, int32_t* value) {
 
 }  // namespace
 
+void Lease::Heard(TimePoint now, bool ack) {
+  if (Expired(now)) fenced_ = true;
+  last_heard_ = now;
+  if (ack) armed_ = true;
+}
+
+bool Lease::Fenced(TimePoint now) {
+  if (Expired(now)) fenced_ = true;
+  return fenced_;
+}
+
+Duration LeaseFor(Duration heartbeat_timeout, Duration coordinator_interval,
+                  Duration own_interval) {
+  const Duration interval = std::max(coordinator_interval, own_interval);
+  if (heartbeat_timeout.count() <= 0 || interval >= heartbeat_timeout) return Duration(0);
+  return std::max(heartbeat_timeout - 2 * interval, (heartbeat_timeout + interval) / 2);
+}
+
 class ControlClient::Impl {
  public:
-  explicit Impl(ControlClientOptions options) : options_(std::move(options)) {}
+  explicit Impl(ControlClientOptions options) : options_(std::move(options)) {
+    if (options_.clock == nullptr) options_.clock = SystemClock::Get();
+  }
 
   ~Impl() { Close(); }
 
@@ -140,10 +160,11 @@ class ControlClient::Impl {
   }
 
   Status WaitForHandshake(void* monitor) {
-    const auto deadline = Clock::now() + options_.connect_timeout;
+    const auto deadline = SteadyClock::now() + options_.connect_timeout;
     int failures = 0;
     for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
       if (left.count() <= 0) break;
       zmq_pollitem_t item{monitor, 0, ZMQ_POLLIN, 0};
       int rc = zmq_poll(&item, 1, static_cast<long>(left.count()));
@@ -208,7 +229,7 @@ class ControlClient::Impl {
 
   StatusOr<proto::Envelope> Await(uint64_t id, std::chrono::milliseconds timeout, bool) {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = SteadyClock::now() + timeout;
     bool got = cv_.wait_until(lock, deadline, [&] {
       return closed_ || (replies_.count(id) && !replies_[id].empty());
     });
@@ -269,6 +290,34 @@ class ControlClient::Impl {
 
   void SetHeartbeatStep(int64_t step) { heartbeat_step_.store(step); }
 
+  void SetLease(Duration duration) {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    lease_.set_duration(duration);
+  }
+
+  bool Fenced() {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    return lease_.Fenced(options_.clock->Now());
+  }
+
+  void Unfence() {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    lease_.Unfence();
+    fence_logged_ = false;
+  }
+
+  LeaseStatus lease() {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    const TimePoint now = options_.clock->Now();
+    LeaseStatus out;
+    out.armed = lease_.armed();
+    out.duration = lease_.duration();
+    out.fenced = lease_.Fenced(now);
+    out.silence = std::chrono::duration_cast<Duration>(now - lease_.last_heard());
+    out.acked_generation = acked_generation_;
+    return out;
+  }
+
   void Close() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -296,7 +345,7 @@ class ControlClient::Impl {
 
  private:
   void IoLoop() {
-    auto next_heartbeat = Clock::now();
+    auto next_heartbeat = SteadyClock::now();
     for (;;) {
       std::deque<std::string> to_send;
       bool stopping;
@@ -317,18 +366,18 @@ class ControlClient::Impl {
         zmq_setsockopt(dealer_, ZMQ_LINGER, &linger, sizeof(linger));
         return;
       }
-      if (options_.heartbeat_interval.count() > 0 && Clock::now() >= next_heartbeat) {
+      if (options_.heartbeat_interval.count() > 0 && SteadyClock::now() >= next_heartbeat) {
         proto::Heartbeat hb;
         hb.step = heartbeat_step_.load();
         std::string frame = proto::MakeFrame(proto::MessageType::kHeartbeat, hb, options_.job, 0,
                                              options_.sender, 0);
         zmq_send(dealer_, frame.data(), frame.size(), ZMQ_DONTWAIT);
-        next_heartbeat = Clock::now() + options_.heartbeat_interval;
+        next_heartbeat = SteadyClock::now() + options_.heartbeat_interval;
       }
       long wait_ms = 100;
       if (options_.heartbeat_interval.count() > 0) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - Clock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat -
+                                                                          SteadyClock::now());
         wait_ms = std::max<long>(0, std::min<long>(wait_ms, left.count()));
       }
       zmq_pollitem_t items[2] = {{dealer_, 0, ZMQ_POLLIN, 0}, {wake_recv_, 0, ZMQ_POLLIN, 0}};
@@ -344,7 +393,22 @@ class ControlClient::Impl {
         }
       }
       if (items[0].revents & ZMQ_POLLIN) DrainIncoming();
+      LogFenceOnce();
     }
+  }
+
+  // Says once per fence that the lease ran out (the owner acts on Fenced() in its own time).
+  void LogFenceOnce() {
+    LeaseStatus status;
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      if (fence_logged_ || !lease_.Fenced(options_.clock->Now())) return;
+      fence_logged_ = true;
+    }
+    status = lease();
+    LOG(WARNING) << "the lease on the coordinator at " << options_.address
+                 << " ran out: nothing heard for " << status.silence.count() << " ms (lease "
+                 << status.duration.count() << " ms); fenced until it answers";
   }
 
   void DrainIncoming() {
@@ -375,6 +439,16 @@ class ControlClient::Impl {
   }
 
   void Deliver(proto::Envelope e) {
+    const bool ack = e.type == proto::MessageType::kHeartbeatAck;
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      lease_.Heard(options_.clock->Now(), ack);
+      if (ack) {
+        auto decoded = proto::DecodePayload<proto::HeartbeatAck>(e.payload);
+        if (decoded.ok()) acked_generation_ = std::max(acked_generation_, decoded->generation);
+      }
+    }
+    if (ack) return;
     if (e.request_id == 0 && IsPush(e.type)) {
       {
         std::lock_guard<std::mutex> lock(observer_mu_);
@@ -432,6 +506,11 @@ class ControlClient::Impl {
 
   std::mutex observer_mu_;
   std::function<void(const proto::Envelope&)> observer_;
+
+  std::mutex lease_mu_;  // guards the three below (I/O thread, owner, checkpoint writer)
+  Lease lease_;
+  uint64_t acked_generation_ = 0;
+  bool fence_logged_ = false;
 };
 
 StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
@@ -488,6 +567,11 @@ void ControlClient::SetPushObserver(std::function<void(const proto::Envelope&)> 
 }
 
 void ControlClient::SetHeartbeatStep(int64_t step) { impl_->SetHeartbeatStep(step); }
+
+void ControlClient::SetLease(Duration duration) { impl_->SetLease(duration); }
+bool ControlClient::Fenced() { return impl_->Fenced(); }
+void ControlClient::Unfence() { impl_->Unfence(); }
+LeaseStatus ControlClient::lease() { return impl_->lease(); }
 
 void ControlClient::Close() {
   if (impl_) impl_->Close();

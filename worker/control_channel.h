@@ -56,6 +56,8 @@ class PushInbox {
   void ClearPending();
   // Set when the coordinator told this worker to stop (AbortedError with its reason).
   const std::optional<Status>& shutdown() const { return shutdown_; }
+  // The worker acted on it by parking (park_when_removed): as standby it waits for the job again.
+  void ClearShutdown() { shutdown_.reset(); }
 
  private:
   std::deque<proto::Envelope> queue_;

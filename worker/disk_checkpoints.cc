@@ -13,7 +13,20 @@ using proto::MessageType;
 
 void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layout, int rank,
                               ControlClient* client) {
-  writer_.reset();  // waits for a write in flight
+  Restart(
+      state, layout, rank, [client] { return !client->Fenced(); },
+      [client](const proto::CheckpointWritten& report) {
+        client
+            ->Send(MessageType::kCheckpointWritten, proto::EncodePayload(report), report.generation)
+            .IgnoreError();
+      });
+}
+
+void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layout, int rank,
+                              std::function<bool()> may_report,
+                              std::function<void(const proto::CheckpointWritten&)> send) {
+  writer_.reset();  // waits for a write in flight (reported only if reporting was on)
+  reporting_ = std::make_shared<std::atomic<bool>>(true);
   if (options_.checkpoint_dir.empty() || options_.checkpoint_every <= 0) return;
   checkpoint::WriterOptions wo;
   wo.root = options_.checkpoint_dir;
@@ -32,9 +45,15 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
   }
   const int32_t ranks = layout.world();
   const std::string root = options_.checkpoint_dir;
-  wo.on_written = [client, ranks, layout, root, rank](
-                      const checkpoint::CheckpointId& id,
-                      const StatusOr<checkpoint::ShardDescriptor>& d) {
+  wo.on_written = [reporting = reporting_, may_report = std::move(may_report),
+                   send = std::move(send), ranks, layout, root,
+                   rank](const checkpoint::CheckpointId& id,
+                         const StatusOr<checkpoint::ShardDescriptor>& d) {
+    if (!reporting->load() || !may_report()) {
+      LOG(WARNING) << "checkpoint of step " << id.step << " (generation " << id.generation
+                   << ") not reported: this worker is fenced (docs/hosts.md)";
+      return;
+    }
     proto::CheckpointWritten report;
     report.generation = id.generation;
     report.step = id.step;
@@ -48,8 +67,7 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
     } else {
       report.error = d.status().ToString();
     }
-    client->Send(MessageType::kCheckpointWritten, proto::EncodePayload(report), id.generation)
-        .IgnoreError();
+    send(report);
   };
   auto writer = checkpoint::CheckpointWriter::Create(wo);
   if (!writer.ok()) {

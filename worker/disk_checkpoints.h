@@ -4,11 +4,18 @@
 // the checkpoint once every rank of the generation reported. LoadNewestCheckpoint is the way
 // back: a generation whose state cannot be rebuilt from memory loads it from disk.
 //
+// A fenced worker reports nothing (docs/hosts.md, "Partitions and fencing"): a report is sent only
+// while reporting is on (SetReporting) and the ControlClient is not fenced, checked when the write
+// completes; a write that completes while fenced is kept on disk but never reported, so the
+// coordinator never commits a checkpoint from a worker that may have been left behind.
+//
 // Thread-safety: the training thread calls it. The writer's background thread sends its reports
-// through the ControlClient, which is thread-safe.
+// through the ControlClient, which is thread-safe, and reads the reporting switch (an atomic).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +41,17 @@ class DiskCheckpoints {
   // checkpoints are off; a writer that cannot be made turns them off with a warning.
   void Restart(const TensorCollection& state, const Layout& layout, int rank,
                ControlClient* client);
+  // The same with the report's way out given: `may_report` is asked when a write completes (on
+  // the writer's thread), `send` sends the report.
+  void Restart(const TensorCollection& state, const Layout& layout, int rank,
+               std::function<bool()> may_report,
+               std::function<void(const proto::CheckpointWritten&)> send);
+
+  // Off while the worker is fenced: writes that complete meanwhile are not reported. Restart()
+  // turns it on for the new writer (after the old one finished, unreported if it was off).
+  void SetReporting(bool on) {
+    if (reporting_) reporting_->store(on);
+  }
 
   // At the end of step `step` of generation `generation`: starts a checkpoint of `state` every
   // checkpoint_every steps. A snapshot that cannot start is a warning, not an error.
@@ -46,6 +64,7 @@ class DiskCheckpoints {
  private:
   const WorkerOptions& options_;
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
+  std::shared_ptr<std::atomic<bool>> reporting_;          // shared with writer_'s callback
 };
 
 // Loads the shards of coordinates `coords` in generation `gen` into `state` from the newest

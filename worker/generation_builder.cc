@@ -43,6 +43,10 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
     if (gen.members[i].worker_id == options_.worker_id) my_rank = static_cast<int>(i);
   }
   if (my_rank < 0) return InvalidArgumentError("this worker is not a member of the generation");
+  // The coordinator's NewGeneration says where this worker stands: a fence from before is over
+  // (docs/hosts.md). Should the lease run out again while the generation is built, the next
+  // StepEnd asks the coordinator again before any step counts.
+  channel_->client().Unfence();
   // The commit made once the state has moved needs an image of the new shards: one is faulted in
   // meanwhile, unless the worker holds enough (see CommitStore::TakeImage).
   commits_->Prefault(ShardSizesIn(*state_, gen.layout, gen.members[my_rank].coords));

@@ -1,14 +1,13 @@
 #include "worker/mpi_bootstrap.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "common/control_client.h"
 #include "common/coordinator_process.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "elastra/config.h"
 
 #if ELASTRA_HAVE_MPI
@@ -51,22 +51,42 @@ std::string HostName() {
   return buf;
 }
 
-// The first IPv4 address of this host's name that is not loopback; empty when there is none.
-std::string HostAddress() {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(HostName().c_str(), nullptr, &hints, &res) != 0) return "";
+// How long a rank waits for one of MPI rank 0's addresses to accept a connection.
+constexpr milliseconds kProbeTimeout{3000};
+
+std::string Join(const std::vector<std::string>& parts, char sep) {
   std::string out;
-  for (addrinfo* a = res; a != nullptr && out.empty(); a = a->ai_next) {
-    char buf[INET_ADDRSTRLEN] = {0};
-    auto* sin = reinterpret_cast<sockaddr_in*>(a->ai_addr);
-    if (inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) == nullptr) continue;
-    if (std::strncmp(buf, "127.", 4) != 0) out = buf;
-  }
-  freeaddrinfo(res);
+  for (const auto& p : parts) out += (out.empty() ? "" : std::string(1, sep)) + p;
   return out;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(sep, start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Where the other ranks may reach rank 0's coordinator: ELASTRA_BIND_HOST when set, then, for a
+// job that spans hosts, every non-loopback IPv4 address of rank 0's host (a job on one host:
+// loopback only).
+std::vector<std::string> CoordinatorHosts(bool spans_hosts, const std::string& bind_override) {
+  std::vector<std::string> hosts;
+  if (!bind_override.empty()) hosts.push_back(bind_override);
+  if (!spans_hosts) {
+    if (hosts.empty()) hosts.push_back("127.0.0.1");
+    return hosts;
+  }
+  for (const auto& i : LocalIpv4Interfaces()) {
+    if (std::find(hosts.begin(), hosts.end(), i.address) == hosts.end()) {
+      hosts.push_back(i.address);
+    }
+  }
+  return hosts;
 }
 
 // One bootstrap per process: a second FromEnvironment() shares the first's.
@@ -146,22 +166,15 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
                     "the whole job; add --enable-recovery to keep it alive";
   }
   std::shared_ptr<MpiBootstrap> b(new MpiBootstrap(env));
-  std::string bind = Getenv("ELASTRA_BIND_HOST");
-  if (!bind.empty()) {
-    b->bind_host_ = bind;
-  } else if (env.local_size < env.world_size) {
-    b->bind_host_ = HostAddress();
-    if (b->bind_host_.empty()) {
-      return FailedPreconditionError(
-          "this mpirun job spans hosts, but host name " + HostName() +
-          " resolves to no non-loopback IPv4 address; set ELASTRA_BIND_HOST to this host's "
-          "address");
-    }
-  }
+  const std::string bind_override = Getenv("ELASTRA_BIND_HOST");
+  const bool spans_hosts = env.local_size < env.world_size;
 
   if (!Getenv("ELASTRA_COORDINATOR").empty()) {
     // Join the named coordinator; WorkerOptions::FromEnvironment reads its keys.
+    // The collectives bind to ELASTRA_BIND_HOST or, by FromEnvironment's default, to the local
+    // address of the route to that coordinator.
     b->info_.address = Getenv("ELASTRA_COORDINATOR");
+    b->bind_host_ = bind_override;
     b->worker_id_ = "mpi-" + (env.job_id.empty() ? HostName() + "-" + std::to_string(getpid())
                                                  : env.job_id) +
                     "-" + std::to_string(env.world_rank);
@@ -197,39 +210,7 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
   }
 
   std::string payload;
-  if (env.world_rank == 0) {
-    // The coordinator runs as a child process of rank 0 (`elastra coordinator`), as under
-    // `elastra run`: no training process carries the coordinator, and rank 0 starts it again
-    // when it dies.
-    std::string state_dir = Getenv("ELASTRA_STATE_DIR");
-    if (state_dir.empty()) state_dir = ".elastra";
-    std::string job = Getenv("ELASTRA_JOB");
-    if (job.empty()) job = "elastra";
-    std::vector<std::string> args = {"--job", job,
-                                     "--bind", "tcp://" + b->bind_host_ + ":0",
-                                     "--workers", std::to_string(env.world_size),
-                                     "--max-workers", std::to_string(max_workers)};
-    b->coordinator_ = std::make_unique<CoordinatorProcess>(ElastraBinary(), state_dir, args);
-    auto started = b->coordinator_->Start();
-    if (started.ok()) {
-      b->info_ = *started;
-      b->state_dir_ = state_dir;
-      PutField(&payload, "ok");
-      PutField(&payload, b->info_.address);
-      PutField(&payload, b->info_.job);
-      PutField(&payload, b->info_.server_public);
-      PutField(&payload, b->info_.worker.public_key);
-      PutField(&payload, b->info_.worker.secret_key);
-      LOG(INFO) << "mpirun: rank 0 started the coordinator of job '" << job << "' (pid "
-                << b->coordinator_->pid() << ") at " << b->info_.address << " for "
-                << env.world_size << " ranks; state in " << state_dir;
-      b->StartSupervisor();
-    } else {
-      b->coordinator_.reset();
-      PutField(&payload, "error");
-      PutField(&payload, started.status().ToString());
-    }
-  }
+  if (env.world_rank == 0) payload = b->StartCoordinator(spans_hosts, bind_override, max_workers);
   // Non-blocking broadcasts polled against a deadline: a rank 0 that never gets here (crashed,
   // stuck) is an error on every other rank, not a hang.
   auto deadline = SteadyClock::now() + milliseconds(timeout_ms);
@@ -255,14 +236,15 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
     return UnavailableError("mpirun bootstrap: MPI rank 0 could not start the coordinator: " +
                             message);
   }
-  if (env.world_rank != 0) {
-    bool parsed = GetField(payload, &pos, &b->info_.address) &&
-                  GetField(payload, &pos, &b->info_.job) &&
-                  GetField(payload, &pos, &b->info_.server_public) &&
-                  GetField(payload, &pos, &b->info_.worker.public_key) &&
-                  GetField(payload, &pos, &b->info_.worker.secret_key);
-    if (!parsed) return InternalError("mpirun bootstrap: truncated broadcast from rank 0");
-  }
+  std::string port, hosts;
+  bool parsed = GetField(payload, &pos, &port) && GetField(payload, &pos, &hosts) &&
+                GetField(payload, &pos, &b->info_.job) &&
+                GetField(payload, &pos, &b->info_.server_public) &&
+                GetField(payload, &pos, &b->info_.worker.public_key) &&
+                GetField(payload, &pos, &b->info_.worker.secret_key);
+  if (!parsed) return InternalError("mpirun bootstrap: truncated broadcast from rank 0");
+  ELASTRA_RETURN_IF_ERROR(b->ChooseAddresses(Split(hosts, ','), std::atoi(port.c_str()),
+                                             spans_hosts, bind_override, deadline));
   b->worker_id_ = "mpi-" + std::to_string(env.world_rank);
   g_current = b;
   return b;
@@ -272,6 +254,140 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
       "(rebuild with libopenmpi-dev installed, or set ELASTRA_COORDINATOR / ELASTRA_STATE_DIR)");
 #endif
 }
+
+std::string ChooseJobAddress(const std::vector<std::string>& picks, const std::string& fallback) {
+  std::map<std::string, int> votes;
+  for (const auto& p : picks) {
+    if (!p.empty()) ++votes[p];
+  }
+  std::string best = fallback;
+  int most = 0;
+  for (const auto& p : picks) {  // in rank order: a tie goes to the lowest rank's pick
+    if (!p.empty() && votes[p] > most) {
+      best = p;
+      most = votes[p];
+    }
+  }
+  return best;
+}
+
+#if ELASTRA_HAVE_MPI
+std::string MpiBootstrap::StartCoordinator(bool spans_hosts, const std::string& bind_override,
+                                           long long max_workers) {
+  // The coordinator runs as a child process of rank 0 (`elastra coordinator`), as under
+  // `elastra run`: no training process carries the coordinator, and rank 0 starts it again when
+  // it dies. A job that spans hosts binds it to every interface; the ranks find the address that
+  // reaches it from their host (ChooseAddresses).
+  std::string payload;
+  const std::vector<std::string> hosts = CoordinatorHosts(spans_hosts, bind_override);
+  if (hosts.empty()) {
+    PutField(&payload, "error");
+    PutField(&payload,
+             "this mpirun job spans hosts, but MPI rank 0's host has no non-loopback IPv4 "
+             "address for the other hosts to reach the coordinator at; set ELASTRA_BIND_HOST");
+    return payload;
+  }
+  std::string state_dir = Getenv("ELASTRA_STATE_DIR");
+  if (state_dir.empty()) state_dir = ".elastra";
+  std::string job = Getenv("ELASTRA_JOB");
+  if (job.empty()) job = "elastra";
+  const std::string bind = spans_hosts ? "tcp://0.0.0.0:0" : "tcp://" + hosts.front() + ":0";
+  std::vector<std::string> args = {"--job",         job,
+                                   "--bind",        bind,
+                                   "--workers",     std::to_string(env_.world_size),
+                                   "--max-workers", std::to_string(max_workers)};
+  coordinator_ = std::make_unique<CoordinatorProcess>(ElastraBinary(), state_dir, args);
+  auto started = coordinator_->Start();
+  auto endpoint =
+      started.ok() ? ParseTcpEndpoint(started->address) : StatusOr<TcpEndpoint>(started.status());
+  if (!endpoint.ok()) {
+    coordinator_.reset();
+    PutField(&payload, "error");
+    PutField(&payload, endpoint.status().ToString());
+    return payload;
+  }
+  info_ = *started;
+  state_dir_ = state_dir;
+  PutField(&payload, "ok");
+  PutField(&payload, std::to_string(endpoint->port));
+  PutField(&payload, Join(hosts, ','));
+  PutField(&payload, info_.job);
+  PutField(&payload, info_.server_public);
+  PutField(&payload, info_.worker.public_key);
+  PutField(&payload, info_.worker.secret_key);
+  LOG(INFO) << "mpirun: rank 0 started the coordinator of job '" << job << "' (pid "
+            << coordinator_->pid() << ") on " << bind << ", port " << endpoint->port << " of "
+            << Join(hosts, ',') << ", for " << env_.world_size << " ranks; state in " << state_dir;
+  StartSupervisor();
+  return payload;
+}
+
+Status MpiBootstrap::ChooseAddresses(const std::vector<std::string>& hosts, int port,
+                                     bool spans_hosts, const std::string& bind_override,
+                                     SteadyClock::time_point deadline) {
+  if (hosts.empty() || port <= 0) {
+    return InternalError("mpirun bootstrap: no coordinator address in rank 0's broadcast");
+  }
+  if (!spans_hosts) {  // one host: loopback (or ELASTRA_BIND_HOST), as the coordinator binds
+    info_.address = "tcp://" + hosts.front() + ":" + std::to_string(port);
+    bind_host_ = bind_override.empty() ? hosts.front() : bind_override;
+    return OkStatus();
+  }
+  // A rank on another host than rank 0 connects to the first of rank 0's addresses that accepts
+  // (those on its own subnets first). A rank on rank 0's host reaches every one of them, so it
+  // takes the one the most ranks on other hosts reached: its collectives must be reachable from
+  // there. Every rank takes part in the allgather, also one that reached none.
+  const std::vector<Ipv4Interface> mine = LocalIpv4Interfaces();
+  const bool on_rank0_host = std::any_of(hosts.begin(), hosts.end(),
+                                         [&](const std::string& h) { return IsOneOf(h, mine); });
+  std::string pick;
+  Status probed = OkStatus();
+  if (!on_rank0_host) {
+    auto reached = FirstAccepting(OrderBySubnet(hosts, mine), port, kProbeTimeout);
+    if (reached.ok()) {
+      pick = *reached;
+    } else {
+      probed = reached.status();
+    }
+  }
+  // Every rank's pick, as fixed-size strings. The buffers outlive a collective left pending.
+  constexpr int kPickBytes = 64;
+  auto send = std::make_unique<std::vector<char>>(kPickBytes, 0);
+  auto recv =
+      std::make_unique<std::vector<char>>(static_cast<size_t>(kPickBytes) * env_.world_size, 0);
+  std::memcpy(send->data(), pick.data(), std::min<size_t>(pick.size(), kPickBytes - 1));
+  MPI_Request request;
+  MPI_Iallgather(send->data(), kPickBytes, MPI_CHAR, recv->data(), kPickBytes, MPI_CHAR,
+                 MPI_COMM_WORLD, &request);
+  if (!WaitUntil(&request, deadline)) {
+    finalize_mpi_ = false;  // the allgather is still pending: MPI_Finalize could hang
+    send.release();         // and MPI may still write into its buffers
+    recv.release();
+    return UnavailableError(
+        "mpirun bootstrap: not every rank reported the coordinator address it reached within "
+        "ELASTRA_MPI_BOOTSTRAP_TIMEOUT_MS");
+  }
+  std::vector<std::string> picks;
+  for (int r = 0; r < env_.world_size; ++r) picks.emplace_back(recv->data() + r * kPickBytes);
+  if (!probed.ok()) {
+    return UnavailableError(
+        "mpirun bootstrap: this host reaches none of MPI rank 0's addresses: " + probed.message() +
+        " (are the hosts on one network? name it with --mca btl_tcp_if_include / "
+        "oob_tcp_if_include, or set ELASTRA_BIND_HOST on rank 0's host)");
+  }
+  if (on_rank0_host) pick = ChooseJobAddress(picks, hosts.front());
+  info_.address = "tcp://" + pick + ":" + std::to_string(port);
+  bind_host_ = bind_override;
+  if (bind_host_.empty()) {
+    auto local = LocalAddressToward(pick);
+    if (!local.ok()) return local.status().WithContext("mpirun bootstrap");
+    bind_host_ = *local;
+  }
+  LOG(INFO) << "mpirun: rank " << env_.world_rank << " reaches the coordinator at " << info_.address
+            << "; collectives bind to " << bind_host_;
+  return OkStatus();
+}
+#endif
 
 MpiBootstrap::MpiBootstrap(const MpirunEnvironment& env) : env_(env) {}
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "worker/fencing.h"
 
 namespace elastra {
 
@@ -32,6 +33,7 @@ Status ReconfigurationLoop::Join() {
   auto reply =
       channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
   if (!reply.ok()) return reply.status().WithContext("joining the job");
+  TakeLease(*reply);
   LOG(INFO) << "joined job " << options_.job << " at generation " << reply->generation
             << "; waiting for a layout";
   auto action = AwaitGeneration();
@@ -45,16 +47,27 @@ Status ReconfigurationLoop::Join() {
 StatusOr<StepAction> ReconfigurationLoop::StepEnd(const Status& step_status) {
   if (left_) return FailedPreconditionError("this worker has left the job");
   if (!step_status.ok()) return Recover(step_status);
+  // The step's update is in the state, and the counter says so (a rollback then undoes both);
+  // but the step counts (agreed, committed, checkpointed) only under the lease, below.
   SetStep(step() + 1);
   channel_->DrainPushes(parked_);
   PushInbox& inbox = channel_->inbox();
-  if (inbox.shutdown()) return *inbox.shutdown();
+  if (inbox.shutdown()) {
+    ELASTRA_RETURN_IF_ERROR(Removed(*inbox.shutdown()));
+    return AwaitGeneration();
+  }
   if (inbox.recover_pending()) return Recover(PeerLostError("the coordinator started a recovery"));
+  // A fenced worker does not enter the agreement: its generation cannot complete a step without
+  // it until the coordinator confirmed that generation.
+  if (auto fenced = WhileFenced()) return *std::move(fenced);
   // The one small collective per step: agree on whether to pause. Everyone contributes the
   // newest target generation it was asked to pause for, so all stop after this same step.
   int64_t flag = static_cast<int64_t>(inbox.pause_target());
   Status s = groups_->control().Allreduce(&flag, 1, DataType::kInt64, ReduceOp::kMax);
   if (!s.ok()) return Recover(s);
+  // The agreement may have completed after the lease ran out: the step counts only once the
+  // coordinator confirmed that the generation goes on.
+  if (auto fenced = WhileFenced()) return *std::move(fenced);
   if (flag > 0) return Pause(static_cast<uint64_t>(flag));
   if (step() % options_.commit_every == 0) ELASTRA_RETURN_IF_ERROR(commits_->Commit());
   checkpoints_->MaybeSnapshot(*state_, step(), channel_->generation(), builder_->layout(),
@@ -113,11 +126,106 @@ StatusOr<StepAction> ReconfigurationLoop::Recover(const Status& cause) {
   return AwaitGeneration();
 }
 
+void ReconfigurationLoop::TakeLease(const proto::JoinReply& reply) {
+  const Duration lease =
+      LeaseFor(milliseconds(reply.heartbeat_timeout_ms), milliseconds(reply.heartbeat_interval_ms),
+               options_.heartbeat_interval);
+  channel_->client().SetLease(lease);
+  LOG(DEBUG) << "lease " << lease.count() << " ms (heartbeat timeout " << reply.heartbeat_timeout_ms
+             << " ms, interval " << reply.heartbeat_interval_ms << " ms)";
+}
+
+std::optional<StatusOr<StepAction>> ReconfigurationLoop::WhileFenced() {
+  ControlClient& client = channel_->client();
+  if (!client.Fenced()) return std::nullopt;
+  const LeaseStatus lease = client.lease();
+  const uint64_t generation = channel_->generation();
+  LOG(WARNING) << "fenced in generation " << generation
+               << ": nothing heard from the coordinator for " << lease.silence.count()
+               << " ms (lease " << lease.duration.count() << " ms); step " << step()
+               << " does not count until the coordinator says where this worker stands";
+  checkpoints_->SetReporting(false);
+  PushInbox& inbox = channel_->inbox();
+  const auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
+  // Asked again every two heartbeats (so that a healed link is noticed soon), at most once per
+  // lease period, at least once per 100 ms.
+  const milliseconds ask_every = std::clamp(2 * options_.heartbeat_interval, milliseconds(100),
+                                            std::max(lease.duration, milliseconds(100)));
+  while (std::chrono::steady_clock::now() < deadline) {
+    // What the coordinator pushed decides first: it was sent before the answer below.
+    channel_->DrainPushes(parked_);
+    if (inbox.shutdown()) {
+      Status removed = Removed(*inbox.shutdown());
+      if (!removed.ok()) return StatusOr<StepAction>(removed);
+      return AwaitGeneration();
+    }
+    if (inbox.recover_pending()) {
+      return Recover(PeerLostError("fenced, and the coordinator started a recovery"));
+    }
+    auto answer = client.Call<proto::StatusReply>(MessageType::kStatusRequest,
+                                                  proto::StatusRequest{}, ask_every);
+    if (!answer.ok()) {
+      // Unanswered (the partition goes on) or refused: ask again, without spinning on an error
+      // that comes back at once.
+      if (answer.status().code() != StatusCode::kTimedOut) channel_->Poll(ask_every, parked_);
+      continue;
+    }
+    channel_->DrainPushes(parked_);
+    if (inbox.shutdown() || inbox.recover_pending()) continue;  // decided above
+    const FenceOutcome outcome = DecideAfterFence(answer->status, options_.worker_id, generation);
+    LOG(INFO) << "the coordinator answered the fenced worker: job "
+              << proto::ToString(answer->status.state) << " at generation "
+              << answer->status.generation << " -> " << ToString(outcome);
+    switch (outcome) {
+      case FenceOutcome::kResume:
+        client.Unfence();
+        checkpoints_->SetReporting(true);
+        LOG(INFO) << "fence lifted: generation " << generation << " goes on from step " << step();
+        return std::nullopt;
+      case FenceOutcome::kRecover:
+        return Recover(AbortedError(std::string("fenced while the job was ") +
+                                    proto::ToString(answer->status.state)));
+      case FenceOutcome::kRemoved: {
+        Status removed = Removed(AbortedError(
+            "the coordinator went on without this worker while it was fenced (declared lost "
+            "after a partition of " +
+            std::to_string(lease.silence.count()) + " ms or more)"));
+        if (!removed.ok()) return StatusOr<StepAction>(removed);
+        return AwaitGeneration();
+      }
+      case FenceOutcome::kJobFinished:
+        if (options_.park_when_removed) return LeaveParked();
+        return StatusOr<StepAction>(AbortedError("the job finished while this worker was fenced"));
+      case FenceOutcome::kJobFailed:
+        return StatusOr<StepAction>(AbortedError("the job failed while this worker was fenced"));
+    }
+  }
+  return StatusOr<StepAction>(UnavailableError(
+      "fenced, and no answer from the coordinator within " +
+      std::to_string(options_.decision_timeout.count()) + " ms (ELASTRA_DECISION_TIMEOUT_MS)"));
+}
+
+Status ReconfigurationLoop::Removed(const Status& why) {
+  groups_->Interrupt();
+  if (!options_.park_when_removed) {
+    LOG(ERROR) << why.message() << "; this worker stops (its agent may start a fresh one)";
+    return why;
+  }
+  LOG(WARNING) << why.message() << "; parking as standby (park_when_removed)";
+  Status parked = Park(channel_->generation());
+  if (!parked.ok()) return Status(why.code(), why.message() + "; " + parked.ToString());
+  channel_->inbox().ClearShutdown();
+  return OkStatus();
+}
+
 StatusOr<StepAction> ReconfigurationLoop::AwaitGeneration() {
   auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
   PushInbox& inbox = channel_->inbox();
   while (parked_ || std::chrono::steady_clock::now() < deadline) {
-    if (inbox.shutdown()) return *inbox.shutdown();
+    if (inbox.shutdown()) {
+      ELASTRA_RETURN_IF_ERROR(Removed(*inbox.shutdown()));
+      continue;  // parked: wait to be brought back
+    }
     if (inbox.empty()) {
       const bool polled = channel_->Poll(milliseconds(100), parked_);
       if (!polled && parked_) {
@@ -211,6 +319,7 @@ Status ReconfigurationLoop::Park(uint64_t generation) {
   auto reply =
       channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
   if (!reply.ok()) return reply.status().WithContext("parking as standby");
+  TakeLease(*reply);
   parked_ = true;
   parked_since_check_ = std::chrono::steady_clock::now();
   status_failures_ = 0;

@@ -7,6 +7,12 @@
 // requests, builds the next generation (GenerationBuilder), hands its shards off and leaves, or
 // parks as standby when a shrink takes it out and park_when_removed is set.
 //
+// Fencing (docs/hosts.md, "Partitions and fencing"): a step counts (commit, checkpoint, the
+// step's return) only while the worker holds its lease on the coordinator. StepEnd asks before
+// and after the step agreement; a fenced worker completes nothing and asks the coordinator where
+// it stands (WhileFenced, decided by DecideAfterFence): it goes on when nothing changed, recovers
+// through the normal path when the job is changing, and stops (or parks) when it was left behind.
+//
 // Thread-safety: the training thread's; the Worker's public calls reach it from there. While it
 // waits, the I/O thread may answer a RecoverRequest and interrupt the communicators on its own
 // (ControlChannel, GroupManager).
@@ -68,6 +74,19 @@ class ReconfigurationLoop {
 
   StatusOr<StepAction> Pause(uint64_t target);
   StatusOr<StepAction> Recover(const Status& cause);
+
+  // Takes the lease of a JoinReply (LeaseFor its heartbeat settings and ours).
+  void TakeLease(const proto::JoinReply& reply);
+  // nullopt when this worker is not fenced, or when the coordinator, once it answers, confirms
+  // that nothing changed (the fence is lifted and the step goes on). Otherwise what StepEnd
+  // returns: the recovery path's result, the removal's, the job's end, or kUnavailable after
+  // decision_timeout without an answer.
+  std::optional<StatusOr<StepAction>> WhileFenced();
+  // The coordinator stopped this worker (declared lost, or the job ended): `why`, after breaking
+  // its communicators; or, with park_when_removed, OK once it parked as standby (the caller then
+  // waits for the coordinator as a parked worker does). `why` with the reason when parking fails
+  // (the job is over).
+  Status Removed(const Status& why);
 
   // Waits for the coordinator's decision: answers recovery requests, builds the next
   // generation, or leaves. kUnavailable after decision_timeout (never while parked).

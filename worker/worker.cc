@@ -6,7 +6,8 @@
 //   commit_store           in-memory commits and their images
 //   disk_checkpoints       the checkpoint writer and loading from disk
 //   generation_builder     entering a generation (communicators, rollback, state move, commit)
-//   reconfiguration_loop   StepEnd, pause, recover, wait for a decision, park, leave
+//   reconfiguration_loop   StepEnd, pause, recover, wait for a decision, park, leave; the fence
+//   fencing                what a fenced worker does once the coordinator answers
 // Not thread-safe (the training thread's), except for what the I/O thread does through
 // ControlChannel and GroupManager.
 #include "elastra/worker.h"

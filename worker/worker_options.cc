@@ -8,6 +8,8 @@
 #include <string>
 
 #include "common/keys.h"
+#include "common/logging.h"
+#include "common/net.h"
 #include "elastra/worker.h"
 #include "worker/mpi_bootstrap.h"
 
@@ -37,6 +39,22 @@ std::string HostName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
+}
+
+// Where a worker binds its collectives when nothing says: the local address of its route to the
+// coordinator, which its peers (who reach the same coordinator) can reach too. A coordinator on
+// loopback keeps the worker there. A coordinator whose address does not resolve is refused later
+// by the connection, with its own error; until then the old default stands.
+std::string DefaultBindHost(const std::string& coordinator) {
+  auto endpoint = ParseTcpEndpoint(coordinator);
+  if (!endpoint.ok()) return "127.0.0.1";
+  auto local = LocalAddressToward(endpoint->host);
+  if (!local.ok()) {
+    LOG(WARNING) << "binding collectives on 127.0.0.1: " << local.status()
+                 << " (set ELASTRA_BIND_HOST)";
+    return "127.0.0.1";
+  }
+  return *local;
 }
 
 }  // namespace
@@ -89,15 +107,18 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
     return InvalidArgumentError(
         "ELASTRA_WORKER_PUBLIC_KEY / ELASTRA_WORKER_SECRET_KEY are missing or malformed");
   }
-  o.host = HostName();
+  o.host = Getenv("ELASTRA_HOST");  // the agent names its host (containers share one name)
+  if (o.host.empty()) o.host = HostName();
   o.worker_id = Getenv("ELASTRA_WORKER_ID");
   if (o.mpi != nullptr) o.worker_id = o.mpi->worker_id();  // one environment for all ranks
   if (o.worker_id.empty()) o.worker_id = o.host + "-" + std::to_string(getpid());
   std::string bind = Getenv("ELASTRA_BIND_HOST");
   if (!bind.empty()) {
     o.bind_host = bind;
-  } else if (o.mpi != nullptr) {
-    o.bind_host = o.mpi->bind_host();
+  } else if (o.mpi != nullptr && !o.mpi->bind_host().empty()) {
+    o.bind_host = o.mpi->bind_host();  // decided with rank 0 (docs/mpi.md)
+  } else {
+    o.bind_host = DefaultBindHost(o.coordinator);
   }
   int64_t v = o.device;
   std::string dev = Getenv("ELASTRA_DEVICE");

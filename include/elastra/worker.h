@@ -55,7 +55,7 @@ struct WorkerOptions {
   // This worker's CURVE key pair (ELASTRA_WORKER_PUBLIC_KEY / ELASTRA_WORKER_SECRET_KEY).
   std::string public_key;
   std::string secret_key;
-  // Host name reported for placement (default: gethostname()).
+  // Host name reported for placement (ELASTRA_HOST, which the agent sets; default gethostname()).
   std::string host;
   // Local device index, -1 for CPU (ELASTRA_DEVICE, default -1; "local" under mpirun: the local
   // rank). A state on a device (TensorCollection::SetDevice) sets it when it is -1; the two must
@@ -66,7 +66,10 @@ struct WorkerOptions {
   // NCCL, else kGloo. With kNccl world() and the groups take device buffers; the worker's own
   // traffic (step agreement, state moves) always goes over Gloo on host buffers.
   std::optional<Backend> backend;
-  // Address this worker's collectives bind to (ELASTRA_BIND_HOST, default 127.0.0.1).
+  // Address this worker's collectives bind to (ELASTRA_BIND_HOST). FromEnvironment's default is
+  // the local address of the route to the coordinator, so that peers on other hosts can reach it
+  // (127.0.0.1 when the coordinator is on loopback); under mpirun, what the bootstrap chose
+  // (docs/mpi.md). A WorkerOptions made by hand keeps 127.0.0.1.
   std::string bind_host = "127.0.0.1";
   // In-memory commit every this many steps (ELASTRA_COMMIT_EVERY, default 10). A failure rolls
   // back at most this many steps.

@@ -1,10 +1,12 @@
-// The mpirun bootstrap's reading of Open MPI's environment (no mpirun needed).
+// The mpirun bootstrap's reading of Open MPI's environment and its choice of addresses (no mpirun
+// needed).
 #include "worker/mpi_bootstrap.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include "common/keys.h"
+#include "common/net.h"
 #include "elastra/worker.h"
 
 namespace elastra {
@@ -15,12 +17,12 @@ class MpirunEnv : public ::testing::Test {
   void SetUp() override { Clear(); }
   void TearDown() override { Clear(); }
   static void Clear() {
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                          "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
-                          "OMPI_MCA_orte_enable_recovery", "OMPI_MCA_orte_abort_on_non_zero_status",
-                          "ELASTRA_COORDINATOR", "ELASTRA_DEVICE", "ELASTRA_SERVER_KEY",
-                          "ELASTRA_WORKER_PUBLIC_KEY", "ELASTRA_WORKER_SECRET_KEY",
-                          "ELASTRA_STATE_DIR", "ELASTRA_WORKER_ID"}) {
+    for (const char* v :
+         {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+          "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_enable_recovery",
+          "OMPI_MCA_orte_abort_on_non_zero_status", "ELASTRA_COORDINATOR", "ELASTRA_DEVICE",
+          "ELASTRA_SERVER_KEY", "ELASTRA_WORKER_PUBLIC_KEY", "ELASTRA_WORKER_SECRET_KEY",
+          "ELASTRA_STATE_DIR", "ELASTRA_WORKER_ID", "ELASTRA_BIND_HOST"}) {
       unsetenv(v);
     }
   }
@@ -106,6 +108,42 @@ TEST_F(MpirunEnv, ExternalCoordinatorGetsPerJobWorkerIdsAndParks) {
   ASSERT_NE(options->mpi, nullptr);
   EXPECT_FALSE(options->mpi->hosts_coordinator());
   EXPECT_EQ(options->bind_host, "127.0.0.1");
+}
+
+// A job across hosts that joins a named coordinator binds where its route to that coordinator
+// starts (no host name lookup), or where ELASTRA_BIND_HOST says.
+TEST_F(MpirunEnv, ExternalCoordinatorAcrossHostsBindsTheRouteToIt) {
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  SetKeys();
+  std::vector<std::string> coordinators = {"127.0.0.1"};
+  for (const auto& i : LocalIpv4Interfaces()) coordinators.push_back(i.address);
+  for (const auto& host : coordinators) {
+    setenv("ELASTRA_COORDINATOR", ("tcp://" + host + ":1").c_str(), 1);
+    auto options = WorkerOptions::FromEnvironment();
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->bind_host, host);
+    EXPECT_EQ(options->coordinator, "tcp://" + host + ":1");
+  }
+  setenv("ELASTRA_BIND_HOST", "10.9.8.7", 1);
+  auto options = WorkerOptions::FromEnvironment();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->bind_host, "10.9.8.7");
+  EXPECT_EQ(options->mpi->bind_host(), "10.9.8.7");
+}
+
+TEST(ChooseJobAddress, TheAddressMostRanksOnOtherHostsReached) {
+  // Ranks 0 and 1 on rank 0's host (no pick), 2..5 elsewhere.
+  EXPECT_EQ(ChooseJobAddress({"", "", "10.0.0.5", "192.168.1.5", "10.0.0.5", ""}, "172.17.0.1"),
+            "10.0.0.5");
+  // A tie goes to the lowest rank's pick.
+  EXPECT_EQ(ChooseJobAddress({"", "192.168.1.5", "10.0.0.5", "10.0.0.5", "192.168.1.5"}, "x"),
+            "192.168.1.5");
+  // Nobody reached it (or every rank is on rank 0's host): the fallback.
+  EXPECT_EQ(ChooseJobAddress({"", "", ""}, "172.17.0.1"), "172.17.0.1");
+  EXPECT_EQ(ChooseJobAddress({}, "172.17.0.1"), "172.17.0.1");
 }
 
 TEST_F(MpirunEnv, LocalDeviceNeedsMpirun) {

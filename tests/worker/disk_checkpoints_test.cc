@@ -1,7 +1,8 @@
 // LoadNewestCheckpoint, one rank over a Gloo world of one: it loads the checkpoint the
 // generation names into the shards of the worker's new coordinates, falls back to the previous
 // committed one when the named one does not load (a corrupt shard, another job's), and says so
-// when none loads.
+// when none loads. And the writer's reports: a write that completes while the worker is fenced
+// (reporting off, or the lease out) stays on disk but is never reported to the coordinator.
 #include "worker/disk_checkpoints.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +151,58 @@ TEST_F(LoadNewestCheckpointTest, NoCheckpointThatLoadsIsAFailedPrecondition) {
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), StatusCode::kFailedPrecondition) << bytes.status();
   EXPECT_NE(bytes.status().message().find(root_), std::string::npos) << bytes.status();
+}
+
+// The checkpoint writer of one rank with its reports caught, and the switches a fence turns.
+class WorkerCheckpointReports : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.job = "job";
+    options_.checkpoint_dir =
+        fs::temp_directory_path() / ("disk_checkpoints_reports." + std::to_string(getpid()));
+    options_.checkpoint_every = 1;
+    fs::remove_all(options_.checkpoint_dir);
+    ASSERT_TRUE(state_.AddTensor("w", {4, 4}, DataType::kFloat64).ok());
+    ASSERT_TRUE(state_.AddScalar(kStepScalarName, 0).ok());
+  }
+  void TearDown() override { fs::remove_all(options_.checkpoint_dir); }
+
+  // Restarts the writer, writes the checkpoint of `step` and waits for it (Stop()); the steps
+  // reported.
+  std::vector<int64_t> WriteStep(DiskCheckpoints& checkpoints, int64_t step, bool reporting,
+                                 bool lease_held) {
+    std::vector<int64_t> reported;
+    checkpoints.Restart(
+        state_, Layout{}, 0, [&] { return lease_held; },
+        [&](const proto::CheckpointWritten& r) {
+          EXPECT_TRUE(r.ok) << r.error;
+          reported.push_back(r.step);
+        });
+    checkpoints.SetReporting(reporting);
+    state_.SetScalar(kStepScalarName, step);
+    checkpoints.MaybeSnapshot(state_, step, 1, Layout{}, Coordinates{});
+    checkpoints.Stop();  // waits for the write and its report
+    EXPECT_TRUE(fs::exists(checkpoint::JoinPath(
+        checkpoint::JoinPath(options_.checkpoint_dir, checkpoint::CheckpointDirName(step, 1)),
+        checkpoint::ShardFileName(0))))
+        << "the shard of step " << step << " was not written";
+    return reported;
+  }
+
+  WorkerOptions options_;
+  TensorCollection state_;
+};
+
+TEST_F(WorkerCheckpointReports, ReportedOnlyWhileNotFenced) {
+  DiskCheckpoints checkpoints(options_);
+  EXPECT_EQ(WriteStep(checkpoints, 1, /*reporting=*/true, /*lease_held=*/true),
+            std::vector<int64_t>{1});
+  // StepEnd saw the fence: written, not reported.
+  EXPECT_TRUE(WriteStep(checkpoints, 2, /*reporting=*/false, /*lease_held=*/true).empty());
+  // The lease ran out before StepEnd looked: the writer's own check holds the report back.
+  EXPECT_TRUE(WriteStep(checkpoints, 3, /*reporting=*/true, /*lease_held=*/false).empty());
+  // A new generation's writer reports again.
+  EXPECT_EQ(WriteStep(checkpoints, 4, true, true), std::vector<int64_t>{4});
 }
 
 }  // namespace

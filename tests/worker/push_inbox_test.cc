@@ -95,6 +95,17 @@ TEST(PushInbox, ShutdownStopsAWorkingWorker) {
   EXPECT_TRUE(inbox.empty());
 }
 
+// Under mpirun the worker acts on it by parking; as standby it waits for the job again.
+TEST(PushInbox, ShutdownClearedOnceParked) {
+  PushInbox inbox;
+  inbox.Stash(Stop(1, "declared lost: silent"), 2, /*parked=*/false);
+  inbox.ClearShutdown();
+  EXPECT_FALSE(inbox.shutdown().has_value());
+  inbox.Stash(Stop(0, "every member finished"), 2, /*parked=*/true);
+  EXPECT_FALSE(inbox.shutdown().has_value());
+  EXPECT_FALSE(inbox.empty());
+}
+
 TEST(PushInbox, ShutdownIsQueuedForAParkedWorker) {
   PushInbox inbox;
   inbox.Stash(Stop(0, "job finished"), 2, /*parked=*/true);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/keys.h"
+#include "common/net.h"
 #include "elastra/worker.h"
 
 extern char** environ;
@@ -138,6 +139,35 @@ TEST_F(WorkerOptionsTest, UnsetVariablesKeepTheDefaults) {
   ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
   EXPECT_EQ(o->host, host);
   EXPECT_EQ(o->worker_id, std::string(host) + "-" + std::to_string(getpid()));
+}
+
+TEST_F(WorkerOptionsTest, HostComesFromTheAgent) {
+  SetRequired();
+  Set("ELASTRA_HOST", "node-b");
+  auto o = WorkerOptions::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->host, "node-b");
+  EXPECT_EQ(o->worker_id, "node-b-" + std::to_string(getpid()));
+}
+
+// Without ELASTRA_BIND_HOST a worker binds where the route to its coordinator starts: loopback for
+// a coordinator on loopback, this host's address on the network the coordinator is reached by.
+TEST_F(WorkerOptionsTest, BindHostDefaultsToTheRouteToTheCoordinator) {
+  SetRequired();  // tcp://127.0.0.1:5555
+  EXPECT_EQ(WorkerOptions::FromEnvironment()->bind_host, "127.0.0.1");
+  Set("ELASTRA_COORDINATOR", "tcp://localhost:5555");
+  EXPECT_EQ(WorkerOptions::FromEnvironment()->bind_host.rfind("127.", 0), 0u);
+  for (const auto& i : LocalIpv4Interfaces()) {
+    SCOPED_TRACE(i.name);
+    Set("ELASTRA_COORDINATOR", "tcp://" + i.address + ":5555");
+    EXPECT_EQ(WorkerOptions::FromEnvironment()->bind_host, i.address);
+  }
+  Set("ELASTRA_BIND_HOST", "10.0.0.7");
+  EXPECT_EQ(WorkerOptions::FromEnvironment()->bind_host, "10.0.0.7");
+  // A coordinator name that does not resolve: the connection will say so; the old default stays.
+  unsetenv("ELASTRA_BIND_HOST");
+  Set("ELASTRA_COORDINATOR", "tcp://no-such-host.invalid:5555");
+  EXPECT_EQ(WorkerOptions::FromEnvironment()->bind_host, "127.0.0.1");
 }
 
 TEST_F(WorkerOptionsTest, BackendNames) {
