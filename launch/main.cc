@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   launch::AddCoordinatorCommand(&app, &exit_code);
   launch::AddAgentCommand(&app, &exit_code);
   launch::AddResizeCommand(&app, &exit_code);
+  launch::AddDrainCommand(&app, &exit_code);
   launch::AddStatusCommand(&app, &exit_code);
   launch::AddPlanCommand(&app, &exit_code);
   launch::AddCkptCommand(&app, &exit_code);

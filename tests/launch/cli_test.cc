@@ -26,7 +26,7 @@ using elastra::testing::ReadFile;
 using elastra::testing::StartElastra;
 using elastra::testing::TempDir;
 
-const std::vector<std::string> kCommands = {"run",    "coordinator", "agent", "resize",
+const std::vector<std::string> kCommands = {"run",    "coordinator", "agent", "resize", "drain",
                                             "status", "plan",        "ckpt",  "keygen"};
 
 TEST(LaunchCli, HelpPrintsUsageAndExitsZero) {
@@ -82,6 +82,9 @@ TEST(LaunchCli, BadUsageExitsTwoNamingWhatIsWrong) {
        "--layout 'dp=2,xp=1' is not a layout like dp=2,pp=1,tp=2"},
       {{"coordinator", "--workers", "many"}, "--workers must be an integer, got 'many'"},
       {{"resize", "--workers"}, "--workers"},
+      {{"drain"}, "elastra drain: --host is required"},
+      {{"drain", "--host", "a", "--timeout", "0"}, "--timeout must be between 1 and 86400"},
+      {{"drain", "--host", "a", "extra"}, "elastra drain: unexpected argument 'extra'"},
   };
   for (const Case& c : cases) {
     CommandResult r = Elastra(c.args);
