@@ -65,6 +65,7 @@ struct CoordinatorOptions {
   int workers = 1;
   int max_workers = 64;
   std::string bind = "tcp://127.0.0.1:0";
+  std::string advertise;  // empty: the bound address
   std::string job = "elastra";
   std::string resume;
   bool restart = false;
@@ -210,6 +211,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.initial_workers = flags.workers;
   o.max_workers = std::max(flags.workers, flags.max_workers);
   o.resume_from = flags.resume;
+  // MERGE(hosts-coord): `o.advertise = flags.advertise;` once EmbeddedOptions has the field
+  // (the address join.json gives the agents and workers of other hosts).
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
   auto embedded = coordinator::StartEmbeddedCoordinator(o);
@@ -217,8 +220,10 @@ int RunCoordinator(const CoordinatorOptions& flags) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;
   }
+  // join.json: what agents and workers on other hosts join with (docs/hosts.md, "Keys").
   const nlohmann::json ready = {{"address", embedded->info.address},
-                                {"state_dir", flags.state_dir}};
+                                {"state_dir", flags.state_dir},
+                                {"join", flags.state_dir + "/join.json"}};
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
@@ -260,7 +265,8 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   CLI::App* coordinator = app->add_subcommand(
       "coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
-                         "[--bind tcp://127.0.0.1:0] [--max-workers M] [--job NAME]",
+                         "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
+                         "[--job NAME]",
                          "elastra coordinator --state-dir DIR --restart"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
@@ -273,6 +279,11 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   coordinator->add_option("--bind", o->bind, "Address to listen on")
       ->type_name("ADDRESS")
       ->capture_default_str();
+  coordinator
+      ->add_option("--advertise", o->advertise,
+                   "The address other hosts reach the coordinator at, written to join.json "
+                   "(default: the bound address)")
+      ->type_name("ADDR");
   coordinator->add_option("--job", o->job, "The job's name")
       ->type_name("NAME")
       ->capture_default_str();

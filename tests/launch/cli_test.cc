@@ -144,6 +144,7 @@ TEST(LaunchCli, CoordinatorPrintsValidJsonWhateverTheStateDir) {
   auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["state_dir"], state);
   EXPECT_EQ(j["address"].get<std::string>().rfind("tcp://127.0.0.1:", 0), 0u) << line;
+  EXPECT_EQ(j["join"], state + "/join.json") << line;
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
