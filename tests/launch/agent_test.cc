@@ -74,7 +74,7 @@ class LaunchAgent : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (agent_ > 0 && !ExitedCode(agent_)) {
+    if (agent_ > 0 && !AgentExited()) {
       kill(agent_, SIGKILL);
       FinishElastra(agent_, dir_ + "/agent");
     }
@@ -90,9 +90,22 @@ class LaunchAgent : public ::testing::Test {
     agent_ = StartElastra(AgentArgs(extra), dir_ + "/agent", {{"ELASTRA_HEARTBEAT_MS", "50"}});
   }
   CommandResult FinishAgent() {
-    CommandResult r = FinishElastra(agent_, dir_ + "/agent", kEvent);
+    CommandResult r;
+    if (agent_code_) {  // reaped already
+      r.code = *agent_code_;
+      r.out = ReadFile(dir_ + "/agent/stdout");
+      r.err = AgentLog();
+    } else {
+      r = FinishElastra(agent_, dir_ + "/agent", kEvent);
+    }
     agent_ = -1;
+    agent_code_.reset();
     return r;
+  }
+  // Whether the agent has exited (reaping it once; its code kept for FinishAgent).
+  bool AgentExited() {
+    if (!agent_code_) agent_code_ = ExitedCode(agent_);
+    return agent_code_.has_value();
   }
   std::string AgentLog() const { return ReadFile(dir_ + "/agent/stderr"); }
 
@@ -125,6 +138,7 @@ class LaunchAgent : public ::testing::Test {
   std::string dir_, join_, script_;
   std::unique_ptr<FakeCoordinator> fake_;
   pid_t agent_ = -1;
+  std::optional<int> agent_code_;
 };
 
 TEST_F(LaunchAgent, BadUsageExitsTwoNamingWhatIsWrong) {
@@ -303,8 +317,7 @@ TEST_F(LaunchAgent, RegistersStartsWorkersWithTheirEnvironmentAndReportsTheirExi
       },
       kEvent))
       << AgentLog();
-  EXPECT_FALSE(ExitedCode(agent_).has_value()) << "exited while worker w8 still ran\n"
-                                               << AgentLog();
+  EXPECT_FALSE(AgentExited()) << "exited while worker w8 still ran\n" << AgentLog();
   StopWorker("w8", 0);
   const proto::ProcessExited last = NextExit();
   EXPECT_EQ(last.worker_id, "w8");
@@ -355,8 +368,7 @@ TEST_F(LaunchAgent, SigtermDrainsTheHostAndExitsZeroOnceTheJobLeftIt) {
   EXPECT_EQ(left.worker_id, "w1");
   EXPECT_EQ(left.exit_code, 0);
   EXPECT_EQ(left.signal, 0);
-  EXPECT_FALSE(ExitedCode(agent_).has_value()) << "exited before the drain was done\n"
-                                               << AgentLog();
+  EXPECT_FALSE(AgentExited()) << "exited before the drain was done\n" << AgentLog();
   proto::ResizeReply done;
   done.phase = proto::ResizePhase::kDone;
   done.generation = 5;
