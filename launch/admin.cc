@@ -1,9 +1,10 @@
-// elastra resize | status | keygen: the admin side, what an external scheduler calls.
+// elastra resize | drain | status | keygen: the admin side, what an external scheduler calls.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -74,10 +75,48 @@ std::optional<proto::ResizeReply> DoneFromStatus(ControlClient& client, uint64_t
   return std::nullopt;
 }
 
+// The "done" reply of a drain read back from the job's status: no change pending and `host`
+// drained, with the timings of the newest drain generation after `before` when there is one.
+std::optional<proto::ResizeReply> DrainDoneFromStatus(ControlClient& client, uint64_t before,
+                                                      const std::string& host) {
+  auto st = client.Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
+                                            milliseconds(2000));
+  if (!st.ok() || st->status.resize_pending) return std::nullopt;
+  const auto& hosts = st->status.hosts;
+  auto it = std::find_if(hosts.begin(), hosts.end(), [&](const proto::HostStatus& h) {
+    return h.name == host && h.state == proto::HostState::kDrained;
+  });
+  if (it == hosts.end()) return std::nullopt;
+  proto::ResizeReply r;
+  r.phase = proto::ResizePhase::kDone;
+  r.generation = st->status.generation;
+  r.workers = st->status.layout.world();
+  r.layout = st->status.layout;
+  for (const proto::GenerationRecord& h : st->status.history) {
+    if (h.generation <= before || h.reason != proto::GenerationReason::kDrain) continue;
+    r.generation = h.generation;
+    r.workers = static_cast<int32_t>(h.workers.size());
+    r.layout = h.layout;
+    r.downtime_ms = h.downtime_ms;
+    r.agreement_ms = h.agreement_ms;
+    r.rebuild_ms = h.rebuild_ms;
+    r.transfer_ms = h.transfer_ms;
+  }
+  r.message = "confirmed from the job's status (the coordinator restarted meanwhile)";
+  return r;
+}
+
 struct ResizeOptions {
   std::string state_dir = kDefaultStateDir;
   int workers = 0;
   std::optional<Layout> layout;  // none: the coordinator chooses
+  bool wait = false;
+  int timeout_s = 600;
+};
+
+struct DrainOptions {
+  std::string state_dir = kDefaultStateDir;
+  std::string host;
   bool wait = false;
   int timeout_s = 600;
 };
@@ -91,60 +130,50 @@ struct KeygenOptions {
   std::string out;  // empty: print the key pair
 };
 
-int ResizeJob(const ResizeOptions& flags) {
-  const int timeout_s = flags.timeout_s;
-  proto::ResizeRequest req;
-  req.workers = flags.workers;
-  req.wait = flags.wait;
-  if (flags.layout) {
-    req.layout = *flags.layout;
-    req.has_layout = true;
-  }
-  auto client = ConnectAdmin("resize", flags.state_dir);
-  if (client == nullptr) return 1;
-  auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req, milliseconds(10000));
-  if (!first.ok()) {
-    std::fprintf(stderr, "elastra resize: refused: %s\n", first.status().message().c_str());
-    return 1;
-  }
-  proto::ResizeReply reply = *first;
-  if (req.wait && reply.phase == proto::ResizePhase::kAccepted) {
-    const uint64_t id = client->last_request_id();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        std::fprintf(stderr, "elastra resize: not done within %d s\n", timeout_s);
-        return 1;
+// The outcome of a request answered like a resize (ResizeRequest, DrainRequest): with `wait` and
+// an "accepted" first reply, the second reply (done or failed), waited for up to `timeout_s`. A
+// coordinator restarted from its journal (docs/journal.md) finishes the change but no longer knows
+// who waits for it: `done_from_status` reads the outcome from the job's status instead. nullopt
+// after printing why on stderr (then the command exits 1).
+std::optional<proto::ResizeReply> AwaitOutcome(
+    const std::string& command, ControlClient& client, const proto::ResizeReply& first, bool wait,
+    int timeout_s, const std::function<std::optional<proto::ResizeReply>()>& done_from_status) {
+  if (!wait || first.phase != proto::ResizePhase::kAccepted) return first;
+  const uint64_t id = client.last_request_id();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      std::fprintf(stderr, "elastra %s: not done within %d s\n", command.c_str(), timeout_s);
+      return std::nullopt;
+    }
+    auto second = client.AwaitReply(id, std::min(left, milliseconds(1000)));
+    if (second.ok()) {
+      auto decoded = proto::DecodePayload<proto::ResizeReply>(second->payload);
+      if (!decoded.ok()) {
+        std::fprintf(stderr, "elastra %s: %s\n", command.c_str(),
+                     decoded.status().ToString().c_str());
+        return std::nullopt;
       }
-      auto second = client->AwaitReply(id, std::min(left, milliseconds(1000)));
-      if (second.ok()) {
-        auto decoded = proto::DecodePayload<proto::ResizeReply>(second->payload);
-        if (!decoded.ok()) {
-          std::fprintf(stderr, "elastra resize: %s\n", decoded.status().ToString().c_str());
-          return 1;
-        }
-        reply = *decoded;
-        break;
-      }
-      if (second.status().code() != StatusCode::kTimedOut) {
-        std::fprintf(stderr, "elastra resize: %s\n", second.status().ToString().c_str());
-        return 1;
-      }
-      // A coordinator restarted from its journal (docs/journal.md) finishes the resize but no
-      // longer knows who waits for it: the job's status tells when it is done.
-      if (auto done = DoneFromStatus(*client, reply.generation, req)) {
-        // The real reply, when it is on its way, has the full timings.
-        auto late = client->AwaitReply(id, milliseconds(300));
-        auto decoded = late.ok() ? proto::DecodePayload<proto::ResizeReply>(late->payload)
-                                 : StatusOr<proto::ResizeReply>(late.status());
-        reply = decoded.ok() ? *decoded : *done;
-        break;
-      }
+      return *decoded;
+    }
+    if (second.status().code() != StatusCode::kTimedOut) {
+      std::fprintf(stderr, "elastra %s: %s\n", command.c_str(), second.status().ToString().c_str());
+      return std::nullopt;
+    }
+    if (auto done = done_from_status()) {
+      // The real reply, when it is on its way, has the full timings.
+      auto late = client.AwaitReply(id, milliseconds(300));
+      auto decoded = late.ok() ? proto::DecodePayload<proto::ResizeReply>(late->payload)
+                               : StatusOr<proto::ResizeReply>(late.status());
+      return decoded.ok() ? *decoded : *done;
     }
   }
-  nlohmann::json out;
+}
+
+// Prints a resize-like reply as one JSON line (with `extra` fields); its exit code.
+int PrintOutcome(const proto::ResizeReply& reply, nlohmann::json out) {
   out["phase"] = proto::ToString(reply.phase);
   out["generation"] = reply.generation;
   out["workers"] = reply.workers;
@@ -161,6 +190,43 @@ int ResizeJob(const ResizeOptions& flags) {
   return reply.phase == proto::ResizePhase::kFailed ? 1 : 0;
 }
 
+int ResizeJob(const ResizeOptions& flags) {
+  proto::ResizeRequest req;
+  req.workers = flags.workers;
+  req.wait = flags.wait;
+  if (flags.layout) {
+    req.layout = *flags.layout;
+    req.has_layout = true;
+  }
+  auto client = ConnectAdmin("resize", flags.state_dir);
+  if (client == nullptr) return 1;
+  auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req, milliseconds(10000));
+  if (!first.ok()) {
+    std::fprintf(stderr, "elastra resize: refused: %s\n", first.status().message().c_str());
+    return 1;
+  }
+  auto reply = AwaitOutcome("resize", *client, *first, req.wait, flags.timeout_s,
+                            [&] { return DoneFromStatus(*client, first->generation, req); });
+  if (!reply) return 1;
+  return PrintOutcome(*reply, nlohmann::json::object());
+}
+
+int DrainHost(const DrainOptions& flags) {
+  const proto::DrainRequest req{flags.host, flags.wait};
+  auto client = ConnectAdmin("drain", flags.state_dir);
+  if (client == nullptr) return 1;
+  auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req, milliseconds(10000));
+  if (!first.ok()) {
+    std::fprintf(stderr, "elastra drain: refused: %s\n", first.status().message().c_str());
+    return 1;
+  }
+  auto reply = AwaitOutcome("drain", *client, *first, req.wait, flags.timeout_s, [&] {
+    return DrainDoneFromStatus(*client, first->generation, flags.host);
+  });
+  if (!reply) return 1;
+  return PrintOutcome(*reply, {{"host", flags.host}});
+}
+
 int ShowStatus(const StatusOptions& flags) {
   auto client = ConnectAdmin("status", flags.state_dir);
   if (client == nullptr) return 1;
@@ -175,9 +241,14 @@ int ShowStatus(const StatusOptions& flags) {
     std::printf("%s\n", proto::StatusJson(st).c_str());
     return 0;
   }
-  std::printf("job %s  state %s  generation %llu  layout %s  step %lld\n", st.job.c_str(),
-              proto::ToString(st.state), static_cast<unsigned long long>(st.generation),
-              st.layout.ToString().c_str(), static_cast<long long>(st.step));
+  // The size now (the committed generation's) and, when the coordinator keeps one, the size the
+  // job returns to after failures and drains.
+  std::string size = std::to_string(st.generation > 0 ? st.layout.world() : 0);
+  if (st.target_workers > 0) size += " (target " + std::to_string(st.target_workers) + ")";
+  std::printf("job %s  state %s  generation %llu  layout %s  step %lld  workers %s\n",
+              st.job.c_str(), proto::ToString(st.state),
+              static_cast<unsigned long long>(st.generation), st.layout.ToString().c_str(),
+              static_cast<long long>(st.step), size.c_str());
   std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP",
               "HEARTBEAT", "PID", "HOST");
   for (const proto::WorkerStatus& w : st.workers) {
@@ -185,6 +256,16 @@ int ShowStatus(const StatusOptions& flags) {
     std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.id.c_str(), proto::ToString(w.state),
                 w.rank, static_cast<long long>(w.step), hb.c_str(),
                 static_cast<long long>(w.pid), w.host.c_str());
+  }
+  if (!st.hosts.empty()) {
+    std::printf("%-16s %-24s %5s %4s %7s %-8s %12s\n", "HOST", "ADDRESS", "SLOTS", "GPUS",
+                "WORKERS", "STATE", "HEARTBEAT");
+    for (const proto::HostStatus& h : st.hosts) {
+      const std::string hb =
+          h.last_heartbeat_ms_ago < 0 ? "-" : std::to_string(h.last_heartbeat_ms_ago) + " ms ago";
+      std::printf("%-16s %-24s %5d %4d %7d %-8s %12s\n", h.name.c_str(), h.address.c_str(), h.slots,
+                  h.gpus, h.workers, proto::ToString(h.state), hb.c_str());
+    }
   }
   if (!st.history.empty()) {
     std::printf("%-10s %-8s %7s %-16s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
@@ -241,16 +322,35 @@ void AddResizeCommand(CLI::App* app, int* exit_code) {
   resize->callback([o, exit_code] { *exit_code = ResizeJob(*o); });
 }
 
+void AddDrainCommand(CLI::App* app, int* exit_code) {
+  auto o = std::make_shared<DrainOptions>();
+  CLI::App* drain =
+      app->add_subcommand("drain", "Move a running job off one host (its agent then exits 0)");
+  SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]"});
+  drain->add_option("--state-dir", o->state_dir, "The job's state directory (its coordinator's)")
+      ->type_name("DIR")
+      ->capture_default_str();
+  drain->add_option("--host", o->host, "The host to drain (its agent's --name)")
+      ->type_name("HOST")
+      ->required();
+  drain->add_flag("--wait", o->wait, "Block until the job has left the host");
+  AddIntFlag(drain, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
+             "With --wait: give up waiting after this long (the drain goes on)")
+      ->capture_default_str();
+  drain->callback([o, exit_code] { *exit_code = DrainHost(*o); });
+}
+
 void AddStatusCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<StatusOptions>();
-  CLI::App* status = app->add_subcommand("status", "Show a job's state, workers and history");
+  CLI::App* status =
+      app->add_subcommand("status", "Show a job's state, workers, hosts and history");
   SetUsage(status, {"elastra status --state-dir DIR [--json]"});
   status->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
       ->type_name("DIR")
       ->capture_default_str();
   status->add_flag("--json", o->json,
                    "One JSON object: job, state, generation, layout, step, workers, history, "
-                   "counters");
+                   "agents, hosts, target_workers, counters");
   status->callback([o, exit_code] { *exit_code = ShowStatus(*o); });
 }
 

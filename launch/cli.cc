@@ -117,6 +117,23 @@ CLI::Option* AddLayoutFlag(CLI::App* app, const std::string& name, std::optional
       ->type_name("dp=D,pp=P,tp=T");
 }
 
+CLI::Option* AddGpusFlag(CLI::App* app, GpusFlag* out) {
+  return app
+      ->add_option_function<std::string>(
+          "--gpus",
+          [out](const std::string& text) {
+            if (text == "auto") {
+              out->all = true;
+              out->count.reset();
+            } else {
+              out->count = ParseIntFlag("--gpus", text, 1, 4096);
+              out->all = false;
+            }
+          },
+          "Give each worker a GPU (ELASTRA_DEVICE) among N, or every CUDA device with auto")
+      ->type_name("N|auto");
+}
+
 void SetUsage(CLI::App* app, std::vector<std::string> lines) {
   app->formatter(std::make_shared<UsageFormatter>(std::move(lines)));
 }

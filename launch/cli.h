@@ -39,6 +39,16 @@ CLI::Option* AddIntFlag(CLI::App* app, const std::string& name, std::optional<in
 CLI::Option* AddLayoutFlag(CLI::App* app, const std::string& name, std::optional<Layout>* out,
                            const std::string& help);
 
+// --gpus N|auto, as `elastra run` and `elastra agent` take it.
+struct GpusFlag {
+  std::optional<int> count;  // --gpus N
+  bool all = false;          // --gpus auto: every CUDA device the process sees
+  bool given() const { return count.has_value() || all; }
+};
+// Adds --gpus to `app`. A value that is neither "auto" nor an integer in 1..4096 ends the parse
+// with ParseIntFlag's message.
+CLI::Option* AddGpusFlag(CLI::App* app, GpusFlag* out);
+
 // Replaces CLI11's generated "Usage: elastra run [OPTIONS] [PROGRAM...]" in `app`'s help with
 // these lines, the forms README.md documents.
 void SetUsage(CLI::App* app, std::vector<std::string> lines);

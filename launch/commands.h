@@ -17,7 +17,9 @@ using Args = std::vector<std::string>;
 
 void AddRunCommand(CLI::App* app, int* exit_code);          // elastra run (launch/run.cc)
 void AddCoordinatorCommand(CLI::App* app, int* exit_code);  // elastra coordinator (run.cc)
+void AddAgentCommand(CLI::App* app, int* exit_code);        // elastra agent (launch/agent.cc)
 void AddResizeCommand(CLI::App* app, int* exit_code);       // elastra resize (launch/admin.cc)
+void AddDrainCommand(CLI::App* app, int* exit_code);        // elastra drain (admin.cc)
 void AddStatusCommand(CLI::App* app, int* exit_code);       // elastra status (admin.cc)
 void AddKeygenCommand(CLI::App* app, int* exit_code);       // elastra keygen (admin.cc)
 void AddPlanCommand(CLI::App* app, int* exit_code);         // elastra plan (plan_command.cc)

@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   launch::AddRunCommand(&app, &exit_code);
   launch::AddCoordinatorCommand(&app, &exit_code);
+  launch::AddAgentCommand(&app, &exit_code);
   launch::AddResizeCommand(&app, &exit_code);
+  launch::AddDrainCommand(&app, &exit_code);
   launch::AddStatusCommand(&app, &exit_code);
   launch::AddPlanCommand(&app, &exit_code);
   launch::AddCkptCommand(&app, &exit_code);

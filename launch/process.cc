@@ -13,7 +13,8 @@ namespace elastra::launch {
 
 StatusOr<pid_t> ProcessGroup::Spawn(const std::string& worker_id,
                                     const std::vector<std::string>& argv,
-                                    const std::map<std::string, std::string>& env) {
+                                    const std::map<std::string, std::string>& env,
+                                    bool own_process_group) {
   if (argv.empty()) return InvalidArgumentError("no program to run");
   // Build everything before fork: the child only calls async-signal-safe functions.
   std::vector<std::string> env_strings;
@@ -35,6 +36,7 @@ StatusOr<pid_t> ProcessGroup::Spawn(const std::string& worker_id,
   if (pid == 0) {
     // Die with the agent: a worker must not outlive the launcher that reports its exit.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (own_process_group) setpgid(0, 0);
     execvpe(args[0], args.data(), envp.data());
     _exit(127);
   }
@@ -43,19 +45,18 @@ StatusOr<pid_t> ProcessGroup::Spawn(const std::string& worker_id,
 }
 
 std::optional<ExitInfo> ProcessGroup::Reap() {
-  int status = 0;
-  pid_t pid = waitpid(-1, &status, WNOHANG);
-  if (pid <= 0) return std::nullopt;
-  ExitInfo info;
-  info.pid = pid;
-  auto it = live_.find(pid);
-  if (it != live_.end()) {
+  for (auto it = live_.begin(); it != live_.end(); ++it) {
+    int status = 0;
+    if (waitpid(it->first, &status, WNOHANG) != it->first) continue;
+    ExitInfo info;
+    info.pid = it->first;
     info.worker_id = it->second;
+    if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
     live_.erase(it);
+    return info;
   }
-  if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
-  return info;
+  return std::nullopt;
 }
 
 void ProcessGroup::SignalAll(int sig) {

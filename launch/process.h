@@ -1,4 +1,4 @@
-// Starting and reaping worker processes for `elastra run`.
+// Starting and reaping the worker processes of an agent (`elastra run`, `elastra agent`).
 #pragma once
 
 #include <sys/types.h>
@@ -22,12 +22,16 @@ struct ExitInfo {
 // The workers this agent started. Not thread-safe.
 class ProcessGroup {
  public:
-  // Starts `argv` with `env` added to this process's environment. kInternal when fork/exec fails
-  // (exec failure is reported by the child exiting 127).
+  // Starts `argv` with `env` added to this process's environment. The child gets SIGTERM when
+  // this process dies. With `own_process_group` it leads a process group of its own, so that a
+  // signal to ours (a terminal's Ctrl-C) reaches only us. kInternal when fork fails (exec failure
+  // is reported by the child exiting 127).
   StatusOr<pid_t> Spawn(const std::string& worker_id, const std::vector<std::string>& argv,
-                        const std::map<std::string, std::string>& env);
+                        const std::map<std::string, std::string>& env,
+                        bool own_process_group = false);
 
-  // Reaps one exited child without blocking.
+  // Reaps one exited child of this group without blocking (other children of the process are
+  // left to their owners).
   std::optional<ExitInfo> Reap();
 
   // Sends `sig` to every live child.

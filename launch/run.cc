@@ -1,22 +1,18 @@
-// elastra run: the local launcher/agent. Starts the coordinator as a child process on loopback
+// elastra run: the local launcher. Starts the coordinator as a child process on loopback
 // (`elastra coordinator`, keys and journal in the state directory) and starts it again with
-// --restart when it dies, spawns and supervises the workers, reports their exits to the
-// coordinator at once, starts more when a resize asks, and exits with the job's status.
+// --restart when it dies, and runs one agent for this machine beside it (HostAgent: spawns and
+// supervises the workers, reports their exits to the coordinator at once, starts more when a
+// resize asks); exits with the job's status.
 // elastra coordinator: the same coordinator without an agent, for workers started elsewhere.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <thread>
 
 #include "common/control_client.h"
@@ -26,16 +22,13 @@
 #include "common/status_json.h"
 #include "coordinator/embedded.h"
 #include "coordinator/server.h"
-#include "elastra/device_buffer.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
-#include "launch/device_slots.h"
-#include "launch/process.h"
+#include "launch/host_agent.h"
 
 namespace elastra::launch {
 namespace {
 
-using proto::MessageType;
 using std::chrono::milliseconds;
 
 std::atomic<int> g_stop_signal{0};
@@ -45,17 +38,6 @@ std::string HostName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
-}
-
-std::map<std::string, std::string> WorkerEnv(const ConnectionInfo& info, const std::string& id,
-                                             const std::string& state_dir) {
-  return {{"ELASTRA_COORDINATOR", info.address},
-          {"ELASTRA_JOB", info.job},
-          {"ELASTRA_WORKER_ID", id},
-          {"ELASTRA_SERVER_KEY", info.server_public},
-          {"ELASTRA_WORKER_PUBLIC_KEY", info.worker.public_key},
-          {"ELASTRA_WORKER_SECRET_KEY", info.worker.secret_key},
-          {"ELASTRA_STATE_DIR", state_dir}};
 }
 
 // The launcher's own path: the coordinator it starts is `elastra coordinator` of the same build.
@@ -72,10 +54,9 @@ struct RunOptions {
   std::string state_dir = ".elastra";
   int max_workers = 64;
   std::string job = "elastra";
-  std::string resume;       // empty: a new job
-  std::optional<int> gpus;  // --gpus N; neither this nor gpus_auto: no ELASTRA_DEVICE
-  bool gpus_auto = false;   // --gpus auto: every CUDA device this process sees
-  Args program;             // PROGRAM ARGS..., everything after --
+  std::string resume;  // empty: a new job
+  GpusFlag gpus;       // none given: no ELASTRA_DEVICE
+  Args program;        // PROGRAM ARGS..., everything after --
 };
 
 // elastra coordinator's flags.
@@ -84,9 +65,54 @@ struct CoordinatorOptions {
   int workers = 1;
   int max_workers = 64;
   std::string bind = "tcp://127.0.0.1:0";
+  std::string advertise;  // empty: the bound address
   std::string job = "elastra";
   std::string resume;
   bool restart = false;
+};
+
+// The coordinator child process of `elastra run`, started again with --restart on the same state
+// directory when it dies (three failed starts in a row: the job cannot go on).
+class LocalCoordinator : public CoordinatorWatch {
+ public:
+  LocalCoordinator(CoordinatorProcess* process, std::string state_dir)
+      : process_(process), state_dir_(std::move(state_dir)) {}
+
+  Event Supervise() override {
+    const pid_t pid = process_->pid();
+    int status = 0;
+    if (pid != 0 && process_->PollExited(&status)) {
+      LOG(WARNING) << "the coordinator (pid " << pid << ") died ("
+                   << CoordinatorProcess::Describe(status) << "); starting it again on "
+                   << state_dir_;
+    }
+    if (!restarting()) return Event::kNone;
+    // The restart: the same state directory, address and keys; the journal gives the job back.
+    auto restarted = process_->Start();
+    if (restarted.ok()) {
+      failed_restarts_ = 0;
+      LOG(INFO) << "coordinator restarted (pid " << process_->pid() << ") at "
+                << restarted->address;
+      return Event::kRestarted;
+    }
+    if (++failed_restarts_ >= kMaxFailedRestarts) {
+      LOG(ERROR) << "cannot restart the coordinator: " << restarted.status()
+                 << "; stopping the workers";
+      return Event::kGone;
+    }
+    LOG(WARNING) << "restarting the coordinator failed: " << restarted.status() << "; trying again";
+    return Event::kNone;
+  }
+
+  bool restarting() const override {
+    return process_->pid() == 0 && failed_restarts_ < kMaxFailedRestarts;
+  }
+
+ private:
+  static constexpr int kMaxFailedRestarts = 3;
+  CoordinatorProcess* process_;
+  std::string state_dir_;
+  int failed_restarts_ = 0;
 };
 
 int RunJob(const RunOptions& flags) {
@@ -96,16 +122,10 @@ int RunJob(const RunOptions& flags) {
   const int nproc = flags.nproc;
   const int max_workers = std::max(flags.max_workers, nproc);
   // --gpus N|auto: each worker gets ELASTRA_DEVICE, a GPU of its own while there are enough.
-  std::optional<DeviceSlots> gpus;
-  if (flags.gpus_auto) {
-    const int n = CudaDeviceCount();
-    if (n == 0) {
-      std::fprintf(stderr, "elastra run: --gpus auto: this machine shows no CUDA device\n");
-      return 2;
-    }
-    gpus.emplace(n);
-  } else if (flags.gpus) {
-    gpus.emplace(*flags.gpus);
+  const int gpus = GpuCount(flags.gpus);
+  if (flags.gpus.all && gpus == 0) {
+    std::fprintf(stderr, "elastra run: --gpus auto: this machine shows no CUDA device\n");
+    return 2;
   }
   const std::string& state_dir = flags.state_dir;
   const std::string& job = flags.job;
@@ -128,155 +148,56 @@ int RunJob(const RunOptions& flags) {
   LOG(INFO) << "coordinator for job '" << job << "' at " << info.address << " (pid "
             << coordinator.pid() << "); state in " << state_dir;
 
+  // The local agent: the launcher holds the admin key, and registers with it.
   ControlClientOptions co;
   co.address = info.address;
   co.server_public = info.server_public;
   co.client_keys = info.admin;
   co.job = job;
   co.sender = "agent-" + HostName();
-  auto agent_or = ControlClient::Connect(co);
-  if (!agent_or.ok()) {
-    std::fprintf(stderr, "elastra run: %s\n", agent_or.status().ToString().c_str());
+  co.heartbeat_interval = AgentHeartbeatInterval();
+  auto client = ControlClient::Connect(co);
+  if (!client.ok()) {
+    std::fprintf(stderr, "elastra run: %s\n", client.status().ToString().c_str());
     coordinator.Stop(milliseconds(2000));
     return 1;
   }
-  auto agent = std::move(agent_or).value();
-  const proto::AgentRegister registration{HostName(), static_cast<int32_t>(max_workers)};
-  auto reg = agent->Call<proto::Ack>(MessageType::kAgentRegister, registration,
-                                     milliseconds(5000));
-  if (!reg.ok()) {
-    std::fprintf(stderr, "elastra run: registering the agent: %s\n",
-                 reg.status().ToString().c_str());
-    coordinator.Stop(milliseconds(2000));
-    return 1;
+  HostAgentOptions o;
+  o.registration.host = HostName();
+  o.registration.max_workers = max_workers;
+  // Where the workers bind: what the environment says, else their default (loopback).
+  const char* bind_host = std::getenv("ELASTRA_BIND_HOST");
+  o.registration.address = bind_host != nullptr && *bind_host != '\0' ? bind_host : "127.0.0.1";
+  o.registration.gpus = gpus;
+  o.job = info;
+  o.program = flags.program;
+  o.worker_state_dir = state_dir;
+  o.export_host = false;  // the workers' environment is the launcher's, as before agents
+  // MERGE(hosts-coord): once the coordinator places the first --nproc workers itself
+  // (SpawnRequests to the agents that register, docs/hosts.md "Placement"), drop this loop.
+  for (int i = 0; i < nproc; ++i) o.initial_workers.push_back("w" + std::to_string(i));
+  o.on_signal = HostAgentOptions::OnSignal::kStopWorkers;
+  o.exit_when_idle = true;
+  o.own_process_groups = false;
+  LocalCoordinator watch(&coordinator, state_dir);
+  int code = 1;
+  {
+    HostAgent agent(std::move(o), std::move(client).value(), &watch);
+    if (Status reg = agent.Register(); !reg.ok()) {
+      std::fprintf(stderr, "elastra run: registering the agent: %s\n", reg.ToString().c_str());
+      coordinator.Stop(milliseconds(2000));
+      return 1;
+    }
+    code = agent.Run();
+    // Keep the final status beside coordinator.json for reports.
+    auto st = agent.client().Call<proto::StatusReply>(proto::MessageType::kStatusRequest,
+                                                      proto::StatusRequest{}, milliseconds(2000));
+    if (st.ok()) {
+      WriteFileAtomically(state_dir + "/status.json", proto::StatusJson(st->status) + "\n", 0600)
+          .IgnoreError();
+    }
   }
-  // Registering again is harmless; it makes a coordinator restarted by someone else know this
-  // agent again within a second or two.
-  auto next_registration = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  int failed_restarts = 0;
-
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGPIPE, SIG_IGN);
-
-  ProcessGroup group;
-  auto spawn = [&](const std::string& id) {
-    auto env = WorkerEnv(info, id, state_dir);
-    if (gpus) env["ELASTRA_DEVICE"] = std::to_string(gpus->Acquire(id));
-    auto pid = group.Spawn(id, flags.program, env);
-    if (!pid.ok()) {
-      if (gpus) gpus->Release(id);
-      LOG(ERROR) << "cannot start worker " << id << ": " << pid.status();
-      proto::ProcessExited exited{id, 127, 0};
-      agent->Send(MessageType::kProcessExited, proto::EncodePayload(exited)).IgnoreError();
-      return;
-    }
-    LOG(INFO) << "started worker " << id << " as pid " << *pid
-              << (gpus ? " on GPU " + env["ELASTRA_DEVICE"] : std::string());
-  };
-  for (int i = 0; i < nproc; ++i) spawn("w" + std::to_string(i));
-
-  std::optional<int> shutdown_code;
-  auto shutdown_deadline = std::chrono::steady_clock::time_point::max();
-  bool any_failed = false;
-  while (true) {
-    if (g_stop_signal != 0) {
-      LOG(WARNING) << "signal " << g_stop_signal.load() << ": stopping the workers";
-      group.SignalAll(SIGTERM);
-      shutdown_code = 128 + g_stop_signal.load();
-      shutdown_deadline = std::min(shutdown_deadline,
-                                   std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      g_stop_signal = 0;
-    }
-    while (auto exit = group.Reap()) {
-      if (coordinator.IsIt(exit->pid)) {
-        coordinator.Reaped();
-        LOG(WARNING) << "the coordinator (pid " << exit->pid << ") died ("
-                     << (exit->signal != 0 ? "signal " + std::to_string(exit->signal)
-                                           : "exit code " + std::to_string(exit->exit_code))
-                     << "); starting it again on " << state_dir;
-        continue;
-      }
-      if (gpus) gpus->Release(exit->worker_id);
-      if (exit->signal != 0) {
-        LOG(WARNING) << "worker " << exit->worker_id << " (pid " << exit->pid
-                     << ") killed by signal " << exit->signal;
-      } else {
-        LOG(INFO) << "worker " << exit->worker_id << " (pid " << exit->pid << ") exited with "
-                  << exit->exit_code;
-      }
-      if (exit->signal != 0 || exit->exit_code != 0) any_failed = true;
-      proto::ProcessExited msg{exit->worker_id, exit->exit_code, exit->signal};
-      agent->Send(MessageType::kProcessExited, proto::EncodePayload(msg)).IgnoreError();
-    }
-    if (coordinator.pid() == 0 && failed_restarts < 3) {
-      // The restart: the same state directory, address and keys; the journal gives the job back.
-      auto restarted = coordinator.Start();
-      if (restarted.ok()) {
-        failed_restarts = 0;
-        LOG(INFO) << "coordinator restarted (pid " << coordinator.pid() << ") at "
-                  << restarted->address;
-        auto again = agent->Call<proto::Ack>(MessageType::kAgentRegister, registration,
-                                             milliseconds(5000));
-        if (!again.ok()) LOG(WARNING) << "registering again after the restart: " << again.status();
-      } else if (++failed_restarts >= 3) {
-        LOG(ERROR) << "cannot restart the coordinator: " << restarted.status()
-                   << "; stopping the workers";
-        group.SignalAll(SIGTERM);
-        if (!shutdown_code) shutdown_code = 1;
-        shutdown_deadline = std::min(shutdown_deadline,
-                                     std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      } else {
-        LOG(WARNING) << "restarting the coordinator failed: " << restarted.status()
-                     << "; trying again";
-      }
-    } else if (std::chrono::steady_clock::now() >= next_registration) {
-      agent->Send(MessageType::kAgentRegister, proto::EncodePayload(registration)).IgnoreError();
-      next_registration = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    }
-    while (auto push = agent->PollPush(milliseconds(0))) {
-      if (push->type == MessageType::kSpawnRequest) {
-        auto req = proto::DecodePayload<proto::SpawnRequest>(push->payload);
-        if (!req.ok()) continue;
-        for (const auto& id : req->worker_ids) spawn(id);
-      } else if (push->type == MessageType::kShutdown) {
-        auto req = proto::DecodePayload<proto::Shutdown>(push->payload);
-        int code = req.ok() ? req->exit_code : 1;
-        LOG(INFO) << "job over (" << (req.ok() ? req->reason : "?") << "), exit code " << code;
-        if (!shutdown_code) shutdown_code = code;
-        shutdown_deadline = std::min(shutdown_deadline, std::chrono::steady_clock::now() +
-                                                            std::chrono::seconds(10));
-      }
-    }
-    if (group.live() == 0) {
-      if (!shutdown_code) {
-        // Every worker is gone and the coordinator did not say the job is over: ask it once more
-        // (again, while it is being restarted).
-        if (coordinator.pid() == 0 && failed_restarts < 3) continue;
-        auto st = agent->Call<proto::StatusReply>(MessageType::kStatusRequest,
-                                                  proto::StatusRequest{}, milliseconds(2000));
-        if (!st.ok() && coordinator.pid() == 0 && failed_restarts < 3) continue;
-        shutdown_code = st.ok() && st->status.state == proto::JobState::kFinished ? 0 : 1;
-      }
-      break;
-    }
-    if (std::chrono::steady_clock::now() > shutdown_deadline) {
-      LOG(WARNING) << group.live() << " workers still running at shutdown; killing them";
-      group.SignalAll(SIGKILL);
-      shutdown_deadline = std::chrono::steady_clock::time_point::max();
-    }
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  // Keep the final status beside coordinator.json for reports.
-  auto st = agent->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
-                                            milliseconds(2000));
-  if (st.ok()) {
-    WriteFileAtomically(state_dir + "/status.json", proto::StatusJson(st->status) + "\n", 0600)
-        .IgnoreError();
-  }
-  agent->Close();
   coordinator.Stop(milliseconds(5000));
-  int code = shutdown_code.value_or(any_failed ? 1 : 0);
   LOG(INFO) << "exiting with " << code;
   return code;
 }
@@ -290,6 +211,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.initial_workers = flags.workers;
   o.max_workers = std::max(flags.workers, flags.max_workers);
   o.resume_from = flags.resume;
+  // MERGE(hosts-coord): `o.advertise = flags.advertise;` once EmbeddedOptions has the field
+  // (the address join.json gives the agents and workers of other hosts).
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
   auto embedded = coordinator::StartEmbeddedCoordinator(o);
@@ -297,8 +220,10 @@ int RunCoordinator(const CoordinatorOptions& flags) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;
   }
+  // join.json: what agents and workers on other hosts join with (docs/hosts.md, "Keys").
   const nlohmann::json ready = {{"address", embedded->info.address},
-                                {"state_dir", flags.state_dir}};
+                                {"state_dir", flags.state_dir},
+                                {"join", flags.state_dir + "/join.json"}};
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
@@ -328,17 +253,7 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
   run->add_option("--resume", o->resume,
                   "Start from the newest committed checkpoint under this root")
       ->type_name("CKPT_ROOT");
-  run->add_option_function<std::string>(
-         "--gpus",
-         [o](const std::string& text) {
-           if (text == "auto") {
-             o->gpus_auto = true;
-           } else {
-             o->gpus = ParseIntFlag("--gpus", text, 1, 4096);
-           }
-         },
-         "Give each worker a GPU (ELASTRA_DEVICE) among N, or every CUDA device with auto")
-      ->type_name("N|auto");
+  AddGpusFlag(run, &o->gpus);
   // After --, every argument is the program's, flags included.
   run->add_option("PROGRAM", o->program, "The worker program and its arguments, after --")
       ->type_name("");
@@ -350,7 +265,8 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   CLI::App* coordinator = app->add_subcommand(
       "coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
-                         "[--bind tcp://127.0.0.1:0] [--max-workers M] [--job NAME]",
+                         "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
+                         "[--job NAME]",
                          "elastra coordinator --state-dir DIR --restart"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
@@ -363,6 +279,11 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   coordinator->add_option("--bind", o->bind, "Address to listen on")
       ->type_name("ADDRESS")
       ->capture_default_str();
+  coordinator
+      ->add_option("--advertise", o->advertise,
+                   "The address other hosts reach the coordinator at, written to join.json "
+                   "(default: the bound address)")
+      ->type_name("ADDR");
   coordinator->add_option("--job", o->job, "The job's name")
       ->type_name("NAME")
       ->capture_default_str();
