@@ -130,4 +130,8 @@ std::string CoordinatorProcess::Describe(int status) {
   return "exit code " + std::to_string(WEXITSTATUS(status));
 }
 
+bool CoordinatorProcess::EndedTheJob(int status) {
+  return WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1);
+}
+
 }  // namespace elastra

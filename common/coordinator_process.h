@@ -51,6 +51,10 @@ class CoordinatorProcess {
 
   // "exit code N" or "signal N" for a wait status.
   static std::string Describe(int status);
+  // Whether a running coordinator that exited with wait status `status` ended its job: it exits
+  // by itself with 0 (finished) or 1 (failed) once the job is over and every agent was told. A
+  // coordinator that died otherwise (a signal, a crash) is restarted by its owner.
+  static bool EndedTheJob(int status);
 
  private:
   std::string elastra_;

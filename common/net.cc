@@ -78,7 +78,11 @@ StatusOr<TcpEndpoint> ParseTcpEndpoint(const std::string& endpoint) {
     return InvalidArgumentError("'" + endpoint + "' is not tcp://HOST:PORT (" + why + ")");
   };
   if (endpoint.rfind(scheme, 0) != 0) return bad("no tcp:// scheme");
-  const std::string rest = endpoint.substr(scheme.size());
+  std::string rest = endpoint.substr(scheme.size());
+  // ZeroMQ's "tcp://SOURCE;HOST:PORT" names the local end first: the peer is after the ';'.
+  if (size_t semicolon = rest.find(';'); semicolon != std::string::npos) {
+    rest = rest.substr(semicolon + 1);
+  }
   const size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) return bad("no host or no port");
   TcpEndpoint out;

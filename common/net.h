@@ -20,7 +20,8 @@ struct TcpEndpoint {
   int port = 0;
 };
 
-// kInvalidArgument unless `endpoint` is "tcp://HOST:PORT" with a port in [0, 65535].
+// kInvalidArgument unless `endpoint` is "tcp://HOST:PORT" with a port in [0, 65535]. ZeroMQ's
+// "tcp://SOURCE;HOST:PORT" gives HOST (the peer).
 StatusOr<TcpEndpoint> ParseTcpEndpoint(const std::string& endpoint);
 
 // The first IPv4 address of `host` (a name or a dotted quad). kNotFound when it resolves to none.

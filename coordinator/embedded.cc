@@ -1,9 +1,5 @@
 #include "coordinator/embedded.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "coordinator/journal.h"
 #include "coordinator/options.h"
 
@@ -27,56 +25,31 @@ long long EnvInt(const char* name, long long fallback) {
   return (end != v && *end == '\0' && x >= 0) ? x : fallback;
 }
 
-// "tcp://HOST:PORT" -> HOST and PORT (an IPv6 host in brackets stays bracketed).
-bool SplitEndpoint(const std::string& endpoint, std::string* host, std::string* port) {
-  constexpr char kTcp[] = "tcp://";
-  if (endpoint.rfind(kTcp, 0) != 0) return false;
-  const std::string rest = endpoint.substr(sizeof(kTcp) - 1);
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) return false;
-  *host = rest.substr(0, colon);
-  *port = rest.substr(colon + 1);
-  return true;
-}
-
 bool IsWildcard(const std::string& host) { return host == "0.0.0.0" || host == "*"; }
 
 }  // namespace
 
 std::string FirstNonLoopbackIPv4() {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "127.0.0.1";
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) found = text;
-  }
-  freeifaddrs(list);
-  return found.empty() ? "127.0.0.1" : found;
+  const std::vector<Ipv4Interface> interfaces = LocalIpv4Interfaces();
+  return interfaces.empty() ? "127.0.0.1" : interfaces.front().address;
 }
 
 StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::string& advertise,
                                         std::string (*first_ipv4)()) {
-  std::string host, port;
-  if (!SplitEndpoint(bound, &host, &port)) {
+  auto endpoint = ParseTcpEndpoint(bound);
+  if (!endpoint.ok()) {
     return InvalidArgumentError("the coordinator is bound to '" + bound +
                                 "', not a tcp://HOST:PORT endpoint");
   }
+  const std::string port = std::to_string(endpoint->port);
   if (advertise.empty()) {
-    if (!IsWildcard(host)) return bound;
+    if (!IsWildcard(endpoint->host)) return bound;
     const std::string ip = (first_ipv4 != nullptr ? first_ipv4 : FirstNonLoopbackIPv4)();
     return "tcp://" + ip + ":" + port;
   }
   std::string a = advertise;
   if (a.rfind("tcp://", 0) != 0) a = "tcp://" + a;
-  std::string a_host, a_port;
-  if (SplitEndpoint(a, &a_host, &a_port) &&
-      a_port.find_first_not_of("0123456789") == std::string::npos) {
-    return a;
-  }
+  if (ParseTcpEndpoint(a).ok()) return a;
   // "HOST" alone: the bound port.
   const std::string plain = a.substr(6);
   if (plain.empty() || plain.find_first_of(":/") != std::string::npos) {
@@ -87,11 +60,11 @@ StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::str
 }
 
 std::string RestartBindAddress(const std::string& journaled_bind, const std::string& published) {
-  std::string host, port, p_host, p_port;
-  if (!SplitEndpoint(journaled_bind, &host, &port) || !SplitEndpoint(published, &p_host, &p_port)) {
-    return published;
-  }
-  return port == "0" ? "tcp://" + host + ":" + p_port : journaled_bind;
+  auto bind = ParseTcpEndpoint(journaled_bind);
+  auto publish = ParseTcpEndpoint(published);
+  if (!bind.ok() || !publish.ok()) return published;
+  return bind->port == 0 ? "tcp://" + bind->host + ":" + std::to_string(publish->port)
+                         : journaled_bind;
 }
 
 StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& options) {
@@ -148,6 +121,8 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
     // A new job: an older job's journal in this directory must not be taken back.
     std::filesystem::remove(journal_path, ec);
     std::filesystem::remove(journal_path + ".corrupt", ec);
+    // Nor its final status be shown as this job's.
+    std::filesystem::remove(options.state_dir + "/status.json", ec);
     ELASTRA_RETURN_IF_ERROR(WriteKeyFile(key_path, server_keys));
     e.info.job = options.job;
   }

@@ -1,9 +1,12 @@
 // elastra resize | drain | status | keygen: the admin side, what an external scheduler calls.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -227,12 +230,53 @@ int DrainHost(const DrainOptions& flags) {
   return PrintOutcome(*reply, {{"host", flags.host}});
 }
 
+// Whether `pid` is a process that runs: it exists and is no zombie (one that exited and that its
+// parent has not reaped yet).
+bool ProcessRuns(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+}
+
+// The final status of a job whose coordinator has exited (it writes <state_dir>/status.json when
+// the job ends, then exits): the file's JSON; nullopt while the coordinator of coordinator.json
+// runs, or when there is no such file.
+std::optional<nlohmann::json> FinalStatus(const std::string& state_dir) {
+  auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
+  if (info.ok() && info->pid > 0 && ProcessRuns(static_cast<pid_t>(info->pid))) return std::nullopt;
+  std::ifstream in(state_dir + "/status.json");
+  if (!in) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+int ShowFinalStatus(const StatusOptions& flags, const nlohmann::json& j) {
+  if (flags.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("job %s %s at generation %llu, step %lld (the coordinator has exited; the final "
+              "status is in %s/status.json)\n",
+              j.value("job", std::string("?")).c_str(), j.value("state", std::string("?")).c_str(),
+              static_cast<unsigned long long>(j.value("generation", uint64_t{0})),
+              static_cast<long long>(j.value("step", int64_t{0})), flags.state_dir.c_str());
+  return 0;
+}
+
 int ShowStatus(const StatusOptions& flags) {
+  if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
   auto client = ConnectAdmin("status", flags.state_dir);
-  if (client == nullptr) return 1;
+  if (client == nullptr) {
+    if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
+    return 1;
+  }
   auto reply = client->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                                 milliseconds(5000));
   if (!reply.ok()) {
+    if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
     std::fprintf(stderr, "elastra status: %s\n", reply.status().ToString().c_str());
     return 1;
   }

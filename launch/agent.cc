@@ -12,10 +12,10 @@
 #include "common/control_client.h"
 #include "common/keys.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/host_agent.h"
-#include "launch/route.h"
 
 namespace elastra::launch {
 namespace {
@@ -74,7 +74,9 @@ int RunAgent(const AgentFlags& flags) {
   }
   std::string address = flags.address;
   if (address.empty()) {
-    auto route = LocalAddressFor(join->address);
+    auto endpoint = ParseTcpEndpoint(join->address);
+    auto route = endpoint.ok() ? LocalAddressToward(endpoint->host)
+                               : StatusOr<std::string>(endpoint.status());
     if (!route.ok()) {
       return CannotJoin("cannot choose the address of host " + flags.name +
                         " (give --address): " + route.status().ToString());

@@ -82,6 +82,12 @@ class LocalCoordinator : public CoordinatorWatch {
     const pid_t pid = process_->pid();
     int status = 0;
     if (pid != 0 && process_->PollExited(&status)) {
+      if (CoordinatorProcess::EndedTheJob(status)) {
+        LOG(INFO) << "the coordinator (pid " << pid << ") ended the job ("
+                  << CoordinatorProcess::Describe(status) << ")";
+        ended_ = true;
+        return Event::kNone;
+      }
       LOG(WARNING) << "the coordinator (pid " << pid << ") died ("
                    << CoordinatorProcess::Describe(status) << "); starting it again on "
                    << state_dir_;
@@ -105,7 +111,7 @@ class LocalCoordinator : public CoordinatorWatch {
   }
 
   bool restarting() const override {
-    return process_->pid() == 0 && failed_restarts_ < kMaxFailedRestarts;
+    return !ended_ && process_->pid() == 0 && failed_restarts_ < kMaxFailedRestarts;
   }
 
  private:
@@ -113,6 +119,7 @@ class LocalCoordinator : public CoordinatorWatch {
   CoordinatorProcess* process_;
   std::string state_dir_;
   int failed_restarts_ = 0;
+  bool ended_ = false;  // it exited by itself: the job is over
 };
 
 int RunJob(const RunOptions& flags) {
@@ -155,7 +162,10 @@ int RunJob(const RunOptions& flags) {
   co.client_keys = info.admin;
   co.job = job;
   co.sender = "agent-" + HostName();
-  co.heartbeat_interval = AgentHeartbeatInterval();
+  // No heartbeats: this agent starts the first --nproc workers itself, and an agent that does not
+  // heartbeat is one the coordinator never asks for first-generation or regrow workers, and whose
+  // silence is never a host loss (docs/hosts.md, "Agents"). It shares the host with the
+  // coordinator, whose death the CoordinatorWatch sees first.
   auto client = ControlClient::Connect(co);
   if (!client.ok()) {
     std::fprintf(stderr, "elastra run: %s\n", client.status().ToString().c_str());
@@ -173,8 +183,6 @@ int RunJob(const RunOptions& flags) {
   o.program = flags.program;
   o.worker_state_dir = state_dir;
   o.export_host = false;  // the workers' environment is the launcher's, as before agents
-  // MERGE(hosts-coord): once the coordinator places the first --nproc workers itself
-  // (SpawnRequests to the agents that register, docs/hosts.md "Placement"), drop this loop.
   for (int i = 0; i < nproc; ++i) o.initial_workers.push_back("w" + std::to_string(i));
   o.on_signal = HostAgentOptions::OnSignal::kStopWorkers;
   o.exit_when_idle = true;
@@ -189,14 +197,8 @@ int RunJob(const RunOptions& flags) {
       return 1;
     }
     code = agent.Run();
-    // Keep the final status beside coordinator.json for reports.
-    auto st = agent.client().Call<proto::StatusReply>(proto::MessageType::kStatusRequest,
-                                                      proto::StatusRequest{}, milliseconds(2000));
-    if (st.ok()) {
-      WriteFileAtomically(state_dir + "/status.json", proto::StatusJson(st->status) + "\n", 0600)
-          .IgnoreError();
-    }
   }
+  // The coordinator writes the final status to <state_dir>/status.json when the job ends.
   coordinator.Stop(milliseconds(5000));
   LOG(INFO) << "exiting with " << code;
   return code;
@@ -211,8 +213,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.initial_workers = flags.workers;
   o.max_workers = std::max(flags.workers, flags.max_workers);
   o.resume_from = flags.resume;
-  // MERGE(hosts-coord): `o.advertise = flags.advertise;` once EmbeddedOptions has the field
-  // (the address join.json gives the agents and workers of other hosts).
+  // The address join.json gives the agents and workers of other hosts.
+  o.advertise = flags.advertise;
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
   auto embedded = coordinator::StartEmbeddedCoordinator(o);
@@ -228,9 +230,17 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  while (g_stop_signal == 0) std::this_thread::sleep_for(milliseconds(50));
+  // One job: once it ended and every agent was told (done()), exit 0 when it finished, 1 when it
+  // failed. A signal stops the coordinator (0: a restart with --restart takes the job back).
+  while (g_stop_signal == 0 && !embedded->server->WaitDone(milliseconds(50))) {
+  }
+  const bool done = embedded->server->done();
   embedded->server->Stop();
-  return 0;
+  if (!done) return 0;
+  const proto::JobStatus st = embedded->server->Snapshot();
+  const bool finished = st.state == proto::JobState::kFinished;
+  LOG(INFO) << "the job " << (finished ? "finished" : "failed") << "; exiting";
+  return finished ? 0 : 1;
 }
 
 }  // namespace

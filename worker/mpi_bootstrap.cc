@@ -401,8 +401,18 @@ void MpiBootstrap::StartSupervisor() {
       supervisor_cv_.wait_for(lock, milliseconds(20));
       if (stopping_) break;
       int status = 0;
-      if (coordinator_->pid() != 0 && !coordinator_->PollExited(&status)) continue;
-      if (coordinator_->pid() == 0 && failed_restarts >= 3) continue;
+      bool exited_now = false;
+      if (coordinator_->pid() != 0) {
+        if (!coordinator_->PollExited(&status)) continue;
+        exited_now = true;
+      }
+      if (coordinator_ended_ || failed_restarts >= 3) continue;
+      if (exited_now && CoordinatorProcess::EndedTheJob(status)) {
+        LOG(INFO) << "mpirun: the coordinator ended the job (" << CoordinatorProcess::Describe(status)
+                  << ")";
+        coordinator_ended_ = true;
+        continue;
+      }
       LOG(WARNING) << "mpirun: the coordinator process died ("
                    << CoordinatorProcess::Describe(status) << "); starting it again";
       auto restarted = coordinator_->Start();
@@ -435,7 +445,9 @@ MpiBootstrap::~MpiBootstrap() {
     // them a few seconds after the job is over.
     std::optional<SteadyClock::time_point> over_since;
     proto::JobState state = proto::JobState::kForming;
-    while (client.ok() && SteadyClock::now() < deadline) {
+    // It exits by itself once the job is over and every worker was told (CoordinatorProcess::
+    // EndedTheJob).
+    while (client.ok() && SteadyClock::now() < deadline && !coordinator_ended_) {
       auto st = (*client)->Call<proto::StatusReply>(proto::MessageType::kStatusRequest,
                                                      proto::StatusRequest{}, milliseconds(1000));
       if (st.ok()) {

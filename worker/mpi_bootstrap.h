@@ -24,6 +24,7 @@
 // Thread-compatible: create and destroy from one thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -115,6 +116,7 @@ class MpiBootstrap {
   std::mutex supervisor_mu_;
   std::condition_variable supervisor_cv_;
   bool stopping_ = false;
+  std::atomic<bool> coordinator_ended_{false};  // it exited by itself: the job is over
   bool finalize_mpi_ = false;
 };
 

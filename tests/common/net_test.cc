@@ -4,10 +4,17 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <string>
 
 namespace elastra {
 namespace {
@@ -23,6 +30,10 @@ TEST(NetParseTcpEndpoint, SplitsHostAndPort) {
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->host, "node-7.cluster");
   EXPECT_EQ(e->port, 0);
+  // ZeroMQ's source-address form: the peer is after the ';'.
+  e = ParseTcpEndpoint("tcp://eth1;10.1.2.3:5555");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->host, "10.1.2.3");
 }
 
 TEST(NetParseTcpEndpoint, RefusesWhatIsNotTcpHostPort) {
@@ -130,6 +141,49 @@ TEST(NetFirstAccepting, NamesEveryAddressWhenNoneAccepts) {
   }
   EXPECT_EQ(FirstAccepting({}, listener.port(), milliseconds(10)).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// In a network namespace of its own with only loopback up, a process has no route anywhere else:
+// the unreachable case, made certain rather than hoped for.
+TEST(NetLocalAddressToward, NoRouteIsUnavailable) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    auto say = [&](const std::string& s) {
+      (void)!write(pipe_fds[1], s.data(), s.size());
+      _exit(0);
+    };
+    if (unshare(CLONE_NEWNET) != 0) say(std::string("skip: unshare: ") + std::strerror(errno));
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    ifreq lo{};
+    std::strncpy(lo.ifr_name, "lo", IFNAMSIZ - 1);
+    if (ioctl(fd, SIOCGIFFLAGS, &lo) != 0) say("skip: SIOCGIFFLAGS");
+    lo.ifr_flags |= IFF_UP;
+    if (ioctl(fd, SIOCSIFFLAGS, &lo) != 0) say("skip: cannot bring lo up");
+    close(fd);
+    auto loopback = LocalAddressToward("127.0.0.1");
+    auto far = LocalAddressToward("198.18.0.1");
+    say((loopback.ok() ? *loopback : loopback.status().ToString()) + "\n" +
+        std::to_string(static_cast<int>(far.status().code())) + "\n" + far.status().message());
+  }
+  close(pipe_fds[1]);
+  std::string got;
+  char buf[512];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) got.append(buf, n);
+  close(pipe_fds[0]);
+  waitpid(pid, nullptr, 0);
+  if (got.rfind("skip: ", 0) == 0) GTEST_SKIP() << "no network namespace here: " << got;
+  const size_t first = got.find('\n');
+  const size_t second = got.find('\n', first + 1);
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_EQ(got.substr(0, first), "127.0.0.1");
+  EXPECT_EQ(got.substr(first + 1, second - first - 1),
+            std::to_string(static_cast<int>(StatusCode::kUnavailable)))
+      << got;
+  const std::string message = got.substr(second + 1);
+  EXPECT_NE(message.find("no route from this host to 198.18.0.1"), std::string::npos) << message;
 }
 
 }  // namespace
