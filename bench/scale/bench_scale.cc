@@ -97,7 +97,8 @@ Prediction Predict(int n) {
   ng.kv_prefix = "g9/";
   Prediction p;
   p.encode_cpu_ms = 1e9;
-  for (int i = 0; i < 5; ++i) {
+  // The best of a few: the first ones pay for fresh memory, which the core's loop reuses.
+  for (int i = 0; i < 16; ++i) {
     const int64_t cpu0 = ThreadCpuNanos();
     p.frame_bytes =
         proto::MakeFrame(proto::MessageType::kNewGeneration, ng, "scale", 9, "coordinator", 0).size();
@@ -106,9 +107,11 @@ Prediction Predict(int n) {
   return p;
 }
 
-// CPU seconds a run at `n` takes here: six NewGeneration broadcasts (first, grow, shrink, two
-// recoveries) and about 12 ms of simulation per worker (a minute of simulated heartbeats).
-double PredictCpuSeconds(int n, const Prediction& p) {
+// CPU seconds a run at `n` takes here. From the last size run, `last_n` in `last_cpu_s`, as
+// N^2 (its broadcasts dominate); for the first size, six NewGeneration broadcasts (first, grow,
+// shrink, two recoveries) and about 12 ms of simulation per worker (a minute of heartbeats).
+double PredictCpuSeconds(int n, const Prediction& p, int last_n, double last_cpu_s) {
+  if (last_n > 0) return last_cpu_s * (static_cast<double>(n) / last_n) * (static_cast<double>(n) / last_n);
   return 6.0 * n * p.encode_cpu_ms / 1e3 + n * 0.012 + 2;
 }
 
@@ -224,6 +227,7 @@ std::vector<Series> AllSeries() {
 // A lower bound of the event's time had every rank run the rendezvous: the coordinator is one
 // thread, so the CPU of the requests the sample did not send comes on top.
 double TimeWithRendezvous(const EventResult& e) {
+  if (e.time_s < 0) return -1;
   return e.time_s + std::max(0.0, e.cost.kv_cpu_ms_all - e.cost.kv_cpu_ms) / 1000;
 }
 
@@ -255,7 +259,7 @@ void PrintTable(const std::vector<ScaleRun>& runs) {
       "    send (a lower bound of the time with every rank's rendezvous).\n"
       "  busy_s: simulated seconds the coordinator's thread was busy (its CPU and modelled fsyncs).\n"
       "  cpu_ms: the coordinator thread's CPU, all of it; chg_cpu_ms: less heartbeats, agent\n"
-      "    registrations and ticks. longest: the longest single Handle/Tick (a stall).\n"
+      "    registrations and ticks that sent nothing. longest: the longest single Handle/Tick.\n"
       "  * the Gloo rendezvous on the coordinator's key-value store, run by a sample of the ranks and\n"
       "    scaled to all of them (docs/scale.md); not in cpu_ms, bytes or msgs.\n");
 }
@@ -398,13 +402,15 @@ int Main(int argc, char** argv) {
   std::map<int, std::string> skipped;
   bool all_ok = true;
   double run_wall = 0, run_cpu = 0;  // of the sizes run: how much wall time a CPU second costs here
+  int last_n = 0;
+  double last_cpu_s = 0;
   for (int n : f.sizes) {
     const Prediction pred = Predict(n);
     // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
     const double need_gb = static_cast<double>(pred.frame_bytes) * n * 1.3 / 1e9 + 0.5;
     const double avail_gb = MemAvailableGb();
     const double slowdown = run_cpu > 1 ? std::max(1.0, run_wall / run_cpu) : 1.5;
-    const double predict_s = PredictCpuSeconds(n, pred) * slowdown;
+    const double predict_s = PredictCpuSeconds(n, pred, last_n, last_cpu_s) * slowdown;
     const double left = f.budget_s - elapsed();
     char why[320];
     if (need_gb > 0.8 * avail_gb) {
@@ -416,7 +422,8 @@ int Main(int argc, char** argv) {
     } else if (predict_s > left) {
       std::snprintf(why, sizeof(why),
                     "predicted %.0f s here (a NewGeneration of %s takes %.2f ms of CPU to encode, "
-                    "%d per change; %.1fx wall per CPU second); %.0f s of the budget left",
+                    "%d per change; %.1fx wall per CPU second); %.0f s of the budget left "
+                    "(--budget-s)",
                     predict_s, Bytes(static_cast<double>(pred.frame_bytes)).c_str(),
                     pred.encode_cpu_ms, n, slowdown, left);
       skipped[n] = why;
@@ -430,12 +437,15 @@ int Main(int argc, char** argv) {
     run_params.wall_budget_s = std::max(10.0, left);
     const double cpu0 = ProcessCpuSeconds();
     ScaleRun run = RunScale(n, run_params);
-    run_cpu += ProcessCpuSeconds() - cpu0;
+    const double cpu_s = ProcessCpuSeconds() - cpu0;
+    run_cpu += cpu_s;
     run_wall += run.wall_s;
+    last_n = n;
+    last_cpu_s = cpu_s;
     std::printf(
         "N=%d: %.1f s wall (%.1f s CPU), %s simulated events, %s messages handled, journal %s in %s syncs, "
         "replay %.1f ms, %d sampled rendezvous ranks%s\n",
-        n, run.wall_s, ProcessCpuSeconds() - cpu0, Count(static_cast<double>(run.sim_events)).c_str(),
+        n, run.wall_s, cpu_s, Count(static_cast<double>(run.sim_events)).c_str(),
         Count(static_cast<double>(run.messages_handled)).c_str(),
         Bytes(static_cast<double>(run.journal_bytes)).c_str(),
         Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
@@ -443,6 +453,10 @@ int Main(int argc, char** argv) {
     if (run.expired_heartbeats > 0) {
       std::printf("  %llu workers were declared lost for missed heartbeats\n",
                   static_cast<unsigned long long>(run.expired_heartbeats));
+    }
+    if (run.build_failures > 0) {
+      std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
+                  run.first_build_error.c_str());
     }
     for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
     for (const auto& e : run.events) {

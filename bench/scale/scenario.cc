@@ -165,7 +165,9 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
            std::to_string(job.join_failures()) + " workers could not join");
     if (!failed) {
       ok = measure(first, [&] { return committed(0, n); });
-      first.time_s = first_started < 0 ? -1 : static_cast<double>(loop.now() - first_started) / kSec;
+      if (ok && first_started >= 0) {
+        first.time_s = static_cast<double>(loop.now() - first_started) / kSec;
+      }
       finish(first, ok, "the first generation did not form");
     }
   }
@@ -192,7 +194,9 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     EventResult& e = event(name);
     job.Resize(target);
     const bool ok = measure(e, [&] { return job.resize().over; });
-    e.time_s = static_cast<double>(job.resize().answered - job.resize().sent) / kSec;
+    if (job.resize().over) {
+      e.time_s = static_cast<double>(job.resize().answered - job.resize().sent) / kSec;
+    }
     finish(e, ok && job.resize().phase == proto::ResizePhase::kDone &&
                   job.resize().workers == target,
            "resize: " + job.resize().message);
@@ -208,7 +212,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     const auto killed = job.KillMembers(k);
     const SimTime t0 = loop.now();
     const bool ok = measure(e, [&] { return committed(g, before - k); });
-    e.time_s = static_cast<double>(loop.now() - t0) / kSec;
+    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
     finish(e, ok, "no recovery to " + std::to_string(before - k) + " workers");
     if (ok) e.detail = std::to_string(killed.size()) + " killed";
     if (!failed) settle();
@@ -221,8 +225,9 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     const int before = workers_now();
     const std::string host = job.KillHost();
     const SimTime t0 = loop.now();
-    const bool ok = !host.empty() && measure(e, [&] { return committed(g, before - p.job.host_size); });
-    e.time_s = static_cast<double>(loop.now() - t0) / kSec;
+    const bool ok =
+        !host.empty() && measure(e, [&] { return committed(g, before - p.job.host_size); });
+    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
     finish(e, ok, host.empty() ? "no host whose workers all are members" : "no recovery");
     if (ok) e.detail = host;
     if (!failed) settle();
@@ -249,7 +254,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     const bool ok = measure(e, [&] {
       return reconnected && coordinator.core().state() == JobState::kRunning;
     });
-    e.time_s = static_cast<double>(loop.now() - t0) / kSec;
+    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
     run.replay_cpu_ms = coordinator.start_cpu_ms();
     e.cost.cpu_ms += run.replay_cpu_ms;
     e.cost.busy_ms += run.replay_cpu_ms;
@@ -274,6 +279,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   run.journal_syncs = env.syncs();
   run.join_failures = job.join_failures();
   run.build_failures = job.build_failures();
+  run.first_build_error = job.first_build_error();
   run.rendezvous_sample = job.rendezvous_samples();
   run.sim_events = loop.events_run();
   run.messages_handled = coordinator.messages_handled();

@@ -44,6 +44,7 @@ struct ScaleRun {
   double replay_cpu_ms = 0;  // the restarted core's constructor: the journal replay
   uint64_t journal_bytes = 0, journal_syncs = 0;
   int join_failures = 0, build_failures = 0;
+  std::string first_build_error;  // what the store answered the first rank it refused
   int rendezvous_sample = 0;
   uint64_t sim_events = 0, messages_handled = 0;
   uint64_t warnings = 0, errors = 0, expired_heartbeats = 0;

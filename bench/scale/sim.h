@@ -126,7 +126,7 @@ struct Cost {
   // the rendezvous' key-value requests excluded (below).
   double cpu_ms = 0;
   double tick_cpu_ms = 0;        // the part spent in Tick()
-  double background_cpu_ms = 0;  // heartbeats, agent registrations and ticks: steady-state work
+  double background_cpu_ms = 0;  // heartbeats, agent registrations, ticks that sent nothing
   uint64_t msgs_in = 0, msgs_out = 0, bytes_in = 0, bytes_out = 0;
   uint64_t background_msgs_in = 0, background_msgs_out = 0;
   uint64_t background_bytes_in = 0, background_bytes_out = 0;

@@ -211,7 +211,7 @@ void SimJob::OnWorkerFrame(int w, const Frame& frame) {
       }
       // The rendezvous failed (the store refused a key): the build fails, the worker reports it
       // and waits for the coordinator's decision.
-      ++build_failures_;
+      if (build_failures_++ == 0) first_build_error_ = error->message;
       proto::FailureReport report{x.building, error->code, error->message};
       x.ops.clear();
       x.building = 0;

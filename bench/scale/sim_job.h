@@ -91,6 +91,7 @@ class SimJob {
   int join_failures() const { return join_failures_; }  // refused or timed out (the worker exits)
   const ResizeOutcome& resize() const { return resize_; }
   int build_failures() const { return build_failures_; }  // generations a worker could not build
+  const std::string& first_build_error() const { return first_build_error_; }
   // Rendezvous bookkeeping for the report.
   int rendezvous_samples() const { return last_sample_; }
 
@@ -207,6 +208,7 @@ class SimJob {
   SimTime last_join_reply_ = 0;
   int join_failures_ = 0;
   int build_failures_ = 0;
+  std::string first_build_error_;
   int last_sample_ = 0;
 };
 
