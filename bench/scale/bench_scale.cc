@@ -1,0 +1,568 @@
+// bench_scale: the coordinator's control plane at thousands of workers (docs/scale.md).
+//
+// The real CoordinatorCore (with its real codec and journal) is driven by N simulated workers and
+// N/8 agents in a discrete-event loop over its FakeClock; every frame it emits reaches its
+// recipient after a modelled latency, and the simulated processes answer as the real ones do
+// (sim_job.h). At each N it runs a join storm, the first generation, heartbeats at the default
+// period, a planned grow and shrink by one host, 1% of the workers failing at once, a host lost
+// with its agent, and a coordinator restart from its journal (scenario.h), and reports per event
+// the coordinator's CPU time (thread CPU clock around DecodeEnvelope + Handle and Tick), the bytes
+// and messages it sends and receives, and the simulated time to the outcome. ZeroMQ and CURVE are
+// not simulated: their CPU per message is measured apart (curve_probe.h) and reported beside.
+// A table, then one JSON line: max_workers, change_cpu_ms and change_bytes (the planned grow at
+// max_workers), heartbeat_core_fraction (and _curve_, _zmq_), exponents (least-squares slope of
+// log cost over log N per cost).
+//
+// Sizes whose NewGeneration broadcast would not fit in this machine's memory, or whose run would
+// not fit in the time budget, are skipped and their figures extrapolated from the fit (said so in
+// the output and in the JSON).
+//
+// Flags: --max-workers N (16384)  sizes 256, 1024, 4096, 16384 up to N, and N
+//        --sizes A,B,...          exactly these sizes
+//        --quick                  256 and 1024 only, 5 heartbeat periods, 16 sampled ranks
+//        --budget-s S (270)       wall-clock budget for all sizes
+//        --heartbeat-periods K (10)  --rendezvous-sample S (32)  --seed N (1)
+//        --server-batch B (0: drain the socket before ticking; 256: CoordinatorServer's batch)
+//        --fsync-ms X (0.1)  --latency-us X (30)  --coordinator-gbps X (25)  --step-ms X (1000)
+//        --journal-dir DIR (/dev/shm, else /tmp)  --no-nccl  --no-curve
+//        --every-rank-sets        every rank writes its rendezvous keys for real (the store's bound
+//                                 applies)   --event-timeout-s S (180)  simulated time per event
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/scale/curve_probe.h"
+#include "bench/scale/scenario.h"
+#include "common/codec.h"
+
+namespace elastra::scale {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Flags {
+  int max_workers = 16384;
+  std::vector<int> sizes;
+  bool quick = false;
+  double budget_s = 270;
+  bool curve = true;
+  std::string journal_dir;
+  ScaleParams params;
+};
+
+double MemAvailableGb() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) return std::atof(line.c_str() + 13) / (1 << 20);
+  }
+  return 8;
+}
+
+// The NewGeneration every member gets at `n` workers, built as GenerationManager::StartBuild
+// builds it (members and previous members, ids and hosts as the simulation names them): its size
+// and the thread CPU one encoding takes. The core holds n of them at once, and encodes n of them
+// per change.
+struct Prediction {
+  size_t frame_bytes = 0;
+  double encode_cpu_ms = 0;
+};
+
+Prediction Predict(int n) {
+  proto::NewGeneration ng;
+  ng.layout.dp = n;
+  for (int r = 0; r < n; ++r) {
+    proto::Member m;
+    m.worker_id = "w" + std::to_string(r);
+    m.host = "node" + std::to_string(r / 8);
+    m.device = r % 8;
+    m.coords = CoordinatesOf(ng.layout, r);
+    ng.members.push_back(m);
+  }
+  ng.prev_layout = ng.layout;
+  ng.prev_members = ng.members;
+  ng.kv_prefix = "g9/";
+  Prediction p;
+  p.encode_cpu_ms = 1e9;
+  // The best of a few: the first ones pay for fresh memory, which the core's loop reuses.
+  for (int i = 0; i < 16; ++i) {
+    const int64_t cpu0 = ThreadCpuNanos();
+    p.frame_bytes =
+        proto::MakeFrame(proto::MessageType::kNewGeneration, ng, "scale", 9, "coordinator", 0).size();
+    p.encode_cpu_ms = std::min(p.encode_cpu_ms, static_cast<double>(ThreadCpuNanos() - cpu0) / 1e6);
+  }
+  return p;
+}
+
+// CPU seconds a run at `n` takes here. From the last size run, `last_n` in `last_cpu_s`, as
+// N^2 (its broadcasts dominate); for the first size, six NewGeneration broadcasts (first, grow,
+// shrink, two recoveries) and about 12 ms of simulation per worker (a minute of heartbeats).
+double PredictCpuSeconds(int n, const Prediction& p, int last_n, double last_cpu_s) {
+  if (last_n > 0) return last_cpu_s * (static_cast<double>(n) / last_n) * (static_cast<double>(n) / last_n);
+  return 6.0 * n * p.encode_cpu_ms / 1e3 + n * 0.012 + 2;
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+std::string Bytes(double b) {
+  char buf[32];
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 1000 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+std::string Count(double c) {
+  char buf[32];
+  if (c >= 1e9) {
+    std::snprintf(buf, sizeof(buf), "%.2fG", c / 1e9);
+  } else if (c >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.2fM", c / 1e6);
+  } else if (c >= 1e4) {
+    std::snprintf(buf, sizeof(buf), "%.1fk", c / 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.0f", c);
+  }
+  return buf;
+}
+
+// The least-squares slope of log(y) over log(x); NaN with fewer than two usable points.
+double Exponent(const std::vector<std::pair<double, double>>& points) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int k = 0;
+  for (const auto& [x, y] : points) {
+    if (x <= 0 || y <= 0) continue;
+    const double lx = std::log(x), ly = std::log(y);
+    sx += lx;
+    sy += ly;
+    sxx += lx * lx;
+    sxy += lx * ly;
+    ++k;
+  }
+  if (k < 2 || sxx * k - sx * sx == 0) return std::nan("");
+  return (k * sxy - sx * sy) / (k * sxx - sx * sx);
+}
+
+// One cost of one event over the sizes run.
+struct Series {
+  std::string name;
+  std::function<double(const ScaleRun&)> value;
+};
+
+std::vector<Series> AllSeries() {
+  std::vector<Series> s;
+  auto ev = [](const ScaleRun& r, const std::string& name) { return r.Find(name); };
+  for (const std::string name : {"join", "first_generation", "grow", "shrink", "fail_1pct",
+                                 "host_lost", "restart"}) {
+    s.push_back({name + ".cpu", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? e->cost.change_cpu_ms() : -1;
+                 }});
+    s.push_back({name + ".bytes", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? static_cast<double>(e->cost.change_bytes()) : -1;
+                 }});
+    s.push_back({name + ".messages", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? static_cast<double>(e->cost.change_msgs()) : -1;
+                 }});
+    s.push_back({name + ".time", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? e->time_s : -1;
+                 }});
+    s.push_back({name + ".longest_call", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? e->cost.longest_call_ms : -1;
+                 }});
+  }
+  s.push_back({"heartbeats.cpu_per_s", [=](const ScaleRun& r) {
+                 auto* e = ev(r, "heartbeats");
+                 return e && e->ok && e->window_s > 0 ? e->cost.cpu_ms / e->window_s : -1;
+               }});
+  s.push_back({"heartbeats.bytes_per_s", [=](const ScaleRun& r) {
+                 auto* e = ev(r, "heartbeats");
+                 return e && e->ok && e->window_s > 0
+                            ? static_cast<double>(e->cost.bytes_in + e->cost.bytes_out) / e->window_s
+                            : -1;
+               }});
+  // The rendezvous of the grow's new generation (the whole world reconnects), scaled to every rank.
+  s.push_back({"rendezvous.cpu", [=](const ScaleRun& r) {
+                 auto* e = ev(r, "grow");
+                 return e && e->ok ? e->cost.kv_cpu_ms_all : -1;
+               }});
+  s.push_back({"rendezvous.bytes", [=](const ScaleRun& r) {
+                 auto* e = ev(r, "grow");
+                 return e && e->ok ? e->cost.kv_bytes_all : -1;
+               }});
+  s.push_back({"rendezvous.messages", [=](const ScaleRun& r) {
+                 auto* e = ev(r, "grow");
+                 return e && e->ok ? e->cost.kv_msgs_all : -1;
+               }});
+  s.push_back({"replay.cpu", [](const ScaleRun& r) { return r.replay_cpu_ms; }});
+  return s;
+}
+
+// A lower bound of the event's time had every rank run the rendezvous: the coordinator is one
+// thread, so the CPU of the requests the sample did not send comes on top.
+double TimeWithRendezvous(const EventResult& e) {
+  if (e.time_s < 0) return -1;
+  return e.time_s + std::max(0.0, e.cost.kv_cpu_ms_all - e.cost.kv_cpu_ms) / 1000;
+}
+
+void PrintTable(const std::vector<ScaleRun>& runs) {
+  std::printf(
+      "\n%6s  %-16s %-3s %8s %9s %7s %10s %10s %9s %8s %9s %9s  %11s %8s %9s %6s\n", "N",
+      "event", "ok", "time_s", "+rdv_s*", "busy_s", "cpu_ms", "chg_cpu_ms", "longest", "chg_msgs",
+      "bytes_in", "bytes_out", "kv_cpu_ms*", "kv_msgs*", "kv_bytes*", "fsync");
+  for (const auto& run : runs) {
+    for (const auto& e : run.events) {
+      const Cost& c = e.cost;
+      std::printf(
+          "%6d  %-16s %-3s %8.2f %9.1f %7.2f %10.1f %10.1f %9.1f %8s %9s %9s  %11.1f %8s %9s %6s\n",
+          run.n, e.name.c_str(), e.ok ? "yes" : "NO", e.time_s, TimeWithRendezvous(e),
+          c.busy_ms / 1000, c.cpu_ms,
+                  c.change_cpu_ms(), c.longest_call_ms,
+                  Count(static_cast<double>(c.change_msgs())).c_str(),
+                  Bytes(static_cast<double>(c.bytes_in)).c_str(),
+                  Bytes(static_cast<double>(c.bytes_out)).c_str(), c.kv_cpu_ms_all,
+                  Count(c.kv_msgs_all).c_str(), Bytes(c.kv_bytes_all).c_str(),
+                  Count(static_cast<double>(c.fsyncs)).c_str());
+    }
+  }
+  std::printf(
+      "  time_s: simulated seconds to the outcome (join: last JoinReply; first_generation: from the\n"
+      "    last join to the commit; grow/shrink: request to the 'done' reply; fail/host: the kill to\n"
+      "    the commit; restart: the death to every member heard from; heartbeats: the window).\n"
+      "  +rdv_s: time_s plus the coordinator CPU of the rendezvous requests the sample did not\n"
+      "    send (a lower bound of the time with every rank's rendezvous).\n"
+      "  busy_s: simulated seconds the coordinator's thread was busy (its CPU and modelled fsyncs).\n"
+      "  cpu_ms: the coordinator thread's CPU, all of it; chg_cpu_ms: less heartbeats, agent\n"
+      "    registrations and ticks that sent nothing. longest: the longest single Handle/Tick.\n"
+      "  * the Gloo rendezvous on the coordinator's key-value store, run by a sample of the ranks and\n"
+      "    scaled to all of them (docs/scale.md); not in cpu_ms, bytes or msgs.\n");
+}
+
+void PrintHot(const ScaleRun& run) {
+  std::printf("\nwhere the coordinator's CPU went at N=%d (top handlers per event, ms):\n", run.n);
+  for (const auto& e : run.events) {
+    if (!e.ok) continue;
+    std::vector<std::pair<double, std::string>> hot;
+    for (const auto& [type, tc] : e.cost.by_type) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%s x%s %.1f (max %.1f)", proto::TypeName(type),
+                    Count(static_cast<double>(tc.count)).c_str(), tc.cpu_ms, tc.max_ms);
+      hot.push_back({tc.cpu_ms, buf});
+    }
+    char tick[64];
+    std::snprintf(tick, sizeof(tick), "Tick %.1f", e.cost.tick_cpu_ms);
+    hot.push_back({e.cost.tick_cpu_ms, tick});
+    std::sort(hot.rbegin(), hot.rend());
+    std::printf("  %-16s", e.name.c_str());
+    for (size_t i = 0; i < hot.size() && i < 3; ++i) std::printf("  %s;", hot[i].second.c_str());
+    if (!e.cost.longest_call.empty()) {
+      std::printf("  longest: %s %.1f", e.cost.longest_call.c_str(), e.cost.longest_call_ms);
+    }
+    std::printf("\n");
+  }
+}
+
+bool ParseSizes(const std::string& s, std::vector<int>* out) {
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const int v = std::atoi(item.c_str());
+    if (v < 8) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: bench_scale [--max-workers N] [--sizes A,B,..] [--quick] [--budget-s S]\n"
+               "  [--heartbeat-periods K] [--rendezvous-sample S] [--server-batch B] [--fsync-ms X]\n"
+               "  [--latency-us X] [--coordinator-gbps X] [--step-ms X] [--journal-dir DIR]\n"
+               "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n");
+  return 2;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  Flags f;
+  ScaleParams& p = f.params;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* v = nullptr;
+    if (a == "--quick") {
+      f.quick = true;
+    } else if (a == "--no-nccl") {
+      p.job.nccl = false;
+    } else if (a == "--no-curve") {
+      f.curve = false;
+    } else if (a == "--every-rank-sets") {
+      p.job.every_rank_sets = true;
+    } else if (a == "--event-timeout-s" && (v = value())) {
+      p.event_timeout_us = static_cast<SimTime>(std::atof(v) * kSec);
+    } else if ((a == "--max-workers") && (v = value())) {
+      f.max_workers = std::atoi(v);
+    } else if (a == "--sizes" && (v = value())) {
+      if (!ParseSizes(v, &f.sizes)) return Usage();
+    } else if (a == "--budget-s" && (v = value())) {
+      f.budget_s = std::atof(v);
+    } else if (a == "--heartbeat-periods" && (v = value())) {
+      p.heartbeat_periods = std::atoi(v);
+    } else if (a == "--rendezvous-sample" && (v = value())) {
+      p.job.rendezvous_sample = std::atoi(v);
+    } else if (a == "--server-batch" && (v = value())) {
+      p.server.batch = std::atoi(v);
+    } else if (a == "--fsync-ms" && (v = value())) {
+      p.server.fsync_us = std::atof(v) * 1000;
+    } else if (a == "--latency-us" && (v = value())) {
+      p.net.latency_us = std::atoll(v);
+    } else if (a == "--coordinator-gbps" && (v = value())) {
+      p.net.coordinator_gbps = std::atof(v);
+    } else if (a == "--step-ms" && (v = value())) {
+      p.job.step_us = static_cast<SimTime>(std::atof(v) * kMs);
+    } else if (a == "--journal-dir" && (v = value())) {
+      f.journal_dir = v;
+    } else if (a == "--seed" && (v = value())) {
+      p.seed = std::strtoull(v, nullptr, 10);
+    } else {
+      return Usage();
+    }
+  }
+  if (f.max_workers < 8 || p.heartbeat_periods < 1 || p.job.rendezvous_sample < 2 ||
+      p.job.step_us <= 0 || f.budget_s <= 0) {
+    return Usage();
+  }
+  if (f.quick) {
+    p.heartbeat_periods = std::min(p.heartbeat_periods, 5);
+    p.job.rendezvous_sample = std::min(p.job.rendezvous_sample, 16);
+  }
+  if (f.sizes.empty()) {
+    for (int n : {256, 1024, 4096, 16384}) {
+      if (n <= f.max_workers && (!f.quick || n <= 1024)) f.sizes.push_back(n);
+    }
+    if (!f.quick && (f.sizes.empty() || f.sizes.back() != f.max_workers)) {
+      f.sizes.push_back(f.max_workers);
+    }
+  }
+  std::sort(f.sizes.begin(), f.sizes.end());
+  f.sizes.erase(std::unique(f.sizes.begin(), f.sizes.end()), f.sizes.end());
+  struct stat st{};
+  if (f.journal_dir.empty()) {
+    f.journal_dir = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  }
+  p.journal_root = f.journal_dir;
+  const int max_workers = std::max(f.max_workers, f.sizes.back());
+
+  std::printf(
+      "bench_scale: the real CoordinatorCore (codec, journal) with N simulated workers in hosts of "
+      "%d\n  modelled: latency %lld us one way (+0-%lld us), coordinator link %.0f Gb/s, worker "
+      "link %.0f Gb/s,\n  journal fdatasync %.2f ms (journal in %s), step %.0f ms, %s, "
+      "rendezvous sampled on %d ranks,\n  server loop: %s\n",
+      p.job.host_size, static_cast<long long>(p.net.latency_us),
+      static_cast<long long>(p.net.jitter_us), p.net.coordinator_gbps, p.net.worker_gbps,
+      p.server.fsync_us / 1000, f.journal_dir.c_str(), static_cast<double>(p.job.step_us) / kMs,
+      p.job.nccl ? "NCCL job (Gloo control world + NCCL)" : "Gloo job",
+      p.job.rendezvous_sample,
+      p.server.batch > 0 ? ("ticks after every " + std::to_string(p.server.batch) + " messages").c_str()
+                         : "drains its socket before each tick");
+  std::fflush(stdout);
+
+  const auto wall0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  };
+  std::vector<ScaleRun> runs;
+  std::map<int, std::string> skipped;
+  bool all_ok = true;
+  double run_wall = 0, run_cpu = 0;  // of the sizes run: how much wall time a CPU second costs here
+  int last_n = 0;
+  double last_cpu_s = 0;
+  for (int n : f.sizes) {
+    const Prediction pred = Predict(n);
+    // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
+    const double need_gb = static_cast<double>(pred.frame_bytes) * n * 1.3 / 1e9 + 0.5;
+    const double avail_gb = MemAvailableGb();
+    const double slowdown = run_cpu > 1 ? std::max(1.0, run_wall / run_cpu) : 1.5;
+    const double predict_s = PredictCpuSeconds(n, pred, last_n, last_cpu_s) * slowdown;
+    const double left = f.budget_s - elapsed();
+    char why[320];
+    if (need_gb > 0.8 * avail_gb) {
+      std::snprintf(why, sizeof(why),
+                    "one NewGeneration broadcast holds %d frames of %s at once (%.1f GB; %.1f GB "
+                    "available)",
+                    n, Bytes(static_cast<double>(pred.frame_bytes)).c_str(), need_gb, avail_gb);
+      skipped[n] = why;
+    } else if (predict_s > left) {
+      std::snprintf(why, sizeof(why),
+                    "predicted %.0f s here (a NewGeneration of %s takes %.2f ms of CPU to encode, "
+                    "%d per change; %.1fx wall per CPU second); %.0f s of the budget left "
+                    "(--budget-s)",
+                    predict_s, Bytes(static_cast<double>(pred.frame_bytes)).c_str(),
+                    pred.encode_cpu_ms, n, slowdown, left);
+      skipped[n] = why;
+    }
+    if (skipped.count(n)) {
+      std::printf("N=%d skipped: %s\n", n, skipped[n].c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    ScaleParams run_params = p;
+    run_params.wall_budget_s = std::max(10.0, left);
+    const double cpu0 = ProcessCpuSeconds();
+    ScaleRun run = RunScale(n, run_params);
+    const double cpu_s = ProcessCpuSeconds() - cpu0;
+    run_cpu += cpu_s;
+    run_wall += run.wall_s;
+    last_n = n;
+    last_cpu_s = cpu_s;
+    std::printf(
+        "N=%d: %.1f s wall (%.1f s CPU), %s simulated events, %s messages handled, journal %s in %s syncs, "
+        "replay %.1f ms, %d sampled rendezvous ranks%s\n",
+        n, run.wall_s, cpu_s, Count(static_cast<double>(run.sim_events)).c_str(),
+        Count(static_cast<double>(run.messages_handled)).c_str(),
+        Bytes(static_cast<double>(run.journal_bytes)).c_str(),
+        Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
+        run.rendezvous_sample, run.ok() ? "" : "  (FAILED)");
+    if (run.expired_heartbeats > 0) {
+      std::printf("  %llu workers were declared lost for missed heartbeats\n",
+                  static_cast<unsigned long long>(run.expired_heartbeats));
+    }
+    if (run.build_failures > 0) {
+      std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
+                  run.first_build_error.c_str());
+    }
+    for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
+    for (const auto& e : run.events) {
+      if (!e.ok) std::printf("  %s: %s\n", e.name.c_str(), e.detail.c_str());
+    }
+    std::fflush(stdout);
+    all_ok = all_ok && run.ok();
+    runs.push_back(std::move(run));
+  }
+  if (runs.empty()) {
+    std::fprintf(stderr, "bench_scale: no size could run\n");
+    return 1;
+  }
+
+  PrintTable(runs);
+  PrintHot(runs.back());
+
+  // Growth exponents over the sizes run.
+  std::map<std::string, double> exponents;
+  std::printf("\ngrowth exponents (cost ~ N^k, least squares over N =");
+  for (const auto& r : runs) std::printf(" %d", r.n);
+  std::printf("):\n");
+  int column = 0;
+  for (const auto& s : AllSeries()) {
+    std::vector<std::pair<double, double>> points;
+    for (const auto& r : runs) points.push_back({static_cast<double>(r.n), s.value(r)});
+    const double k = Exponent(points);
+    if (std::isnan(k)) continue;
+    exponents[s.name] = std::round(k * 100) / 100;
+    std::printf("  %-26s %5.2f%s", s.name.c_str(), k, ++column % 3 == 0 ? "\n" : "");
+  }
+  std::printf("\n");
+
+  // The figures at max_workers: measured when it ran, else extrapolated from the largest run.
+  const ScaleRun& top = runs.back();
+  const bool measured_max = top.n == max_workers;
+  auto at_max = [&](const std::string& series, double value) {
+    if (measured_max || value <= 0) return value;
+    auto it = exponents.find(series);
+    if (it == exponents.end()) return -1.0;  // one size only: nothing to extrapolate with
+    return value * std::pow(static_cast<double>(max_workers) / top.n, it->second);
+  };
+  const EventResult* grow = top.Find("grow");
+  const EventResult* hb = top.Find("heartbeats");
+  const EventResult* fail = top.Find("fail_1pct");
+  const double change_core_cpu = at_max("grow.cpu", grow ? grow->cost.change_cpu_ms() : -1);
+  const double change_core_bytes =
+      at_max("grow.bytes", grow ? static_cast<double>(grow->cost.change_bytes()) : -1);
+  const double change_kv_cpu = at_max("rendezvous.cpu", grow ? grow->cost.kv_cpu_ms_all : -1);
+  const double change_kv_bytes = at_max("rendezvous.bytes", grow ? grow->cost.kv_bytes_all : -1);
+  const double hb_cpu_per_s = at_max(
+      "heartbeats.cpu_per_s", hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1);
+  const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
+  const double hb_rate = max_workers / 0.2;  // heartbeats per second at the default 200 ms
+
+  CurveFigures curve;
+  if (f.curve) {
+    const std::string hb_frame = proto::MakeFrame(proto::MessageType::kHeartbeat,
+                                                  proto::Heartbeat{123456}, "scale", 7, "w12345", 0);
+    curve = MeasureCurve(hb_frame.size(), 16, f.quick ? 40000 : 200000);
+    std::printf(
+        "\nZeroMQ and CURVE on this machine (a %zu-byte heartbeat frame): libsodium box open %.2f "
+        "us; libzmq ROUTER receive %.2f us (NULL) / %.2f us (CURVE) per message%s%s\n",
+        curve.message_bytes, curve.sodium_open_us, curve.zmq_null_us, curve.zmq_curve_us,
+        curve.error.empty() ? "" : "; ", curve.error.c_str());
+  }
+  const double hb_curve_fraction = curve.curve_us() > 0 ? hb_rate * curve.curve_us() / 1e6 : -1;
+  const double hb_zmq_fraction = curve.zmq_curve_us > 0 ? hb_rate * curve.zmq_curve_us / 1e6 : -1;
+  std::printf(
+      "heartbeats at %d workers: core %.4f of a core%s, CURVE %.4f, libzmq receive with CURVE "
+      "%.4f (%.0f heartbeats/s)\n",
+      max_workers, hb_core_fraction, measured_max ? "" : " (extrapolated)", hb_curve_fraction,
+      hb_zmq_fraction, hb_rate);
+
+  Json out;
+  out["bench"] = "scale";
+  out["max_workers"] = max_workers;
+  out["measured_max_workers"] = top.n;
+  out["at_max_workers"] = measured_max ? "measured" : "extrapolated";
+  Json sizes = Json::array();
+  for (const auto& r : runs) sizes.push_back(r.n);
+  out["sizes"] = sizes;
+  Json skips = Json::object();
+  for (const auto& [n, why] : skipped) skips[std::to_string(n)] = why;
+  out["skipped"] = skips;
+  out["change_cpu_ms"] = change_core_cpu + std::max(0.0, change_kv_cpu);
+  out["change_bytes"] = change_core_bytes + std::max(0.0, change_kv_bytes);
+  out["change_core_cpu_ms"] = change_core_cpu;
+  out["change_core_bytes"] = change_core_bytes;
+  out["change_kv_cpu_ms"] = change_kv_cpu;
+  out["change_kv_bytes"] = change_kv_bytes;
+  out["change_time_s"] = at_max("grow.time", grow ? grow->time_s : -1);
+  out["change_time_with_rendezvous_s"] = grow && measured_max ? TimeWithRendezvous(*grow) : -1;
+  out["failure_time_s"] = at_max("fail_1pct.time", fail ? fail->time_s : -1);
+  out["heartbeat_core_fraction"] = hb_core_fraction;
+  out["heartbeat_curve_fraction"] = hb_curve_fraction;
+  out["heartbeat_zmq_fraction"] = hb_zmq_fraction;
+  out["heartbeat_total_fraction"] = hb_core_fraction + std::max(0.0, hb_zmq_fraction);
+  out["curve_us_per_msg"] = curve.curve_us();
+  out["exponents"] = exponents;
+  out["ok"] = all_ok;
+  out["wall_s"] = std::round(elapsed() * 10) / 10;
+  std::printf("%s\n", out.dump().c_str());
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace elastra::scale
+
+int main(int argc, char** argv) { return elastra::scale::Main(argc, argv); }

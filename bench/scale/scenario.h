@@ -1,0 +1,63 @@
+// The scenario bench_scale runs at each job size: the events of docs/scale.md ("What the
+// simulator runs"), each measured on its own: a join storm, the first generation, heartbeats at
+// the default period, a planned grow and shrink by one host, 1% of the workers failing at once, a
+// host lost with its agent, and a coordinator restart from its journal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/scale/sim.h"
+#include "bench/scale/sim_job.h"
+
+namespace elastra::scale {
+
+struct ScaleParams {
+  NetworkModel net;
+  ServerModel server;
+  JobModel job;
+  int heartbeat_periods = 10;              // of the default 200 ms, measured in steady state
+  SimTime settle_us = 2 * kSec;            // training between two events, not measured
+  SimTime event_timeout_us = 180 * kSec;   // simulated time an event may take
+  SimTime restart_delay_us = 50 * kMs;     // coordinator death -> new process serving
+  SimTime reconnect_us = 50 * kMs;         // ZeroMQ's reconnect interval (clients spread over it)
+  std::string journal_root = "/tmp";       // a temporary state directory is made under it
+  double wall_budget_s = 1e9;              // give up on an event past this wall-clock time
+  uint64_t seed = 1;
+};
+
+struct EventResult {
+  std::string name;
+  bool ok = false;
+  std::string detail;   // what went wrong, or what happened
+  Cost cost;
+  double time_s = -1;   // simulated seconds from the trigger to the outcome (see docs/scale.md)
+  double window_s = 0;  // simulated seconds measured
+  int workers = 0;      // members of the committed generation afterwards
+};
+
+struct ScaleRun {
+  int n = 0;
+  std::vector<EventResult> events;  // in the order run
+  double wall_s = 0;
+  double replay_cpu_ms = 0;  // the restarted core's constructor: the journal replay
+  uint64_t journal_bytes = 0, journal_syncs = 0;
+  int join_failures = 0, build_failures = 0;
+  std::string first_build_error;  // what the store answered the first rank it refused
+  int rendezvous_sample = 0;
+  uint64_t sim_events = 0, messages_handled = 0;
+  uint64_t warnings = 0, errors = 0, expired_heartbeats = 0;
+  std::vector<std::string> first_errors;
+
+  const EventResult* Find(const std::string& name) const;
+  bool ok() const;
+};
+
+// The event names, in order.
+const std::vector<std::string>& EventNames();
+
+// Runs the scenario with `n` workers (n / host_size hosts).
+ScaleRun RunScale(int n, const ScaleParams& params);
+
+}  // namespace elastra::scale

@@ -1,0 +1,650 @@
+#include "bench/scale/sim_job.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/codec.h"
+#include "common/logging.h"
+
+namespace elastra::scale {
+
+using proto::MessageType;
+
+namespace {
+
+// gloo's tcp::Address::bytes(): a sockaddr_storage and a sequence number (gloo/transport/tcp/
+// address.h), one per peer in a rank's rendezvous key.
+constexpr size_t kGlooAddressBytes = 136;
+// CoordinatorStore's slice of a blocking get or wait (worker/coordinator_store.h).
+constexpr int64_t kKvSliceMs = 200;
+// ReconfigurationLoop::Join waits this long for the JoinReply, then the worker gives up.
+constexpr SimTime kJoinTimeout = 10 * kSec;
+// Commits a worker holds (CommitStore::kCommitsKept).
+constexpr size_t kCommitsKept = 2;
+
+// The generation in an envelope's header: after magic (4), version (2), type (2) and the job
+// name (a u64 length and its bytes). 0 when the frame is too short.
+uint64_t FrameGeneration(const std::string& frame) {
+  auto u64 = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(frame[at + i])) << (8 * i);
+    return v;
+  };
+  if (frame.size() < 16) return 0;
+  const uint64_t job = u64(8);
+  if (frame.size() < 16 + job + 8) return 0;
+  return u64(16 + job);
+}
+
+std::string HostName(int host) { return "node" + std::to_string(host); }
+
+void AddCommit(std::vector<int64_t>* commits, int64_t step) {
+  if (!commits->empty() && commits->back() == step) return;
+  commits->push_back(step);
+  if (commits->size() > kCommitsKept) commits->erase(commits->begin());
+}
+
+}  // namespace
+
+SimJob::SimJob(EventLoop* loop, SimCoordinator* coordinator, JobModel model, std::string job)
+    : loop_(loop), coordinator_(coordinator), model_(model), job_(std::move(job)) {
+  admin_ = coordinator_->Connect(proto::Role::kAdmin, [this](const Frame& f) { OnAdminFrame(f); });
+  // A replicated data-parallel state: every layout fits, and the planner's rank assignment does
+  // its region math over these tensors on every planned change.
+  state_.num_layers = 1;
+  for (int i = 0; i < model_.tensors; ++i) {
+    TensorSpec t;
+    t.name = "layer" + std::to_string(i) + ".weight";
+    t.shape = {4096, 4096};
+    t.element_size = 2;
+    state_.tensors.push_back(t);
+  }
+}
+
+SimJob::~SimJob() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Processes.
+
+int SimJob::AddWorker(const std::string& id, int host) {
+  const int index = static_cast<int>(workers_.size());
+  Worker w;
+  w.index = index;
+  w.id = id;
+  w.host = host;
+  w.client = coordinator_->Connect(proto::Role::kWorker,
+                                   [this, index](const Frame& f) { OnWorkerFrame(index, f); });
+  workers_.push_back(std::move(w));
+  return index;
+}
+
+void SimJob::Launch(int workers) {
+  const int hosts = (workers + model_.host_size - 1) / model_.host_size;
+  for (int h = 0; h < hosts; ++h) {
+    const int a = static_cast<int>(agents_.size());
+    Agent agent;
+    agent.host = h;
+    agent.name = HostName(h);
+    agent.client =
+        coordinator_->Connect(proto::Role::kAdmin, [this, a](const Frame& f) { OnAgentFrame(a, f); });
+    agents_.push_back(agent);
+    // Registers at start (a call), then again every agent_register_us (fire and forget).
+    loop_->After(loop_->Uniform(100 * kMs), [this, a] {
+      RegisterAgent(a, 1);
+      loop_->After(model_.agent_register_us, [this, a] { AgentTick(a); });
+    });
+  }
+  for (int i = 0; i < workers; ++i) {
+    const int w = AddWorker("w" + std::to_string(i), i / model_.host_size);
+    loop_->After(100 * kMs + loop_->Uniform(model_.join_spread_us), [this, w] { StartWorker(w); });
+  }
+}
+
+void SimJob::RegisterAgent(int a, uint64_t request_id) {
+  const Agent& agent = agents_[a];
+  if (!agent.alive) return;
+  proto::AgentRegister r{agent.name, model_.host_size,
+                         "10.0." + std::to_string(a / 250) + "." + std::to_string(a % 250),
+                         model_.host_size};
+  coordinator_->Send(agent.client, proto::MakeFrame(MessageType::kAgentRegister, r, job_, 0,
+                                                    "agent-" + agent.name, request_id));
+}
+
+void SimJob::AgentTick(int a) {
+  if (!agents_[a].alive) return;
+  RegisterAgent(a, 0);
+  loop_->After(model_.agent_register_us, [this, a] { AgentTick(a); });
+}
+
+template <class T>
+void SimJob::SendFrom(int w, proto::MessageType type, const T& payload, uint64_t request_id,
+                      double weight) {
+  const Worker& x = workers_[w];
+  coordinator_->Send(x.client,
+                     proto::MakeFrame(type, payload, job_, x.generation, x.id, request_id), weight);
+}
+
+void SimJob::StartWorker(int w) {
+  Worker& x = workers_[w];
+  if (x.state != State::kStarting) return;
+  x.state = State::kJoining;
+  proto::JoinRequest join;
+  join.worker_id = x.id;
+  join.host = HostName(x.host);
+  join.device = x.index % model_.host_size;
+  join.pid = 10000 + x.index;
+  join.state = state_;
+  x.join_request = x.next_request++;
+  SendFrom(w, MessageType::kJoin, join, x.join_request);
+  loop_->After(kJoinTimeout, [this, w, request = x.join_request] {
+    Worker& y = workers_[w];
+    if (y.state != State::kJoining || y.join_request != request) return;
+    ++join_failures_;  // "joining the job: timed out": the program exits
+    Die(w, 1, 0, true);
+  });
+}
+
+void SimJob::Die(int w, int exit_code, int signal, bool reported) {
+  Worker& x = workers_[w];
+  if (x.state == State::kDead || x.state == State::kLeft) return;
+  x.state = State::kDead;
+  ++x.hb_token;
+  x.ops.clear();
+  const Agent& agent = agents_[x.host];
+  if (!reported || !agent.alive) return;
+  const int a = agent.host;
+  loop_->After(model_.reap_us, [this, a, id = x.id, exit_code, signal] {
+    if (!agents_[a].alive) return;
+    proto::ProcessExited exited{id, exit_code, signal};
+    coordinator_->Send(agents_[a].client, proto::MakeFrame(MessageType::kProcessExited, exited,
+                                                           job_, 0, "agent-" + agents_[a].name, 0));
+  });
+}
+
+void SimJob::Heartbeat(int w, uint64_t token) {
+  Worker& x = workers_[w];
+  if (token != x.hb_token || x.state == State::kDead || x.state == State::kLeft) return;
+  if (x.hb_step != x.step) {
+    x.hb_frame = proto::MakeFrame(MessageType::kHeartbeat, proto::Heartbeat{x.step}, job_,
+                                  x.generation, x.id, 0);
+    x.hb_step = x.step;
+  }
+  coordinator_->Send(x.client, x.hb_frame);
+  loop_->After(x.hb_interval, [this, w, token] { Heartbeat(w, token); });
+}
+
+void SimJob::OnWorkerFrame(int w, const Frame& frame) {
+  Worker& x = workers_[w];
+  if (x.state == State::kDead || x.state == State::kLeft) return;
+  const MessageType type = FrameType(*frame);
+  if (type == MessageType::kNewGeneration) {
+    OnNewGeneration(w, frame);
+    return;
+  }
+  auto e = proto::DecodeEnvelope(*frame);
+  if (!e.ok()) return;
+  switch (type) {
+    case MessageType::kJoinReply: {
+      if (x.state != State::kJoining || e->request_id != x.join_request) return;
+      auto reply = proto::DecodePayload<proto::JoinReply>(e->payload);
+      if (!reply.ok()) return;
+      x.state = State::kStandby;
+      x.hb_interval = reply->heartbeat_interval_ms * kMs;
+      ++joined_;
+      last_join_reply_ = loop_->now();
+      const uint64_t token = ++x.hb_token;
+      loop_->After(1 + loop_->Uniform(x.hb_interval), [this, w, token] { Heartbeat(w, token); });
+      return;
+    }
+    case MessageType::kError: {
+      auto error = proto::DecodePayload<proto::ErrorReply>(e->payload);
+      if (!error.ok()) return;
+      if (x.state == State::kJoining && e->request_id == x.join_request) {
+        ++join_failures_;
+        Die(w, 1, 0, true);
+        return;
+      }
+      if (x.state != State::kBuilding || e->request_id != x.op_request) return;
+      if (error->code == static_cast<int32_t>(StatusCode::kTimedOut)) {
+        RunOp(w);  // CoordinatorStore asks again in its next slice
+        return;
+      }
+      // The rendezvous failed (the store refused a key): the build fails, the worker reports it
+      // and waits for the coordinator's decision.
+      if (build_failures_++ == 0) first_build_error_ = error->message;
+      proto::FailureReport report{x.building, error->code, error->message};
+      x.ops.clear();
+      x.building = 0;
+      x.state = State::kWaiting;
+      SendFrom(w, MessageType::kFailureReport, report, 0);
+      return;
+    }
+    case MessageType::kKvReply:
+      OnKvReply(w, *e);
+      return;
+    case MessageType::kPauseRequest: {
+      auto pause = proto::DecodePayload<proto::PauseRequest>(e->payload);
+      if (pause.ok()) x.pause_target = std::max(x.pause_target, pause->target_generation);
+      return;
+    }
+    case MessageType::kRecoverRequest:
+      OnRecover(w, *e);
+      return;
+    case MessageType::kShutdown:
+      Die(w, 1, 0, true);  // declared lost: it must exit
+      return;
+    default:
+      return;
+  }
+}
+
+void SimJob::OnAgentFrame(int a, const Frame& frame) {
+  if (!agents_[a].alive) return;
+  auto e = proto::DecodeEnvelope(*frame);
+  if (!e.ok() || e->type != MessageType::kSpawnRequest) return;
+  auto spawn = proto::DecodePayload<proto::SpawnRequest>(e->payload);
+  if (!spawn.ok()) return;
+  for (const auto& id : spawn->worker_ids) {
+    const int w = AddWorker(id, agents_[a].host);
+    loop_->After(model_.spawn_us, [this, w] { StartWorker(w); });
+  }
+}
+
+void SimJob::OnAdminFrame(const Frame& frame) {
+  auto e = proto::DecodeEnvelope(*frame);
+  if (!e.ok() || e->request_id != admin_request_) return;
+  if (e->type == MessageType::kError) {
+    auto error = proto::DecodePayload<proto::ErrorReply>(e->payload);
+    resize_.over = true;
+    resize_.phase = proto::ResizePhase::kFailed;
+    resize_.message = error.ok() ? error->message : "error";
+    resize_.answered = loop_->now();
+    return;
+  }
+  if (e->type != MessageType::kResizeReply) return;
+  auto reply = proto::DecodePayload<proto::ResizeReply>(e->payload);
+  if (!reply.ok()) return;
+  if (reply->phase == proto::ResizePhase::kAccepted) {
+    resize_.accepted = true;
+    return;
+  }
+  resize_.over = true;
+  resize_.phase = reply->phase;
+  resize_.workers = reply->workers;
+  resize_.message = reply->message;
+  resize_.answered = loop_->now();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations of the scenario.
+
+void SimJob::Resize(int workers) {
+  resize_ = ResizeOutcome{};
+  resize_.sent = loop_->now();
+  proto::ResizeRequest req;
+  req.workers = workers;
+  req.wait = true;
+  coordinator_->Send(admin_, proto::MakeFrame(MessageType::kResize, req, job_, 0, "admin",
+                                              ++admin_request_));
+}
+
+std::vector<std::string> SimJob::KillMembers(int count) {
+  std::vector<int> running;
+  for (const auto& x : workers_) {
+    if (x.state == State::kRunning) running.push_back(x.index);
+  }
+  std::shuffle(running.begin(), running.end(), loop_->rng());
+  std::vector<std::string> killed;
+  for (int i = 0; i < count && i < static_cast<int>(running.size()); ++i) {
+    killed.push_back(workers_[running[i]].id);
+    Die(running[i], 0, 9, /*reported=*/true);
+  }
+  return killed;
+}
+
+std::string SimJob::KillHost() {
+  std::map<int, std::vector<int>> by_host;
+  for (const auto& x : workers_) {
+    if (x.state != State::kDead && x.state != State::kLeft) by_host[x.host].push_back(x.index);
+  }
+  for (auto it = by_host.rbegin(); it != by_host.rend(); ++it) {
+    const auto& ws = it->second;
+    if (!agents_[it->first].alive || static_cast<int>(ws.size()) != model_.host_size) continue;
+    if (!std::all_of(ws.begin(), ws.end(),
+                     [&](int w) { return workers_[w].state == State::kRunning; })) {
+      continue;
+    }
+    agents_[it->first].alive = false;
+    for (int w : ws) Die(w, 0, 9, /*reported=*/false);
+    return agents_[it->first].name;
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building a generation.
+
+void SimJob::OnNewGeneration(int w, const Frame& frame) {
+  Worker& x = workers_[w];
+  const uint64_t generation = FrameGeneration(*frame);
+  auto it = builds_.find(generation);
+  Build* b = it != builds_.end() && it->second.frame == frame.get() ? &it->second : nullptr;
+  if (b == nullptr) {
+    auto e = proto::DecodeEnvelope(*frame);
+    if (!e.ok()) return;
+    auto ng = proto::DecodePayload<proto::NewGeneration>(e->payload);
+    if (!ng.ok()) return;
+    if (ng->leave) {
+      // Hands its shards off (the staying workers hold them all: nothing to send) and exits 0.
+      x.state = State::kLeft;
+      ++x.hb_token;
+      const int a = x.host;
+      loop_->After(model_.reap_us, [this, a, id = x.id] {
+        if (!agents_[a].alive) return;
+        coordinator_->Send(agents_[a].client,
+                           proto::MakeFrame(MessageType::kProcessExited,
+                                            proto::ProcessExited{id, 0, 0}, job_, 0,
+                                            "agent-" + agents_[a].name, 0));
+      });
+      return;
+    }
+    if (it == builds_.end()) {
+      // Older builds are over (a generation number is never used twice).
+      builds_.erase(builds_.begin(), builds_.lower_bound(generation > 2 ? generation - 2 : 0));
+      Build& nb = builds_[generation];
+      nb.generation = generation;
+      nb.ng = std::make_shared<const proto::NewGeneration>(std::move(ng).value());
+      const auto& members = nb.ng->members;
+      const int world = static_cast<int>(members.size());
+      std::set<std::string> before;
+      for (const auto& m : nb.ng->prev_members) before.insert(m.worker_id);
+      nb.fresh_nccl = nb.ng->reason == proto::GenerationReason::kStart ||
+                      nb.ng->reason == proto::GenerationReason::kResume;
+      for (int r = 0; r < world; ++r) {
+        nb.rank_of[members[r].worker_id] = r;
+        if (!before.count(members[r].worker_id)) nb.fresh_nccl = true;
+        if (!members[r].has_state) nb.transfer = true;
+      }
+      const int stride = std::max(1, world / std::max(1, model_.rendezvous_sample));
+      for (int r = 0; r < world; r += stride) nb.sample.push_back(r);
+      last_sample_ = static_cast<int>(nb.sample.size());
+      nb.members.assign(world, -1);
+      it = builds_.find(generation);
+    }
+    it->second.frame = frame.get();
+    it->second.keep = frame;
+    b = &it->second;
+  }
+  if (generation <= x.generation || generation < x.answered_target) return;  // stale
+  Enter(w, *b);
+}
+
+void SimJob::Enter(int w, Build& b) {
+  Worker& x = workers_[w];
+  auto r = b.rank_of.find(x.id);
+  if (r == b.rank_of.end()) return;  // not a member (the real worker refuses it)
+  const proto::Member& me = b.ng->members[r->second];
+  x.state = State::kBuilding;
+  x.building = b.generation;
+  x.rank = r->second;
+  x.received_at = loop_->now();
+  // A worker that held the state rolls back to the commit of restore_step; one that did not
+  // receives the state (and the step) from the others.
+  x.step = b.ng->restore_step;
+  if (me.has_state) {
+    std::erase_if(x.commits, [&](int64_t s) { return s > b.ng->restore_step; });
+  } else {
+    x.commits.clear();
+  }
+  ++b.received;
+  b.members[x.rank] = w;
+  x.sampled = std::binary_search(b.sample.begin(), b.sample.end(), x.rank);
+  if (x.sampled) {
+    x.ops = RendezvousOps(b, x.rank);
+    x.op = 0;
+    RunOp(w);
+  } else if (model_.every_rank_sets) {
+    // Its own two keys, for real; what it would read is the sampled ranks' part.
+    ++b.setters;
+    x.ops = RendezvousOps(b, x.rank);
+    std::erase_if(x.ops, [](const KvOp& op) { return op.type != MessageType::kKvSet; });
+    for (auto& op : x.ops) op.weight = 1;
+    x.op = 0;
+    RunOp(w);
+  } else {
+    b.waiting.push_back(w);
+  }
+  MaybeFinishRendezvous(b);
+}
+
+std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const {
+  // CreateGlooCommunicator(prefix "g<G>/world/") -> PrefixStore(prefix) -> GlooStore ->
+  // CoordinatorStore: gloo's keys become "g<G>/world//<key>".
+  const int world = static_cast<int>(b.ng->members.size());
+  const double s = static_cast<double>(b.sample.size());
+  const double n = world;
+  const double per_rank = model_.every_rank_sets ? 1 : n / s;
+  const double pairs = s > 1 ? n * (n - 1) / (s * (s - 1)) : 0;
+  const std::string prefix = b.ng->kv_prefix + "world//";
+  std::vector<KvOp> ops;
+  // Context::connectFullMesh: this rank's hostname, then every lower rank's (its local rank).
+  ops.push_back({MessageType::kKvSet, prefix + "rank_" + std::to_string(rank), 0,
+                 HostName(workers_[b.members[rank] >= 0 ? b.members[rank] : 0].host), per_rank});
+  for (int i : b.sample) {
+    if (i >= rank) break;
+    ops.push_back({MessageType::kKvGet, prefix + "rank_" + std::to_string(i), 0, "", pairs});
+  }
+  // Its pairs' addresses, one key; then for every other rank a wait and a read of that rank's key.
+  ops.push_back({MessageType::kKvSet, prefix + std::to_string(rank),
+                 kGlooAddressBytes * static_cast<size_t>(world - 1), "", per_rank});
+  for (int i : b.sample) {
+    if (i == rank) continue;
+    ops.push_back({MessageType::kKvWait, prefix + std::to_string(i), 0, "", pairs});
+    ops.push_back({MessageType::kKvGet, prefix + std::to_string(i), 0, "", pairs});
+  }
+  // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
+  if (model_.nccl && b.fresh_nccl) {
+    const std::string key = b.ng->kv_prefix + "nccl/world/nccl_id";
+    if (rank == 0) {
+      ops.push_back({MessageType::kKvSet, key, 0, std::string(256, 'a'), 1});
+    } else {
+      ops.push_back({MessageType::kKvGet, key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
+    }
+  }
+  return ops;
+}
+
+void SimJob::RunOp(int w) {
+  Worker& x = workers_[w];
+  const KvOp& op = x.ops[x.op];
+  x.op_request = x.next_request++;
+  switch (op.type) {
+    case MessageType::kKvSet: {
+      proto::KvSetRequest req{op.key, op.value_bytes > 0 ? std::string(op.value_bytes, '\x01')
+                                                         : op.value};
+      SendFrom(w, op.type, req, x.op_request, op.weight);
+      break;
+    }
+    case MessageType::kKvGet:
+      SendFrom(w, op.type, proto::KvGetRequest{op.key, kKvSliceMs}, x.op_request, op.weight);
+      break;
+    case MessageType::kKvWait:
+      SendFrom(w, op.type, proto::KvWaitRequest{{op.key}, kKvSliceMs}, x.op_request, op.weight);
+      break;
+    default:
+      break;
+  }
+}
+
+void SimJob::OnKvReply(int w, const proto::Envelope& e) {
+  Worker& x = workers_[w];
+  if (x.state != State::kBuilding || e.request_id != x.op_request) return;
+  if (++x.op < x.ops.size()) {
+    RunOp(w);
+    return;
+  }
+  x.ops.clear();
+  auto it = builds_.find(x.building);
+  if (it == builds_.end()) return;
+  if (x.sampled) {
+    SampleDone(w, it->second);
+  } else {
+    SetterDone(w, it->second);
+  }
+}
+
+void SimJob::SetterDone(int w, Build& b) {
+  ++b.setters_done;
+  b.waiting.push_back(w);
+  MaybeFinishRendezvous(b);
+}
+
+void SimJob::SampleDone(int w, Build& b) {
+  ++b.samples_done;
+  b.waiting.push_back(w);
+  MaybeFinishRendezvous(b);
+}
+
+void SimJob::MaybeFinishRendezvous(Build& b) {
+  const int world = static_cast<int>(b.ng->members.size());
+  if (b.done || b.samples_done < static_cast<int>(b.sample.size()) || b.received < world ||
+      b.setters_done < b.setters) {
+    return;
+  }
+  b.done = true;
+  // What the sampled ranks did not send: every rank's remaining requests, one round trip each.
+  const double n = world, s = static_cast<double>(b.sample.size());
+  const double nccl = model_.nccl && b.fresh_nccl ? 1 : 0;
+  const double full_ops = 2 + (n - 1) / 2 + 2 * (n - 1) + nccl;
+  const double sampled_ops = 2 + (s - 1) / 2 + 2 * (s - 1) + nccl;
+  const SimTime chain = static_cast<SimTime>((full_ops - sampled_ops) * model_.kv_round_trip_us);
+  const SimTime connect = model_.connect_us_per_peer * (world - 1);
+  const SimTime nccl_us = !model_.nccl ? 0 : b.fresh_nccl ? model_.nccl_init_us : model_.nccl_shrink_us;
+  const SimTime transfer = b.transfer ? model_.transfer_us : 0;
+  for (int w : b.waiting) {
+    const Worker& x = workers_[w];
+    if (x.state != State::kBuilding || x.building != b.generation) continue;
+    const SimTime rebuild = loop_->now() - x.received_at + chain + connect + nccl_us;
+    loop_->After(chain + connect + nccl_us + transfer + loop_->Uniform(kMs),
+                 [this, w, g = b.generation, rebuild, transfer] {
+                   Ready(w, g, static_cast<double>(rebuild) / kMs,
+                         static_cast<double>(transfer) / kMs);
+                 });
+  }
+  b.waiting.clear();
+}
+
+void SimJob::Ready(int w, uint64_t generation, double rebuild_ms, double transfer_ms) {
+  Worker& x = workers_[w];
+  if (x.state != State::kBuilding || x.building != generation) return;  // aborted meanwhile
+  x.generation = generation;
+  x.building = 0;
+  x.state = State::kRunning;
+  x.pause_target = 0;  // a new generation runs: nothing is pending
+  x.commits = {x.step};  // every member commits the state it continues from
+  proto::GenerationReady ready{generation, rebuild_ms, transfer_ms, 0};
+  SendFrom(w, MessageType::kGenerationReady, ready, 0);
+  auto it = builds_.find(generation);
+  if (it == builds_.end()) return;
+  Build& b = it->second;
+  // The first step's collectives need every member.
+  if (++b.ready == static_cast<int>(b.ng->members.size())) StartTraining(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training, pausing, failing.
+
+SimTime SimJob::AgreementUs(int world) const {
+  // The per-step pause agreement, an 8-byte allreduce on the Gloo control world: a direct
+  // exchange up to 16 ranks, else a ring of 2(N-1) steps (docs/collectives.md).
+  return world <= 16 ? 2 * model_.hop_us : 2 * static_cast<SimTime>(world - 1) * model_.hop_us;
+}
+
+void SimJob::StartTraining(Build& b) {
+  training_.running = true;
+  training_.generation = b.generation;
+  training_.members = b.members;
+  training_.step = b.ng->restore_step;
+  const uint64_t token = ++training_.token;
+  loop_->After(model_.step_us, [this, token] { StepEnd(token); });
+}
+
+void SimJob::StepEnd(uint64_t token) {
+  if (token != training_.token || !training_.running) return;
+  const int world = static_cast<int>(training_.members.size());
+  // A member that died breaks the step's collectives: the ranks next to it on the ring see the
+  // connection fail (at once for a killed process, after the collective timeout for a host that
+  // vanished) and report; the others stay blocked until the coordinator's RecoverRequest.
+  std::set<int> report;
+  bool broken = false;
+  for (int r = 0; r < world; ++r) {
+    const int w = training_.members[r];
+    if (w >= 0 && workers_[w].state == State::kRunning) continue;
+    broken = true;
+    const bool silent = w >= 0 && !agents_[workers_[w].host].alive;
+    for (int d : {-1, 1}) {
+      const int n = training_.members[(r + d + world) % world];
+      if (n >= 0 && workers_[n].state == State::kRunning) {
+        report.insert(n);
+        loop_->After(silent ? model_.collective_timeout_us : 2 * model_.hop_us,
+                     [this, n, g = training_.generation] {
+                       Worker& y = workers_[n];
+                       if (y.state != State::kRunning || y.generation != g) return;
+                       y.state = State::kWaiting;
+                       SendFrom(n, MessageType::kFailureReport,
+                                proto::FailureReport{g, static_cast<int32_t>(StatusCode::kPeerLost),
+                                                     "connection reset by peer"},
+                                0);
+                     });
+      }
+    }
+  }
+  if (broken) {
+    training_.running = false;
+    return;
+  }
+  ++training_.step;
+  uint64_t target = 0;
+  for (int w : training_.members) {
+    Worker& x = workers_[w];
+    x.step = training_.step;
+    if (x.step % model_.commit_every == 0) AddCommit(&x.commits, x.step);
+    target = std::max(target, x.pause_target);
+  }
+  if (target > training_.generation) {
+    training_.running = false;
+    const SimTime agreed = AgreementUs(world) + model_.commit_us;
+    for (int w : training_.members) {
+      loop_->After(agreed + loop_->Uniform(2 * kMs), [this, w, target] { Pause(w, target); });
+    }
+    return;
+  }
+  loop_->After(model_.step_us, [this, token] { StepEnd(token); });
+}
+
+void SimJob::Pause(int w, uint64_t target) {
+  Worker& x = workers_[w];
+  if (x.state != State::kRunning) return;
+  AddCommit(&x.commits, x.step);
+  x.answered_target = std::max(x.answered_target, target);
+  x.state = State::kWaiting;
+  SendFrom(w, MessageType::kPaused, proto::PausedReport{target, x.step, x.commits, false}, 0);
+}
+
+void SimJob::OnRecover(int w, const proto::Envelope& e) {
+  Worker& x = workers_[w];
+  auto req = proto::DecodePayload<proto::RecoverRequest>(e.payload);
+  if (!req.ok() || req->target_generation <= x.generation) return;
+  if (req->target_generation <= x.answered_target && x.state == State::kWaiting) return;
+  // The I/O thread interrupts the communicators (every collective of the generation breaks) and
+  // answers at once; a build in progress is abandoned (its rendezvous cancelled).
+  if (training_.running && training_.generation == x.generation) training_.running = false;
+  x.ops.clear();
+  x.building = 0;
+  x.answered_target = std::max(x.answered_target, req->target_generation);
+  x.state = State::kWaiting;
+  SendFrom(w, MessageType::kPaused,
+           proto::PausedReport{req->target_generation, x.step, x.commits, true}, 0);
+}
+
+}  // namespace elastra::scale

@@ -1,0 +1,215 @@
+// The simulated job: workers, agents (one per host of JobModel::host_size workers) and an admin
+// client that speak the real protocol (common/messages.h, encoded with the real codec) to a
+// SimCoordinator, as the real ones do:
+//   worker   worker/reconfiguration_loop.cc: Join (10 s timeout), a Heartbeat every interval the
+//            JoinReply names, the per-step pause agreement, PausedReport after the agreed step,
+//            PausedReport(failed) the moment a RecoverRequest lands (the I/O thread), a
+//            FailureReport from the ranks whose collective broke, exit on Shutdown;
+//            worker/generation_builder.cc + group_building.cc: on NewGeneration, the Gloo world's
+//            rendezvous on the coordinator's key-value store (gloo 0.0~git20220518's
+//            connectFullMesh: a hostname key per rank, every lower rank's hostname read, a key of
+//            N-1 addresses of 136 bytes per rank, then a wait and a read of every other rank's
+//            key), NCCL's unique id when NCCL starts afresh, then GenerationReady; leave = true:
+//            exit 0.
+//   agent    launch/run.cc: AgentRegister at start and every 2 s, ProcessExited for each exit,
+//            starting workers on SpawnRequest.
+//   admin    ResizeRequest{wait = true} and its two replies.
+// What the processes do between messages takes modelled time (JobModel). The rendezvous is run
+// for real by a sample of the ranks; each of their key-value requests is sent with the weight of
+// the requests it stands for (docs/scale.md, "What is simulated").
+//
+// Not thread-safe: the simulation's thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/scale/sim.h"
+#include "common/messages.h"
+
+namespace elastra::scale {
+
+struct JobModel {
+  int host_size = 8;              // workers per host (one agent each)
+  SimTime join_spread_us = 1 * kSec;  // the launchers start the first workers over this window
+  SimTime spawn_us = 2 * kSec;    // an agent starting a worker process until it sends Join
+  SimTime step_us = 1 * kSec;     // one training step
+  int commit_every = 10;          // WorkerOptions::commit_every
+  SimTime commit_us = 100 * kMs;  // the in-memory commit before a PausedReport
+  SimTime hop_us = 35;            // one message of the Gloo control world (the step agreement)
+  SimTime connect_us_per_peer = 20;  // Gloo full mesh: one pair connected, per peer, per rank
+  SimTime nccl_init_us = 1 * kSec;   // a fresh NCCL world (beyond its unique-id exchange)
+  SimTime nccl_shrink_us = 200 * kMs;  // ncclCommShrink / Split of the previous world
+  SimTime transfer_us = 2 * kSec;  // the state reaching members that hold none (a grow)
+  SimTime reap_us = 10 * kMs;      // an agent noticing its worker exited
+  SimTime collective_timeout_us = 5 * kSec;  // a peer that vanished without a reset
+  SimTime agent_register_us = 2 * kSec;
+  SimTime kv_round_trip_us = 70;  // one key-value request of a rank not sampled, unloaded
+  bool nccl = true;            // GPU job: a Gloo control world plus NCCL
+  int rendezvous_sample = 32;  // ranks that run the rendezvous for real
+  // Every rank writes its two rendezvous keys for real (the others still read only the sampled
+  // ranks' keys), so the store's 256 MiB bound applies as it would: a generation whose keys do
+  // not fit fails to build.
+  bool every_rank_sets = false;
+  int tensors = 16;            // tensors in the state each worker registers
+};
+
+// What the admin heard about its resize.
+struct ResizeOutcome {
+  bool accepted = false;
+  bool over = false;  // done or failed arrived
+  proto::ResizePhase phase = proto::ResizePhase::kAccepted;
+  int32_t workers = 0;
+  std::string message;
+  SimTime sent = 0, answered = 0;
+};
+
+class SimJob {
+ public:
+  SimJob(EventLoop* loop, SimCoordinator* coordinator, JobModel model, std::string job);
+  ~SimJob();
+  SimJob(const SimJob&) = delete;
+  SimJob& operator=(const SimJob&) = delete;
+
+  // Registers the agents of ceil(workers / host_size) hosts and starts `workers` workers "w0".. on
+  // them over JobModel::join_spread_us.
+  void Launch(int workers);
+  // The admin asks for `workers` workers and waits for the outcome (resize()).
+  void Resize(int workers);
+  // `count` members (random) die; their agents report the exits (signal 9). Their ids.
+  std::vector<std::string> KillMembers(int count);
+  // A host whose workers all are members goes silent with its agent (no exit is reported). Its
+  // name, or "" when there is none.
+  std::string KillHost();
+
+  int joined() const { return joined_; }  // JoinReplies received
+  SimTime last_join_reply() const { return last_join_reply_; }
+  int join_failures() const { return join_failures_; }  // refused or timed out (the worker exits)
+  const ResizeOutcome& resize() const { return resize_; }
+  int build_failures() const { return build_failures_; }  // generations a worker could not build
+  const std::string& first_build_error() const { return first_build_error_; }
+  // Rendezvous bookkeeping for the report.
+  int rendezvous_samples() const { return last_sample_; }
+
+ private:
+  enum class State { kStarting, kJoining, kStandby, kBuilding, kRunning, kWaiting, kLeft, kDead };
+  struct KvOp {
+    proto::MessageType type;
+    std::string key;
+    size_t value_bytes = 0;
+    std::string value;  // when not value_bytes of zeros
+    double weight = 1;
+  };
+  struct Worker {
+    int index = 0;
+    std::string id;
+    int host = 0;
+    int client = -1;
+    State state = State::kStarting;
+    uint64_t next_request = 1;
+    uint64_t join_request = 0;
+    SimTime hb_interval = 200 * kMs;
+    uint64_t hb_token = 0;
+    std::string hb_frame;
+    int64_t hb_step = -2;
+    uint64_t generation = 0;  // the generation it runs
+    uint64_t answered_target = 0;
+    uint64_t pause_target = 0;
+    uint64_t building = 0;  // the generation it builds
+    int rank = -1;
+    int64_t step = 0;
+    std::vector<int64_t> commits;
+    SimTime received_at = 0;  // of the NewGeneration it builds
+    // The rendezvous, when it is one of the sampled ranks.
+    std::vector<KvOp> ops;
+    size_t op = 0;
+    uint64_t op_request = 0;
+    bool sampled = false;  // its ops are the whole rendezvous (else only its own keys)
+  };
+  struct Agent {
+    int host = 0;
+    std::string name;
+    int client = -1;
+    bool alive = true;
+  };
+  // One generation being built, as its members see it.
+  struct Build {
+    uint64_t generation = 0;
+    const std::string* frame = nullptr;  // the members' NewGeneration frame
+    Frame keep;                          // keeps `frame` alive
+    std::shared_ptr<const proto::NewGeneration> ng;
+    std::unordered_map<std::string, int> rank_of;
+    std::vector<int> sample;  // ranks that run the rendezvous for real
+    int samples_done = 0;
+    int setters = 0, setters_done = 0;  // every_rank_sets: the ranks not sampled
+    int received = 0;
+    int ready = 0;
+    bool fresh_nccl = true;
+    bool transfer = false;
+    bool done = false;  // the rendezvous completed
+    std::vector<int> waiting;  // workers (indices) waiting for the rendezvous
+    std::vector<int> members;  // workers (indices) by rank, as they receive it
+  };
+  struct Training {
+    bool running = false;
+    uint64_t generation = 0;
+    std::vector<int> members;  // worker indices by rank
+    int64_t step = 0;
+    uint64_t token = 0;
+  };
+
+  int AddWorker(const std::string& id, int host);
+  void StartWorker(int w);
+  void OnWorkerFrame(int w, const Frame& frame);
+  void OnAgentFrame(int a, const Frame& frame);
+  void OnAdminFrame(const Frame& frame);
+  void RegisterAgent(int a, uint64_t request_id);
+  void AgentTick(int a);
+
+  template <class T>
+  void SendFrom(int w, proto::MessageType type, const T& payload, uint64_t request_id,
+                double weight = 1);
+  void Heartbeat(int w, uint64_t token);
+  void Die(int w, int exit_code, int signal, bool reported);
+
+  void OnNewGeneration(int w, const Frame& frame);
+  void Enter(int w, Build& b);
+  void RunOp(int w);
+  void OnKvReply(int w, const proto::Envelope& e);
+  void SampleDone(int w, Build& b);
+  void SetterDone(int w, Build& b);
+  void MaybeFinishRendezvous(Build& b);
+  void Ready(int w, uint64_t generation, double rebuild_ms, double transfer_ms);
+  std::vector<KvOp> RendezvousOps(const Build& b, int rank) const;
+
+  void StartTraining(Build& b);
+  void StepEnd(uint64_t token);
+  void Pause(int w, uint64_t target);
+  void OnRecover(int w, const proto::Envelope& e);
+  SimTime AgreementUs(int world) const;
+
+  EventLoop* loop_;
+  SimCoordinator* coordinator_;
+  JobModel model_;
+  std::string job_;
+  StateSpec state_;
+  std::vector<Worker> workers_;  // by index; a worker's client number is its own
+  std::vector<Agent> agents_;
+  int admin_ = -1;
+  uint64_t admin_request_ = 0;
+  ResizeOutcome resize_;
+  std::map<uint64_t, Build> builds_;
+  Training training_;
+  int joined_ = 0;
+  SimTime last_join_reply_ = 0;
+  int join_failures_ = 0;
+  int build_failures_ = 0;
+  std::string first_build_error_;
+  int last_sample_ = 0;
+};
+
+}  // namespace elastra::scale
