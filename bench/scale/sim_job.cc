@@ -79,7 +79,9 @@ int SimJob::AddWorker(const std::string& id, int host) {
 }
 
 void SimJob::Launch(int workers) {
-  const int hosts = (workers + model_.host_size - 1) / model_.host_size;
+  // One host more than the workers fill: its free slots are where the planned grow goes (the
+  // coordinator refuses a resize beyond the slots the agents registered).
+  const int hosts = (workers + model_.host_size - 1) / model_.host_size + 1;
   for (int h = 0; h < hosts; ++h) {
     const int a = static_cast<int>(agents_.size());
     Agent agent;
