@@ -174,6 +174,13 @@ void WorkerService::OnProcessExited(const std::string& identity, proto::Role rol
   }
   host_manager_->OnExited(exited->worker_id);
   if (w == nullptr) return;
+  if (w->state == WorkerState::kMember && exited->exit_code == 0 && exited->signal == 0) {
+    // A member that exited 0 has finished: its Leave comes over its own socket and may arrive
+    // after this report from its agent. It stays watched: without a Leave it is lost when its
+    // heartbeat deadline passes, as a silent member is.
+    LOG(INFO) << "worker " << w->id << " exited with code 0; waiting for its Leave";
+    return;
+  }
   health_->Forget(w->id);
   switch (w->state) {
     case WorkerState::kLeaving:

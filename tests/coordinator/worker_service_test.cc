@@ -118,6 +118,26 @@ TEST_F(WorkerServiceTest, AMemberThatQuitsOrExitsIsRecoveredFrom) {
   EXPECT_EQ(recoveries_, 1);
 }
 
+// An agent's report that a member exited 0 can arrive before the member's Leave (they travel over
+// different sockets): the member finishes when its Leave comes; without one it is lost at its
+// heartbeat deadline, as a silent member is.
+TEST_F(WorkerServiceTest, AMemberThatExitedZeroFinishesByItsLeaveOrIsLostAtItsDeadline) {
+  Start();
+  workers_.OnProcessExited("id-agent", proto::Role::kAdmin,
+                           Envelope("agent", T::kProcessExited, proto::ProcessExited{"a", 0, 0}));
+  EXPECT_EQ(membership_.Find("a")->state, WorkerState::kMember);
+  EXPECT_TRUE(Sent<proto::RecoverRequest>(T::kRecoverRequest).empty());
+  workers_.OnLeave("id-a", Envelope("a", T::kLeave, proto::LeaveRequest{}, 5));
+  EXPECT_EQ(membership_.Find("a")->state, WorkerState::kFinished);
+  // b exits 0 and never says it leaves.
+  workers_.OnProcessExited("id-agent", proto::Role::kAdmin,
+                           Envelope("agent", T::kProcessExited, proto::ProcessExited{"b", 0, 0}));
+  EXPECT_EQ(membership_.Find("b")->state, WorkerState::kMember);
+  clock_.Advance(Duration(1600));
+  workers_.ExpireHeartbeats();
+  EXPECT_EQ(membership_.Find("b")->state, WorkerState::kLost);
+}
+
 TEST_F(WorkerServiceTest, ReportsNothingAwaitsAreCountedAsStale) {
   Start();
   workers_.OnPaused(Envelope("a", T::kPaused, proto::PausedReport{2, 5, {}, false}));
