@@ -93,8 +93,8 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   if (options.restart) {
     // The same job, address and keys as before: clients reconnect by themselves.
     auto info = ReadConnectionInfo(info_path);
-    if (!info.ok()) return info.status().WithContext("restarting the coordinator of " +
-                                                     options.state_dir);
+    if (!info.ok())
+      return info.status().WithContext("restarting the coordinator of " + options.state_dir);
     auto keys = ReadKeyFile(key_path);
     if (!keys.ok()) return keys.status().WithContext("restarting: reading " + key_path);
     if (keys->public_key != info->server_public || !IsValidZ85Key(keys->secret_key)) {
@@ -104,8 +104,8 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
     std::vector<std::string> warnings;
     auto journal = Journal::Replay(journal_path, &warnings);
     if (!journal.ok()) return journal.status().WithContext("restarting: nothing to take back");
-    if (journal->empty()) return NotFoundError("restarting: the journal " + journal_path +
-                                               " holds no job");
+    if (journal->empty())
+      return NotFoundError("restarting: the journal " + journal_path + " holds no job");
     server_keys = *keys;
     e.info = *info;
     o.job = info->job;
@@ -134,7 +134,8 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.heartbeat_interval = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_MS", 200));
   o.heartbeat_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_HEARTBEAT_TIMEOUT_MS", 1500));
   o.spawn_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_SPAWN_TIMEOUT_MS", 60000));
-  o.checkpoint_keep = static_cast<int>(std::max<long long>(1, EnvInt("ELASTRA_CHECKPOINT_KEEP", 3)));
+  o.checkpoint_keep =
+      static_cast<int>(std::max<long long>(1, EnvInt("ELASTRA_CHECKPOINT_KEEP", 3)));
   auto server = CoordinatorServer::Start(o);
   // A restart binds the old address; the old process may still be releasing it for a moment.
   for (int tries = 0; options.restart && !server.ok() &&

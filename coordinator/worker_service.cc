@@ -18,9 +18,9 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
   if (const HostInfo* host = hosts_->Find(req->host);
       host != nullptr && host->state == proto::HostState::kDrained &&
       hosts_->SpawnHost(req->worker_id) == nullptr) {
-    outbox_->SendError(identity, e.request_id,
-                       FailedPreconditionError("host " + req->host +
-                                               " was drained; no worker joins from it"));
+    outbox_->SendError(
+        identity, e.request_id,
+        FailedPreconditionError("host " + req->host + " was drained; no worker joins from it"));
     return;
   }
   const WorkerInfo* existing = membership_->Find(req->worker_id);

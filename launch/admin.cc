@@ -31,8 +31,8 @@ std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
                                             const std::string& state_dir) {
   auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
   if (!info.ok()) {
-    std::fprintf(stderr, "elastra %s: no job found in %s: %s\n", command.c_str(),
-                 state_dir.c_str(), info.status().ToString().c_str());
+    std::fprintf(stderr, "elastra %s: no job found in %s: %s\n", command.c_str(), state_dir.c_str(),
+                 info.status().ToString().c_str());
     return nullptr;
   }
   ControlClientOptions o;
@@ -258,11 +258,12 @@ int ShowFinalStatus(const StatusOptions& flags, const nlohmann::json& j) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("job %s %s at generation %llu, step %lld (the coordinator has exited; the final "
-              "status is in %s/status.json)\n",
-              j.value("job", std::string("?")).c_str(), j.value("state", std::string("?")).c_str(),
-              static_cast<unsigned long long>(j.value("generation", uint64_t{0})),
-              static_cast<long long>(j.value("step", int64_t{0})), flags.state_dir.c_str());
+  std::printf(
+      "job %s %s at generation %llu, step %lld (the coordinator has exited; the final "
+      "status is in %s/status.json)\n",
+      j.value("job", std::string("?")).c_str(), j.value("state", std::string("?")).c_str(),
+      static_cast<unsigned long long>(j.value("generation", uint64_t{0})),
+      static_cast<long long>(j.value("step", int64_t{0})), flags.state_dir.c_str());
   return 0;
 }
 
@@ -293,13 +294,13 @@ int ShowStatus(const StatusOptions& flags) {
               st.job.c_str(), proto::ToString(st.state),
               static_cast<unsigned long long>(st.generation), st.layout.ToString().c_str(),
               static_cast<long long>(st.step), size.c_str());
-  std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP",
-              "HEARTBEAT", "PID", "HOST");
+  std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP", "HEARTBEAT",
+              "PID", "HOST");
   for (const proto::WorkerStatus& w : st.workers) {
     std::string hb = std::to_string(w.last_heartbeat_ms_ago) + " ms ago";
     std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.id.c_str(), proto::ToString(w.state),
-                w.rank, static_cast<long long>(w.step), hb.c_str(),
-                static_cast<long long>(w.pid), w.host.c_str());
+                w.rank, static_cast<long long>(w.step), hb.c_str(), static_cast<long long>(w.pid),
+                w.host.c_str());
   }
   if (!st.hosts.empty()) {
     std::printf("%-16s %-24s %5s %4s %7s %-8s %12s\n", "HOST", "ADDRESS", "SLOTS", "GPUS",
@@ -402,8 +403,9 @@ void AddKeygenCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<KeygenOptions>();
   CLI::App* keygen = app->add_subcommand("keygen", "Make a CURVE key pair");
   SetUsage(keygen, {"elastra keygen [--out FILE]"});
-  keygen->add_option("--out", o->out,
-                     "Write the pair to FILE (mode 0600) and print only the public key")
+  keygen
+      ->add_option("--out", o->out,
+                   "Write the pair to FILE (mode 0600) and print only the public key")
       ->type_name("FILE");
   keygen->callback([o, exit_code] { *exit_code = Keygen(*o); });
 }

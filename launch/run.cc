@@ -138,9 +138,10 @@ int RunJob(const RunOptions& flags) {
   const std::string& job = flags.job;
   logging::SetTag("agent");
 
-  std::vector<std::string> coordinator_args = {
-      "--job", job, "--bind", "tcp://127.0.0.1:0", "--workers", std::to_string(nproc),
-      "--max-workers", std::to_string(max_workers)};
+  std::vector<std::string> coordinator_args = {"--job",         job,
+                                               "--bind",        "tcp://127.0.0.1:0",
+                                               "--workers",     std::to_string(nproc),
+                                               "--max-workers", std::to_string(max_workers)};
   if (!flags.resume.empty()) {
     coordinator_args.push_back("--resume");
     coordinator_args.push_back(flags.resume);
@@ -272,8 +273,8 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
 
 void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<CoordinatorOptions>();
-  CLI::App* coordinator = app->add_subcommand(
-      "coordinator", "Run only the coordinator, for workers started elsewhere");
+  CLI::App* coordinator =
+      app->add_subcommand("coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
                          "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
                          "[--job NAME]",
@@ -297,8 +298,9 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   coordinator->add_option("--job", o->job, "The job's name")
       ->type_name("NAME")
       ->capture_default_str();
-  coordinator->add_option("--resume", o->resume,
-                          "Start from the newest committed checkpoint under this root")
+  coordinator
+      ->add_option("--resume", o->resume,
+                   "Start from the newest committed checkpoint under this root")
       ->type_name("CKPT_ROOT");
   coordinator->add_flag("--restart", o->restart,
                         "Take back the job journaled in --state-dir after its coordinator died");

@@ -132,7 +132,8 @@ StatusOr<std::optional<MpirunEnvironment>> DetectMpirun() {
   MpirunEnvironment env;
   ELASTRA_ASSIGN_OR_RETURN(long long size, EnvNumber("OMPI_COMM_WORLD_SIZE", 0, 1, 1 << 20));
   ELASTRA_ASSIGN_OR_RETURN(long long rank, EnvNumber("OMPI_COMM_WORLD_RANK", -1, 0, size - 1));
-  if (rank < 0) return InvalidArgumentError("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
+  if (rank < 0)
+    return InvalidArgumentError("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
   ELASTRA_ASSIGN_OR_RETURN(long long local_size,
                            EnvNumber("OMPI_COMM_WORLD_LOCAL_SIZE", size, 1, size));
   ELASTRA_ASSIGN_OR_RETURN(long long local_rank,
@@ -175,9 +176,9 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
     // address of the route to that coordinator.
     b->info_.address = Getenv("ELASTRA_COORDINATOR");
     b->bind_host_ = bind_override;
-    b->worker_id_ = "mpi-" + (env.job_id.empty() ? HostName() + "-" + std::to_string(getpid())
-                                                 : env.job_id) +
-                    "-" + std::to_string(env.world_rank);
+    b->worker_id_ =
+        "mpi-" + (env.job_id.empty() ? HostName() + "-" + std::to_string(getpid()) : env.job_id) +
+        "-" + std::to_string(env.world_rank);
     g_current = b;
     return b;
   }
@@ -205,8 +206,7 @@ StatusOr<std::shared_ptr<MpiBootstrap>> MpiBootstrap::Create(const MpirunEnviron
   if (mpi_size != env.world_size || mpi_rank != env.world_rank) {
     return InternalError("MPI reports rank " + std::to_string(mpi_rank) + " of " +
                          std::to_string(mpi_size) + " but the environment says " +
-                         std::to_string(env.world_rank) + " of " +
-                         std::to_string(env.world_size));
+                         std::to_string(env.world_rank) + " of " + std::to_string(env.world_size));
   }
 
   std::string payload;
@@ -408,8 +408,8 @@ void MpiBootstrap::StartSupervisor() {
       }
       if (coordinator_ended_ || failed_restarts >= 3) continue;
       if (exited_now && CoordinatorProcess::EndedTheJob(status)) {
-        LOG(INFO) << "mpirun: the coordinator ended the job (" << CoordinatorProcess::Describe(status)
-                  << ")";
+        LOG(INFO) << "mpirun: the coordinator ended the job ("
+                  << CoordinatorProcess::Describe(status) << ")";
         coordinator_ended_ = true;
         continue;
       }
@@ -449,7 +449,7 @@ MpiBootstrap::~MpiBootstrap() {
     // EndedTheJob).
     while (client.ok() && SteadyClock::now() < deadline && !coordinator_ended_) {
       auto st = (*client)->Call<proto::StatusReply>(proto::MessageType::kStatusRequest,
-                                                     proto::StatusRequest{}, milliseconds(1000));
+                                                    proto::StatusRequest{}, milliseconds(1000));
       if (st.ok()) {
         state = st->status.state;
         int live = 0, standby = 0;

@@ -4,13 +4,13 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/ioctl.h>
-#include <sys/wait.h>
-#include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>

@@ -1,153 +1,20 @@
 // The coordinator's state machine, driven message by message with a FakeClock: no sockets, no
-// sleeps.
+// sleeps. Hosts, agents, drains and the job's end: coordinator_core_hosts_test.cc.
 #include "coordinator/coordinator_core.h"
-
-#include "common/status_json.h"
 
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>
-
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 
-#include "common/codec.h"
+#include "common/status_json.h"
+#include "tests/coordinator/core_test_fixture.h"
 
 namespace elastra::coordinator {
 namespace {
 
-using proto::MessageType;
+using testing::CoreTest;
+using testing::Sent;
 using T = proto::MessageType;
-
-struct Sent {
-  std::string identity;
-  proto::Envelope envelope;
-};
-
-class CoreTest : public ::testing::Test {
- protected:
-  void Make(int initial_workers, int max_workers = 64) {
-    options_.job = "job";
-    options_.initial_workers = initial_workers;
-    options_.max_workers = max_workers;
-    options_.heartbeat_interval = Duration(200);
-    options_.heartbeat_timeout = Duration(1500);
-    options_.spawn_timeout = Duration(1000);
-    options_.clock = &clock_;
-    core_ = std::make_unique<CoordinatorCore>(options_);
-  }
-
-  static std::vector<Sent> DecodeAll(const std::vector<Outgoing>& out) {
-    std::vector<Sent> sent;
-    for (const auto& o : out) {
-      auto e = proto::DecodeEnvelope(o.frame);
-      EXPECT_TRUE(e.ok()) << e.status();
-      if (e.ok()) sent.push_back({o.identity, *e});
-    }
-    return sent;
-  }
-
-  template <class P>
-  std::vector<Sent> From(const std::string& sender, proto::Role role, T type,
-                         const P& payload, uint64_t request_id = 0, uint64_t generation = 0) {
-    proto::Envelope e;
-    e.type = type;
-    e.job = "job";
-    e.sender = sender;
-    e.request_id = request_id;
-    e.generation = generation;
-    e.payload = proto::EncodePayload(payload);
-    return DecodeAll(core_->Handle("id-" + sender, role, e));
-  }
-  template <class P>
-  std::vector<Sent> Worker(const std::string& id, T type, const P& payload, uint64_t rid = 0) {
-    return From(id, proto::Role::kWorker, type, payload, rid);
-  }
-  template <class P>
-  std::vector<Sent> Admin(T type, const P& payload, uint64_t rid = 1) {
-    return From("admin", proto::Role::kAdmin, type, payload, rid);
-  }
-  std::vector<Sent> Tick() { return DecodeAll(core_->Tick()); }
-
-  std::vector<Sent> Join(const std::string& id, StateSpec state = {}) {
-    proto::JoinRequest join{id, "host-" + id, 0, 100};
-    join.state = std::move(state);
-    return Worker(id, T::kJoin, join, ++rid_);
-  }
-
-  static std::vector<Sent> OfType(const std::vector<Sent>& sent, T type) {
-    std::vector<Sent> out;
-    for (const auto& s : sent) {
-      if (s.envelope.type == type) out.push_back(s);
-    }
-    return out;
-  }
-  template <class P>
-  static P Payload(const Sent& s) {
-    auto p = proto::DecodePayload<P>(s.envelope.payload);
-    EXPECT_TRUE(p.ok()) << p.status();
-    return *p;
-  }
-  static elastra::Status ErrorOf(const Sent& s) {
-    EXPECT_EQ(s.envelope.type, T::kError);
-    auto e = Payload<proto::ErrorReply>(s);
-    return elastra::Status(static_cast<StatusCode>(e.code), e.message);
-  }
-
-  // Joins ids and commits the first generation.
-  void Start(const std::vector<std::string>& ids) {
-    Make(static_cast<int>(ids.size()));
-    std::vector<Sent> last;
-    for (const auto& id : ids) last = Join(id);
-    auto gens = OfType(last, T::kNewGeneration);
-    ASSERT_EQ(gens.size(), ids.size());
-    for (const auto& id : ids) Ready(id, 1);
-    ASSERT_EQ(core_->state(), proto::JobState::kRunning);
-    ASSERT_EQ(core_->generation(), 1u);
-  }
-
-  std::vector<Sent> Ready(const std::string& id, uint64_t generation, double rebuild = 1,
-                          double transfer = 2) {
-    return Worker(id, T::kGenerationReady, proto::GenerationReady{generation, rebuild, transfer, 0});
-  }
-  std::vector<Sent> PausedMsg(const std::string& id, uint64_t target, int64_t step,
-                              std::vector<int64_t> commits, bool failed) {
-    return Worker(id, T::kPaused, proto::PausedReport{target, step, std::move(commits), failed});
-  }
-  void Beat(const std::vector<std::string>& ids, int64_t step = 0) {
-    for (const auto& id : ids) Worker(id, T::kHeartbeat, proto::Heartbeat{step});
-  }
-  nlohmann::json JsonStatus() { return nlohmann::json::parse(proto::StatusJson(core_->Snapshot())); }
-
-  // Worker `id` joins from host `host`.
-  std::vector<Sent> JoinOn(const std::string& id, const std::string& host) {
-    return Worker(id, T::kJoin, proto::JoinRequest{id, host, 0, 100}, ++rid_);
-  }
-  // Agent "agent-<host>" registers `host` with `slots` using the worker key (the join file's).
-  std::vector<Sent> RegisterAgent(const std::string& host, int slots) {
-    return From("agent-" + host, proto::Role::kWorker, T::kAgentRegister,
-                proto::AgentRegister{host, slots, "10.0.0." + host, 0}, ++rid_);
-  }
-  std::vector<Sent> AgentBeat(const std::string& host) {
-    return From("agent-" + host, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{-1});
-  }
-  // The spawn requests among `sent`: recipient identity -> ids.
-  static std::map<std::string, std::vector<std::string>> Spawns(const std::vector<Sent>& sent) {
-    std::map<std::string, std::vector<std::string>> out;
-    for (const auto& s : OfType(sent, T::kSpawnRequest)) {
-      auto ids = Payload<proto::SpawnRequest>(s).worker_ids;
-      out[s.identity].insert(out[s.identity].end(), ids.begin(), ids.end());
-    }
-    return out;
-  }
-
-  FakeClock clock_;
-  CoordinatorOptions options_;
-  std::unique_ptr<CoordinatorCore> core_;
-  uint64_t rid_ = 100;
-};
 
 TEST_F(CoreTest, FirstGenerationFormsWhenInitialWorkersJoined) {
   Make(3);
@@ -227,9 +94,9 @@ TEST_F(CoreTest, ResizeIsRefusedClearlyAndChangesNothing) {
   auto too_many = Admin(T::kResize, proto::ResizeRequest{9, false, {}, false});
   EXPECT_EQ(ErrorOf(too_many[0]).code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ErrorOf(too_many[0]).message().find("max_workers"), std::string::npos);
-  EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 1, 1}, false})[0])
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorOf(Admin(T::kResize, proto::ResizeRequest{4, true, Layout{2, 1, 1}, false})[0]).code(),
+      StatusCode::kInvalidArgument);
   // Three pipeline stages for two layers, eight TP ranks for six rows: the state does not fit.
   auto stages = Admin(T::kResize, proto::ResizeRequest{3, true, Layout{1, 3, 1}, false});
   EXPECT_EQ(ErrorOf(stages[0]).code(), StatusCode::kInvalidArgument);
@@ -458,8 +325,8 @@ TEST_F(CoreTest, FailureDuringPauseAbortsAndTheResizeStillCompletes) {
   Admin(T::kResize, proto::ResizeRequest{3, false, {}, true}, 11);
   EXPECT_EQ(core_->state(), proto::JobState::kPausing);
   PausedMsg("a", 2, 4, {4}, false);
-  auto rec = OfType(Admin(T::kProcessExited, proto::ProcessExited{"b", 0, 9}, 0),
-                    T::kRecoverRequest);
+  auto rec =
+      OfType(Admin(T::kProcessExited, proto::ProcessExited{"b", 0, 9}, 0), T::kRecoverRequest);
   ASSERT_EQ(rec.size(), 1u);
   EXPECT_EQ(rec[0].identity, "id-a");
   EXPECT_EQ(Payload<proto::RecoverRequest>(rec[0]).target_generation, 3u);  // fresh number
@@ -521,7 +388,8 @@ TEST_F(CoreTest, DifferentPauseStepsGoToRecovery) {
 TEST_F(CoreTest, EveryMemberFinishingEndsTheJob) {
   Start({"a", "b"});
   Admin(T::kAgentRegister, proto::AgentRegister{"node", 4}, 2);
-  auto ack = Worker("a", T::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 3);
+  auto ack =
+      Worker("a", T::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 3);
   ASSERT_EQ(ack[0].envelope.type, T::kAck);
   EXPECT_EQ(core_->state(), proto::JobState::kRunning);
   EXPECT_EQ(ErrorOf(Admin(T::kResize, proto::ResizeRequest{1, false, {}, false}, 9)[0]).code(),
@@ -532,7 +400,8 @@ TEST_F(CoreTest, EveryMemberFinishingEndsTheJob) {
   clock_.Advance(Duration(1000));
   Beat({"b"});
   EXPECT_TRUE(OfType(Tick(), T::kRecoverRequest).empty());
-  auto out = Worker("b", T::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
+  auto out =
+      Worker("b", T::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "finished"}, 4);
   EXPECT_EQ(core_->state(), proto::JobState::kFinished);
   auto sd = OfType(out, T::kShutdown);
   ASSERT_EQ(sd.size(), 1u);
@@ -561,7 +430,8 @@ TEST_F(CoreTest, KeyValueStore) {
   EXPECT_EQ(Payload<proto::KvReply>(get[0]).value, "1");
   // A blocking get completes when the key is set by someone else.
   EXPECT_TRUE(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/y", 1000}, 3).empty());
-  EXPECT_TRUE(Worker("b", T::kKvWait, proto::KvWaitRequest{{"g1/x", "g1/y", "z"}, 1000}, 4).empty());
+  EXPECT_TRUE(
+      Worker("b", T::kKvWait, proto::KvWaitRequest{{"g1/x", "g1/y", "z"}, 1000}, 4).empty());
   auto out = Admin(T::kKvSet, proto::KvSetRequest{"g1/y", "2"}, 5);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].identity, "id-admin");
@@ -584,9 +454,9 @@ TEST_F(CoreTest, KeyValueStore) {
   ASSERT_EQ(late.size(), 1u);
   EXPECT_EQ(ErrorOf(late[0]).code(), StatusCode::kTimedOut);
   EXPECT_EQ(late[0].envelope.request_id, 8u);
-  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvAdd, proto::KvAddRequest{"g1/x", 1}, 9)[0])
-                .number,
-            2);
+  EXPECT_EQ(
+      Payload<proto::KvReply>(Worker("a", T::kKvAdd, proto::KvAddRequest{"g1/x", 1}, 9)[0]).number,
+      2);
   Worker("a", T::kKvSet, proto::KvSetRequest{"word", "abc"}, 10);
   EXPECT_EQ(ErrorOf(Worker("a", T::kKvAdd, proto::KvAddRequest{"word", 1}, 11)[0]).code(),
             StatusCode::kInvalidArgument);
@@ -602,9 +472,9 @@ TEST_F(CoreTest, OldGenerationKeysAreDroppedOnCommit) {
   Ready("a", 2);
   Ready("b", 2);
   EXPECT_EQ(core_->generation(), 2u);
-  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/r0", 0}, 4)[0])
-                .value,
-            "addr");
+  EXPECT_EQ(
+      Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/r0", 0}, 4)[0]).value,
+      "addr");
   // Generation 3: g1 goes.
   Admin(T::kResize, proto::ResizeRequest{1, false, {}, false}, 5);
   PausedMsg("a", 3, 2, {2}, false);
@@ -613,9 +483,9 @@ TEST_F(CoreTest, OldGenerationKeysAreDroppedOnCommit) {
   EXPECT_EQ(core_->generation(), 3u);
   EXPECT_EQ(ErrorOf(Worker("a", T::kKvGet, proto::KvGetRequest{"g1/r0", 0}, 6)[0]).code(),
             StatusCode::kTimedOut);
-  EXPECT_EQ(Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"keep", 0}, 7)[0])
-                .value,
-            "v");
+  EXPECT_EQ(
+      Payload<proto::KvReply>(Worker("a", T::kKvGet, proto::KvGetRequest{"keep", 0}, 7)[0]).value,
+      "v");
 }
 
 TEST_F(CoreTest, BadInputIsAnsweredAndCounted) {
@@ -689,224 +559,6 @@ TEST_F(CoreTest, StatusJsonHasTheDocumentedFields) {
 
 // ---------------------------------------------------------------------------------------------
 // Many hosts (docs/hosts.md).
-
-TEST_F(CoreTest, TheWorkerKeyRegistersAnAgentReportsItsOwnExitsAndDrainsOnlyItsOwnHost) {
-  Make(2);
-  ASSERT_EQ(RegisterAgent("h0", 2)[0].envelope.type, T::kAck);
-  ASSERT_EQ(RegisterAgent("h1", 2)[0].envelope.type, T::kAck);
-  JoinOn("a", "h0");
-  JoinOn("b", "h1");
-  Ready("a", 1);
-  Ready("b", 1);
-  ASSERT_EQ(core_->generation(), 1u);
-  // An exit report from a sender that registered no host, or about another host's worker.
-  auto stranger = From("w9", proto::Role::kWorker, T::kProcessExited,
-                       proto::ProcessExited{"a", 0, 9}, 7);
-  ASSERT_EQ(stranger.size(), 1u);
-  EXPECT_EQ(ErrorOf(stranger[0]).code(), StatusCode::kUnauthenticated);
-  EXPECT_NE(ErrorOf(stranger[0]).message().find("registered no host"), std::string::npos);
-  auto other = From("agent-h1", proto::Role::kWorker, T::kProcessExited,
-                    proto::ProcessExited{"a", 0, 9}, 8);
-  ASSERT_EQ(other.size(), 1u);
-  EXPECT_EQ(ErrorOf(other[0]).code(), StatusCode::kUnauthenticated);
-  EXPECT_EQ(ErrorOf(other[0]).message(),
-            "worker a runs on host h0; the agent of host h1 reports only its own workers");
-  EXPECT_EQ(core_->membership().Find("a")->state, WorkerState::kMember);
-  // Draining another host, or resizing, needs the admin key.
-  auto drain_other =
-      From("agent-h1", proto::Role::kWorker, T::kDrain, proto::DrainRequest{"h0", false}, 9);
-  EXPECT_EQ(ErrorOf(drain_other[0]).code(), StatusCode::kUnauthenticated);
-  EXPECT_NE(ErrorOf(drain_other[0]).message().find("needs an admin key"), std::string::npos);
-  auto resize = From("agent-h1", proto::Role::kWorker, T::kResize,
-                     proto::ResizeRequest{1, false, {}, false}, 10);
-  EXPECT_EQ(ErrorOf(resize[0]).code(), StatusCode::kUnauthenticated);
-  EXPECT_EQ(core_->state(), proto::JobState::kRunning);
-  // Its own host: the drain is accepted; its own worker's exit is a loss.
-  auto drain_own =
-      From("agent-h1", proto::Role::kWorker, T::kDrain, proto::DrainRequest{"h1", false}, 11);
-  auto replies = OfType(drain_own, T::kResizeReply);
-  ASSERT_EQ(replies.size(), 1u);
-  EXPECT_EQ(Payload<proto::ResizeReply>(replies[0]).phase, proto::ResizePhase::kAccepted);
-  EXPECT_EQ(Spawns(drain_own)["id-agent-h0"].size(), 1u) << "its replacement, on h0";
-  auto own = From("agent-h0", proto::Role::kWorker, T::kProcessExited,
-                  proto::ProcessExited{"a", 0, 9}, 12);
-  EXPECT_EQ(core_->membership().Find("a")->state, WorkerState::kLost);
-}
-
-TEST_F(CoreTest, EveryHeartbeatIsAcknowledgedALostWorkersIsAnsweredWithShutdown) {
-  Start({"a", "b"});
-  RegisterAgent("h0", 4);
-  auto ack = Worker("a", T::kHeartbeat, proto::Heartbeat{3});
-  ASSERT_EQ(ack.size(), 1u);
-  EXPECT_EQ(ack[0].identity, "id-a");
-  EXPECT_EQ(ack[0].envelope.type, T::kHeartbeatAck);
-  EXPECT_EQ(ack[0].envelope.generation, 1u);
-  EXPECT_EQ(Payload<proto::HeartbeatAck>(ack[0]).generation, 1u);
-  auto agent = AgentBeat("h0");
-  ASSERT_EQ(agent.size(), 1u);
-  EXPECT_EQ(agent[0].identity, "id-agent-h0");
-  EXPECT_EQ(agent[0].envelope.type, T::kHeartbeatAck);
-  EXPECT_TRUE(Worker("nobody", T::kHeartbeat, proto::Heartbeat{3}).empty());
-  // b is declared lost; when it speaks again it is told to stop, at most once per timeout.
-  Admin(T::kProcessExited, proto::ProcessExited{"b", 0, 9}, 0);
-  auto told = Worker("b", T::kHeartbeat, proto::Heartbeat{3});
-  EXPECT_TRUE(told.empty()) << "it was sent Shutdown when it was declared lost";
-  clock_.Advance(Duration(1500));
-  told = Worker("b", T::kHeartbeat, proto::Heartbeat{3});
-  ASSERT_EQ(told.size(), 1u);
-  EXPECT_EQ(told[0].envelope.type, T::kShutdown);
-  EXPECT_EQ(Payload<proto::Shutdown>(told[0]).exit_code, 1);
-  EXPECT_TRUE(Worker("b", T::kHeartbeat, proto::Heartbeat{3}).empty());
-  // The ack follows the committed generation.
-  PausedMsg("a", 2, 3, {3}, true);
-  Ready("a", 2);
-  ASSERT_EQ(core_->generation(), 2u);
-  EXPECT_EQ(Payload<proto::HeartbeatAck>(Worker("a", T::kHeartbeat, proto::Heartbeat{4})[0])
-                .generation,
-            2u);
-}
-
-// Three hosts of two workers each; host h1 dies (its agent and both workers go silent together).
-TEST_F(CoreTest, ALostHostIsOneRecoveryRoundThenTheJobRegrowsOnHostsWithFreeSlots) {
-  Make(6);
-  std::map<std::string, std::vector<std::string>> spawned;
-  for (const std::string h : {"h0", "h1", "h2"}) {
-    RegisterAgent(h, 2);
-    for (auto& [to, ids] : Spawns(AgentBeat(h))) spawned[to] = ids;
-  }
-  ASSERT_EQ(spawned.size(), 3u);
-  std::map<std::string, std::string> host_of;
-  for (const std::string h : {"h0", "h1", "h2"}) {
-    ASSERT_EQ(spawned["id-agent-" + h].size(), 2u) << h;
-    for (const auto& id : spawned["id-agent-" + h]) {
-      JoinOn(id, h);
-      host_of[id] = h;
-    }
-  }
-  for (const auto& [id, h] : host_of) Ready(id, 1);
-  ASSERT_EQ(core_->generation(), 1u);
-  // h0 and h2 have room for one more worker each.
-  RegisterAgent("h0", 3);
-  RegisterAgent("h2", 3);
-  EXPECT_TRUE(Spawns(Tick()).empty()) << "at the target";
-  // h1 goes silent; the others heartbeat every 200 ms.
-  std::vector<Sent> recovers;
-  for (int i = 0; i < 8; ++i) {
-    clock_.Advance(Duration(200));
-    for (const auto& [id, h] : host_of) {
-      if (h != "h1") Worker(id, T::kHeartbeat, proto::Heartbeat{5});
-    }
-    AgentBeat("h0");
-    AgentBeat("h2");
-    auto out = OfType(Tick(), T::kRecoverRequest);
-    recovers.insert(recovers.end(), out.begin(), out.end());
-  }
-  // One recovery round, to the four survivors, without both of h1's workers.
-  ASSERT_EQ(recovers.size(), 4u);
-  std::vector<std::string> h1 = spawned["id-agent-h1"];
-  std::sort(h1.begin(), h1.end());
-  for (const auto& r : recovers) {
-    EXPECT_NE(host_of[r.identity.substr(3)], "h1");
-    auto req = Payload<proto::RecoverRequest>(r);
-    EXPECT_EQ(req.target_generation, 2u);
-    std::sort(req.lost.begin(), req.lost.end());
-    EXPECT_EQ(req.lost, h1);
-  }
-  auto status = JsonStatus();
-  ASSERT_EQ(status["hosts"].size(), 3u);
-  EXPECT_EQ(status["hosts"][1]["name"], "h1");
-  EXPECT_EQ(status["hosts"][1]["state"], "lost");
-  EXPECT_EQ(status["hosts"][1]["workers"], 0);
-  EXPECT_EQ(status["hosts"][0]["state"], "up");
-  EXPECT_EQ(status["hosts"][0]["workers"], 2);
-  EXPECT_EQ(status["target_workers"], 6);
-  // The survivors answer; the recovery commits with four; the job grows back on h0 and h2.
-  std::vector<Sent> last;
-  for (const auto& [id, h] : host_of) {
-    if (h != "h1") last = PausedMsg(id, 2, 5, {5}, true);
-  }
-  EXPECT_EQ(OfType(last, T::kNewGeneration).size(), 4u);
-  for (const auto& [id, h] : host_of) {
-    if (h != "h1") last = Ready(id, 2);
-  }
-  ASSERT_EQ(core_->generation(), 2u);
-  EXPECT_EQ(core_->history().back().reason, proto::GenerationReason::kFailure);
-  auto regrow = Spawns(last);
-  ASSERT_EQ(regrow.size(), 2u);
-  EXPECT_EQ(regrow["id-agent-h0"].size(), 1u);
-  EXPECT_EQ(regrow["id-agent-h2"].size(), 1u);
-  EXPECT_EQ(regrow.count("id-agent-h1"), 0u);
-  JoinOn(regrow["id-agent-h0"][0], "h0");
-  auto pauses = OfType(JoinOn(regrow["id-agent-h2"][0], "h2"), T::kPauseRequest);
-  ASSERT_EQ(pauses.size(), 4u);
-  EXPECT_EQ(Payload<proto::PauseRequest>(pauses[0]).reason, proto::GenerationReason::kRegrow);
-}
-
-TEST_F(CoreTest, AWorkerDyingAloneWithItsAgentAliveIsAWorkerLoss) {
-  Make(2);
-  RegisterAgent("h0", 2);
-  auto ids = Spawns(AgentBeat("h0"))["id-agent-h0"];
-  ASSERT_EQ(ids.size(), 2u);
-  JoinOn(ids[0], "h0");
-  JoinOn(ids[1], "h0");
-  Ready(ids[0], 1);
-  Ready(ids[1], 1);
-  std::vector<Sent> recovers;
-  for (int i = 0; i < 8; ++i) {
-    clock_.Advance(Duration(200));
-    Worker(ids[0], T::kHeartbeat, proto::Heartbeat{5});
-    AgentBeat("h0");
-    auto out = OfType(Tick(), T::kRecoverRequest);
-    recovers.insert(recovers.end(), out.begin(), out.end());
-  }
-  ASSERT_EQ(recovers.size(), 1u);
-  EXPECT_EQ(Payload<proto::RecoverRequest>(recovers[0]).lost, (std::vector<std::string>{ids[1]}));
-  EXPECT_EQ(core_->hosts().Find("h0")->state, proto::HostState::kUp);
-}
-
-TEST_F(CoreTest, StatusShowsHostsAndTheTarget) {
-  Start({"a", "b"});
-  RegisterAgent("host-a", 4);
-  AgentBeat("host-a");
-  clock_.Advance(Duration(40));
-  auto s = JsonStatus();
-  ASSERT_EQ(s["hosts"].size(), 1u);
-  auto h = s["hosts"][0];
-  EXPECT_EQ(h["name"], "host-a");
-  EXPECT_EQ(h["address"], "10.0.0.host-a");
-  EXPECT_EQ(h["slots"], 4);
-  EXPECT_EQ(h["gpus"], 0);
-  EXPECT_EQ(h["workers"], 1);
-  EXPECT_EQ(h["state"], "up");
-  EXPECT_EQ(h["last_heartbeat_ms_ago"], 40);
-  EXPECT_EQ(s["target_workers"], 2);
-  ASSERT_EQ(s["agents"].size(), 1u);
-  EXPECT_EQ(s["agents"][0]["id"], "agent-host-a");
-}
-
-TEST_F(CoreTest, TheJobsEndTellsStandbyWorkersAndWritesTheFinalStatus) {
-  char tmpl[] = "/tmp/elastra-core-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  options_.state_dir = dir;
-  Start({"a"});
-  JoinOn("s", "elsewhere");
-  EXPECT_FALSE(std::filesystem::exists(dir + "/status.json"));
-  auto out = Worker("a", T::kLeave, proto::LeaveRequest{proto::LeaveReason::kFinished, "done"}, 3);
-  ASSERT_EQ(core_->state(), proto::JobState::kFinished);
-  auto shutdowns = OfType(out, T::kShutdown);
-  ASSERT_EQ(shutdowns.size(), 1u);
-  EXPECT_EQ(shutdowns[0].identity, "id-s");
-  EXPECT_EQ(Payload<proto::Shutdown>(shutdowns[0]).exit_code, 0);
-  struct stat st {};
-  ASSERT_EQ(stat((dir + "/status.json").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600);
-  std::ifstream in(dir + "/status.json");
-  auto j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["state"], "finished");
-  EXPECT_EQ(j["workers"].size(), 2u);
-  std::filesystem::remove_all(dir);
-}
 
 }  // namespace
 }  // namespace elastra::coordinator

@@ -421,9 +421,8 @@ TEST_F(LaunchAgent, ACoordinatorSilentForTheTimeoutEndsTheAgentWithThree) {
 TEST_F(LaunchAgent, ARealCoordinatorPlacesTheFirstWorkerOnTheAgentsHost) {
   const std::string state = dir_ + "/state";
   fs::create_directories(dir_ + "/coordinator");
-  const pid_t coordinator =
-      StartElastra({"coordinator", "--state-dir", state, "--workers", "1"}, dir_ + "/coordinator",
-                   {{"ELASTRA_HEARTBEAT_MS", "50"}});
+  const pid_t coordinator = StartElastra({"coordinator", "--state-dir", state, "--workers", "1"},
+                                         dir_ + "/coordinator", {{"ELASTRA_HEARTBEAT_MS", "50"}});
   ASSERT_TRUE(WaitUntil([&] { return fs::exists(state + "/coordinator.json"); }, kEvent))
       << ReadFile(dir_ + "/coordinator/stderr");
   join_ = state + "/join.json";
