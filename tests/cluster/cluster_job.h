@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "elastra/status.h"
-#include "tests/cluster/namespace_cluster.h"
+#include "testbed/namespace_cluster.h"
 
 namespace elastra::testing {
 
