@@ -141,6 +141,15 @@ void HostAgent::ReapWorkers() {
     }
     ReportExit(exit->worker_id, exit->exit_code, exit->signal);
   }
+  // Starts that waited for a slot, in the order they were asked for (Spawn queues one again while
+  // the slots are full; once the end is decided it refuses and reports them).
+  while (!waiting_.empty() &&
+         (workers_.live() == 0 ||
+          static_cast<int>(workers_.live()) < options_.registration.max_workers)) {
+    const std::string id = waiting_.front();
+    waiting_.pop_front();
+    Spawn(id);
+  }
 }
 
 void HostAgent::WatchCoordinator() {
@@ -276,9 +285,16 @@ void HostAgent::Spawn(const std::string& id) {
       return;
     }
   }
-  if (static_cast<int>(workers_.live()) >= options_.registration.max_workers) {
-    LOG(WARNING) << "starting worker " << id << " beyond the " << options_.registration.max_workers
-                 << " slots of " << label_;
+  if (std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end()) return;
+  if (workers_.live() > 0 &&
+      static_cast<int>(workers_.live()) >= options_.registration.max_workers) {
+    // The coordinator counts only the workers it knows: those it declared lost (a partition that
+    // healed) may still be stopping here. Starting beyond the slots would share their GPUs.
+    LOG(WARNING) << "worker " << id << " waits for a free slot: " << workers_.live()
+                 << " workers still run on " << label_ << " (" << options_.registration.max_workers
+                 << " slots)";
+    waiting_.push_back(id);
+    return;
   }
   const int device = gpus_ ? gpus_->Acquire(id) : -1;
   auto pid = workers_.Spawn(id, options_.program, WorkerEnvironment(options_, id, device),

@@ -2,7 +2,8 @@
 // machines, docs/hosts.md "Agents") and `elastra run` (a coordinator child process plus one such
 // agent on the same machine). It keeps the host registered with the coordinator (AgentRegister
 // every few seconds, so a restarted coordinator learns it back), starts a worker for each id of a
-// SpawnRequest with the worker environment (WorkerEnvironment), hands out GPUs (DeviceSlots),
+// SpawnRequest with the worker environment (WorkerEnvironment), never more at once than its slots
+// (a start asked for while they are full waits for a worker to exit), hands out GPUs (DeviceSlots),
 // reports each worker's exit at once (ProcessExited), and ends when the coordinator says so
 // (Shutdown), when a signal asks (a drain of the host, or stopping the workers), or, for
 // `elastra run`, when its workers are all gone.
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -163,6 +165,9 @@ class HostAgent {
   std::unique_ptr<ControlClient> client_;
   CoordinatorWatch* watch_;
   ProcessGroup workers_;
+  // Workers the coordinator asked for while every slot was taken, in order: each starts once a
+  // worker exits (a host never runs more workers than its slots).
+  std::deque<std::string> waiting_;
   std::optional<DeviceSlots> gpus_;
   const std::string label_;  // "host NAME", for logs
 

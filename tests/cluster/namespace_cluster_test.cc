@@ -1,7 +1,7 @@
 // NamespaceCluster: hosts with their own names and addresses, TCP between them, partitions,
 // host loss, the rsh agent, and cleanup after destruction and after the owner is SIGKILLed.
 // Every connection is to 198.18.0.0/24 inside the cluster; nothing is sent anywhere else.
-#include "tests/cluster/namespace_cluster.h"
+#include "testbed/namespace_cluster.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

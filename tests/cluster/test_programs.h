@@ -18,7 +18,7 @@
 #include <string>
 
 #include "elastra/status.h"
-#include "tests/cluster/namespace_cluster.h"
+#include "testbed/namespace_cluster.h"
 
 namespace elastra::testing {
 

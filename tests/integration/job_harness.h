@@ -87,6 +87,13 @@ examples::TrainLog ExpectMatchesReference(const Job& job,
 
 // The steps the job applied, from its log (the highest applied step + 1); 0 when none.
 int64_t StepsApplied(const Job& job);
+int64_t StepsApplied(const std::string& run_log);
+// For a run ended by its --stop-file, whatever launched it: checks the log at `run_log` against
+// `train_mlp --reference` (run into `ref_log`) over the steps it applied (train_args' --steps
+// replaced by that count).
+examples::TrainLog ExpectStoppedLogMatchesReference(const std::string& run_log,
+                                                    const std::string& ref_log,
+                                                    std::vector<std::string> train_args);
 // For a job ended by StopTraining(): checks its log against the reference over the steps it
 // applied (train_args' --steps replaced by that count).
 examples::TrainLog ExpectStoppedRunMatchesReference(const Job& job,

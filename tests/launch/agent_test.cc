@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "common/keys.h"
@@ -324,6 +325,46 @@ TEST_F(LaunchAgent, RegistersStartsWorkersWithTheirEnvironmentAndReportsTheirExi
   EXPECT_EQ(last.exit_code, 0);
   CommandResult r = FinishAgent();
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// The coordinator counts only the workers it knows: after a partition heals it may ask for
+// replacements while the workers it declared lost still stop. The agent never runs more workers
+// than its slots (--slots 3 here): the fourth start waits until a worker exits.
+TEST_F(LaunchAgent, AStartBeyondTheSlotsWaitsUntilAWorkerExits) {
+  StartAgent();
+  FakeCoordinator::Message reg = AcceptRegistration();
+  SpawnAndWait(reg.identity, {"w1", "w2", "w3"});
+  fake_->Push(reg.identity, MessageType::kSpawnRequest, proto::SpawnRequest{{"w4"}});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return AgentLog().find("worker w4 waits for a free slot: 3 workers still run on host "
+                               "hostA (3 slots)") != std::string::npos;
+      },
+      kEvent))
+      << AgentLog();
+  // No worker has exited yet, so none may have started.
+  EXPECT_EQ(AgentLog().find("started worker w4"), std::string::npos) << AgentLog();
+  EXPECT_FALSE(fs::exists(dir_ + "/env.w4"));
+
+  StopWorker("w2", 1);
+  EXPECT_EQ(NextExit().worker_id, "w2");
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ + "/env.w4"); }, kEvent))
+      << "w4 did not start once a slot was free\n"
+      << AgentLog();
+  EXPECT_EQ(ParseEnv(ReadFile(dir_ + "/env.w4")).at("ELASTRA_WORKER_ID"), "w4");
+
+  // A start still waiting when the job ends is refused and reported, as any start after the end.
+  fake_->Push(reg.identity, MessageType::kSpawnRequest, proto::SpawnRequest{{"w5"}});
+  ASSERT_TRUE(WaitUntil(
+      [&] { return AgentLog().find("worker w5 waits for a free slot") != std::string::npos; },
+      kEvent))
+      << AgentLog();
+  fake_->Push(reg.identity, MessageType::kShutdown, proto::Shutdown{1, "the job failed"});
+  std::set<std::string> reported;
+  for (int i = 0; i < 4; ++i) reported.insert(NextExit().worker_id);
+  EXPECT_EQ(reported, (std::set<std::string>{"w1", "w3", "w4", "w5"}));
+  EXPECT_FALSE(fs::exists(dir_ + "/env.w5"));
+  EXPECT_EQ(FinishAgent().code, 1);
 }
 
 TEST_F(LaunchAgent, AFailedJobStopsTheWorkersAtOnceAndExitsOne) {

@@ -17,6 +17,7 @@ declare -A allowed=(
   [worker]="common collectives state checkpoint"
   [launch]="common collectives state checkpoint coordinator worker"
   [examples]=""
+  [testbed]="common"
 )
 # The layer that implements each public header (include/elastra/). A new public header must be
 # added here.

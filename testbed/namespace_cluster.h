@@ -66,7 +66,7 @@
 #include <vector>
 
 #include "elastra/status.h"
-#include "tests/cluster/child_process.h"
+#include "testbed/child_process.h"
 
 namespace elastra::testing {
 

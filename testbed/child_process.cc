@@ -1,4 +1,4 @@
-#include "tests/cluster/child_process.h"
+#include "testbed/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>

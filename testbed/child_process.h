@@ -1,5 +1,5 @@
 // Starting and killing the processes of a NamespaceCluster from a multi-threaded test process.
-// Internal to tests/cluster; tests use namespace_cluster.h.
+// Internal to testbed/; its users include namespace_cluster.h.
 //
 // - Children are forked on one dedicated thread (ForkThread): PR_SET_PDEATHSIG fires when the
 //   *thread* that forked exits, so forking there ties a child's life to the cluster (or to the

@@ -1,4 +1,4 @@
-#include "tests/cluster/namespace_cluster.h"
+#include "testbed/namespace_cluster.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -174,7 +174,7 @@ Status NamespaceCluster::WriteRshAgent() {
   const std::string bash = cluster_internal::FindExecutable("bash");
   std::ostringstream s;
   s << "#!" << bash << "\n"
-    << "# The rsh agent of an Elastra NamespaceCluster (tests/cluster/namespace_cluster.h).\n"
+    << "# The rsh agent of an Elastra NamespaceCluster (testbed/namespace_cluster.h).\n"
     << "# Called like ssh, `rsh_agent [ssh options] [user@]HOST COMMAND...`, it runs COMMAND\n"
     << "# with bash inside HOST's network, UTS and mount namespaces, keeping the environment\n"
     << "# and the working directory.\n"
