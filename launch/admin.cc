@@ -50,8 +50,6 @@ std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
   return std::move(client).value();
 }
 
-nlohmann::json LayoutJson(const Layout& l) { return {{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
-
 // The "done" reply of a resize read back from the job's status: no resize pending, and a
 // generation newer than `before` with the requested workers (and layout) in the history.
 // nullopt while that is not so, or when the status cannot be read.
@@ -175,21 +173,9 @@ std::optional<proto::ResizeReply> AwaitOutcome(
   }
 }
 
-// Prints a resize-like reply as one JSON line (with `extra` fields); its exit code.
-int PrintOutcome(const proto::ResizeReply& reply, nlohmann::json out) {
-  out["phase"] = proto::ToString(reply.phase);
-  out["generation"] = reply.generation;
-  out["workers"] = reply.workers;
-  out["layout"] = LayoutJson(reply.layout);
-  if (reply.phase == proto::ResizePhase::kDone) {
-    out["downtime_ms"] = reply.downtime_ms;
-    out["agreement_ms"] = reply.agreement_ms;
-    out["rebuild_ms"] = reply.rebuild_ms;
-    out["transfer_ms"] = reply.transfer_ms;
-    out["total_ms"] = reply.total_ms;
-  }
-  if (!reply.message.empty()) out["message"] = reply.message;
-  std::printf("%s\n", out.dump().c_str());
+// Prints a resize-like reply as one JSON line (with "host" for a drain); its exit code.
+int PrintOutcome(const proto::ResizeReply& reply, const std::string& host = "") {
+  std::printf("%s\n", proto::ResizeReplyJson(reply, host).c_str());
   return reply.phase == proto::ResizePhase::kFailed ? 1 : 0;
 }
 
@@ -211,7 +197,7 @@ int ResizeJob(const ResizeOptions& flags) {
   auto reply = AwaitOutcome("resize", *client, *first, req.wait, flags.timeout_s,
                             [&] { return DoneFromStatus(*client, first->generation, req); });
   if (!reply) return 1;
-  return PrintOutcome(*reply, nlohmann::json::object());
+  return PrintOutcome(*reply);
 }
 
 int DrainHost(const DrainOptions& flags) {
@@ -227,7 +213,7 @@ int DrainHost(const DrainOptions& flags) {
     return DrainDoneFromStatus(*client, first->generation, flags.host);
   });
   if (!reply) return 1;
-  return PrintOutcome(*reply, {{"host", flags.host}});
+  return PrintOutcome(*reply, flags.host);
 }
 
 // Whether `pid` is a process that runs: it exists and is no zombie (one that exited and that its
