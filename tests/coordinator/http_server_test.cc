@@ -172,6 +172,29 @@ TEST_F(HttpServerTest, TokensAndTheUrlAreInTheStateDirectory) {
   EXPECT_TRUE(join->http.empty()) << "the join file names no admin surface";
 }
 
+// A coordinator restarted from its state directory (as elastra run restarts a dead one) serves
+// the API again on the URL its clients have, with the same tokens.
+TEST_F(HttpServerTest, ARestartServesTheSameUrlWithTheSameTokens) {
+  const std::string url = coordinator_.http->url();
+  client_.reset();
+  coordinator_.http->Stop();
+  coordinator_.server->Stop();
+  coordinator_ = EmbeddedCoordinator{};
+  EmbeddedOptions o;
+  o.state_dir = dir_;
+  o.restart = true;  // no http: it comes from coordinator.json
+  auto e = StartEmbeddedCoordinator(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  coordinator_ = std::move(e).value();
+  ASSERT_NE(coordinator_.http, nullptr);
+  EXPECT_EQ(coordinator_.http->url(), url);
+  EXPECT_EQ(ReadLine(dir_ + "/admin.token"), admin_);
+  EXPECT_EQ(ReadLine(dir_ + "/read.token"), read_);
+  EXPECT_EQ(ReadConnectionInfo(dir_ + "/coordinator.json")->http, url);
+  client_ = std::make_unique<httplib::Client>("127.0.0.1", coordinator_.http->port());
+  EXPECT_EQ(Get("/v1/job", read_).first, 200);
+}
+
 TEST_F(HttpServerTest, HealthzNeedsNoTokenEverythingElseDoes) {
   auto health = client_->Get("/healthz");
   ASSERT_TRUE(health);
