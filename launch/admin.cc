@@ -126,6 +126,7 @@ struct ResizeOptions {
 
 struct DrainOptions {
   std::string state_dir = kDefaultStateDir;
+  HttpFlags http;
   std::string host;
   bool wait = false;
   int timeout_s = 600;
@@ -228,33 +229,38 @@ std::string HttpError(const HttpAnswer& a) {
   return "HTTP " + std::to_string(a.status);
 }
 
-// elastra resize --url: POST /v1/resize; prints what the ZeroMQ path prints (the API's object
-// without its "id").
-int ResizeOverHttp(const ResizeOptions& flags) {
-  nlohmann::json body = {{"workers", flags.workers}, {"wait", flags.wait}};
-  if (flags.layout) {
-    body["layout"] = {{"dp", flags.layout->dp}, {"pp", flags.layout->pp}, {"tp", flags.layout->tp}};
-  }
-  auto answer = CallHttp("resize", flags.http, "POST", "/v1/resize", body.dump(),
-                         std::chrono::seconds(flags.timeout_s + 30));
+// elastra resize|drain --url: POST /v1/resize or /v1/drain; prints what the ZeroMQ path prints
+// (the API's object without its "id").
+int ChangeOverHttp(const std::string& command, const HttpFlags& http, const std::string& path,
+                   const nlohmann::json& body, bool wait, int timeout_s) {
+  auto answer =
+      CallHttp(command, http, "POST", path, body.dump(), std::chrono::seconds(timeout_s + 30));
   if (!answer) return 1;
   if (answer->status != 200 && answer->status != 202) {
-    std::fprintf(stderr, "elastra resize: refused: %s\n", HttpError(*answer).c_str());
+    std::fprintf(stderr, "elastra %s: refused: %s\n", command.c_str(), HttpError(*answer).c_str());
     return 1;
   }
   nlohmann::json out = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
   if (!out.is_object()) {
-    std::fprintf(stderr, "elastra resize: the API answered no JSON object\n");
+    std::fprintf(stderr, "elastra %s: the API answered no JSON object\n", command.c_str());
     return 1;
   }
-  if (flags.wait && out.value("phase", "") == "accepted") {
-    std::fprintf(stderr, "elastra resize: not done within the API's wait (resize %s goes on)\n",
-                 out.value("id", "?").c_str());
+  if (wait && out.value("phase", "") == "accepted") {
+    std::fprintf(stderr, "elastra %s: not done within the API's wait (change %s goes on)\n",
+                 command.c_str(), out.value("id", "?").c_str());
     return 1;
   }
   out.erase("id");
   std::printf("%s\n", out.dump().c_str());
   return out.value("phase", "") == "failed" ? 1 : 0;
+}
+
+int ResizeOverHttp(const ResizeOptions& flags) {
+  nlohmann::json body = {{"workers", flags.workers}, {"wait", flags.wait}};
+  if (flags.layout) {
+    body["layout"] = {{"dp", flags.layout->dp}, {"pp", flags.layout->pp}, {"tp", flags.layout->tp}};
+  }
+  return ChangeOverHttp("resize", flags.http, "/v1/resize", body, flags.wait, flags.timeout_s);
 }
 
 int ResizeJob(const ResizeOptions& flags) {
@@ -280,6 +286,11 @@ int ResizeJob(const ResizeOptions& flags) {
 }
 
 int DrainHost(const DrainOptions& flags) {
+  if (!flags.http.url.empty()) {
+    return ChangeOverHttp("drain", flags.http, "/v1/drain",
+                          {{"host", flags.host}, {"wait", flags.wait}}, flags.wait,
+                          flags.timeout_s);
+  }
   const proto::DrainRequest req{flags.host, flags.wait};
   auto client = ConnectAdmin("drain", flags.state_dir);
   if (client == nullptr) return 1;
@@ -494,7 +505,9 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<DrainOptions>();
   CLI::App* drain =
       app->add_subcommand("drain", "Move a running job off one host (its agent then exits 0)");
-  SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]"});
+  SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]",
+                   "elastra drain --url URL --token-file FILE --host HOST [--wait] "
+                   "[--timeout SECONDS]"});
   drain->add_option("--state-dir", o->state_dir, "The job's state directory (its coordinator's)")
       ->type_name("DIR")
       ->capture_default_str();
@@ -502,6 +515,7 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
       ->type_name("HOST")
       ->required();
   drain->add_flag("--wait", o->wait, "Block until the job has left the host");
+  AddHttpFlags(drain, &o->http);
   AddIntFlag(drain, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
              "With --wait: give up waiting after this long (the drain goes on)")
       ->capture_default_str();

@@ -1,7 +1,7 @@
 // The HTTP API on a real job: `elastra run --http 127.0.0.1:0` with train_mlp workers, resized over
 // HTTP (with "wait": the done object `elastra resize --wait` prints; without: 202 and an id whose
 // state GET /v1/resizes/ID reports), a second change refused 409 while one is in flight, and the
-// job still matching `train_mlp --reference`; then `elastra resize` and `elastra status` with
+// job still matching `train_mlp --reference`; then `elastra resize`, `status` and `drain` with
 // --url and --token-file.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -125,6 +125,12 @@ TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
                               " --token-file " + job.state_dir() + "/read.token 2>/dev/null");
   ASSERT_EQ(status_json.exit_code, 0) << status_json.out;
   EXPECT_EQ(json::parse(status_json.out)["layout"]["dp"], 3);
+  auto no_host = RunShell(ElastraBinary() + " drain --url " + info->http + " --token-file " +
+                          job.state_dir() + "/admin.token --host nowhere 2>&1");
+  EXPECT_EQ(no_host.exit_code, 1) << no_host.out;
+  EXPECT_NE(no_host.out.find("elastra drain: refused: no host 'nowhere'"), std::string::npos)
+      << no_host.out;
+  EXPECT_NE(no_host.out.find("(HTTP 404)"), std::string::npos) << no_host.out;
   auto no_token = RunShell(ElastraBinary() + " status --url " + info->http + " 2>&1");
   EXPECT_EQ(no_token.exit_code, 2) << no_token.out;
 
