@@ -182,6 +182,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
     h.coordinator.client_keys = e.info.admin;
     h.coordinator.job = e.info.job;
     h.coordinator.sender = "admin-http";
+    h.journal_path = journal_path;
     auto server = HttpServer::Start(h);
     // A restart listens on the old port; the old process may still be releasing it for a moment.
     for (int tries = 0; options.restart && !server.ok() &&

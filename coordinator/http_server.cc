@@ -16,6 +16,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "common/status_json.h"
+#include "coordinator/http_events.h"
 #include "coordinator/http_metrics.h"
 
 namespace elastra::coordinator {
@@ -247,6 +248,53 @@ class HttpServer::Impl {
           }
           Reply(res, 200, ChangeJson(id, it->second));
         });
+    server_.Get("/v1/events", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res, Access::kRead)) return;
+      if (options_.journal_path.empty()) return Error(res, 404, "this job keeps no journal");
+      uint64_t after = 0;
+      const std::string last = req.get_header_value("Last-Event-ID");
+      if (!last.empty()) {
+        auto [ptr, ec] = std::from_chars(last.data(), last.data() + last.size(), after);
+        if (ec != std::errc() || ptr != last.data() + last.size()) {
+          return Error(res, 400, "Last-Event-ID '" + last + "' is not an event id");
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (streams_ >= options_.max_event_streams) {
+          return Error(res, 503, "too many event streams open; retry later");
+        }
+        ++streams_;
+      }
+      res.set_header("Cache-Control", "no-cache");
+      auto reader = std::make_shared<JournalEventReader>(options_.journal_path, after);
+      auto quiet_since =
+          std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, reader, quiet_since](size_t, httplib::DataSink& sink) {
+            std::string out;
+            for (const JournalEvent& e : reader->ReadNew()) {
+              out += "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data +
+                     "\n\n";
+            }
+            const auto now = std::chrono::steady_clock::now();
+            if (out.empty() && now - *quiet_since >= options_.event_keepalive)
+              out = ": keepalive\n\n";
+            if (!out.empty()) {
+              *quiet_since = now;
+              if (!sink.write(out.data(), out.size())) return false;  // the client went away
+            }
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait_for(lock, options_.event_poll, [&] { return stopped_; });
+            if (stopped_) sink.done();  // the API stops: end the stream cleanly
+            return true;
+          },
+          [this](bool) {
+            std::lock_guard<std::mutex> lock(mu_);
+            --streams_;
+          });
+    });
     server_.Post("/v1/resize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res, Access::kAdmin)) return;
       proto::ResizeRequest r;
@@ -402,6 +450,7 @@ class HttpServer::Impl {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopped_ = false;
+  int streams_ = 0;  // open event streams
   uint64_t next_id_ = 1;
   std::map<uint64_t, Change> changes_;
   std::vector<std::thread> trackers_;

@@ -6,9 +6,9 @@
 // slow or hostile HTTP client only ever holds an HTTP thread, never the coordinator's loop.
 //
 // Every endpoint but GET /healthz needs `Authorization: Bearer TOKEN`: the read token for GET
-// /v1/job, /v1/resizes/ID and /metrics; the admin token for those and POST /v1/resize and
-// /v1/drain. Tokens are compared in constant time. Thread-safe: Stop() may be called from any
-// thread.
+// /v1/job, /v1/resizes/ID, /v1/events and /metrics; the admin token for those and POST
+// /v1/resize and /v1/drain. Tokens are compared in constant time. Thread-safe: Stop() may be called
+// from any thread.
 #pragma once
 
 #include <chrono>
@@ -40,6 +40,15 @@ struct HttpOptions {
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
   // HTTP worker threads (each serves one connection at a time).
   int threads = 8;
+  // The coordinator's journal, which GET /v1/events streams (coordinator/http_events.h); empty:
+  // no event stream (404).
+  std::string journal_path;
+  // Event streams open at once (each holds a thread); more are answered 503.
+  int max_event_streams = 4;
+  // How often an open event stream looks for new journal records, and sends a comment line when
+  // there are none (so a client that went away is noticed).
+  std::chrono::milliseconds event_poll{200};
+  std::chrono::milliseconds event_keepalive{std::chrono::seconds(5)};
 };
 
 // Parses a --http value: "HOST:PORT" or ":PORT" (loopback). kInvalidArgument otherwise.

@@ -15,10 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/keys.h"
 #include "coordinator/embedded.h"
+#include "coordinator/http_events.h"
 #include "coordinator/http_metrics.h"
+#include "coordinator/journal.h"
+#include "tests/coordinator/sse_test_client.h"
 
 namespace elastra::coordinator {
 namespace {
@@ -327,6 +331,117 @@ TEST_F(HttpServerTest, StalledClientsAndGarbageNeitherBlockTheApiNorTheCoordinat
     close(fd);
   }
   EXPECT_EQ(Get("/v1/job", read_).first, 200);
+}
+
+// A journal with a job of two workers: one generation, a resize, a lost worker, a checkpoint.
+void WriteJournal(Journal* j) {
+  ASSERT_TRUE(j->RecordJob("web", 2, 4).ok());
+  ASSERT_TRUE(j->RecordJoin({"w0", "h", -1, 10}).ok());
+  ASSERT_TRUE(j->RecordJoin({"w1", "h", -1, 11}).ok());
+  JournalGeneration g;
+  g.generation = 1;
+  g.layout = Layout{2, 1, 1};
+  g.members = {{"w0", "h", -1, 10}, {"w1", "h", -1, 11}};
+  g.downtime_ms = 12;
+  ASSERT_TRUE(j->RecordCommit(g).ok());
+  ASSERT_TRUE(j->RecordResize({3, false, Layout{}}).ok());
+  ASSERT_TRUE(j->RecordWorkerState("w1", JournalWorkerState::kLost).ok());
+  ASSERT_TRUE(j->RecordCheckpoint(10, 1, "/ckpt/10").ok());
+}
+
+TEST(JournalEventReaderTest, EventsFromRecordsIdsAreOffsetsAndResumeAfterAnId) {
+  char tmpl[] = "/tmp/elastra-events-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/journal.bin";
+  EXPECT_TRUE(JournalEventReader(path, 0).ReadNew().empty()) << "no journal, no events";
+  {
+    auto j = Journal::Create(path);
+    ASSERT_TRUE(j.ok()) << j.status();
+    WriteJournal(j->get());
+  }
+  JournalEventReader all(path, 0);
+  auto events = all.ReadNew();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].type, "generation");
+  EXPECT_EQ(json::parse(events[0].data)["workers"], (json{"w0", "w1"}));
+  EXPECT_EQ(json::parse(events[0].data)["layout"]["dp"], 2);
+  EXPECT_EQ(events[1].type, "resize_accepted");
+  EXPECT_EQ(json::parse(events[1].data)["workers"], 3);
+  EXPECT_EQ(events[2].type, "worker_lost");
+  EXPECT_EQ(json::parse(events[2].data)["worker"], "w1");
+  EXPECT_EQ(events[3].type, "checkpoint");
+  EXPECT_EQ(json::parse(events[3].data)["step"], 10);
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_GT(events[i].id, events[i - 1].id);
+  EXPECT_EQ(events.back().id, std::filesystem::file_size(path));
+  EXPECT_TRUE(all.ReadNew().empty()) << "nothing new";
+
+  // After a restart (Open takes the journal back and appends after it), the old ids still name
+  // the same events, and a reader resuming after the last one sees only what came since.
+  auto reopened = Journal::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_TRUE((*reopened)->RecordEnd(JobOutcome::kFinished, "done").ok());
+  auto later = all.ReadNew();
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].type, "job_end");
+  auto resumed = JournalEventReader(path, events[1].id).ReadNew();
+  ASSERT_EQ(resumed.size(), 3u);
+  EXPECT_EQ(resumed[0].id, events[2].id);
+  EXPECT_EQ(resumed[2].id, later[0].id);
+
+  // A torn tail (a record still being written) is not read until it is whole.
+  { std::ofstream(path, std::ios::app | std::ios::binary) << std::string("EJR1\x10\0\0\0", 8); }
+  EXPECT_TRUE(all.ReadNew().empty());
+  std::filesystem::remove_all(tmpl);
+}
+
+// GET /v1/events on a second API over the same coordinator, streaming a journal the test writes.
+TEST_F(HttpServerTest, EventsStreamAsServerSentEventsAndResumeFromLastEventId) {
+  const std::string path = dir_ + "/events.bin";
+  auto journal = Journal::Create(path);
+  ASSERT_TRUE(journal.ok());
+  WriteJournal(journal->get());
+  HttpOptions h;
+  h.admin_token = admin_;
+  h.read_token = read_;
+  h.coordinator.address = coordinator_.server->address();
+  h.coordinator.server_public = coordinator_.info.server_public;
+  h.coordinator.client_keys = coordinator_.info.admin;
+  h.coordinator.job = "web";
+  h.coordinator.sender = "admin-test";
+  h.journal_path = path;
+  h.max_event_streams = 2;
+  h.event_keepalive = std::chrono::milliseconds(100);
+  auto api = HttpServer::Start(h);
+  ASSERT_TRUE(api.ok()) << api.status();
+  httplib::Client c("127.0.0.1", (*api)->port());
+  c.set_read_timeout(20, 0);
+
+  EXPECT_EQ(c.Get("/v1/events")->status, 401);
+  EXPECT_EQ(
+      c.Get("/v1/events", {{"Authorization", "Bearer " + read_}, {"Last-Event-ID", "x1"}})->status,
+      400);
+
+  int status = 0;
+  auto all = testing::ReadSseEvents(
+      c, read_, "", [](const auto& got) { return got.size() == 4; }, &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].type, "generation");
+  EXPECT_EQ(all[3].type, "checkpoint");
+  EXPECT_EQ(json::parse(all[3].data)["dir"], "/ckpt/10");
+  // Resuming after the second event: the third comes first, then one appended live (once the
+  // stream delivered the resumed ones).
+  auto resumed = testing::ReadSseEvents(c, read_, std::to_string(all[1].id), [&](const auto& got) {
+    if (got.back().id == all[3].id) {
+      EXPECT_TRUE((*journal)->RecordEnd(JobOutcome::kFinished, "done").ok());
+    }
+    return got.size() == 3;
+  });
+  ASSERT_EQ(resumed.size(), 3u);
+  EXPECT_EQ(resumed[0], all[2]);
+  EXPECT_EQ(resumed[1], all[3]);
+  EXPECT_EQ(resumed[2].type, "job_end");
+  (*api)->Stop();
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
 // --url and --token-file.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
 
 #include "common/keys.h"
+#include "tests/coordinator/sse_test_client.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {
@@ -133,6 +136,92 @@ TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
   EXPECT_NE(no_host.out.find("(HTTP 404)"), std::string::npos) << no_host.out;
   auto no_token = RunShell(ElastraBinary() + " status --url " + info->http + " 2>&1");
   EXPECT_EQ(no_token.exit_code, 2) << no_token.out;
+
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+}
+
+bool HasEnd(const std::vector<SseEvent>& events, size_t resizes) {
+  size_t ends = 0;
+  for (const auto& e : events) ends += e.type == "resize_end" ? 1 : 0;
+  return ends >= resizes;
+}
+
+// The event stream of a real job: a resize shows as accepted, a generation and its end; after the
+// coordinator is killed and restarted by elastra run, a client resuming from its Last-Event-ID
+// gets exactly what followed: the full stream equals what it saw before plus what it resumed.
+TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
+  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
+                                         "--step-time-ms", "15",
+                                         "--global-batch", "48",
+                                         "--hidden",       "24",
+                                         "--commit-every", "5"};
+  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
+  ASSERT_TRUE(job.WaitForStep(10, seconds(90))) << LauncherLog(job);
+  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
+  const std::string read = ReadLine(job.state_dir() + "/read.token");
+  httplib::Client http(info->http);
+  http.set_read_timeout(120, 0);
+  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
+
+  auto grow = http.Post("/v1/resize", as_admin, R"({"workers":3,"wait":true})", "application/json");
+  ASSERT_TRUE(grow);
+  ASSERT_EQ(grow->status, 200) << grow->body;
+  int status = 0;
+  auto before = ReadSseEvents(
+      http, read, "", [](const auto& got) { return HasEnd(got, 1); }, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(HasEnd(before, 1));
+  std::vector<std::string> types;
+  for (const auto& e : before) types.push_back(e.type);
+  EXPECT_EQ(types.front(), "generation");
+  EXPECT_NE(std::find(types.begin(), types.end(), "resize_accepted"), types.end());
+  const auto formed = std::find_if(before.begin(), before.end(), [](const SseEvent& e) {
+    return e.type == "generation" && json::parse(e.data)["workers"].size() == 3;
+  });
+  EXPECT_NE(formed, before.end()) << "the generation of 3 workers";
+
+  // SIGKILL the coordinator; elastra run restarts it on the same state directory and URL.
+  const pid_t old_pid = job.CoordinatorPid();
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() < deadline) {
+    const pid_t now = job.CoordinatorPid();
+    auto health = http.Get("/healthz");
+    back = now > 0 && now != old_pid && health && health->status == 200;
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a poll
+  }
+  ASSERT_TRUE(back) << LauncherLog(job);
+  // The restarted coordinator takes the job back first (its workers reconnect); until then a
+  // change is refused with 409, which says to retry.
+  int shrink_status = 0;
+  std::string shrink_body;
+  do {
+    auto shrink =
+        http.Post("/v1/resize", as_admin, R"({"workers":2,"wait":true})", "application/json");
+    ASSERT_TRUE(shrink);
+    shrink_status = shrink->status;
+    shrink_body = shrink->body;
+    if (shrink_status != 409) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a poll
+  } while (std::chrono::steady_clock::now() < deadline + seconds(30));
+  ASSERT_EQ(shrink_status, 200) << shrink_body;
+  EXPECT_EQ(json::parse(shrink_body)["workers"], 2);
+
+  auto resumed = ReadSseEvents(http, read, std::to_string(before.back().id),
+                               [](const auto& got) { return HasEnd(got, 1); });
+  ASSERT_TRUE(HasEnd(resumed, 1));
+  EXPECT_GT(resumed.front().id, before.back().id);
+  auto expected = before;
+  expected.insert(expected.end(), resumed.begin(), resumed.end());
+  auto full = ReadSseEvents(http, read, "",
+                            [&](const auto& got) { return got.back().id >= resumed.back().id; });
+  EXPECT_EQ(full, expected) << "the stream from the start is what was seen plus what resumed";
 
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
