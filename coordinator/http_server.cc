@@ -234,7 +234,7 @@ class HttpServer::Impl {
       if (!Authorized(req, res, Access::kRead)) return;
       auto status = JobStatus();
       if (!status.ok()) return Error(res, HttpCode(status.status()), status.status().message());
-      Reply(res, 200, PrometheusMetrics(*status), kPrometheus);
+      Reply(res, 200, PrometheusMetrics(*status) + JournalMetrics(), kPrometheus);
     });
     server_.Get(
         R"(/v1/resizes/(\d{1,18}))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -324,6 +324,37 @@ class HttpServer::Impl {
       d.wait = true;
       Submit(MessageType::kDrain, proto::EncodePayload(d), d.host, wait, res);
     });
+  }
+
+  // Counts of the journal's events since the job started (restarts included): what the status
+  // does not carry, such as checkpoint commits. Read incrementally, one reader for all scrapes.
+  std::string JournalMetrics() {
+    if (options_.journal_path.empty()) return "";
+    std::lock_guard<std::mutex> lock(journal_mu_);
+    if (!journal_reader_) {
+      journal_reader_ = std::make_unique<JournalEventReader>(options_.journal_path, 0);
+      for (const char* type : {"generation", "worker_lost", "resize_accepted", "resize_end",
+                               "checkpoint", "job_end"}) {
+        event_counts_[type] = 0;
+      }
+    }
+    for (const JournalEvent& e : journal_reader_->ReadNew()) {
+      ++event_counts_[e.type];
+      if (e.type == "checkpoint") {
+        last_checkpoint_step_ = json::parse(e.data).value("step", int64_t{-1});
+      }
+    }
+    std::string out =
+        "# HELP elastra_events_total The job's events since it started, by type (GET /v1/events)\n"
+        "# TYPE elastra_events_total counter\n";
+    for (const auto& [type, n] : event_counts_) {
+      out += "elastra_events_total{type=\"" + type + "\"} " + std::to_string(n) + "\n";
+    }
+    out +=
+        "# HELP elastra_last_checkpoint_step The step of the newest committed checkpoint (-1: "
+        "none)\n# TYPE elastra_last_checkpoint_step gauge\nelastra_last_checkpoint_step " +
+        std::to_string(last_checkpoint_step_) + "\n";
+    return out;
   }
 
   StatusOr<proto::JobStatus> JobStatus() {
@@ -454,6 +485,11 @@ class HttpServer::Impl {
   uint64_t next_id_ = 1;
   std::map<uint64_t, Change> changes_;
   std::vector<std::thread> trackers_;
+
+  std::mutex journal_mu_;  // guards what /metrics reads from the journal
+  std::unique_ptr<JournalEventReader> journal_reader_;
+  std::map<std::string, uint64_t> event_counts_;
+  int64_t last_checkpoint_step_ = -1;
 };
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options) {

@@ -236,6 +236,8 @@ TEST_F(HttpServerTest, JobIsTheStatusObjectAndMetricsArePrometheusText) {
   EXPECT_NE(metrics->body.find("elastra_generation 0\n"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("elastra_target_workers 2\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("elastra_job_state{state=\"forming\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("elastra_events_total{type=\"checkpoint\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("elastra_last_checkpoint_step -1\n"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, WritesNeedTheAdminTokenAndBadBodiesAre400) {
@@ -441,6 +443,15 @@ TEST_F(HttpServerTest, EventsStreamAsServerSentEventsAndResumeFromLastEventId) {
   EXPECT_EQ(resumed[0], all[2]);
   EXPECT_EQ(resumed[1], all[3]);
   EXPECT_EQ(resumed[2].type, "job_end");
+  // /metrics counts the journal's events: what the status does not carry (checkpoints).
+  auto metrics = c.Get("/metrics", {{"Authorization", "Bearer " + read_}});
+  ASSERT_TRUE(metrics);
+  for (const char* line :
+       {"elastra_events_total{type=\"checkpoint\"} 1\n",
+        "elastra_events_total{type=\"generation\"} 1\n",
+        "elastra_events_total{type=\"job_end\"} 1\n", "elastra_last_checkpoint_step 10\n"}) {
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
+  }
   (*api)->Stop();
 }
 
