@@ -1,9 +1,11 @@
-# Finds Elastra's dependencies. Required: Threads, ZeroMQ, cereal, nlohmann-json, Gloo, CLI11
-# (the elastra command's parser, header-only).
+# Finds Elastra's dependencies. Required: Threads, ZeroMQ, cpp-httplib, cereal, nlohmann-json,
+# Gloo, CLI11 (the elastra command's parser, header-only).
 # Optional (AUTO|ON|OFF): CUDA, NCCL, MPI.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+# The coordinator's HTTP API (Debian's libcpp-httplib-dev: a header and a shared library).
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_path(CPPZMQ_INCLUDE_DIR zmq.hpp REQUIRED)
 find_path(CEREAL_INCLUDE_DIR cereal/cereal.hpp REQUIRED)
 find_package(nlohmann_json REQUIRED)

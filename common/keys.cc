@@ -200,6 +200,7 @@ Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info) 
   if (!info.admin.public_key.empty()) j["admin"] = KeyPairToJson(info.admin);
   if (!info.worker.public_key.empty()) j["worker"] = KeyPairToJson(info.worker);
   j["pid"] = info.pid;
+  if (!info.http.empty()) j["http"] = info.http;
   return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
 }
 
@@ -243,6 +244,12 @@ StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path) {
   if (pid != j.end()) {
     if (!pid->is_number_integer()) return CorruptError(path + ": \"pid\" is not an integer");
     info.pid = pid->get<int64_t>();
+  }
+  // Optional: only a coordinator started with --http has it. Other unknown fields are ignored.
+  auto http = j.find("http");
+  if (http != j.end()) {
+    if (!http->is_string()) return CorruptError(path + ": \"http\" is not a string");
+    info.http = http->get<std::string>();
   }
   return info;
 }

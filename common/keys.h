@@ -34,6 +34,7 @@ struct ConnectionInfo {
   KeyPair admin;               // admin credentials (may resize)
   KeyPair worker;              // worker credentials (local mode: shared by local workers)
   int64_t pid = 0;             // coordinator host process
+  std::string http;            // the HTTP API's URL ("http://127.0.0.1:8080"); empty: none
 };
 
 Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info);

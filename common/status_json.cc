@@ -67,4 +67,22 @@ std::string StatusJson(const JobStatus& s) {
   return j.dump();
 }
 
+std::string ResizeReplyJson(const ResizeReply& reply, const std::string& host) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!host.empty()) out["host"] = host;
+  out["phase"] = ToString(reply.phase);
+  out["generation"] = reply.generation;
+  out["workers"] = reply.workers;
+  out["layout"] = LayoutJson(reply.layout);
+  if (reply.phase == ResizePhase::kDone) {
+    out["downtime_ms"] = reply.downtime_ms;
+    out["agreement_ms"] = reply.agreement_ms;
+    out["rebuild_ms"] = reply.rebuild_ms;
+    out["transfer_ms"] = reply.transfer_ms;
+    out["total_ms"] = reply.total_ms;
+  }
+  if (!reply.message.empty()) out["message"] = reply.message;
+  return out.dump();
+}
+
 }  // namespace elastra::proto

@@ -13,4 +13,9 @@ namespace elastra::proto {
 // and pending_resize while a resize is in flight (README.md, "elastra status").
 std::string StatusJson(const JobStatus& status);
 
+// A resize's or drain's outcome as one line of JSON, the object `elastra resize|drain` prints:
+// phase, generation, workers, layout; with phase "done" also downtime_ms, agreement_ms,
+// rebuild_ms, transfer_ms, total_ms; message when there is one; host when `host` is not empty.
+std::string ResizeReplyJson(const ResizeReply& reply, const std::string& host = "");
+
 }  // namespace elastra::proto

@@ -27,6 +27,13 @@ long long EnvInt(const char* name, long long fallback) {
 
 bool IsWildcard(const std::string& host) { return host == "0.0.0.0" || host == "*"; }
 
+// Where an in-process client reaches a server bound at `bound`: a wildcard bind over loopback.
+std::string LoopbackAddress(const std::string& bound) {
+  auto endpoint = ParseTcpEndpoint(bound);
+  if (!endpoint.ok() || !IsWildcard(endpoint->host)) return bound;
+  return "tcp://127.0.0.1:" + std::to_string(endpoint->port);
+}
+
 }  // namespace
 
 std::string FirstNonLoopbackIPv4() {
@@ -158,9 +165,41 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   }
   e.info.server_public = server_keys.public_key;
   e.info.pid = getpid();
+  std::string http = options.http;
+  if (options.restart && http.empty() && e.info.http.rfind("http://", 0) == 0) {
+    http = e.info.http.substr(7);  // the same URL as before: its clients have it
+  }
+  e.info.http.clear();
+  if (!http.empty()) {
+    auto tokens = LoadOrCreateTokens(options.state_dir);
+    if (!tokens.ok()) return tokens.status();
+    HttpOptions h;
+    h.listen = http;
+    h.admin_token = tokens->admin;
+    h.read_token = tokens->read;
+    h.coordinator.address = LoopbackAddress(e.server->address());
+    h.coordinator.server_public = server_keys.public_key;
+    h.coordinator.client_keys = e.info.admin;
+    h.coordinator.job = e.info.job;
+    h.coordinator.sender = "admin-http";
+    h.journal_path = journal_path;
+    auto server = HttpServer::Start(h);
+    // A restart listens on the old port; the old process may still be releasing it for a moment.
+    for (int tries = 0; options.restart && !server.ok() &&
+                        server.status().code() == StatusCode::kUnavailable && tries < 30;
+         ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      server = HttpServer::Start(h);
+    }
+    if (!server.ok()) return server.status();
+    e.http = std::move(server).value();
+    e.info.http = e.http->url();
+    LOG(INFO) << "HTTP API at " << e.info.http;
+  }
   e.join = e.info;
   e.join.admin = KeyPair{};
   e.join.pid = 0;
+  e.join.http.clear();
   // join.json first: whoever waits for coordinator.json finds both.
   ELASTRA_RETURN_IF_ERROR(WriteJoinFile(join_path, e.join));
   ELASTRA_RETURN_IF_ERROR(WriteConnectionInfo(info_path, e.info));

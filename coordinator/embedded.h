@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/keys.h"
+#include "coordinator/http_server.h"
 #include "coordinator/server.h"
 #include "elastra/status.h"
 
@@ -44,12 +45,17 @@ struct EmbeddedOptions {
   // directory, and both files are written again with the same keys. Without it a new job starts
   // and an old journal in state_dir is discarded.
   bool restart = false;
+  // The HTTP API (docs/http.md): "HOST:PORT" or ":PORT" (loopback; port 0 picks one). Empty: off,
+  // except on a restart, which serves it again where coordinator.json's "http" says. Its tokens
+  // are <state_dir>/admin.token and read.token (0600), kept across restarts.
+  std::string http;
 };
 
 struct EmbeddedCoordinator {
   std::unique_ptr<CoordinatorServer> server;
   ConnectionInfo info;  // what coordinator.json holds (the advertised address, keys, pid)
   ConnectionInfo join;  // what join.json holds (no admin keys, no pid)
+  std::unique_ptr<HttpServer> http;  // null without EmbeddedOptions::http; stops before `server`
 };
 
 // kInvalidArgument when the state directory cannot be made or an option is out of range,

@@ -1,4 +1,5 @@
 // elastra resize | drain | status | keygen: the admin side, what an external scheduler calls.
+#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -49,8 +50,6 @@ std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
   }
   return std::move(client).value();
 }
-
-nlohmann::json LayoutJson(const Layout& l) { return {{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
 
 // The "done" reply of a resize read back from the job's status: no resize pending, and a
 // generation newer than `before` with the requested workers (and layout) in the history.
@@ -109,8 +108,16 @@ std::optional<proto::ResizeReply> DrainDoneFromStatus(ControlClient& client, uin
   return r;
 }
 
+// --url URL --token-file F: talk to the job's HTTP API (docs/http.md) instead of its ZeroMQ
+// address, so a scheduler host needs no CURVE keys.
+struct HttpFlags {
+  std::string url;
+  std::string token_file;
+};
+
 struct ResizeOptions {
   std::string state_dir = kDefaultStateDir;
+  HttpFlags http;
   int workers = 0;
   std::optional<Layout> layout;  // none: the coordinator chooses
   bool wait = false;
@@ -119,6 +126,7 @@ struct ResizeOptions {
 
 struct DrainOptions {
   std::string state_dir = kDefaultStateDir;
+  HttpFlags http;
   std::string host;
   bool wait = false;
   int timeout_s = 600;
@@ -126,6 +134,7 @@ struct DrainOptions {
 
 struct StatusOptions {
   std::string state_dir = kDefaultStateDir;
+  HttpFlags http;
   bool json = false;
 };
 
@@ -175,25 +184,87 @@ std::optional<proto::ResizeReply> AwaitOutcome(
   }
 }
 
-// Prints a resize-like reply as one JSON line (with `extra` fields); its exit code.
-int PrintOutcome(const proto::ResizeReply& reply, nlohmann::json out) {
-  out["phase"] = proto::ToString(reply.phase);
-  out["generation"] = reply.generation;
-  out["workers"] = reply.workers;
-  out["layout"] = LayoutJson(reply.layout);
-  if (reply.phase == proto::ResizePhase::kDone) {
-    out["downtime_ms"] = reply.downtime_ms;
-    out["agreement_ms"] = reply.agreement_ms;
-    out["rebuild_ms"] = reply.rebuild_ms;
-    out["transfer_ms"] = reply.transfer_ms;
-    out["total_ms"] = reply.total_ms;
-  }
-  if (!reply.message.empty()) out["message"] = reply.message;
-  std::printf("%s\n", out.dump().c_str());
+// Prints a resize-like reply as one JSON line (with "host" for a drain); its exit code.
+int PrintOutcome(const proto::ResizeReply& reply, const std::string& host = "") {
+  std::printf("%s\n", proto::ResizeReplyJson(reply, host).c_str());
   return reply.phase == proto::ResizePhase::kFailed ? 1 : 0;
 }
 
+// One call to the HTTP API: the status code and the body; nullopt after printing why on stderr
+// (no token, no answer).
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+std::optional<HttpAnswer> CallHttp(const std::string& command, const HttpFlags& flags,
+                                   const std::string& method, const std::string& path,
+                                   const std::string& body, std::chrono::seconds timeout) {
+  std::ifstream in(flags.token_file);
+  std::string token;
+  std::getline(in, token);
+  if (token.empty()) {
+    std::fprintf(stderr, "elastra %s: no token in %s\n", command.c_str(), flags.token_file.c_str());
+    return std::nullopt;
+  }
+  httplib::Client client(flags.url);
+  client.set_connection_timeout(10, 0);
+  client.set_read_timeout(timeout.count(), 0);
+  const httplib::Headers headers = {{"Authorization", "Bearer " + token}};
+  auto res = method == "POST" ? client.Post(path, headers, body, "application/json")
+                              : client.Get(path, headers);
+  if (!res) {
+    std::fprintf(stderr, "elastra %s: no answer from %s: %s\n", command.c_str(), flags.url.c_str(),
+                 httplib::to_string(res.error()).c_str());
+    return std::nullopt;
+  }
+  return HttpAnswer{res->status, res->body};
+}
+
+// The "error" of an HTTP error answer, or its body.
+std::string HttpError(const HttpAnswer& a) {
+  nlohmann::json j = nlohmann::json::parse(a.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_string()) {
+    return j["error"].get<std::string>() + " (HTTP " + std::to_string(a.status) + ")";
+  }
+  return "HTTP " + std::to_string(a.status);
+}
+
+// elastra resize|drain --url: POST /v1/resize or /v1/drain; prints what the ZeroMQ path prints
+// (the API's object without its "id").
+int ChangeOverHttp(const std::string& command, const HttpFlags& http, const std::string& path,
+                   const nlohmann::json& body, bool wait, int timeout_s) {
+  auto answer =
+      CallHttp(command, http, "POST", path, body.dump(), std::chrono::seconds(timeout_s + 30));
+  if (!answer) return 1;
+  if (answer->status != 200 && answer->status != 202) {
+    std::fprintf(stderr, "elastra %s: refused: %s\n", command.c_str(), HttpError(*answer).c_str());
+    return 1;
+  }
+  nlohmann::json out = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  if (!out.is_object()) {
+    std::fprintf(stderr, "elastra %s: the API answered no JSON object\n", command.c_str());
+    return 1;
+  }
+  if (wait && out.value("phase", "") == "accepted") {
+    std::fprintf(stderr, "elastra %s: not done within the API's wait (change %s goes on)\n",
+                 command.c_str(), out.value("id", "?").c_str());
+    return 1;
+  }
+  out.erase("id");
+  std::printf("%s\n", out.dump().c_str());
+  return out.value("phase", "") == "failed" ? 1 : 0;
+}
+
+int ResizeOverHttp(const ResizeOptions& flags) {
+  nlohmann::json body = {{"workers", flags.workers}, {"wait", flags.wait}};
+  if (flags.layout) {
+    body["layout"] = {{"dp", flags.layout->dp}, {"pp", flags.layout->pp}, {"tp", flags.layout->tp}};
+  }
+  return ChangeOverHttp("resize", flags.http, "/v1/resize", body, flags.wait, flags.timeout_s);
+}
+
 int ResizeJob(const ResizeOptions& flags) {
+  if (!flags.http.url.empty()) return ResizeOverHttp(flags);
   proto::ResizeRequest req;
   req.workers = flags.workers;
   req.wait = flags.wait;
@@ -211,10 +282,15 @@ int ResizeJob(const ResizeOptions& flags) {
   auto reply = AwaitOutcome("resize", *client, *first, req.wait, flags.timeout_s,
                             [&] { return DoneFromStatus(*client, first->generation, req); });
   if (!reply) return 1;
-  return PrintOutcome(*reply, nlohmann::json::object());
+  return PrintOutcome(*reply);
 }
 
 int DrainHost(const DrainOptions& flags) {
+  if (!flags.http.url.empty()) {
+    return ChangeOverHttp("drain", flags.http, "/v1/drain",
+                          {{"host", flags.host}, {"wait", flags.wait}}, flags.wait,
+                          flags.timeout_s);
+  }
   const proto::DrainRequest req{flags.host, flags.wait};
   auto client = ConnectAdmin("drain", flags.state_dir);
   if (client == nullptr) return 1;
@@ -227,7 +303,7 @@ int DrainHost(const DrainOptions& flags) {
     return DrainDoneFromStatus(*client, first->generation, flags.host);
   });
   if (!reply) return 1;
-  return PrintOutcome(*reply, {{"host", flags.host}});
+  return PrintOutcome(*reply, flags.host);
 }
 
 // Whether `pid` is a process that runs: it exists and is no zombie (one that exited and that its
@@ -267,7 +343,83 @@ int ShowFinalStatus(const StatusOptions& flags, const nlohmann::json& j) {
   return 0;
 }
 
+Layout LayoutOf(const nlohmann::json& j) {
+  return Layout{j.value("dp", 0), j.value("pp", 0), j.value("tp", 0)};
+}
+
+// The status object (`elastra status --json`'s, or GET /v1/job's) as tables.
+void PrintStatusTable(const nlohmann::json& st) {
+  using nlohmann::json;
+  const Layout layout = LayoutOf(st.value("layout", json::object()));
+  const uint64_t generation = st.value("generation", uint64_t{0});
+  // The size now (the committed generation's) and, when the coordinator keeps one, the size the
+  // job returns to after failures and drains.
+  std::string size = std::to_string(generation > 0 ? layout.world() : 0);
+  const int target = st.value("target_workers", 0);
+  if (target > 0) size += " (target " + std::to_string(target) + ")";
+  std::printf("job %s  state %s  generation %llu  layout %s  step %lld  workers %s\n",
+              st.value("job", "").c_str(), st.value("state", "").c_str(),
+              static_cast<unsigned long long>(generation), layout.ToString().c_str(),
+              static_cast<long long>(st.value("step", int64_t{-1})), size.c_str());
+  std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP", "HEARTBEAT",
+              "PID", "HOST");
+  for (const json& w : st.value("workers", json::array())) {
+    const std::string hb =
+        std::to_string(w.value("last_heartbeat_ms_ago", int64_t{-1})) + " ms ago";
+    std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.value("id", "").c_str(),
+                w.value("state", "").c_str(), w.value("rank", -1),
+                static_cast<long long>(w.value("step", int64_t{-1})), hb.c_str(),
+                static_cast<long long>(w.value("pid", int64_t{0})), w.value("host", "").c_str());
+  }
+  const json hosts = st.value("hosts", json::array());
+  if (!hosts.empty()) {
+    std::printf("%-16s %-24s %5s %4s %7s %-8s %12s\n", "HOST", "ADDRESS", "SLOTS", "GPUS",
+                "WORKERS", "STATE", "HEARTBEAT");
+    for (const json& h : hosts) {
+      const int64_t ago = h.value("last_heartbeat_ms_ago", int64_t{-1});
+      const std::string hb = ago < 0 ? "-" : std::to_string(ago) + " ms ago";
+      std::printf("%-16s %-24s %5d %4d %7d %-8s %12s\n", h.value("name", "").c_str(),
+                  h.value("address", "").c_str(), h.value("slots", 0), h.value("gpus", 0),
+                  h.value("workers", 0), h.value("state", "").c_str(), hb.c_str());
+    }
+  }
+  const json history = st.value("history", json::array());
+  if (!history.empty()) {
+    std::printf("%-10s %-8s %7s %-16s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
+                "DOWNTIME");
+    for (const json& h : history) {
+      std::printf("%-10llu %-8s %7zu %-16s %8.1f ms\n",
+                  static_cast<unsigned long long>(h.value("generation", uint64_t{0})),
+                  h.value("reason", "").c_str(), h.value("workers", json::array()).size(),
+                  LayoutOf(h.value("layout", json::object())).ToString().c_str(),
+                  h.value("downtime_ms", 0.0));
+    }
+  }
+}
+
+// elastra status --url: GET /v1/job, printed as the ZeroMQ path prints it.
+int StatusOverHttp(const StatusOptions& flags) {
+  auto answer = CallHttp("status", flags.http, "GET", "/v1/job", "", std::chrono::seconds(30));
+  if (!answer) return 1;
+  if (answer->status != 200) {
+    std::fprintf(stderr, "elastra status: %s\n", HttpError(*answer).c_str());
+    return 1;
+  }
+  nlohmann::json st = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  if (!st.is_object()) {
+    std::fprintf(stderr, "elastra status: the API answered no JSON object\n");
+    return 1;
+  }
+  if (flags.json) {
+    std::printf("%s\n", st.dump().c_str());
+  } else {
+    PrintStatusTable(st);
+  }
+  return 0;
+}
+
 int ShowStatus(const StatusOptions& flags) {
+  if (!flags.http.url.empty()) return StatusOverHttp(flags);
   if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
   auto client = ConnectAdmin("status", flags.state_dir);
   if (client == nullptr) {
@@ -281,46 +433,11 @@ int ShowStatus(const StatusOptions& flags) {
     std::fprintf(stderr, "elastra status: %s\n", reply.status().ToString().c_str());
     return 1;
   }
-  const proto::JobStatus& st = reply->status;
   if (flags.json) {
-    std::printf("%s\n", proto::StatusJson(st).c_str());
+    std::printf("%s\n", proto::StatusJson(reply->status).c_str());
     return 0;
   }
-  // The size now (the committed generation's) and, when the coordinator keeps one, the size the
-  // job returns to after failures and drains.
-  std::string size = std::to_string(st.generation > 0 ? st.layout.world() : 0);
-  if (st.target_workers > 0) size += " (target " + std::to_string(st.target_workers) + ")";
-  std::printf("job %s  state %s  generation %llu  layout %s  step %lld  workers %s\n",
-              st.job.c_str(), proto::ToString(st.state),
-              static_cast<unsigned long long>(st.generation), st.layout.ToString().c_str(),
-              static_cast<long long>(st.step), size.c_str());
-  std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP", "HEARTBEAT",
-              "PID", "HOST");
-  for (const proto::WorkerStatus& w : st.workers) {
-    std::string hb = std::to_string(w.last_heartbeat_ms_ago) + " ms ago";
-    std::printf("%-10s %-9s %5d %8lld %12s %8lld  %s\n", w.id.c_str(), proto::ToString(w.state),
-                w.rank, static_cast<long long>(w.step), hb.c_str(), static_cast<long long>(w.pid),
-                w.host.c_str());
-  }
-  if (!st.hosts.empty()) {
-    std::printf("%-16s %-24s %5s %4s %7s %-8s %12s\n", "HOST", "ADDRESS", "SLOTS", "GPUS",
-                "WORKERS", "STATE", "HEARTBEAT");
-    for (const proto::HostStatus& h : st.hosts) {
-      const std::string hb =
-          h.last_heartbeat_ms_ago < 0 ? "-" : std::to_string(h.last_heartbeat_ms_ago) + " ms ago";
-      std::printf("%-16s %-24s %5d %4d %7d %-8s %12s\n", h.name.c_str(), h.address.c_str(), h.slots,
-                  h.gpus, h.workers, proto::ToString(h.state), hb.c_str());
-    }
-  }
-  if (!st.history.empty()) {
-    std::printf("%-10s %-8s %7s %-16s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
-                "DOWNTIME");
-    for (const proto::GenerationRecord& h : st.history) {
-      std::printf("%-10llu %-8s %7zu %-16s %8.1f ms\n",
-                  static_cast<unsigned long long>(h.generation), proto::ToString(h.reason),
-                  h.workers.size(), h.layout.ToString().c_str(), h.downtime_ms);
-    }
-  }
+  PrintStatusTable(nlohmann::json::parse(proto::StatusJson(reply->status)));
   return 0;
 }
 
@@ -345,13 +462,29 @@ int Keygen(const KeygenOptions& flags) {
   return 0;
 }
 
+// --url and --token-file, which replace --state-dir's ZeroMQ connection.
+void AddHttpFlags(CLI::App* app, HttpFlags* out) {
+  CLI::Option* url =
+      app->add_option("--url", out->url,
+                      "The job's HTTP API (\"http\" of coordinator.json) instead of --state-dir")
+          ->type_name("URL");
+  CLI::Option* token =
+      app->add_option("--token-file", out->token_file,
+                      "With --url: the file holding the bearer token (admin.token or read.token)")
+          ->type_name("FILE");
+  url->needs(token);
+  token->needs(url);
+}
+
 }  // namespace
 
 void AddResizeCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<ResizeOptions>();
   CLI::App* resize = app->add_subcommand("resize", "Change a running job's size or layout");
   SetUsage(resize, {"elastra resize --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] "
-                    "[--wait] [--timeout SECONDS]"});
+                    "[--wait] [--timeout SECONDS]",
+                    "elastra resize --url URL --token-file FILE --workers N [--layout "
+                    "dp=D,pp=P,tp=T] [--wait] [--timeout SECONDS]"});
   resize->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
       ->type_name("DIR")
       ->capture_default_str();
@@ -361,6 +494,7 @@ void AddResizeCommand(CLI::App* app, int* exit_code) {
                 "The exact layout (D*P*T = N); without it the job keeps pp and tp when they "
                 "divide N");
   resize->add_flag("--wait", o->wait, "Block until the job runs at the new size");
+  AddHttpFlags(resize, &o->http);
   AddIntFlag(resize, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
              "With --wait: give up waiting after this long (the resize goes on)")
       ->capture_default_str();
@@ -371,7 +505,9 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<DrainOptions>();
   CLI::App* drain =
       app->add_subcommand("drain", "Move a running job off one host (its agent then exits 0)");
-  SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]"});
+  SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]",
+                   "elastra drain --url URL --token-file FILE --host HOST [--wait] "
+                   "[--timeout SECONDS]"});
   drain->add_option("--state-dir", o->state_dir, "The job's state directory (its coordinator's)")
       ->type_name("DIR")
       ->capture_default_str();
@@ -379,6 +515,7 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
       ->type_name("HOST")
       ->required();
   drain->add_flag("--wait", o->wait, "Block until the job has left the host");
+  AddHttpFlags(drain, &o->http);
   AddIntFlag(drain, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
              "With --wait: give up waiting after this long (the drain goes on)")
       ->capture_default_str();
@@ -389,13 +526,15 @@ void AddStatusCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<StatusOptions>();
   CLI::App* status =
       app->add_subcommand("status", "Show a job's state, workers, hosts and history");
-  SetUsage(status, {"elastra status --state-dir DIR [--json]"});
+  SetUsage(status, {"elastra status --state-dir DIR [--json]",
+                    "elastra status --url URL --token-file FILE [--json]"});
   status->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
       ->type_name("DIR")
       ->capture_default_str();
   status->add_flag("--json", o->json,
                    "One JSON object: job, state, generation, layout, step, workers, history, "
                    "agents, hosts, target_workers, counters");
+  AddHttpFlags(status, &o->http);
   status->callback([o, exit_code] { *exit_code = ShowStatus(*o); });
 }
 

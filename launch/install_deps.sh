@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev libcereal-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  libcpp-httplib-dev
   libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin python3
 )

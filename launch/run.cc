@@ -56,6 +56,7 @@ struct RunOptions {
   std::string job = "elastra";
   std::string resume;  // empty: a new job
   GpusFlag gpus;       // none given: no ELASTRA_DEVICE
+  std::string http;    // the coordinator's HTTP API, HOST:PORT or :PORT; empty: off
   Args program;        // PROGRAM ARGS..., everything after --
 };
 
@@ -69,6 +70,7 @@ struct CoordinatorOptions {
   std::string job = "elastra";
   std::string resume;
   bool restart = false;
+  std::string http;  // the HTTP API, HOST:PORT or :PORT; empty: off
 };
 
 // The coordinator child process of `elastra run`, started again with --restart on the same state
@@ -122,6 +124,22 @@ class LocalCoordinator : public CoordinatorWatch {
   bool ended_ = false;  // it exited by itself: the job is over
 };
 
+// --http ADDR:PORT: checked here, so a typo is a usage error rather than a coordinator that
+// fails to start.
+CLI::Option* AddHttpFlag(CLI::App* app, std::string* out) {
+  return app
+      ->add_option_function<std::string>(
+          "--http",
+          [out](const std::string& text) {
+            auto parsed = coordinator::ParseHttpListen(text);
+            if (!parsed.ok()) throw FlagError(parsed.status().message());
+            *out = text;
+          },
+          "Serve the HTTP API (docs/http.md) on HOST:PORT, or :PORT on loopback (0: any free "
+          "port); its URL goes to coordinator.json as \"http\"")
+      ->type_name("ADDR:PORT");
+}
+
 int RunJob(const RunOptions& flags) {
   if (flags.program.empty()) {
     return UsageError("elastra run", "no program given; usage: elastra run --nproc N -- PROGRAM");
@@ -145,6 +163,10 @@ int RunJob(const RunOptions& flags) {
   if (!flags.resume.empty()) {
     coordinator_args.push_back("--resume");
     coordinator_args.push_back(flags.resume);
+  }
+  if (!flags.http.empty()) {
+    coordinator_args.push_back("--http");
+    coordinator_args.push_back(flags.http);
   }
   CoordinatorProcess coordinator(SelfPath(), state_dir, coordinator_args);
   auto info_or = coordinator.Start();
@@ -218,15 +240,17 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.advertise = flags.advertise;
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
+  o.http = flags.http;
   auto embedded = coordinator::StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;
   }
   // join.json: what agents and workers on other hosts join with (docs/hosts.md, "Keys").
-  const nlohmann::json ready = {{"address", embedded->info.address},
-                                {"state_dir", flags.state_dir},
-                                {"join", flags.state_dir + "/join.json"}};
+  nlohmann::json ready = {{"address", embedded->info.address},
+                          {"state_dir", flags.state_dir},
+                          {"join", flags.state_dir + "/join.json"}};
+  if (!embedded->info.http.empty()) ready["http"] = embedded->info.http;
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
@@ -236,6 +260,7 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   while (g_stop_signal == 0 && !embedded->server->WaitDone(milliseconds(50))) {
   }
   const bool done = embedded->server->done();
+  if (embedded->http) embedded->http->Stop();  // it is a client of the server
   embedded->server->Stop();
   if (!done) return 0;
   const proto::JobStatus st = embedded->server->Snapshot();
@@ -251,7 +276,7 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
   CLI::App* run = app->add_subcommand(
       "run", "Start a job on this machine: a coordinator, N workers, and supervise them");
   SetUsage(run, {"elastra run --nproc N [--state-dir DIR] [--max-workers M] [--job NAME] "
-                 "[--resume CKPT_ROOT] [--gpus N|auto] -- PROGRAM ARGS..."});
+                 "[--resume CKPT_ROOT] [--gpus N|auto] [--http ADDR:PORT] -- PROGRAM ARGS..."});
   AddIntFlag(run, "--nproc", &o->nproc, 1, 4096, "N", "Workers to start")->required();
   run->add_option("--state-dir", o->state_dir,
                   "Keys, coordinator.json, journal and status.json of the job")
@@ -265,6 +290,7 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
                   "Start from the newest committed checkpoint under this root")
       ->type_name("CKPT_ROOT");
   AddGpusFlag(run, &o->gpus);
+  AddHttpFlag(run, &o->http);
   // After --, every argument is the program's, flags included.
   run->add_option("PROGRAM", o->program, "The worker program and its arguments, after --")
       ->type_name("");
@@ -277,7 +303,7 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       app->add_subcommand("coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
                          "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
-                         "[--job NAME]",
+                         "[--job NAME] [--http ADDR:PORT]",
                          "elastra coordinator --state-dir DIR --restart"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
@@ -302,6 +328,7 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       ->add_option("--resume", o->resume,
                    "Start from the newest committed checkpoint under this root")
       ->type_name("CKPT_ROOT");
+  AddHttpFlag(coordinator, &o->http);
   coordinator->add_flag("--restart", o->restart,
                         "Take back the job journaled in --state-dir after its coordinator died");
   coordinator->callback([o, exit_code] { *exit_code = RunCoordinator(*o); });

@@ -159,6 +159,38 @@ TEST_F(KeysTest, JoinFileHoldsNoAdminKey) {
   EXPECT_EQ(ReadJoinFile(Path("missing.json")).status().code(), StatusCode::kNotFound);
 }
 
+// "http" is optional: absent without --http, kept when present, never in a join file; unknown
+// fields are ignored (a newer coordinator's file stays readable).
+TEST_F(KeysTest, ConnectionInfoHttpIsOptional) {
+  ConnectionInfo info = SampleInfo();
+  const std::string path = Path("coordinator.json");
+  ASSERT_TRUE(WriteConnectionInfo(path, info).ok());
+  {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(text.find("\"http\""), std::string::npos) << text;
+  }
+  auto without = ReadConnectionInfo(path);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_TRUE(without->http.empty());
+  info.http = "http://127.0.0.1:8080";
+  ASSERT_TRUE(WriteConnectionInfo(path, info).ok());
+  auto with = ReadConnectionInfo(path);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->http, "http://127.0.0.1:8080");
+  ASSERT_TRUE(WriteJoinFile(Path("join.json"), info).ok());
+  std::ifstream join(Path("join.json"));
+  const std::string join_text((std::istreambuf_iterator<char>(join)), {});
+  EXPECT_EQ(join_text.find("\"http\""), std::string::npos) << join_text;
+
+  WriteRaw(Path("e.json"), R"({"address": "tcp://x:1", "job": "j", "server_public": ")" +
+                               info.server_public + R"(", "http": 8080})");
+  EXPECT_EQ(ReadConnectionInfo(Path("e.json")).status().code(), StatusCode::kCorrupt);
+  WriteRaw(Path("f.json"), R"({"address": "tcp://x:1", "job": "j", "server_public": ")" +
+                               info.server_public + R"(", "future": {"x": 1}})");
+  EXPECT_TRUE(ReadConnectionInfo(Path("f.json")).ok());
+}
+
 TEST_F(KeysTest, ConnectionInfoErrorsAreClear) {
   auto missing = ReadConnectionInfo(Path("coordinator.json"));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);

@@ -85,6 +85,11 @@ TEST(LaunchCli, BadUsageExitsTwoNamingWhatIsWrong) {
       {{"drain"}, "elastra drain: --host is required"},
       {{"drain", "--host", "a", "--timeout", "0"}, "--timeout must be between 1 and 86400"},
       {{"drain", "--host", "a", "extra"}, "elastra drain: unexpected argument 'extra'"},
+      {{"run", "--nproc", "1", "--http", "8080", "--", "/bin/true"},
+       "--http '8080' is not HOST:PORT or :PORT"},
+      {{"coordinator", "--http", ":70000"}, "--http ':70000': the port must be 0..65535"},
+      {{"status", "--url", "http://127.0.0.1:1"}, "--url requires --token-file"},
+      {{"resize", "--workers", "2", "--token-file", "t"}, "--token-file requires --url"},
   };
   for (const Case& c : cases) {
     CommandResult r = Elastra(c.args);

@@ -1,0 +1,87 @@
+#include "coordinator/http_events.h"
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/journal.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using nlohmann::json;
+
+uint32_t LittleEndian32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+// The event a journal record is, or an empty type when it is none.
+JournalEvent EventOf(const json& r) {
+  JournalEvent e;
+  const std::string t = r.value("t", "");
+  json data;
+  if (t == "commit") {
+    e.type = "generation";
+    json members = json::array();
+    for (const json& m : r.value("members", json::array())) members.push_back(m.value("id", ""));
+    data = {{"generation", r.value("generation", uint64_t{0})},
+            {"reason", r.value("reason", "")},
+            {"layout", r.value("layout", json::object())},
+            {"workers", members},
+            {"downtime_ms", r.value("downtime_ms", 0.0)}};
+  } else if (t == "worker" && r.value("state", "") == "lost") {
+    e.type = "worker_lost";
+    data = {{"worker", r.value("id", "")}};
+  } else if (t == "resize") {
+    e.type = "resize_accepted";
+    data = {{"workers", r.value("workers", 0)}};
+    if (r.value("has_layout", false)) data["layout"] = r.value("layout", json::object());
+  } else if (t == "resize_end") {
+    e.type = "resize_end";
+    data = json::object();
+  } else if (t == "checkpoint") {
+    e.type = "checkpoint";
+    data = {{"step", r.value("step", int64_t{0})},
+            {"generation", r.value("generation", uint64_t{0})},
+            {"dir", r.value("dir", "")}};
+  } else if (t == "end") {
+    e.type = "job_end";
+    data = {{"outcome", r.value("outcome", "")}, {"reason", r.value("reason", "")}};
+  } else {
+    return e;
+  }
+  data["type"] = e.type;
+  e.data = data.dump();
+  return e;
+}
+
+}  // namespace
+
+std::vector<JournalEvent> JournalEventReader::ReadNew() {
+  std::vector<JournalEvent> events;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return events;
+  in.seekg(static_cast<std::streamoff>(offset_));
+  std::string payload;
+  for (;;) {
+    unsigned char header[Journal::kHeaderBytes];
+    if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) break;
+    const uint32_t length = LittleEndian32(header + 4);
+    if (LittleEndian32(header) != Journal::kMagic || length > Journal::kMaxRecordBytes) break;
+    payload.resize(length);
+    if (!in.read(payload.data(), length)) break;  // still being written
+    if (Journal::Crc32c(payload.data(), payload.size()) != LittleEndian32(header + 8)) break;
+    const json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) break;
+    offset_ += Journal::kHeaderBytes + length;
+    if (offset_ <= after_) continue;
+    JournalEvent e = EventOf(r);
+    if (e.type.empty()) continue;
+    e.id = offset_;
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+}  // namespace elastra::coordinator

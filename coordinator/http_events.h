@@ -1,0 +1,39 @@
+// The job's events as GET /v1/events streams them (docs/http.md, "GET /v1/events"), read from the
+// coordinator's journal (coordinator/journal.h): the journal already records, before their effects
+// leave the coordinator, each generation formed, worker lost, resize accepted and ended,
+// checkpoint committed and the job's end. An event's id is the byte offset in the journal just
+// past its record: ids grow, a restarted coordinator appends after the records it took back (so
+// old ids stay valid and no event is lost or repeated), and "after id N" is "records ending past
+// N". Not thread-safe: one reader per stream.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace elastra::coordinator {
+
+struct JournalEvent {
+  uint64_t id = 0;   // the journal offset just past the record
+  std::string type;  // generation, worker_lost, resize_accepted, resize_end, checkpoint, job_end
+  std::string data;  // one line of JSON: {"type": ..., fields of the record}
+};
+
+class JournalEventReader {
+ public:
+  // Events with an id above `after` only.
+  JournalEventReader(std::string journal_path, uint64_t after)
+      : path_(std::move(journal_path)), after_(after) {}
+
+  // The events of the records appended since the last call (all of them the first time), up to
+  // the last whole, intact record; none when the journal is missing. Records that are no event
+  // (joins, ids, changes begun) are skipped.
+  std::vector<JournalEvent> ReadNew();
+
+ private:
+  std::string path_;
+  uint64_t after_;
+  uint64_t offset_ = 0;  // the next record's start: a record boundary this reader has seen
+};
+
+}  // namespace elastra::coordinator

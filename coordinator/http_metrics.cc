@@ -1,0 +1,159 @@
+#include "coordinator/http_metrics.h"
+
+#include <array>
+#include <cstdio>
+#include <map>
+
+namespace elastra::coordinator {
+namespace {
+
+using proto::GenerationReason;
+using proto::JobState;
+using proto::WorkerState;
+
+// Upper bounds (seconds) of the downtime histogram's buckets; +Inf follows.
+constexpr std::array<double, 11> kDowntimeBuckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
+                                                     2.5,  5,    10,  30,   60};
+
+std::string Escape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+class Writer {
+ public:
+  void Family(const std::string& name, const char* type, const std::string& help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void Sample(const std::string& name, const std::string& labels, double value) {
+    out_ += name;
+    if (!labels.empty()) out_ += "{" + labels + "}";
+    out_ += " " + Number(value) + "\n";
+  }
+  void Gauge(const std::string& name, const std::string& help, double value) {
+    Family(name, "gauge", help);
+    Sample(name, "", value);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+std::string Label(const char* key, const std::string& value) {
+  return std::string(key) + "=\"" + Escape(value) + "\"";
+}
+
+}  // namespace
+
+std::string PrometheusMetrics(const proto::JobStatus& s) {
+  Writer w;
+  w.Family("elastra_job_state", "gauge", "1 for the state the job is in, 0 for the others");
+  for (JobState st :
+       {JobState::kForming, JobState::kRunning, JobState::kPausing, JobState::kBuilding,
+        JobState::kRecovering, JobState::kFinished, JobState::kFailed}) {
+    w.Sample("elastra_job_state", Label("state", proto::ToString(st)), s.state == st ? 1 : 0);
+  }
+  w.Gauge("elastra_generation", "The committed generation", static_cast<double>(s.generation));
+  w.Gauge("elastra_target_workers", "The size the job returns to: its start size or last resize",
+          s.target_workers);
+  w.Gauge("elastra_current_workers", "Ranks in the committed generation", s.layout.world());
+  w.Family("elastra_layout", "gauge", "The committed layout, one sample per dimension");
+  w.Sample("elastra_layout", Label("dim", "dp"), s.layout.dp);
+  w.Sample("elastra_layout", Label("dim", "pp"), s.layout.pp);
+  w.Sample("elastra_layout", Label("dim", "tp"), s.layout.tp);
+  w.Gauge("elastra_steps_applied", "The furthest step a member or finished worker reported",
+          static_cast<double>(s.step));
+  w.Gauge("elastra_resize_pending", "1 while an accepted resize or drain is not done",
+          s.resize_pending ? 1 : 0);
+
+  std::map<std::string, int> workers_by_state;
+  for (WorkerState st : {WorkerState::kStandby, WorkerState::kMember, WorkerState::kLeaving,
+                         WorkerState::kLost, WorkerState::kFinished}) {
+    workers_by_state[proto::ToString(st)] = 0;
+  }
+  for (const auto& wk : s.workers) ++workers_by_state[proto::ToString(wk.state)];
+  w.Family("elastra_workers", "gauge", "Workers the coordinator knows, by state");
+  for (const auto& [state, n] : workers_by_state) {
+    w.Sample("elastra_workers", Label("state", state), n);
+  }
+
+  // Downtime of each generation in the history, by the reason it formed.
+  struct Histogram {
+    std::array<uint64_t, kDowntimeBuckets.size()> buckets{};
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  std::map<std::string, Histogram> downtime;
+  for (GenerationReason r :
+       {GenerationReason::kStart, GenerationReason::kResize, GenerationReason::kFailure,
+        GenerationReason::kResume, GenerationReason::kDrain, GenerationReason::kRegrow}) {
+    downtime[proto::ToString(r)];
+  }
+  for (const auto& g : s.history) {
+    Histogram& h = downtime[proto::ToString(g.reason)];
+    const double seconds = g.downtime_ms / 1000.0;
+    for (size_t i = 0; i < kDowntimeBuckets.size(); ++i) {
+      if (seconds <= kDowntimeBuckets[i]) ++h.buckets[i];
+    }
+    ++h.count;
+    h.sum += seconds;
+  }
+  w.Family("elastra_reconfiguration_downtime_seconds", "histogram",
+           "First worker paused to last worker ready, per generation formed, by reason");
+  for (const auto& [reason, h] : downtime) {
+    const std::string r = Label("reason", reason);
+    for (size_t i = 0; i < kDowntimeBuckets.size(); ++i) {
+      w.Sample("elastra_reconfiguration_downtime_seconds_bucket",
+               r + "," + Label("le", Number(kDowntimeBuckets[i])),
+               static_cast<double>(h.buckets[i]));
+    }
+    w.Sample("elastra_reconfiguration_downtime_seconds_bucket", r + ",le=\"+Inf\"",
+             static_cast<double>(h.count));
+    w.Sample("elastra_reconfiguration_downtime_seconds_sum", r, h.sum);
+    w.Sample("elastra_reconfiguration_downtime_seconds_count", r, static_cast<double>(h.count));
+  }
+
+  // Failures by kind: workers and hosts lost, and the recoveries they caused.
+  int hosts_lost = 0;
+  for (const auto& h : s.hosts) hosts_lost += h.state == proto::HostState::kLost ? 1 : 0;
+  int recoveries = 0;
+  for (const auto& g : s.history) recoveries += g.reason == GenerationReason::kFailure ? 1 : 0;
+  w.Family("elastra_failures", "gauge",
+           "Failures the coordinator saw, by kind: workers lost, hosts lost, recovery generations");
+  w.Sample("elastra_failures", Label("kind", "worker_lost"), workers_by_state["lost"]);
+  w.Sample("elastra_failures", Label("kind", "host_lost"), hosts_lost);
+  w.Sample("elastra_failures", Label("kind", "recovery"), recoveries);
+
+  w.Family("elastra_worker_heartbeat_age_seconds", "gauge",
+           "Since the last heartbeat of each worker whose heartbeat is awaited");
+  for (const auto& wk : s.workers) {
+    if (wk.last_heartbeat_ms_ago < 0) continue;
+    w.Sample("elastra_worker_heartbeat_age_seconds",
+             Label("worker", wk.id) + "," + Label("host", wk.host),
+             static_cast<double>(wk.last_heartbeat_ms_ago) / 1000.0);
+  }
+  w.Gauge("elastra_malformed_frames", "Frames the coordinator could not decode",
+          static_cast<double>(s.malformed_frames));
+  w.Gauge("elastra_stale_messages", "Messages of an older generation the coordinator dropped",
+          static_cast<double>(s.stale_messages));
+  return w.Take();
+}
+
+}  // namespace elastra::coordinator

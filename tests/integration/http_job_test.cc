@@ -1,0 +1,232 @@
+// The HTTP API on a real job: `elastra run --http 127.0.0.1:0` with train_mlp workers, resized over
+// HTTP (with "wait": the done object `elastra resize --wait` prints; without: 202 and an id whose
+// state GET /v1/resizes/ID reports), a second change refused 409 while one is in flight, and the
+// job still matching `train_mlp --reference`; then `elastra resize`, `status` and `drain` with
+// --url and --token-file.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "common/keys.h"
+#include "tests/coordinator/sse_test_client.h"
+#include "tests/integration/job_harness.h"
+
+namespace elastra::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+std::string ReadLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
+  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
+                                         "--step-time-ms", "15",
+                                         "--global-batch", "48",
+                                         "--hidden",       "24",
+                                         "--commit-every", "5"};
+  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
+  ASSERT_TRUE(job.WaitForStep(10, seconds(90))) << LauncherLog(job);
+  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->http.rfind("http://127.0.0.1:", 0), 0u) << info->http;
+  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
+  const std::string read = ReadLine(job.state_dir() + "/read.token");
+  httplib::Client http(info->http);
+  http.set_read_timeout(120, 0);
+  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
+  const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+
+  auto job_before = http.Get("/v1/job", as_reader);
+  ASSERT_TRUE(job_before);
+  ASSERT_EQ(job_before->status, 200);
+  const json before = json::parse(job_before->body);
+  EXPECT_EQ(before["state"], "running");
+  EXPECT_EQ(before["layout"]["dp"], 2);
+
+  // With wait: the done object, as `elastra resize --wait` prints it, plus the id.
+  auto grow = http.Post("/v1/resize", as_admin, R"({"workers":3,"wait":true})", "application/json");
+  ASSERT_TRUE(grow);
+  ASSERT_EQ(grow->status, 200) << grow->body;
+  const json g = json::parse(grow->body);
+  EXPECT_EQ(g["phase"], "done");
+  EXPECT_EQ(g["workers"], 3);
+  EXPECT_EQ(g["layout"], (json{{"dp", 3}, {"pp", 1}, {"tp", 1}}));
+  EXPECT_GT(g["generation"].get<int>(), before["generation"].get<int>());
+  EXPECT_GT(g["downtime_ms"].get<double>(), 0.0);
+  EXPECT_GE(g["total_ms"].get<double>(), g["downtime_ms"].get<double>());
+  ASSERT_TRUE(g["id"].is_string());
+  auto again = http.Get(("/v1/resizes/" + g["id"].get<std::string>()).c_str(), as_reader);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(json::parse(again->body), g);
+
+  // Without wait: 202 and an id; the change starts a worker, and a second one meanwhile is 409.
+  auto up = http.Post("/v1/resize", as_admin, R"({"workers":4})", "application/json");
+  ASSERT_TRUE(up);
+  ASSERT_EQ(up->status, 202) << up->body;
+  const json u = json::parse(up->body);
+  EXPECT_EQ(u["phase"], "accepted");
+  auto busy = http.Post("/v1/resize", as_admin, R"({"workers":2})", "application/json");
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 409) << busy->body;
+  EXPECT_NE(json::parse(busy->body).value("error", "").find("in progress"), std::string::npos)
+      << busy->body;
+  const std::string up_path = "/v1/resizes/" + u["id"].get<std::string>();
+  json state;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(90);
+  do {
+    auto r = http.Get(up_path.c_str(), as_reader);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    state = json::parse(r->body);
+    if (state["phase"] != "accepted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a poll, not a guess
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(state["phase"], "done") << state;
+  EXPECT_EQ(state["workers"], 4);
+
+  auto metrics = http.Get("/metrics", as_reader);
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("elastra_current_workers 4\n"), std::string::npos) << metrics->body;
+  EXPECT_NE(
+      metrics->body.find("elastra_reconfiguration_downtime_seconds_count{reason=\"resize\"} 2"),
+      std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("elastra_worker_heartbeat_age_seconds{worker="), std::string::npos);
+
+  // The CLI over HTTP: no ZeroMQ keys, only the URL and a token file.
+  auto refused = RunShell(ElastraBinary() + " resize --url " + info->http + " --token-file " +
+                          job.state_dir() + "/read.token --workers 2 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.out.find("elastra resize: refused: "), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("(HTTP 403)"), std::string::npos) << refused.out;
+  auto shrink = RunShell(ElastraBinary() + " resize --url " + info->http + " --token-file " +
+                         job.state_dir() + "/admin.token --workers 3 --wait 2>/dev/null");
+  ASSERT_EQ(shrink.exit_code, 0) << shrink.out;
+  const json s = json::parse(shrink.out);
+  EXPECT_EQ(s["phase"], "done");
+  EXPECT_EQ(s["workers"], 3);
+  EXPECT_FALSE(s.contains("id")) << "the same object as the ZeroMQ path prints";
+  auto status = RunShell(ElastraBinary() + " status --url " + info->http + " --token-file " +
+                         job.state_dir() + "/read.token 2>/dev/null");
+  ASSERT_EQ(status.exit_code, 0) << status.out;
+  EXPECT_NE(status.out.find("layout dp=3,pp=1,tp=1"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("GENERATION"), std::string::npos) << status.out;
+  auto status_json = RunShell(ElastraBinary() + " status --json --url " + info->http +
+                              " --token-file " + job.state_dir() + "/read.token 2>/dev/null");
+  ASSERT_EQ(status_json.exit_code, 0) << status_json.out;
+  EXPECT_EQ(json::parse(status_json.out)["layout"]["dp"], 3);
+  auto no_host = RunShell(ElastraBinary() + " drain --url " + info->http + " --token-file " +
+                          job.state_dir() + "/admin.token --host nowhere 2>&1");
+  EXPECT_EQ(no_host.exit_code, 1) << no_host.out;
+  EXPECT_NE(no_host.out.find("elastra drain: refused: no host 'nowhere'"), std::string::npos)
+      << no_host.out;
+  EXPECT_NE(no_host.out.find("(HTTP 404)"), std::string::npos) << no_host.out;
+  auto no_token = RunShell(ElastraBinary() + " status --url " + info->http + " 2>&1");
+  EXPECT_EQ(no_token.exit_code, 2) << no_token.out;
+
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+}
+
+bool HasEnd(const std::vector<SseEvent>& events, size_t resizes) {
+  size_t ends = 0;
+  for (const auto& e : events) ends += e.type == "resize_end" ? 1 : 0;
+  return ends >= resizes;
+}
+
+// The event stream of a real job: a resize shows as accepted, a generation and its end; after the
+// coordinator is killed and restarted by elastra run, a client resuming from its Last-Event-ID
+// gets exactly what followed: the full stream equals what it saw before plus what it resumed.
+TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
+  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
+                                         "--step-time-ms", "15",
+                                         "--global-batch", "48",
+                                         "--hidden",       "24",
+                                         "--commit-every", "5"};
+  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
+  ASSERT_TRUE(job.WaitForStep(10, seconds(90))) << LauncherLog(job);
+  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
+  const std::string read = ReadLine(job.state_dir() + "/read.token");
+  httplib::Client http(info->http);
+  http.set_read_timeout(120, 0);
+  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
+
+  auto grow = http.Post("/v1/resize", as_admin, R"({"workers":3,"wait":true})", "application/json");
+  ASSERT_TRUE(grow);
+  ASSERT_EQ(grow->status, 200) << grow->body;
+  int status = 0;
+  auto before = ReadSseEvents(
+      http, read, "", [](const auto& got) { return HasEnd(got, 1); }, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(HasEnd(before, 1));
+  std::vector<std::string> types;
+  for (const auto& e : before) types.push_back(e.type);
+  EXPECT_EQ(types.front(), "generation");
+  EXPECT_NE(std::find(types.begin(), types.end(), "resize_accepted"), types.end());
+  const auto formed = std::find_if(before.begin(), before.end(), [](const SseEvent& e) {
+    return e.type == "generation" && json::parse(e.data)["workers"].size() == 3;
+  });
+  EXPECT_NE(formed, before.end()) << "the generation of 3 workers";
+
+  // SIGKILL the coordinator; elastra run restarts it on the same state directory and URL.
+  const pid_t old_pid = job.CoordinatorPid();
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() < deadline) {
+    const pid_t now = job.CoordinatorPid();
+    auto health = http.Get("/healthz");
+    back = now > 0 && now != old_pid && health && health->status == 200;
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a poll
+  }
+  ASSERT_TRUE(back) << LauncherLog(job);
+  // The restarted coordinator takes the job back first (its workers reconnect); until then a
+  // change is refused with 409, which says to retry.
+  int shrink_status = 0;
+  std::string shrink_body;
+  do {
+    auto shrink =
+        http.Post("/v1/resize", as_admin, R"({"workers":2,"wait":true})", "application/json");
+    ASSERT_TRUE(shrink);
+    shrink_status = shrink->status;
+    shrink_body = shrink->body;
+    if (shrink_status != 409) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a poll
+  } while (std::chrono::steady_clock::now() < deadline + seconds(30));
+  ASSERT_EQ(shrink_status, 200) << shrink_body;
+  EXPECT_EQ(json::parse(shrink_body)["workers"], 2);
+
+  auto resumed = ReadSseEvents(http, read, std::to_string(before.back().id),
+                               [](const auto& got) { return HasEnd(got, 1); });
+  ASSERT_TRUE(HasEnd(resumed, 1));
+  EXPECT_GT(resumed.front().id, before.back().id);
+  auto expected = before;
+  expected.insert(expected.end(), resumed.begin(), resumed.end());
+  auto full = ReadSseEvents(http, read, "",
+                            [&](const auto& got) { return got.back().id >= resumed.back().id; });
+  EXPECT_EQ(full, expected) << "the stream from the start is what was seen plus what resumed";
+
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+}
+
+}  // namespace
+}  // namespace elastra::testing
