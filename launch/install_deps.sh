@@ -9,6 +9,8 @@ packages=(
   libzmq3-dev cppzmq-dev libcereal-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin python3
+  # make fuzz (and so make test): clang and its libFuzzer runtime (docs/hardening.md).
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
