@@ -208,6 +208,23 @@ TEST(CodecTest, EnumOutOfRangeIsCorrupt) {
   }
 }
 
+TEST(CodecTest, BoolOtherThanZeroOrOneIsCorrupt) {
+  // A bool is one byte on the wire; copied into a bool, a byte such as 42 would be a value the type
+  // cannot hold (found by the coordinator_core fuzz target: ResizeRequest::has_layout).
+  ResizeRequest r;
+  r.has_layout = true;
+  std::string payload = EncodePayload(r);
+  ASSERT_EQ(payload[sizeof(int32_t)], 1);
+  payload[sizeof(int32_t)] = 42;
+  auto decoded = DecodePayload<ResizeRequest>(payload);
+  EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(decoded.status().message().find("neither 0 nor 1"), std::string::npos)
+      << decoded.status();
+  payload[sizeof(int32_t)] = 0;
+  ASSERT_TRUE(DecodePayload<ResizeRequest>(payload).ok());
+  EXPECT_FALSE(DecodePayload<ResizeRequest>(payload)->has_layout);
+}
+
 TEST(CodecTest, EnumNamesRoundTrip) {
   for (int v = 0; v <= static_cast<int>(kLastEnumerator<GenerationReason>); ++v) {
     GenerationReason r = GenerationReason::kStart, back = GenerationReason::kStart;
