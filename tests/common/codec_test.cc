@@ -1,6 +1,7 @@
 // The codec: every message round-trips, and no byte string can crash, hang or over-allocate the
 // decoder.
 #include "common/codec.h"
+#include "common/status_json.h"
 
 #include <gtest/gtest.h>
 
@@ -223,6 +224,20 @@ TEST(CodecTest, BoolOtherThanZeroOrOneIsCorrupt) {
   payload[sizeof(int32_t)] = 0;
   ASSERT_TRUE(DecodePayload<ResizeRequest>(payload).ok());
   EXPECT_FALSE(DecodePayload<ResizeRequest>(payload)->has_layout);
+}
+
+TEST(CodecTest, StatusJsonReplacesBytesThatAreNotUtf8) {
+  // Worker ids and host names come from the wire; `elastra status --json` and `elastra run`'s
+  // status.json must print them, not throw (found by the codec fuzz target).
+  JobStatus s;
+  s.job = "job";
+  WorkerStatus w;
+  w.id = std::string("w\x9e\xff", 3);
+  w.host = "h\xc3";
+  s.workers.push_back(w);
+  std::string json;
+  ASSERT_NO_THROW(json = StatusJson(s));
+  EXPECT_NE(json.find("w\xef\xbf\xbd"), std::string::npos) << json;  // U+FFFD
 }
 
 TEST(CodecTest, EnumNamesRoundTrip) {
