@@ -2,10 +2,10 @@
 # Runs every fuzz target of a clang fuzz build (ELASTRA_FUZZ=ON) for SECONDS each, one after the
 # other, starting from the committed corpus (tests/fuzz/corpus/<target>, read only) and a working
 # corpus in BUILD/fuzz-work/<target> that keeps what earlier runs found. A crash, a leak, an
-# undefined behaviour, a CHECK, a timeout (an input slower than 10 s) or an input that needs
-# more than 2 GiB is a finding: its input is kept in BUILD/fuzz-findings/<target>/ and the script
-# exits 1 after the other targets ran. docs/hardening.md says how to turn one into a regression
-# input.
+# undefined behaviour, a CHECK, a timeout (an input slower than 60 s; wall time, so a machine
+# loaded by builds does not turn a slow moment into a finding) or an input that needs more than
+# 2 GiB is a finding: its input is kept in BUILD/fuzz-findings/<target>/ and the script exits 1
+# after the other targets ran. docs/hardening.md says how to turn one into a regression input.
 #
 #   tests/fuzz/run_fuzzers.sh BUILD SECONDS [TARGET...]     (make fuzz FUZZ_SECONDS=N)
 set -uo pipefail
@@ -36,7 +36,7 @@ for t in "${targets[@]}"; do
   [ -f "$src/dict/$t.dict" ] && dict=(-dict="$src/dict/$t.dict")
   log="$build/fuzz-findings/$t.log"
   start=$(date +%s)
-  "$bin" "$work" "$src/corpus/$t" "${dict[@]}" -max_total_time="$seconds" -timeout=10 \
+  "$bin" "$work" "$src/corpus/$t" "${dict[@]}" -max_total_time="$seconds" -timeout=60 \
     -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$findings/" >"$log" 2>&1
   rc=$?
