@@ -46,6 +46,29 @@ StatusOr<PlannerPins> PinsFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
+Status CheckState(const StateSpec& state) {
+  int64_t total = 0;
+  for (const TensorSpec& t : state.tensors) {
+    ELASTRA_RETURN_IF_ERROR(ValidateTensor(t, state.num_layers, Layout{}));
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d > kMaxTensorDim) {
+        return InvalidArgumentError("tensor '" + t.name + "': dimension of " + std::to_string(d) +
+                                    " elements (at most 2^40)");
+      }
+      elements *= d;  // at most 2 dimensions of at most 2^40 each: no overflow
+    }
+    if (elements > kMaxTensorElements || t.element_size > kMaxElementSize) {
+      return InvalidArgumentError("tensor '" + t.name + "': " + std::to_string(elements) +
+                                  " elements of " + std::to_string(t.element_size) +
+                                  " bytes (at most 2^48 elements of at most 64 bytes)");
+    }
+    total += elements * static_cast<int64_t>(t.element_size);  // each term at most 2^54
+    if (total > kMaxStateBytes) return InvalidArgumentError("the state has more than 2^56 bytes");
+  }
+  return OkStatus();
+}
+
 void LayoutPolicy::Learn(const proto::JoinRequest& join) {
   if (state_.tensors.empty() && !join.state.tensors.empty()) state_ = join.state;
   if (!model_json_.empty() || join.model_json.empty()) return;
