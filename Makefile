@@ -1,11 +1,38 @@
 # make demo: a local elastic training run, resized 4 -> 2 -> 3 and losing a worker.
-# make test: the whole test suite.
-# Both install missing Debian packages first (launch/install_deps.sh).
+# make test: the whole test suite, then every fuzz target for 20 s.
+# make fuzz FUZZ_SECONDS=N: every fuzz target for N s (clang build in build-fuzz/).
+# make test-asan / make test-tsan: the suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   (build-asan/), the multi-threaded unit tests under ThreadSanitizer (build-tsan/).
+# All install missing Debian packages first (launch/install_deps.sh). docs/hardening.md has more.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SANITIZERS := $(CURDIR)/tests/sanitizers
+# What every sanitized process gets, children included (the elastra binary, mpirun's ranks).
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
+  LSAN_OPTIONS=suppressions=$(SANITIZERS)/lsan.supp:print_suppressions=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SANITIZERS)/ubsan.supp
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZERS)/tsan.supp
+# What ASan builds and runs: everything, every test (a target list and a ctest -R regex narrow
+# them; .ci/run names the subset it runs and why).
+ASAN_TARGETS ?= all
+ASAN_TESTS ?= .
+# What TSan runs: the multi-threaded unit tests (the control client and the coordinator server in
+# ServerTest; the worker's push inbox; the checkpoint writer's background thread and the loader's
+# threads; Gloo communicators, their abort and failure paths and the group manager's interrupt;
+# the key-value store's waits) and two whole jobs, whose elastra and worker processes are built
+# with TSan too (the worker's I/O thread against its training thread).
+TSAN_TESTS ?= ^(ServerTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|Ranks|GroupManager|KvStoreTest|KvServiceTest)\.|^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack)$$
 
-.PHONY: all deps configure build demo test bench clean
+TSAN_TARGETS ?= coordinator_server_test push_inbox_test checkpoint_test disk_checkpoints_test \
+  gloo_communicator_test gloo_errors_test gloo_failure_test group_manager_test \
+  coordinator_kv_store_test coordinator_kv_service_test elastic_job_test
+
+.PHONY: all deps configure build demo test bench clean fuzz fuzz-corpus test-asan test-tsan
 
 all: build
 
@@ -23,9 +50,37 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 -j 2
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+
+fuzz: deps
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DELASTRA_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@bash tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Writes the seeds of tests/fuzz/corpus again (after a change to an encoding).
+fuzz-corpus: build
+	@$(BUILD)/tests/fuzz/fuzz_make_corpus tests/fuzz/corpus
+
+# The sanitizer builds leave out the benchmarks (not tests) and CUDA/NCCL: no machine that runs
+# them has a GPU, and the CUDA runtime under ASan needs its own shadow-memory settings.
+SAN_FLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DELASTRA_BUILD_BENCH=OFF -DELASTRA_WITH_CUDA=OFF \
+  -DELASTRA_WITH_NCCL=OFF
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja $(SAN_FLAGS) -DELASTRA_SANITIZE=address,undefined \
+	  $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(ASAN_TESTS)'
+
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SAN_FLAGS) -DELASTRA_SANITIZE=thread $(CMAKE_FLAGS) \
+	  >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)'
 
 bench: build
 	@for b in $(BUILD)/bench/*/bench_*; do echo "== $$b"; $$b; done
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -54,9 +54,19 @@ class BoundedInputArchive
 };
 
 template <class T>
-inline typename std::enable_if<std::is_arithmetic<T>::value, void>::type CEREAL_LOAD_FUNCTION_NAME(
-    BoundedInputArchive& ar, T& t) {
+inline typename std::enable_if<std::is_arithmetic<T>::value && !std::is_same<T, bool>::value,
+                               void>::type
+CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, T& t) {
   ar.loadBinary(std::addressof(t), sizeof(t));
+}
+
+// A bool travels as one byte, 0 or 1. Any other byte is a malformed frame: copied into a bool it
+// would be a value the type cannot hold (undefined behaviour wherever it is read).
+inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, bool& b) {
+  uint8_t v = 0;
+  ar.loadBinary(&v, sizeof(v));
+  if (v > 1) throw cereal::Exception("bool byte " + std::to_string(v) + " is neither 0 nor 1");
+  b = v == 1;
 }
 
 template <class T>

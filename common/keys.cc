@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 namespace elastra {
 namespace {
@@ -103,6 +104,17 @@ StatusOr<KeyPair> KeyPairFromJson(const nlohmann::json& j, const std::string& wh
   return keys;
 }
 
+// A connection file's content as a join file: the worker key pair is required, the admin key
+// pair and the pid are dropped.
+StatusOr<ConnectionInfo> JoinFileFrom(ConnectionInfo info, const std::string& source) {
+  if (info.worker.public_key.empty()) {
+    return CorruptError(source + " has no worker key pair (\"worker\"): not a join file");
+  }
+  info.admin = KeyPair{};
+  info.pid = 0;
+  return info;
+}
+
 }  // namespace
 
 StatusOr<KeyPair> GenerateKeyPair() {
@@ -179,13 +191,15 @@ Status WriteKeyFile(const std::string& path, const KeyPair& keys) {
   return WriteFileAtomically(path, KeyPairToJson(keys).dump(2) + "\n", 0600);
 }
 
+StatusOr<KeyPair> ParseKeyFile(std::string_view text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return CorruptError(source + " is not valid JSON");
+  return KeyPairFromJson(j, "key file " + source);
+}
+
 StatusOr<KeyPair> ReadKeyFile(const std::string& path) {
   ELASTRA_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return CorruptError(path + " is not valid JSON");
-  auto keys = KeyPairFromJson(j, "key file " + path);
-  if (!keys.ok()) return keys.status();
-  return keys;
+  return ParseKeyFile(text, path);
 }
 
 Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info) {
@@ -213,15 +227,19 @@ StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path) {
     }
     return text.status();
   }
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return ParseConnectionInfo(*text, path);
+}
+
+StatusOr<ConnectionInfo> ParseConnectionInfo(std::string_view text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return CorruptError(path + " is not a JSON object; delete it and restart the coordinator");
+    return CorruptError(source + " is not a JSON object; delete it and restart the coordinator");
   }
   ConnectionInfo info;
   auto str = [&](const char* name, std::string* out) -> Status {
     auto it = j.find(name);
     if (it == j.end() || !it->is_string()) {
-      return CorruptError(path + " has no string field \"" + name + "\"");
+      return CorruptError(source + " has no string field \"" + name + "\"");
     }
     *out = it->get<std::string>();
     return OkStatus();
@@ -229,26 +247,26 @@ StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path) {
   ELASTRA_RETURN_IF_ERROR(str("address", &info.address));
   ELASTRA_RETURN_IF_ERROR(str("job", &info.job));
   ELASTRA_RETURN_IF_ERROR(str("server_public", &info.server_public));
-  if (info.address.empty()) return CorruptError(path + ": \"address\" is empty");
+  if (info.address.empty()) return CorruptError(source + ": \"address\" is empty");
   if (!IsValidZ85Key(info.server_public)) {
-    return CorruptError(path + ": \"server_public\" is not a 40-character Z85 key");
+    return CorruptError(source + ": \"server_public\" is not a 40-character Z85 key");
   }
   for (const char* role : {"admin", "worker"}) {
     auto it = j.find(role);
     if (it == j.end()) continue;
-    auto keys = KeyPairFromJson(*it, path + ": \"" + role + "\"");
+    auto keys = KeyPairFromJson(*it, source + ": \"" + role + "\"");
     if (!keys.ok()) return keys.status();
     (std::string(role) == "admin" ? info.admin : info.worker) = *keys;
   }
   auto pid = j.find("pid");
   if (pid != j.end()) {
-    if (!pid->is_number_integer()) return CorruptError(path + ": \"pid\" is not an integer");
+    if (!pid->is_number_integer()) return CorruptError(source + ": \"pid\" is not an integer");
     info.pid = pid->get<int64_t>();
   }
   // Optional: only a coordinator started with --http has it. Other unknown fields are ignored.
   auto http = j.find("http");
   if (http != j.end()) {
-    if (!http->is_string()) return CorruptError(path + ": \"http\" is not a string");
+    if (!http->is_string()) return CorruptError(source + ": \"http\" is not a string");
     info.http = http->get<std::string>();
   }
   return info;
@@ -281,16 +299,12 @@ StatusOr<ConnectionInfo> ReadJoinFile(const std::string& path) {
     }
     return read.status();
   }
-  ConnectionInfo info = *std::move(read);
-  if (info.worker.public_key.empty()) {
-    return CorruptError(path + " has no worker key pair (\"worker\"): not a join file");
-  }
-  if (info.worker.secret_key.empty()) {
-    return CorruptError(path + ": \"worker\" has no secret key");
-  }
-  info.admin = KeyPair{};
-  info.pid = 0;
-  return info;
+  return JoinFileFrom(*std::move(read), path);
+}
+
+StatusOr<ConnectionInfo> ParseJoinFile(std::string_view text, const std::string& source) {
+  ELASTRA_ASSIGN_OR_RETURN(ConnectionInfo info, ParseConnectionInfo(text, source));
+  return JoinFileFrom(std::move(info), source);
 }
 
 }  // namespace elastra

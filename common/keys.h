@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "elastra/status.h"
@@ -24,6 +25,8 @@ bool IsValidZ85Key(const std::string& key);
 // with mode 0600. `elastra keygen` writes them.
 Status WriteKeyFile(const std::string& path, const KeyPair& keys);
 StatusOr<KeyPair> ReadKeyFile(const std::string& path);
+// The same from the file's text; `source` names it in errors. kCorrupt when malformed.
+StatusOr<KeyPair> ParseKeyFile(std::string_view text, const std::string& source);
 
 // What a client needs to reach a coordinator; written by the coordinator's host to
 // <state-dir>/coordinator.json with mode 0600.
@@ -40,6 +43,8 @@ struct ConnectionInfo {
 Status WriteConnectionInfo(const std::string& path, const ConnectionInfo& info);
 // kNotFound when the file is missing, kCorrupt when it does not parse or a key is malformed.
 StatusOr<ConnectionInfo> ReadConnectionInfo(const std::string& path);
+// The same from the file's text; `source` names it in errors. kCorrupt when malformed.
+StatusOr<ConnectionInfo> ParseConnectionInfo(std::string_view text, const std::string& source);
 
 // The join file (<state-dir>/join.json, mode 0600): what an agent or worker on another host needs
 // to join the job, and nothing that lets its holder resize it (docs/hosts.md): the address to
@@ -49,6 +54,8 @@ Status WriteJoinFile(const std::string& path, const ConnectionInfo& info);
 // kNotFound when missing, kCorrupt when malformed or without a worker key pair. The admin key
 // pair of the result is always empty, even when the file was a coordinator.json.
 StatusOr<ConnectionInfo> ReadJoinFile(const std::string& path);
+// The same from the file's text; `source` names it in errors.
+StatusOr<ConnectionInfo> ParseJoinFile(std::string_view text, const std::string& source);
 
 // Writes `contents` to `path` atomically (temporary file, fsync, rename) with the given mode.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);

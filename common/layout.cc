@@ -11,6 +11,17 @@ std::string Layout::ToString() const {
   return os.str();
 }
 
+bool IsValidLayout(const Layout& layout) {
+  if (layout.dp < 1 || layout.pp < 1 || layout.tp < 1) return false;
+  // Each factor is at most kMaxWorld once the product so far is: no step overflows int64_t.
+  int64_t world = layout.dp;
+  for (int degree : {layout.pp, layout.tp}) {
+    if (world > kMaxWorld || degree > kMaxWorld) return false;
+    world *= degree;
+  }
+  return world <= kMaxWorld;
+}
+
 Coordinates CoordinatesOf(const Layout& layout, int rank) {
   Coordinates c;
   c.rank = rank;

@@ -64,7 +64,9 @@ std::string StatusJson(const JobStatus& s) {
     j["pending_resize"] = {{"workers", s.resize_workers},
                            {"waiting_for_workers", s.resize_waiting_for_workers}};
   }
-  return j.dump();
+  // Names come from the wire (a worker's id, a host's name): bytes that are not UTF-8 are
+  // replaced instead of making dump() throw.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string ResizeReplyJson(const ResizeReply& reply, const std::string& host) {

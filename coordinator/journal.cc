@@ -88,6 +88,11 @@ Layout LayoutFrom(const json& j) {
   l.dp = static_cast<int>(Int(j, "dp", 0, 1 << 20));
   l.pp = static_cast<int>(Int(j, "pp", 1, 1 << 20));
   l.tp = static_cast<int>(Int(j, "tp", 1, 1 << 20));
+  // Bounded degrees can still multiply past int: world() is trusted only within kMaxWorld.
+  if (static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
+    throw BadRecord{"layout " + l.ToString() + " has more than " + std::to_string(kMaxWorld) +
+                    " ranks"};
+  }
   return l;
 }
 

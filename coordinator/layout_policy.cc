@@ -18,25 +18,73 @@ std::vector<int> HostIndices(const std::vector<std::string>& hosts) {
   return out;
 }
 
+namespace {
+
+// The "pins" of a join's model description: {"tp": T, "pp": P, "only_dp": B}, each optional.
+// kInvalidArgument naming the field (the text comes from a worker: any JSON may be there).
+StatusOr<PlannerPins> PinsFromJson(const nlohmann::json& j) {
+  PlannerPins pins;
+  auto it = j.find("pins");
+  if (it == j.end()) return pins;
+  if (!it->is_object()) return InvalidArgumentError("\"pins\" must be an object");
+  for (const auto& [key, value] : it->items()) {
+    if (key == "tp" || key == "pp") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+          value.get<int64_t>() > (1 << 20)) {
+        return InvalidArgumentError("pin '" + key + "' must be an integer from 0 to 2^20");
+      }
+      (key == "tp" ? pins.tp : pins.pp) = static_cast<int>(value.get<int64_t>());
+    } else if (key == "only_dp") {
+      if (!value.is_boolean()) return InvalidArgumentError("pin 'only_dp' must be a boolean");
+      pins.only_dp = value.get<bool>();
+    } else {
+      return InvalidArgumentError("unknown pin '" + key + "'");
+    }
+  }
+  return pins;
+}
+
+}  // namespace
+
+Status CheckState(const StateSpec& state) {
+  int64_t total = 0;
+  for (const TensorSpec& t : state.tensors) {
+    ELASTRA_RETURN_IF_ERROR(ValidateTensor(t, state.num_layers, Layout{}));
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d > kMaxTensorDim) {
+        return InvalidArgumentError("tensor '" + t.name + "': dimension of " + std::to_string(d) +
+                                    " elements (at most 2^40)");
+      }
+      elements *= d;  // at most 2 dimensions of at most 2^40 each: no overflow
+    }
+    if (elements > kMaxTensorElements || t.element_size > kMaxElementSize) {
+      return InvalidArgumentError("tensor '" + t.name + "': " + std::to_string(elements) +
+                                  " elements of " + std::to_string(t.element_size) +
+                                  " bytes (at most 2^48 elements of at most 64 bytes)");
+    }
+    total += elements * static_cast<int64_t>(t.element_size);  // each term at most 2^54
+    if (total > kMaxStateBytes) return InvalidArgumentError("the state has more than 2^56 bytes");
+  }
+  return OkStatus();
+}
+
 void LayoutPolicy::Learn(const proto::JoinRequest& join) {
   if (state_.tensors.empty() && !join.state.tensors.empty()) state_ = join.state;
   if (!model_json_.empty() || join.model_json.empty()) return;
   model_json_ = join.model_json;
-  auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
+  const auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("model")) return;
-  auto model = ParseModelDescription(j["model"].dump());
-  if (!model.ok()) {
+  // Parsed once and never dumped: the text comes from a worker and may nest deeply.
+  auto model = ModelDescriptionFromJson(j["model"]);
+  auto pins = model.ok() ? PinsFromJson(j) : StatusOr<PlannerPins>(model.status());
+  if (!pins.ok()) {
     LOG(WARNING) << "ignoring the model description of " << join.worker_id << ": "
-                 << model.status();
+                 << pins.status();
     return;
   }
   model_ = *model;
-  auto pins = j.value("pins", nlohmann::json::object());
-  if (pins.is_object()) {
-    pins_.tp = pins.value("tp", 0);
-    pins_.pp = pins.value("pp", 0);
-    pins_.only_dp = pins.value("only_dp", false);
-  }
+  pins_ = *pins;
   LOG(INFO) << "planning layouts for the model of worker " << join.worker_id;
 }
 

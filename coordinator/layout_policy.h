@@ -62,6 +62,18 @@ class LayoutPolicy {
   PlannerPins pins_;
 };
 
+// Bounds on a state a worker registers (JoinRequest::state), so that the region math over it
+// (volumes, bytes kept, totals) never overflows int64_t.
+inline constexpr int64_t kMaxTensorDim = int64_t{1} << 40;
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
+inline constexpr size_t kMaxElementSize = 64;
+inline constexpr int64_t kMaxStateBytes = int64_t{1} << 56;
+
+// kInvalidArgument naming the tensor when `state` is not one a job can have: a tensor that fails
+// ValidateTensor for a single rank, a dimension over kMaxTensorDim, more than kMaxTensorElements
+// elements, an element size over kMaxElementSize, or more than kMaxStateBytes in all.
+Status CheckState(const StateSpec& state);
+
 // For each host name, the index of that host in order of first appearance: {b, a, b} -> {0, 1, 0}.
 std::vector<int> HostIndices(const std::vector<std::string>& hosts);
 

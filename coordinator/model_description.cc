@@ -12,6 +12,16 @@ namespace {
 
 using nlohmann::json;
 
+// A value for an error message: a number, string, boolean or null as JSON, an array or object by
+// its type only. dump() recurses once per nesting level, and a worker's join may nest its model
+// description deeply enough to overflow the stack.
+std::string Describe(const json& v) {
+  if (v.is_structured()) return std::string("an ") + v.type_name();
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 61) + "...";
+  return text;
+}
+
 Status ReadInt(const json& j, const char* key, bool required, int64_t lo, int64_t hi,
                int64_t* out) {
   auto it = j.find(key);
@@ -21,7 +31,7 @@ Status ReadInt(const json& j, const char* key, bool required, int64_t lo, int64_
   }
   if (!it->is_number_integer()) {
     return InvalidArgumentError(std::string("field '") + key + "' must be an integer, got " +
-                                it->dump());
+                                Describe(*it));
   }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) {
@@ -51,6 +61,10 @@ StatusOr<ModelDescription> ParseModelDescription(const std::string& json_text) {
   } catch (const json::exception& e) {
     return InvalidArgumentError(std::string("model description is not valid JSON: ") + e.what());
   }
+  return ModelDescriptionFromJson(j);
+}
+
+StatusOr<ModelDescription> ModelDescriptionFromJson(const json& j) {
   if (!j.is_object()) return InvalidArgumentError("model description must be a JSON object");
   static const std::set<std::string> kKnown = {
       "layers",      "hidden",       "heads", "ffn_hidden", "vocab",
@@ -86,14 +100,14 @@ StatusOr<ModelDescription> ParseModelDescription(const std::string& json_text) {
   }
   if (auto it = j.find("optimizer"); it != j.end()) {
     if (!it->is_string() || it->get<std::string>() != "adam") {
-      return InvalidArgumentError("field 'optimizer' must be \"adam\", got " + it->dump());
+      return InvalidArgumentError("field 'optimizer' must be \"adam\", got " + Describe(*it));
     }
   }
   auto mem = j.find("device_memory_gib");
   if (mem == j.end()) return InvalidArgumentError("missing field 'device_memory_gib'");
   if (!mem->is_number() || !(mem->get<double>() > 0) || mem->get<double>() > 1e6) {
     return InvalidArgumentError("field 'device_memory_gib' must be a number > 0, got " +
-                                mem->dump());
+                                Describe(*mem));
   }
   m.device_memory_gib = mem->get<double>();
   if (m.global_batch % m.micro_batch != 0) {

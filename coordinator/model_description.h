@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "elastra/status.h"
@@ -48,6 +49,9 @@ struct ModelDescription {
 
 // Parses the JSON text. kInvalidArgument naming the field and what is wrong with it.
 StatusOr<ModelDescription> ParseModelDescription(const std::string& json_text);
+// The same from parsed JSON (the "model" object of a worker's join, which the coordinator has
+// parsed already). Never dumps the value: an error names the field and its JSON type.
+StatusOr<ModelDescription> ModelDescriptionFromJson(const nlohmann::json& j);
 // Reads and parses a file. kNotFound when it cannot be read, else as ParseModelDescription with
 // the path in the message.
 StatusOr<ModelDescription> LoadModelDescription(const std::string& path);

@@ -54,6 +54,11 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
                                        " workers; this job allows at most " +
                                        std::to_string(options_->max_workers) + " (max_workers)"));
   }
+  if (req.has_layout && !IsValidLayout(req.layout)) {
+    return refuse(InvalidArgumentError("layout " + req.layout.ToString() +
+                                       " has a degree below 1 or more than " +
+                                       std::to_string(kMaxWorld) + " ranks"));
+  }
   if (req.has_layout && req.layout.world() != req.workers) {
     return refuse(InvalidArgumentError("layout " + req.layout.ToString() + " has " +
                                        std::to_string(req.layout.world()) + " ranks, not " +

@@ -15,6 +15,12 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
                        FailedPreconditionError("the job is over; not joining"));
     return;
   }
+  // The state it registers is what layouts are checked and ranks assigned against: its sizes
+  // must keep that arithmetic in range (found by the coordinator_core fuzz target).
+  if (Status state = CheckState(req->state); !state.ok()) {
+    outbox_->SendError(identity, e.request_id, state.WithContext("join refused"));
+    return;
+  }
   if (const HostInfo* host = hosts_->Find(req->host);
       host != nullptr && host->state == proto::HostState::kDrained &&
       hosts_->SpawnHost(req->worker_id) == nullptr) {

@@ -10,6 +10,8 @@ packages=(
   libcpp-httplib-dev
   libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin python3
+  # make fuzz (and so make test): clang and its libFuzzer runtime (docs/hardening.md).
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

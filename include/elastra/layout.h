@@ -38,6 +38,14 @@ struct Coordinates {
   }
 };
 
+// The most ranks a layout may have: a degree or a world above it is bad input.
+inline constexpr int kMaxWorld = 1 << 20;
+
+// True when every degree is at least 1 and dp x pp x tp is at most kMaxWorld. A layout read from
+// outside the process (a frame, the journal) is checked with it before its world() is computed,
+// which would overflow for degrees such as 65536 x 65536.
+bool IsValidLayout(const Layout& layout);
+
 // The coordinates of global rank `rank` in `layout`.
 Coordinates CoordinatesOf(const Layout& layout, int rank);
 

@@ -1,6 +1,7 @@
 // The codec: every message round-trips, and no byte string can crash, hang or over-allocate the
 // decoder.
 #include "common/codec.h"
+#include "common/status_json.h"
 
 #include <gtest/gtest.h>
 
@@ -206,6 +207,37 @@ TEST(CodecTest, EnumOutOfRangeIsCorrupt) {
     ASSERT_TRUE(back.ok()) << v;
     EXPECT_EQ(back->state, s.state);
   }
+}
+
+TEST(CodecTest, BoolOtherThanZeroOrOneIsCorrupt) {
+  // A bool is one byte on the wire; copied into a bool, a byte such as 42 would be a value the type
+  // cannot hold (found by the coordinator_core fuzz target: ResizeRequest::has_layout).
+  ResizeRequest r;
+  r.has_layout = true;
+  std::string payload = EncodePayload(r);
+  ASSERT_EQ(payload[sizeof(int32_t)], 1);
+  payload[sizeof(int32_t)] = 42;
+  auto decoded = DecodePayload<ResizeRequest>(payload);
+  EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(decoded.status().message().find("neither 0 nor 1"), std::string::npos)
+      << decoded.status();
+  payload[sizeof(int32_t)] = 0;
+  ASSERT_TRUE(DecodePayload<ResizeRequest>(payload).ok());
+  EXPECT_FALSE(DecodePayload<ResizeRequest>(payload)->has_layout);
+}
+
+TEST(CodecTest, StatusJsonReplacesBytesThatAreNotUtf8) {
+  // Worker ids and host names come from the wire; `elastra status --json` and `elastra run`'s
+  // status.json must print them, not throw (found by the codec fuzz target).
+  JobStatus s;
+  s.job = "job";
+  WorkerStatus w;
+  w.id = std::string("w\x9e\xff", 3);
+  w.host = "h\xc3";
+  s.workers.push_back(w);
+  std::string json;
+  ASSERT_NO_THROW(json = StatusJson(s));
+  EXPECT_NE(json.find("w\xef\xbf\xbd"), std::string::npos) << json;  // U+FFFD
 }
 
 TEST(CodecTest, EnumNamesRoundTrip) {

@@ -209,6 +209,11 @@ TEST_F(JournalTest, BadHeadersAndRecordsNeverCrash) {
                     R"("tp":1},"members":[{"id":"a","host":"h","device":0,"pid":1}],)"
                     R"("downtime_ms":0,"agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})"),
        1},
+      {"world past int",
+       job + Framed(R"({"t":"commit","generation":1,"reason":"start","layout":{"dp":65536,"pp":)"
+                    R"(65536,"tp":1},"members":[{"id":"a","host":"h","device":0,"pid":1}],)"
+                    R"("downtime_ms":0,"agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})"),
+       1},
       {"no job first", Framed(R"({"t":"resize_end"})"), 0},
       {"second job", job + job, 1},
       {"unknown version",

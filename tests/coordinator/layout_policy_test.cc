@@ -76,6 +76,31 @@ TEST(LayoutPolicyTest, ChooseAsksThePlannerOnlyWithAModel) {
   EXPECT_FALSE(broken.has_model()) << "an unreadable model description is ignored";
 }
 
+// The model description comes from a worker's join: what does not parse, whatever its shape, is
+// ignored with a warning; it never throws and never recurses as deep as the text nests (both
+// found with the model_description fuzz target's inputs: tests/fuzz/corpus/model_description).
+TEST(LayoutPolicyTest, HostileModelDescriptionsAreIgnored) {
+  const std::vector<std::string> hosts(4, "n1");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  for (const std::string& text : {
+           std::string(kLargeModel).insert(1, R"("pins": {"tp": "2"}, )"),
+           std::string(kLargeModel).insert(1, R"("pins": {"pp": -1}, )"),
+           std::string(kLargeModel).insert(1, R"("pins": {"only_dp": 1}, )"),
+           std::string(kLargeModel).insert(1, R"("pins": {"dp": 2}, )"),
+           std::string(kLargeModel).insert(1, R"("pins": [1], )"),
+           R"({"model": )" + deep + "}",
+           R"({"model": {"layers": )" + deep + "}}",
+           R"({"model": {"optimizer": )" + deep + "}}",
+       }) {
+    LayoutPolicy policy;
+    proto::JoinRequest join{"a", "n1", 0, 1};
+    join.model_json = text;
+    ASSERT_NO_THROW(policy.Learn(join)) << text.substr(0, 80);
+    EXPECT_FALSE(policy.has_model()) << text.substr(0, 80);
+    EXPECT_EQ(policy.Choose(hosts, Layout{}), (Layout{4, 1, 1})) << "the default layout";
+  }
+}
+
 TEST(LayoutPolicyTest, AssignKeepsEachShardWithTheWorkerThatHoldsIt) {
   LayoutPolicy policy;
   const std::vector<std::string> hosts(3, "n1");

@@ -105,6 +105,12 @@ TEST_F(ResizeManagerTest, WhatCannotBeDoneIsRefusedAndChangesNothing) {
   EXPECT_EQ(Refusal(), StatusCode::kInvalidArgument) << "max_workers is 8";
   Resize(4, false, Layout{2, 1, 1});
   EXPECT_EQ(Refusal(), StatusCode::kInvalidArgument) << "a layout of 2 ranks for 4 workers";
+  // Degrees from the wire: below 1, or multiplying past int (found by the coordinator_core fuzz
+  // target, tests/fuzz/corpus/coordinator_core/regression-resize-layout-overflow).
+  Resize(1, false, Layout{-1, -1, 1});
+  EXPECT_EQ(Refusal(), StatusCode::kInvalidArgument) << "negative degrees";
+  Resize(1, false, Layout{65536, 65536, 1});
+  EXPECT_EQ(Refusal(), StatusCode::kInvalidArgument) << "a world past int";
   resizes_.set_restoring(true);
   Resize(4, false);
   EXPECT_EQ(Refusal(), StatusCode::kFailedPrecondition) << "a restart has not settled";

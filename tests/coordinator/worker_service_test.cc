@@ -68,6 +68,28 @@ TEST_F(WorkerServiceTest, AJoinIsAnsweredAndTheInitialWorkersFormTheFirstGenerat
   EXPECT_EQ(Refusal(), StatusCode::kResourceExhausted);
 }
 
+// A state whose sizes would overflow the region math (bytes kept when ranks are assigned) is
+// refused at the join (found by the coordinator_core fuzz target:
+// tests/fuzz/corpus/coordinator_core/regression-state-kept-bytes-overflow).
+TEST_F(WorkerServiceTest, AJoinWithAStateTooLargeToReckonWithIsRefused) {
+  for (const TensorSpec& t : {TensorSpec{"w", {int64_t{1} << 41, 2}, 4, ShardingRule{}},
+                              TensorSpec{"w", {int64_t{1} << 30, int64_t{1} << 30}, 4, {}},
+                              TensorSpec{"w", {4, 4}, size_t{1} << 40, ShardingRule{}},
+                              TensorSpec{"w", {4, 4, 4}, 4, ShardingRule{}}}) {
+    proto::JoinRequest join{"a", "n1", 0, 7};
+    join.state.tensors.push_back(t);
+    workers_.OnJoin("id-a", Envelope("a", T::kJoin, join, 1));
+    auto errors = Sent<proto::ErrorReply>(T::kError);
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].second.code, static_cast<int32_t>(StatusCode::kInvalidArgument));
+    EXPECT_EQ(membership_.Find("a"), nullptr) << "a refused join leaves no worker behind";
+  }
+  proto::JoinRequest fine{"a", "n1", 0, 7};
+  fine.state.tensors.push_back(TensorSpec{"w", {1 << 20, 1 << 14}, 2, ShardingRule{0, -1, true}});
+  workers_.OnJoin("id-a", Envelope("a", T::kJoin, fine, 1));
+  EXPECT_NE(membership_.Find("a"), nullptr);
+}
+
 TEST_F(WorkerServiceTest, AMemberSilentPastTheTimeoutIsLostAndRecoveredFrom) {
   Start();
   ServiceJoin("c");  // standby
