@@ -15,7 +15,7 @@
 //
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
 //        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
-//        --change K (only the K-th change, from 1; for profiling)
+//        --no-huge-pages, --change K (only the K-th change, from 1; for profiling)
 // Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
 // "concurrent_time_vs_raw":c, "serial_time_vs_raw":z, "transfer_phase_vs_raw":t} with x = sum
 // bytes moved / sum lower bounds, y = sum of our batched (default) times / sum of raw times, c
@@ -294,6 +294,8 @@ int Main(int argc, char** argv) {
       int v = 0;
       next(&v);
       g_options.group_bytes = static_cast<int64_t>(v) << 20;
+    } else if (a == "--no-huge-pages") {
+      g_options.huge_pages = false;
     } else if (a == "--change") {
       next(&only_change);
     } else if (a == "--quick") {
