@@ -1,8 +1,6 @@
 // The reshard executor: see reshard_executor.h.
 #include "state/reshard_executor.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -12,23 +10,12 @@
 #include <thread>
 #include <utility>
 
+#include "common/host_memory.h"
 #include "state/device_copy.h"
 #include "state/reshard_schedule.h"
 
 namespace elastra {
 namespace {
-
-constexpr size_t kHugePage = 2 << 20;
-constexpr size_t kHugeMin = 2 * kHugePage;  // smaller buffers keep 4 KiB pages
-
-// Asks for transparent huge pages on the 2 MiB pages that [p, p + n) covers whole (advice: where
-// the kernel refuses, 4 KiB pages). Nothing for buffers under kHugeMin.
-void AdviseHugePages(void* p, size_t n) {
-  if (n < kHugeMin) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePage * kHugePage;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 // Host shards: std::vector buffers, memcpy, nothing to wait for.
 struct HostMemory {
@@ -43,28 +30,20 @@ struct HostMemory {
     uint8_t* data() { return bytes.get(); }
   };
   static uint8_t* Data(Buffer& b) { return b.data(); }
-  // A new shard. Large ones ask for transparent huge pages before their first write: fresh memory
-  // is faulted in page by page as it is first written (and, on some virtual machines, once more
-  // as the kernel first copies into it), which costs several times the copy itself.
-  StatusOr<Buffer> Allocate(size_t n) {
-    Buffer b;
-    b.reserve(n);
-    if (huge_pages) AdviseHugePages(b.data(), n);
-    b.resize(n);
-    return b;
-  }
+  // A new shard: large ones on huge pages (common/host_memory.h).
+  StatusOr<Buffer> Allocate(size_t n) { return NewHostBuffer(n, huge_pages); }
   // `old` as an n-byte buffer when its memory suffices (contents undefined), else nullopt.
   static std::optional<Buffer> Reuse(Buffer& old, size_t n) {
     if (old.capacity() < n) return std::nullopt;
     old.resize(n);
     return std::move(old);
   }
-  // Large staging buffers ask for transparent huge pages: fresh memory is faulted in as it is
-  // first written, and 4 KiB pages cost several times the copy into them (docs/design-notes.md).
+  // Staging buffers: large ones on huge pages too.
   StatusOr<Scratch> AllocateScratch(size_t n) {
-    const bool huge = huge_pages && n >= kHugeMin;
-    const size_t size = huge ? (n + kHugePage - 1) / kHugePage * kHugePage : std::max<size_t>(n, 1);
-    void* p = huge ? std::aligned_alloc(kHugePage, size) : std::malloc(size);
+    const bool huge = huge_pages && n >= kHugePageMinBytes;
+    const size_t size =
+        huge ? (n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : std::max<size_t>(n, 1);
+    void* p = huge ? std::aligned_alloc(kHugePageBytes, size) : std::malloc(size);
     if (p == nullptr) return ResourceExhaustedError("reshard: no memory for a staging buffer");
     if (huge) AdviseHugePages(p, size);
     return Scratch{std::unique_ptr<uint8_t, Scratch::Free>(static_cast<uint8_t*>(p))};
