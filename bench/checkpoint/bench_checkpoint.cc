@@ -10,7 +10,12 @@
 // dd oflag=direct) and end with fsync (dd conv=fsync); reads go through it after its pages for
 // the file were dropped (fdatasync, then posix_fadvise(DONTNEED)) for both.
 //
-//   bench_checkpoint [--bytes N] [--tensors T] [--reps R] [--dir DIR]
+// Two loads: into place (LoadLatestInto, into buffers that already hold a state of this size, as
+// a worker restoring its collection does; dd too reads into a buffer it reuses), which is
+// load_vs_dd; and into fresh buffers (LoadLatest, which allocates the 1 GiB it returns and pays
+// for its first touch), which is load_fresh_vs_dd.
+//
+//   bench_checkpoint [--bytes N] [--tensors T] [--reps R] [--dir DIR] [--load-threads N (4)]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +79,7 @@ int main(int argc, char** argv) {
   uint64_t bytes = 1ull << 30;
   int tensors = 16;
   int reps = 3;
+  int load_threads = 4;
   std::string dir = "/tmp/elastra_bench_checkpoint_" + std::to_string(::getpid());
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -80,7 +87,8 @@ int main(int argc, char** argv) {
     else if (f == "--tensors") tensors = std::atoi(v.c_str());
     else if (f == "--reps") reps = std::atoi(v.c_str());
     else if (f == "--dir") dir = v;
-    else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR)");
+    else if (f == "--load-threads") load_threads = std::atoi(v.c_str());
+    else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR --load-threads N)");
   }
   if (argc % 2 == 0) Die("every flag takes a value");
   const uint64_t block = 64ull << 20;
@@ -135,7 +143,11 @@ int main(int argc, char** argv) {
   }
 
   std::vector<double> dd_zero_s;
-  std::vector<double> save_s, dd_write_s, load_s, dd_read_s, stall_s, memcpy_s;
+  std::vector<double> save_s, dd_write_s, load_s, load_fresh_s, dd_read_s, stall_s, memcpy_s;
+  // What a load in place overwrites: a state of the same size, already in memory.
+  std::vector<std::vector<double>> restored(tensors, std::vector<double>(per_tensor / 8, -1.0));
+  std::vector<std::span<std::byte>> into;
+  for (auto& t : restored) into.push_back({reinterpret_cast<std::byte*>(t.data()), per_tensor});
   // memcpy baseline: the same bytes into a destination that is already touched, as the
   // writer's reserved staging buffer is.
   std::vector<std::byte> dst(bytes);
@@ -166,11 +178,23 @@ int main(int argc, char** argv) {
         RunDd("dd if=" + dd_source + " of=" + dd_file + " bs=64M oflag=direct conv=fsync"));
     DropCache(dd_file);
 
-    // Load: manifest, seek-and-read every region, verify every checksum.
+    // Load: manifest, seek-and-read every region, verify every checksum; into place, then into
+    // fresh buffers.
     DropCacheDir(*committed);
     auto t1 = Clock::now();
-    auto loaded = ck::LoadLatest(env, root, requests);
+    auto in_place = ck::LoadLatestInto(env, root, requests, into, load_threads);
     load_s.push_back(Since(t1));
+    if (!in_place.ok()) Die(in_place.status().ToString());
+    for (int t = 0; t < tensors; ++t) {
+      if (in_place->step != step || restored[t] != state[t]) {
+        Die("the state loaded in place differs from the saved one");
+      }
+    }
+    for (auto& t : restored) std::fill(t.begin(), t.end(), -1.0);
+    DropCacheDir(*committed);
+    auto t3 = Clock::now();
+    auto loaded = ck::LoadLatest(env, root, requests, load_threads);
+    load_fresh_s.push_back(Since(t3));
     if (!loaded.ok()) Die(loaded.status().ToString());
     if (loaded->step != step ||
         std::memcmp(loaded->regions.back().data(), state.back().data(), per_tensor) != 0) {
@@ -188,9 +212,9 @@ int main(int argc, char** argv) {
     memcpy_s.push_back(Since(t2));
     std::fprintf(stderr,
                  "rep %d: save %.3f s (stall %.1f ms), dd write %.3f s (from /dev/zero %.3f s), "
-                 "load %.3f s, dd read %.3f s, memcpy %.1f ms\n",
+                 "load %.3f s (fresh buffers %.3f s), dd read %.3f s, memcpy %.1f ms\n",
                  r, save_s.back(), stall * 1e3, dd_write_s.back(), dd_zero_s.back(), load_s.back(),
-                 dd_read_s.back(), memcpy_s.back() * 1e3);
+                 load_fresh_s.back(), dd_read_s.back(), memcpy_s.back() * 1e3);
   }
   writer->reset();
   env->RemoveFile(dd_source).IgnoreError();
@@ -218,11 +242,13 @@ int main(int argc, char** argv) {
   out["dd_write_gib_s"] = gib / ddw;
   out["dd_zero_write_gib_s"] = gib / Median(dd_zero_s);
   out["load_gib_s"] = gib / load;
+  out["load_fresh_gib_s"] = gib / Median(load_fresh_s);
   out["dd_read_gib_s"] = gib / ddr;
   out["stall_ms"] = stall * 1e3;
   out["memcpy_ms"] = mc * 1e3;
   out["save_vs_dd"] = ddw / save;
   out["load_vs_dd"] = ddr / load;
+  out["load_fresh_vs_dd"] = ddr / Median(load_fresh_s);
   out["stall_vs_memcpy"] = stall / mc;
   std::printf("%s\n", out.dump().c_str());
   return 0;
