@@ -1,6 +1,10 @@
 #include "checkpoint/writer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -250,6 +254,15 @@ double CheckpointWriter::last_copy_seconds() const {
 }
 
 void CheckpointWriter::Loop() {
+  if (options_.write_thread_nice != 0) {
+    // On Linux the nice value is a thread's own (setpriority(2)); advice, so a refusal is logged.
+    errno = 0;
+    const int base = ::getpriority(PRIO_PROCESS, 0);
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()),
+                      base + options_.write_thread_nice) != 0) {
+      LOG(WARNING) << "checkpoint writer thread keeps its priority: " << std::strerror(errno);
+    }
+  }
   std::unique_lock<std::mutex> l(mu_);
   while (true) {
     cv_.wait(l, [&] { return stop_ || pending_.has_value(); });

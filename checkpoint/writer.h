@@ -72,6 +72,10 @@ struct WriterOptions {
   uint64_t chunk_bytes = kDefaultChunkBytes;
   // Bytes per write(2) call (a multiple of 4 KiB keeps direct I/O on).
   size_t write_block_bytes = 64u << 20;
+  // The background write thread's nice value (Linux: per thread), above the training thread's
+  // so that a Snapshot()'s copy, which the training step waits for, gets the CPU first while the
+  // write follows it; the write mostly waits on the device and loses little. 0: the process's.
+  int write_thread_nice = 10;
   // Write shard files with O_DIRECT (Env::NewDirectWritableFile): the file image is 4 KiB
   // aligned and padded, so the bytes go straight to the device without filling the page cache.
   bool direct_io = true;
