@@ -256,9 +256,7 @@ StatusOr<ShardHeader> DecodeShardHeader(std::span<const std::byte> in, const std
   return h;
 }
 
-std::string EncodeManifest(const Manifest& m) {
-  return EncodeFrame(kManifestMagic, m, m.version);
-}
+std::string EncodeManifest(const Manifest& m) { return EncodeFrame(kManifestMagic, m, m.version); }
 
 StatusOr<Manifest> DecodeManifest(std::span<const std::byte> in, const std::string& path) {
   ELASTRA_ASSIGN_OR_RETURN(Manifest m, DecodeFrame<Manifest>(kManifestMagic, in, path));

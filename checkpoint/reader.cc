@@ -133,8 +133,8 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(Env* env,
                           ", the manifest's is " + std::to_string(r->manifest_.version));
     }
     if (r->padding_checked() && header.size() > kShardHeaderFieldBytes) {
-      const auto [a, b] = NonZeroSpan(std::span<const std::byte>(header).subspan(
-          kShardHeaderFieldBytes));
+      const auto [a, b] =
+          NonZeroSpan(std::span<const std::byte>(header).subspan(kShardHeaderFieldBytes));
       if (a != b) {
         r->AddOutsideFault({path, kShardHeaderFieldBytes + a, kShardHeaderFieldBytes + b,
                             "not zero (the shard header block after its fields)"});
@@ -154,8 +154,8 @@ std::string CheckpointReader::PathOf(uint32_t f) const {
 }
 
 void CheckpointReader::AddOutsideFault(Fault f) {
-  LOG(WARNING) << "damage outside the regions of " << dir_ << " (the regions verify): "
-               << f.ToString();
+  LOG(WARNING) << "damage outside the regions of " << dir_
+               << " (the regions verify): " << f.ToString();
   std::lock_guard<std::mutex> l(mu_);
   outside_faults_.push_back(std::move(f));
 }
@@ -189,10 +189,10 @@ Status CheckpointReader::ReadChunks(const TensorEntry& t, const RegionEntry& r, 
       Fault f{PathOf(r.file), r.offset + a, r.offset + b,
               "checksum mismatch in tensor '" + t.name + "' region " + r.box.ToString() +
                   " chunk " + std::to_string(k)};
-      Status bad = CorruptError(PathOf(r.file) + ": checksum mismatch in tensor '" + t.name +
-                                "' region " + r.box.ToString() + " chunk " + std::to_string(k) +
-                                " (file bytes " + std::to_string(f.begin) + ".." +
-                                std::to_string(f.end) + ")");
+      Status bad =
+          CorruptError(PathOf(r.file) + ": checksum mismatch in tensor '" + t.name + "' region " +
+                       r.box.ToString() + " chunk " + std::to_string(k) + " (file bytes " +
+                       std::to_string(f.begin) + ".." + std::to_string(f.end) + ")");
       if (faults == nullptr) return bad;
       faults->push_back(std::move(f));
       if (first.ok()) first = bad;
@@ -230,9 +230,9 @@ void CheckpointReader::CheckPaddingAfter(const TensorEntry& t, const RegionEntry
   if (!files_[r.file]->Read(end, to - end, page).ok()) return;  // the load does not need it
   const auto [a, b] = NonZeroSpan(std::span<const std::byte>(page, to - end));
   if (a != b) {
-    AddOutsideFault({PathOf(r.file), end + a, end + b,
-                     "not zero (the padding after tensor '" + t.name + "' region " +
-                         r.box.ToString() + ")"});
+    AddOutsideFault(
+        {PathOf(r.file), end + a, end + b,
+         "not zero (the padding after tensor '" + t.name + "' region " + r.box.ToString() + ")"});
   }
 }
 
@@ -400,9 +400,9 @@ class RegionLoader {
     // In file order, so that the threads read each file front to back together.
     std::stable_sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) {
       if (a.r == nullptr || b.r == nullptr) return a.r != nullptr && b.r == nullptr;
-      return a.r->file != b.r->file ? a.r->file < b.r->file
-                                    : a.r->offset + a.c0 * a.r->chunk_bytes <
-                                          b.r->offset + b.c0 * b.r->chunk_bytes;
+      return a.r->file != b.r->file
+                 ? a.r->file < b.r->file
+                 : a.r->offset + a.c0 * a.r->chunk_bytes < b.r->offset + b.c0 * b.r->chunk_bytes;
     });
     std::atomic<size_t> next{0};
     std::mutex mu;
@@ -453,8 +453,7 @@ class RegionLoader {
     for (const RegionEntry& other : b.t->regions) {
       if (s.ok()) break;
       if (&other == &r || !(other.box == r.box)) continue;
-      LOG(WARNING) << s << "; trying the replica in "
-                   << reader_->manifest().files[other.file].name;
+      LOG(WARNING) << s << "; trying the replica in " << reader_->manifest().files[other.file].name;
       s = other.chunk_bytes == r.chunk_bytes
               ? reader_->ReadChunks(*b.t, other, b.c0, b.c1, dst)
               : reader_->CopyIntersection(*b.t, other, b.box, {base, b.box.volume() * esize});
@@ -563,7 +562,8 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
   LoadedState out = Describe(*reader);
   // The buffers are allocated (and their pages faulted in) in parallel too.
   out.regions.resize(requests.size());
-  ParallelFor(requests.size(), threads, [&](size_t i) { out.regions[i] = NewHostBuffer(totals[i]); });
+  ParallelFor(requests.size(), threads,
+              [&](size_t i) { out.regions[i] = NewHostBuffer(totals[i]); });
   std::vector<std::span<std::byte>> into;
   for (auto& r : out.regions) into.push_back({reinterpret_cast<std::byte*>(r.data()), r.size()});
   ELASTRA_RETURN_IF_ERROR(LoadPieces(reader.get(), requests, entries, into, threads, &out));

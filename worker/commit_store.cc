@@ -123,6 +123,29 @@ Status CommitStore::Commit() {
   return OkStatus();
 }
 
+// The copy of CommitInBackground(), on its own thread: the shards at `sources` into image `c`,
+// or into the image `faulting` yields once it is faulted in (then with c's step, regions and
+// scalars).
+CommitStore::Image CommitStore::CopyShards(Image c,
+                                           std::vector<std::pair<const uint8_t*, size_t>> sources,
+                                           std::future<Image> faulting) {
+  if (faulting.valid()) {
+    Image image = faulting.get();
+    image.step = c.step;
+    image.regions = std::move(c.regions);
+    image.scalars = std::move(c.scalars);
+    c = std::move(image);
+  }
+  c.tensors.resize(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    // An image's buffers keep their memory from one commit to the next (TakeImage): no fresh
+    // pages here unless the shards grew.
+    c.tensors[i].resize(sources[i].second);
+    std::memcpy(c.tensors[i].data(), sources[i].first, sources[i].second);
+  }
+  return c;
+}
+
 Status CommitStore::CommitInBackground() {
   Settle();
   const auto& tensors = state_->tensors();
@@ -150,24 +173,8 @@ Status CommitStore::CommitInBackground() {
   c.scalars.clear();
   for (const auto& [name, value] : state_->scalars()) c.scalars.push_back(value);
   pending_step_ = c.step;
-  pending_ = std::async(std::launch::async, [c = std::move(c), sources,
-                                              faulting = std::move(faulting)]() mutable {
-    if (faulting.valid()) {
-      Image image = faulting.get();
-      image.step = c.step;
-      image.regions = std::move(c.regions);
-      image.scalars = std::move(c.scalars);
-      c = std::move(image);
-    }
-    c.tensors.resize(sources.size());
-    for (size_t i = 0; i < sources.size(); ++i) {
-      // An image's buffers keep their memory from one commit to the next (TakeImage): no fresh
-      // pages here unless the shards grew.
-      c.tensors[i].resize(sources[i].second);
-      std::memcpy(c.tensors[i].data(), sources[i].first, sources[i].second);
-    }
-    return std::move(c);
-  });
+  pending_ = std::async(std::launch::async, CopyShards, std::move(c), std::move(sources),
+                        std::move(faulting));
   Changed();
   return OkStatus();
 }

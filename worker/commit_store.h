@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <utility>
 #include <vector>
 
 #include "elastra/sharding.h"
@@ -105,6 +106,8 @@ class CommitStore {
 
  private:
   static bool FitsSizes(const Image& image, const std::vector<size_t>& sizes);
+  static Image CopyShards(Image c, std::vector<std::pair<const uint8_t*, size_t>> sources,
+                          std::future<Image> faulting);
   Image TakeImage(const std::vector<size_t>& sizes);
   int64_t step() const { return state_->GetScalar(kStepScalarName); }
   void Changed() {

@@ -133,8 +133,8 @@ TEST(LayoutPolicyTest, AShrinkLeavesTheWorkersWhoseStateIsLeastUseful) {
   int64_t best = 0;
   for (int a = 0; a < 4; ++a) {
     for (int b = 0; b < 4; ++b) {
-      if (a != b) best = std::max(best, Kept(join.state, from, a, to, 0) +
-                                            Kept(join.state, from, b, to, 1));
+      if (a != b)
+        best = std::max(best, Kept(join.state, from, a, to, 0) + Kept(join.state, from, b, to, 1));
     }
   }
   EXPECT_EQ(kept, best) << order[0] << " " << order[1];
