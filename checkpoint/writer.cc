@@ -316,7 +316,8 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
     const size_t n = std::min(options_.write_block_bytes, image_bytes_ - off);
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return copy_failed_ || copied_ >= off + n; });
+      const uint64_t need = options_.write_while_copying ? off + n : image_bytes_;
+      cv_.wait(l, [&] { return copy_failed_ || copied_ >= need; });
       if (copy_failed_) s = AbortedError("the snapshot's copy failed");
     }
     if (s.ok()) s = (*file)->Append({image + off, n});

@@ -15,7 +15,7 @@
 // load_vs_dd; and into fresh buffers (LoadLatest, which allocates the 1 GiB it returns and pays
 // for its first touch), which is load_fresh_vs_dd.
 //
-//   bench_checkpoint [--bytes N] [--tensors T] [--reps R] [--dir DIR] [--load-threads N (4)]
+//   bench_checkpoint [--bytes N] [--tensors T] [--reps R] [--dir DIR] [--load-threads N (4)] [--writer-nice N (0)] [--overlap 0|1 (0)]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
   int tensors = 16;
   int reps = 3;
   int load_threads = 4;
+  int writer_nice = ck::WriterOptions{}.write_thread_nice;
+  bool overlap = ck::WriterOptions{}.write_while_copying;
   std::string dir = "/tmp/elastra_bench_checkpoint_" + std::to_string(::getpid());
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -88,7 +90,9 @@ int main(int argc, char** argv) {
     else if (f == "--reps") reps = std::atoi(v.c_str());
     else if (f == "--dir") dir = v;
     else if (f == "--load-threads") load_threads = std::atoi(v.c_str());
-    else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR --load-threads N)");
+    else if (f == "--writer-nice") writer_nice = std::atoi(v.c_str());
+    else if (f == "--overlap") overlap = std::atoi(v.c_str()) != 0;
+    else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR --load-threads N --writer-nice N --overlap 0|1)");
   }
   if (argc % 2 == 0) Die("every flag takes a value");
   const uint64_t block = 64ull << 20;
@@ -123,6 +127,8 @@ int main(int argc, char** argv) {
 
   ck::WriterOptions wo;
   wo.root = root;
+  wo.write_thread_nice = writer_nice;
+  wo.write_while_copying = overlap;
   wo.reserve_bytes = bytes + ck::kShardHeaderBytes + tensors * ck::kRegionAlignment;
   auto writer = ck::CheckpointWriter::Create(wo);
   if (!writer.ok()) Die(writer.status().ToString());
