@@ -39,6 +39,13 @@ class RandomAccessFile {
   virtual Status Read(uint64_t offset, size_t n, std::byte* out) const = 0;
   // The file's size in bytes.
   virtual StatusOr<uint64_t> Size() const = 0;
+  // A hint that [offset, offset + n) will be read soon: the kernel may start reading it ahead
+  // (posix_fadvise WILLNEED), so the device works while the caller checks what it read before.
+  // Never fails; the default does nothing.
+  virtual void Prefetch(uint64_t offset, uint64_t n) const {
+    (void)offset;
+    (void)n;
+  }
 };
 
 class Env {

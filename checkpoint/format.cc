@@ -34,7 +34,7 @@ T Get(const std::byte* p) {
 }
 
 template <class T>
-std::string EncodeFrame(const char (&magic)[8], const T& value) {
+std::string EncodeFrame(const char (&magic)[8], const T& value, uint32_t version) {
   std::ostringstream payload_stream;
   {
     cereal::BinaryOutputArchive ar(payload_stream);
@@ -42,7 +42,7 @@ std::string EncodeFrame(const char (&magic)[8], const T& value) {
   }
   const std::string payload = payload_stream.str();
   std::string out(magic, 8);
-  Put<uint32_t>(&out, kFormatVersion);
+  Put<uint32_t>(&out, version);
   Put<uint32_t>(&out, 0);
   Put<uint64_t>(&out, payload.size());
   Put<uint64_t>(&out, Checksum(payload.data(), payload.size()));
@@ -59,27 +59,36 @@ StatusOr<T> DecodeFrame(const char (&magic)[8], std::span<const std::byte> in,
                         "-byte header");
   }
   if (std::memcmp(in.data(), magic, 8) != 0) {
-    return CorruptError(what + ": bad magic (not an Elastra checkpoint file)");
+    return CorruptError(what + ": bytes 0..8: bad magic (not an Elastra checkpoint file)");
   }
   const uint32_t version = Get<uint32_t>(in.data() + 8);
-  if (version != kFormatVersion) {
-    return ProtocolMismatchError(what + ": unknown format version " + std::to_string(version) +
-                                 " (this build reads version " +
+  if (version < kOldestReadableVersion || version > kFormatVersion) {
+    return ProtocolMismatchError(what + ": bytes 8..12: unknown format version " +
+                                 std::to_string(version) + " (this build reads versions " +
+                                 std::to_string(kOldestReadableVersion) + " to " +
                                  std::to_string(kFormatVersion) + ")");
+  }
+  if (Get<uint32_t>(in.data() + 12) != 0) {
+    return CorruptError(what + ": bytes 12..16: the reserved field is not zero");
   }
   const uint64_t size = Get<uint64_t>(in.data() + 16);
   const uint64_t sum = Get<uint64_t>(in.data() + 24);
   if (size > kMaxManifestBytes) {
-    return CorruptError(what + ": payload size " + std::to_string(size) + " exceeds the limit " +
-                        std::to_string(kMaxManifestBytes));
+    return CorruptError(what + ": bytes 16..24: payload size " + std::to_string(size) +
+                        " exceeds the limit " + std::to_string(kMaxManifestBytes));
   }
   if (size != in.size() - kFrameHeaderBytes) {
-    return CorruptError(what + ": sizes do not add up: the header says " + std::to_string(size) +
-                        " payload bytes, the file has " +
+    return CorruptError(what + ": bytes 16..24: sizes do not add up: the header says " +
+                        std::to_string(size) + " payload bytes, the file has " +
                         std::to_string(in.size() - kFrameHeaderBytes));
   }
   const std::byte* payload = in.data() + kFrameHeaderBytes;
-  if (Checksum(payload, size) != sum) return CorruptError(what + ": checksum mismatch");
+  if (Checksum(payload, size) != sum) {
+    // Either the checksum (bytes 24..32) or the payload changed: both are named.
+    return CorruptError(what + ": bytes 24.." + std::to_string(in.size()) +
+                        ": checksum mismatch (the payload, bytes 32.." + std::to_string(in.size()) +
+                        ", does not match its checksum, bytes 24..32)");
+  }
   T value;
   try {
     proto::BoundedInputArchive ar(reinterpret_cast<const char*>(payload), size);
@@ -228,17 +237,18 @@ void EncodeShardHeader(const ShardHeader& h, std::byte* out) {
 StatusOr<ShardHeader> DecodeShardHeader(std::span<const std::byte> in, const std::string& path) {
   if (in.size() < 40) return CorruptError(path + ": truncated shard header");
   if (std::memcmp(in.data(), kShardMagic, 8) != 0) {
-    return CorruptError(path + ": bad magic (not an Elastra shard file)");
+    return CorruptError(path + ": bytes 0..8: bad magic (not an Elastra shard file)");
   }
   ShardHeader h;
   h.version = Get<uint32_t>(in.data() + 8);
-  if (h.version != kFormatVersion) {
-    return ProtocolMismatchError(path + ": unknown format version " + std::to_string(h.version) +
-                                 " (this build reads version " +
+  if (h.version < kOldestReadableVersion || h.version > kFormatVersion) {
+    return ProtocolMismatchError(path + ": bytes 8..12: unknown format version " +
+                                 std::to_string(h.version) + " (this build reads versions " +
+                                 std::to_string(kOldestReadableVersion) + " to " +
                                  std::to_string(kFormatVersion) + ")");
   }
   if (Checksum(in.data(), 32) != Get<uint64_t>(in.data() + 32)) {
-    return CorruptError(path + ": shard header checksum mismatch");
+    return CorruptError(path + ": bytes 0..40: shard header checksum mismatch");
   }
   h.rank = Get<int32_t>(in.data() + 12);
   h.step = Get<int64_t>(in.data() + 16);
@@ -246,13 +256,14 @@ StatusOr<ShardHeader> DecodeShardHeader(std::span<const std::byte> in, const std
   return h;
 }
 
-std::string EncodeManifest(const Manifest& m) { return EncodeFrame(kManifestMagic, m); }
+std::string EncodeManifest(const Manifest& m) { return EncodeFrame(kManifestMagic, m, m.version); }
 
 StatusOr<Manifest> DecodeManifest(std::span<const std::byte> in, const std::string& path) {
   ELASTRA_ASSIGN_OR_RETURN(Manifest m, DecodeFrame<Manifest>(kManifestMagic, in, path));
-  if (m.version != kFormatVersion) {
-    return ProtocolMismatchError(path + ": unknown manifest version " +
-                                 std::to_string(m.version));
+  if (m.version != Get<uint32_t>(in.data() + 8)) {
+    return CorruptError(path + ": the payload says format version " + std::to_string(m.version) +
+                        ", the frame (bytes 8..12) " +
+                        std::to_string(Get<uint32_t>(in.data() + 8)));
   }
   Status s = ValidateManifest(m);
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
@@ -260,7 +271,7 @@ StatusOr<Manifest> DecodeManifest(std::span<const std::byte> in, const std::stri
 }
 
 std::string EncodeShardDescriptor(const ShardDescriptor& d) {
-  return EncodeFrame(kDescriptorMagic, d);
+  return EncodeFrame(kDescriptorMagic, d, kFormatVersion);
 }
 
 StatusOr<ShardDescriptor> DecodeShardDescriptor(std::span<const std::byte> in) {
@@ -368,6 +379,28 @@ Status ValidateManifest(const Manifest& m) {
 }
 
 uint64_t Checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+std::pair<uint64_t, uint64_t> NonZeroSpan(std::span<const std::byte> data) {
+  // Word by word where aligned: padding is checked on every verify, so this runs over every gap.
+  const std::byte* p = data.data();
+  const size_t n = data.size();
+  size_t first = 0;
+  while (first < n && (reinterpret_cast<uintptr_t>(p + first) % 8 != 0) &&
+         p[first] == std::byte{0}) {
+    ++first;
+  }
+  while (first + 8 <= n && (reinterpret_cast<uintptr_t>(p + first) % 8 == 0)) {
+    uint64_t w;
+    std::memcpy(&w, p + first, 8);
+    if (w != 0) break;
+    first += 8;
+  }
+  while (first < n && p[first] == std::byte{0}) ++first;
+  if (first == n) return {0, 0};
+  size_t last = n;
+  while (last > first && p[last - 1] == std::byte{0}) --last;
+  return {first, last};
+}
 
 std::vector<uint64_t> ChunkChecksums(std::span<const std::byte> data, uint64_t chunk_bytes) {
   std::vector<uint64_t> sums;

@@ -22,8 +22,12 @@
 
 namespace elastra::checkpoint {
 
-// The version this build writes and the only one it reads.
-inline constexpr uint32_t kFormatVersion = 1;
+// The version this build writes, and the oldest it reads. Version 2 promises that every byte of a
+// shard file outside its regions (the rest of the header block, the padding between regions and
+// after the last) is zero, so that a check can cover every byte of a checkpoint; version 1 files
+// load as before, their padding unchecked (docs/checkpoints.md, "Every byte is checked").
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestReadableVersion = 1;
 inline constexpr char kManifestName[] = "MANIFEST";
 inline constexpr uint64_t kShardHeaderBytes = 4096;
 inline constexpr uint64_t kRegionAlignment = 4096;
@@ -163,7 +167,10 @@ bool ParseCheckpointDirName(const std::string& name, int64_t* step, uint64_t* ge
 // "shard-00003.bin"
 std::string ShardFileName(int rank);
 
-// The fixed 4 KiB header at the start of every shard file.
+// The fixed 4 KiB header block at the start of every shard file: magic (bytes 0..8), version
+// (8..12), rank (12..16), step (16..24), generation (24..32), XXH3-64 of bytes 0..32 (32..40),
+// then zeros up to kShardHeaderBytes.
+inline constexpr uint64_t kShardHeaderFieldBytes = 40;
 struct ShardHeader {
   uint32_t version = kFormatVersion;
   int32_t rank = 0;
@@ -171,13 +178,14 @@ struct ShardHeader {
   uint64_t generation = 0;
 };
 void EncodeShardHeader(const ShardHeader& h, std::byte* out /* kShardHeaderBytes */);
-// kCorrupt (bad magic or checksum) or kProtocolMismatch (unknown version), naming `path`.
+// kCorrupt (bad magic or checksum) or kProtocolMismatch (unknown version), naming `path` and
+// the bytes at fault. Reads the fields only (the zeros after them are the reader's to check).
 StatusOr<ShardHeader> DecodeShardHeader(std::span<const std::byte> in, const std::string& path);
 
 std::string EncodeManifest(const Manifest& m);
-// Checks the frame (magic, version, size, checksum), decodes with every size bounded, then
-// ValidateManifest(). kProtocolMismatch for an unknown version, kCorrupt otherwise; the message
-// names `path` and the reason.
+// Checks the frame (magic, version, reserved zeros, size, checksum), decodes with every size
+// bounded, then ValidateManifest(). kProtocolMismatch for an unknown version, kCorrupt otherwise;
+// the message names `path`, the bytes at fault where the frame says which, and the reason.
 StatusOr<Manifest> DecodeManifest(std::span<const std::byte> in, const std::string& path);
 // The consistency rules: known dtypes, at most kMaxDims dimensions, boxes inside their shapes,
 // region bytes = volume x element size, one checksum per chunk, regions inside their files and not
@@ -189,6 +197,9 @@ StatusOr<ShardDescriptor> DecodeShardDescriptor(std::span<const std::byte> in);
 
 // XXH3-64 of a buffer.
 uint64_t Checksum(const void* data, size_t n);
+// The bytes of `data` from the first that is not zero to the last, [first, last + 1), as offsets
+// into `data`; {0, 0} when every byte is zero.
+std::pair<uint64_t, uint64_t> NonZeroSpan(std::span<const std::byte> data);
 // One XXH3-64 per `chunk_bytes` chunk of `data`.
 std::vector<uint64_t> ChunkChecksums(std::span<const std::byte> data, uint64_t chunk_bytes);
 

@@ -2,16 +2,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
+#include "common/host_memory.h"
 #include "common/logging.h"
 
 namespace elastra::checkpoint {
 namespace {
 
-// Region bytes read (and verified) per pread.
-constexpr uint64_t kReadBlockBytes = 64ull << 20;
+// Region bytes a load reads ahead of its reads (Prefetch), and the bytes of one unit of work
+// when a load shares a region among threads.
+constexpr uint64_t kPrefetchBytes = 16ull << 20;
+constexpr uint64_t kLoadBlockBytes = 16ull << 20;
+// Bytes of zeros checked per read.
+constexpr uint64_t kZeroCheckBytes = 4ull << 20;
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -110,53 +118,131 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(Env* env,
                           std::to_string(size) + " bytes, the manifest says " +
                           std::to_string(f.size));
     }
-    std::byte header[64];
-    ELASTRA_RETURN_IF_ERROR((*file)->Read(0, sizeof(header), header));
+    std::vector<std::byte> header(std::min<uint64_t>(kShardHeaderBytes, size));
+    ELASTRA_RETURN_IF_ERROR((*file)->Read(0, header.size(), header.data()));
     ELASTRA_ASSIGN_OR_RETURN(ShardHeader h, DecodeShardHeader(header, path));
     if (h.rank != f.rank || h.step != r->manifest_.step ||
         h.generation != r->manifest_.generation) {
-      return CorruptError(path + ": the header is for rank " + std::to_string(h.rank) + " step " +
-                          std::to_string(h.step) + " generation " + std::to_string(h.generation) +
+      return CorruptError(path + ": bytes 12..32: the header is for rank " +
+                          std::to_string(h.rank) + " step " + std::to_string(h.step) +
+                          " generation " + std::to_string(h.generation) +
                           ", not what the manifest says");
+    }
+    if (h.version != r->manifest_.version) {
+      return CorruptError(path + ": bytes 8..12: format version " + std::to_string(h.version) +
+                          ", the manifest's is " + std::to_string(r->manifest_.version));
+    }
+    if (r->padding_checked() && header.size() > kShardHeaderFieldBytes) {
+      const auto [a, b] =
+          NonZeroSpan(std::span<const std::byte>(header).subspan(kShardHeaderFieldBytes));
+      if (a != b) {
+        r->AddOutsideFault({path, kShardHeaderFieldBytes + a, kShardHeaderFieldBytes + b,
+                            "not zero (the shard header block after its fields)"});
+      }
     }
     r->files_.push_back(std::move(file).value());
   }
   return r;
 }
 
+std::string Fault::ToString() const {
+  return file + ": bytes " + std::to_string(begin) + ".." + std::to_string(end) + ": " + what;
+}
+
+std::string CheckpointReader::PathOf(uint32_t f) const {
+  return JoinPath(dir_, manifest_.files[f].name);
+}
+
+void CheckpointReader::AddOutsideFault(Fault f) {
+  LOG(WARNING) << "damage outside the regions of " << dir_
+               << " (the regions verify): " << f.ToString();
+  std::lock_guard<std::mutex> l(mu_);
+  outside_faults_.push_back(std::move(f));
+}
+
+std::vector<Fault> CheckpointReader::outside_faults() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return outside_faults_;
+}
+
 Status CheckpointReader::ReadChunks(const TensorEntry& t, const RegionEntry& r, uint64_t c0,
-                                    uint64_t c1, std::byte* dst) {
-  const std::string path = JoinPath(dir_, manifest_.files[r.file].name);
+                                    uint64_t c1, std::byte* dst, std::vector<Fault>* faults) {
   const RandomAccessFile& file = *files_[r.file];
-  const uint64_t per_block = std::max<uint64_t>(1, kReadBlockBytes / r.chunk_bytes);
   const uint64_t start = c0 * r.chunk_bytes;
-  for (uint64_t c = c0; c < c1; c += per_block) {
-    const uint64_t cend = std::min(c1, c + per_block);
-    const uint64_t lo = c * r.chunk_bytes;
-    const uint64_t hi = std::min(cend * r.chunk_bytes, r.bytes);
-    std::byte* p = dst + (lo - start);
-    Status s = file.Read(r.offset + lo, hi - lo, p);
+  const uint64_t end = std::min(c1 * r.chunk_bytes, r.bytes);
+  Status first;
+  // Chunk by chunk, each verified while it is still in the cache; the device reads ahead.
+  uint64_t asked = start;
+  for (uint64_t k = c0; k < c1; ++k) {
+    const uint64_t a = k * r.chunk_bytes;
+    const uint64_t b = std::min(a + r.chunk_bytes, r.bytes);
+    if (asked < std::min(end, b + kPrefetchBytes)) {
+      const uint64_t to = std::min(end, b + kPrefetchBytes);
+      file.Prefetch(r.offset + asked, to - asked);
+      asked = to;
+    }
+    std::byte* p = dst + (a - start);
+    Status s = file.Read(r.offset + a, b - a, p);
     if (!s.ok()) return s.WithContext("tensor '" + t.name + "'");
-    bytes_read_ += hi - lo;
-    for (uint64_t k = c; k < cend; ++k) {
-      const uint64_t a = k * r.chunk_bytes;
-      const uint64_t b = std::min(a + r.chunk_bytes, r.bytes);
-      if (Checksum(dst + (a - start), b - a) != r.chunk_checksums[k]) {
-        return CorruptError(path + ": checksum mismatch in tensor '" + t.name + "' region " +
-                            r.box.ToString() + " chunk " + std::to_string(k) + " (file bytes " +
-                            std::to_string(r.offset + a) + ".." + std::to_string(r.offset + b) +
-                            ")");
-      }
+    bytes_read_ += b - a;
+    if (Checksum(p, b - a) != r.chunk_checksums[k]) {
+      Fault f{PathOf(r.file), r.offset + a, r.offset + b,
+              "checksum mismatch in tensor '" + t.name + "' region " + r.box.ToString() +
+                  " chunk " + std::to_string(k)};
+      Status bad =
+          CorruptError(PathOf(r.file) + ": checksum mismatch in tensor '" + t.name + "' region " +
+                       r.box.ToString() + " chunk " + std::to_string(k) + " (file bytes " +
+                       std::to_string(f.begin) + ".." + std::to_string(f.end) + ")");
+      if (faults == nullptr) return bad;
+      faults->push_back(std::move(f));
+      if (first.ok()) first = bad;
     }
   }
-  return OkStatus();
+  return first;
+}
+
+Status CheckpointReader::CheckZeros(uint32_t f, uint64_t begin, uint64_t end,
+                                    const std::string& what, std::vector<Fault>* faults,
+                                    uint64_t* checked) {
+  std::vector<std::byte> buf(std::min(end - begin, kZeroCheckBytes));
+  Status first;
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t n = std::min<uint64_t>(end - at, buf.size());
+    ELASTRA_RETURN_IF_ERROR(files_[f]->Read(at, n, buf.data()));
+    *checked += n;
+    const auto [a, b] = NonZeroSpan(std::span<const std::byte>(buf.data(), n));
+    if (a != b) {
+      Fault fault{PathOf(f), at + a, at + b, "not zero (" + what + ")"};
+      if (first.ok()) first = CorruptError(fault.ToString());
+      if (faults) faults->push_back(std::move(fault));
+    }
+    at += n;
+  }
+  return first;
+}
+
+void CheckpointReader::CheckPaddingAfter(const TensorEntry& t, const RegionEntry& r) {
+  if (!padding_checked()) return;
+  const uint64_t end = r.offset + r.bytes;
+  const uint64_t to = std::min(AlignUp(end, kRegionAlignment), manifest_.files[r.file].size);
+  if (to <= end) return;
+  std::byte page[kRegionAlignment];
+  if (!files_[r.file]->Read(end, to - end, page).ok()) return;  // the load does not need it
+  const auto [a, b] = NonZeroSpan(std::span<const std::byte>(page, to - end));
+  if (a != b) {
+    AddOutsideFault(
+        {PathOf(r.file), end + a, end + b,
+         "not zero (the padding after tensor '" + t.name + "' region " + r.box.ToString() + ")"});
+  }
 }
 
 Status CheckpointReader::CopyIntersection(const TensorEntry& t, const RegionEntry& r,
                                           const Box& want, std::span<std::byte> out) {
   const size_t esize = ElementSize(t.dtype);
   if (r.box == want) {  // the common case: read straight into the destination
-    return ReadChunks(t, r, 0, r.chunk_checksums.size(), out.data());
+    ELASTRA_RETURN_IF_ERROR(ReadChunks(t, r, 0, r.chunk_checksums.size(), out.data()));
+    CheckPaddingAfter(t, r);
+    return OkStatus();
   }
   const Box in = Intersect(r.box, want);
   const size_t nd = in.begin.size();
@@ -237,45 +323,165 @@ Status CheckpointReader::ReadRegion(const std::string& tensor, const Box& want,
   return OkStatus();
 }
 
-Status CheckpointReader::VerifyAll(uint64_t* bytes) {
-  std::vector<std::byte> buf;
-  uint64_t n = 0;
+Status CheckpointReader::VerifyAll(uint64_t* bytes, std::vector<Fault>* faults) {
+  std::vector<Fault> local;
+  std::vector<Fault>& found = faults ? *faults : local;
+  found = outside_faults();  // the header blocks' zeros, checked by Open()
+  uint64_t checked = 0;
+  struct Placed {
+    const TensorEntry* t;
+    const RegionEntry* r;
+  };
+  std::vector<std::vector<Placed>> by_file(manifest_.files.size());
   for (const TensorEntry& t : manifest_.tensors) {
-    for (const RegionEntry& r : t.regions) {
+    for (const RegionEntry& r : t.regions) by_file[r.file].push_back({&t, &r});
+  }
+  std::vector<std::byte> buf;
+  for (uint32_t f = 0; f < by_file.size(); ++f) {
+    auto& placed = by_file[f];
+    std::sort(placed.begin(), placed.end(),
+              [](const Placed& a, const Placed& b) { return a.r->offset < b.r->offset; });
+    checked += std::min<uint64_t>(kShardHeaderBytes, manifest_.files[f].size);
+    uint64_t pos = kShardHeaderBytes;
+    std::string before = "the padding after the shard header";
+    for (const Placed& p : placed) {
+      const RegionEntry& r = *p.r;
+      if (padding_checked() && r.offset > pos) {
+        CheckZeros(f, pos, r.offset, before, &found, &checked).IgnoreError();
+      }
+      // In blocks of whole chunks; every chunk is read and checked, every mismatch recorded.
       const uint64_t chunks = r.chunk_checksums.size();
-      const uint64_t per_block = std::max<uint64_t>(1, kReadBlockBytes / r.chunk_bytes);
+      const uint64_t per_block = std::max<uint64_t>(1, kLoadBlockBytes / r.chunk_bytes);
       for (uint64_t c = 0; c < chunks; c += per_block) {
         const uint64_t cend = std::min(chunks, c + per_block);
         buf.resize(std::min(cend * r.chunk_bytes, r.bytes) - c * r.chunk_bytes);
-        ELASTRA_RETURN_IF_ERROR(ReadChunks(t, r, c, cend, buf.data()));
-        n += buf.size();
+        Status s = ReadChunks(*p.t, r, c, cend, buf.data(), &found);
+        if (!s.ok() && s.code() != StatusCode::kCorrupt) return s;  // an I/O error
+        checked += buf.size();
       }
+      pos = std::max(pos, r.offset + r.bytes);
+      before = "the padding after tensor '" + p.t->name + "' region " + r.box.ToString();
+    }
+    if (padding_checked() && manifest_.files[f].size > pos) {
+      CheckZeros(f, pos, manifest_.files[f].size, before, &found, &checked).IgnoreError();
     }
   }
-  if (bytes) *bytes = n;
+  std::sort(found.begin(), found.end(), [](const Fault& a, const Fault& b) {
+    return a.file != b.file ? a.file < b.file : a.begin < b.begin;
+  });
+  if (bytes) *bytes = checked;
+  if (!found.empty()) return CorruptError(found.front().ToString());
   return OkStatus();
 }
 
-StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
-                                     const std::vector<RegionRequest>& requests, int threads) {
-  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
-                           CheckpointReader::Open(env, dir));
-  const Manifest& m = reader->manifest();
-  LoadedState out;
-  out.dir = dir;
-  out.job = m.job;
-  out.step = m.step;
-  out.generation = m.generation;
-  out.layout = m.layout;
-  out.scalars = m.scalars;
-  // First every request is checked against the manifest (cheap), then the reads run in parallel.
-  std::vector<uint64_t> totals;
+// A load's work, shared among its threads: blocks of the pieces that are stored regions (read
+// straight into the destination), and whole pieces that are assembled from intersections.
+class RegionLoader {
+ public:
+  RegionLoader(CheckpointReader* reader, const std::vector<std::span<std::byte>>& out)
+      : reader_(reader), out_(out) {}
+
+  // Plans the work of piece `box` of request `request`, at byte `at` of its buffer.
+  void Add(size_t request, const TensorEntry& t, const Box& box, uint64_t at) {
+    for (const RegionEntry& r : t.regions) {
+      if (!(r.box == box) || r.bytes == 0) continue;
+      const uint64_t chunks = r.chunk_checksums.size();
+      const uint64_t per_block = std::max<uint64_t>(1, kLoadBlockBytes / r.chunk_bytes);
+      for (uint64_t c = 0; c < chunks; c += per_block) {
+        blocks_.push_back({request, &t, &r, box, at, c, std::min(chunks, c + per_block)});
+      }
+      return;
+    }
+    if (box.volume() > 0) blocks_.push_back({request, &t, nullptr, box, at, 0, 0});
+  }
+
+  // Runs every block on `threads` threads; the first error, or OK.
+  Status Run(int threads) {
+    // In file order, so that the threads read each file front to back together.
+    std::stable_sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) {
+      if (a.r == nullptr || b.r == nullptr) return a.r != nullptr && b.r == nullptr;
+      return a.r->file != b.r->file
+                 ? a.r->file < b.r->file
+                 : a.r->offset + a.c0 * a.r->chunk_bytes < b.r->offset + b.c0 * b.r->chunk_bytes;
+    });
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    Status first;
+    auto work = [&] {
+      for (size_t i = next++; i < blocks_.size(); i = next++) {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          if (!first.ok()) return;
+        }
+        Status s = RunBlock(blocks_[i]);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> l(mu);
+          if (first.ok()) first = s;
+          return;
+        }
+      }
+    };
+    const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(blocks_.size(), 1));
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    return first;
+  }
+
+ private:
+  struct Block {
+    size_t request;
+    const TensorEntry* t;
+    const RegionEntry* r;  // null: the piece is assembled from intersections (ReadRegion)
+    Box box;               // the piece
+    uint64_t at;           // the piece's first byte in the request's buffer
+    uint64_t c0, c1;       // chunks of r
+  };
+
+  Status RunBlock(const Block& b) {
+    std::byte* base = out_[b.request].data() + b.at;
+    const size_t esize = ElementSize(b.t->dtype);
+    if (b.r == nullptr) {
+      return reader_->ReadRegion(b.t->name, b.box, {base, b.box.volume() * esize});
+    }
+    const RegionEntry& r = *b.r;
+    std::byte* dst = base + b.c0 * r.chunk_bytes;
+    Status s = reader_->ReadChunks(*b.t, r, b.c0, b.c1, dst);
+    // A replica of the same box in another file may still be good (same chunking: the same
+    // chunks; else the whole piece from it).
+    for (const RegionEntry& other : b.t->regions) {
+      if (s.ok()) break;
+      if (&other == &r || !(other.box == r.box)) continue;
+      LOG(WARNING) << s << "; trying the replica in " << reader_->manifest().files[other.file].name;
+      s = other.chunk_bytes == r.chunk_bytes
+              ? reader_->ReadChunks(*b.t, other, b.c0, b.c1, dst)
+              : reader_->CopyIntersection(*b.t, other, b.box, {base, b.box.volume() * esize});
+    }
+    ELASTRA_RETURN_IF_ERROR(s);
+    if (b.c1 == r.chunk_checksums.size()) reader_->CheckPaddingAfter(*b.t, r);
+    return OkStatus();
+  }
+
+  CheckpointReader* reader_;
+  const std::vector<std::span<std::byte>>& out_;
+  std::vector<Block> blocks_;
+};
+
+namespace {
+
+// The checks of `requests` against the manifest of `reader` (cheap, before anything is
+// allocated): every tensor known, shapes and dtypes as expected, boxes inside. The entries and
+// the bytes of each request.
+Status CheckRequests(const CheckpointReader& reader, const std::vector<RegionRequest>& requests,
+                     std::vector<const TensorEntry*>* entries, std::vector<uint64_t>* totals) {
+  const Manifest& m = reader.manifest();
   for (const RegionRequest& q : requests) {
     const TensorEntry* t = m.FindTensor(q.tensor);
-    if (t == nullptr) return CorruptError(dir + ": has no tensor '" + q.tensor + "'");
+    if (t == nullptr) return CorruptError(reader.dir() + ": has no tensor '" + q.tensor + "'");
     if (!q.shape.empty() &&
         (t->shape != q.shape || t->dtype != static_cast<int32_t>(q.dtype))) {
-      return InvalidArgumentError(dir + ": tensor '" + q.tensor + "' is " +
+      return InvalidArgumentError(reader.dir() + ": tensor '" + q.tensor + "' is " +
                                   ShapeText(t->shape) + " dtype " + std::to_string(t->dtype) +
                                   " in the checkpoint, " + ShapeText(q.shape) + " dtype " +
                                   std::to_string(static_cast<int>(q.dtype)) + " expected");
@@ -293,53 +499,112 @@ StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
       }
       total += b.volume() * esize;
     }
-    totals.push_back(total);
+    totals->push_back(total);
+    entries->push_back(t);
   }
-  out.regions.resize(requests.size());
+  return OkStatus();
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads.
+template <class Fn>
+void ParallelFor(size_t n, int threads, Fn fn) {
   std::atomic<size_t> next{0};
-  std::mutex mu;
-  Status first_error;
   auto work = [&] {
-    for (size_t i = next++; i < requests.size(); i = next++) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (!first_error.ok()) return;
-      }
-      const RegionRequest& q = requests[i];
-      const size_t esize = ElementSize(reader->manifest().FindTensor(q.tensor)->dtype);
-      std::vector<uint8_t>& bytes = out.regions[i];
-      bytes.resize(totals[i]);
-      uint64_t at = 0;
-      for (const Box& b : q.pieces) {
-        const uint64_t n = b.volume() * esize;
-        Status s =
-            reader->ReadRegion(q.tensor, b, {reinterpret_cast<std::byte*>(bytes.data()) + at, n});
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> l(mu);
-          if (first_error.ok()) first_error = s;
-          return;
-        }
-        at += n;
-      }
-    }
+    for (size_t i = next++; i < n; i = next++) fn(i);
   };
-  const size_t n_threads =
-      std::min<size_t>(std::max(threads, 1), std::max<size_t>(requests.size(), 1));
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
+  const size_t count = std::min<size_t>(std::max(threads, 1), std::max<size_t>(n, 1));
+  for (size_t t = 1; t < count; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
-  if (!first_error.ok()) return first_error;
+}
+
+LoadedState Describe(const CheckpointReader& reader) {
+  const Manifest& m = reader.manifest();
+  LoadedState out;
+  out.dir = reader.dir();
+  out.job = m.job;
+  out.step = m.step;
+  out.generation = m.generation;
+  out.layout = m.layout;
+  out.scalars = m.scalars;
   return out;
 }
 
-StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
-                                 const std::vector<RegionRequest>& requests, int threads) {
+// Every piece of every request into `into` (checked to fit), in parallel; the outside faults the
+// load came across into `out->warnings`.
+Status LoadPieces(CheckpointReader* reader, const std::vector<RegionRequest>& requests,
+                  const std::vector<const TensorEntry*>& entries,
+                  const std::vector<std::span<std::byte>>& into, int threads, LoadedState* out) {
+  RegionLoader loader(reader, into);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const size_t esize = ElementSize(entries[i]->dtype);
+    uint64_t at = 0;
+    for (const Box& b : requests[i].pieces) {
+      loader.Add(i, *entries[i], b, at);
+      at += b.volume() * esize;
+    }
+  }
+  ELASTRA_RETURN_IF_ERROR(loader.Run(threads));
+  out->warnings = reader->outside_faults();
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<LoadedState> LoadCheckpoint(Env* env, const std::string& dir,
+                                     const std::vector<RegionRequest>& requests, int threads) {
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                           CheckpointReader::Open(env, dir));
+  std::vector<const TensorEntry*> entries;
+  std::vector<uint64_t> totals;
+  ELASTRA_RETURN_IF_ERROR(CheckRequests(*reader, requests, &entries, &totals));
+  LoadedState out = Describe(*reader);
+  // The buffers are allocated (and their pages faulted in) in parallel too.
+  out.regions.resize(requests.size());
+  ParallelFor(requests.size(), threads,
+              [&](size_t i) { out.regions[i] = NewHostBuffer(totals[i]); });
+  std::vector<std::span<std::byte>> into;
+  for (auto& r : out.regions) into.push_back({reinterpret_cast<std::byte*>(r.data()), r.size()});
+  ELASTRA_RETURN_IF_ERROR(LoadPieces(reader.get(), requests, entries, into, threads, &out));
+  return out;
+}
+
+StatusOr<LoadedState> LoadCheckpointInto(Env* env, const std::string& dir,
+                                         const std::vector<RegionRequest>& requests,
+                                         const std::vector<std::span<std::byte>>& into,
+                                         int threads) {
+  if (into.size() != requests.size()) {
+    return InvalidArgumentError(std::to_string(into.size()) + " buffers for " +
+                                std::to_string(requests.size()) + " requests");
+  }
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                           CheckpointReader::Open(env, dir));
+  std::vector<const TensorEntry*> entries;
+  std::vector<uint64_t> totals;
+  ELASTRA_RETURN_IF_ERROR(CheckRequests(*reader, requests, &entries, &totals));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (into[i].size() != totals[i]) {
+      return InvalidArgumentError("buffer of " + std::to_string(into[i].size()) +
+                                  " bytes for tensor '" + requests[i].tensor + "' (" +
+                                  std::to_string(totals[i]) + " requested)");
+    }
+  }
+  LoadedState out = Describe(*reader);
+  ELASTRA_RETURN_IF_ERROR(LoadPieces(reader.get(), requests, entries, into, threads, &out));
+  return out;
+}
+
+namespace {
+
+StatusOr<LoadedState> LoadNewest(
+    Env* env, const std::string& root,
+    const std::function<StatusOr<LoadedState>(const std::string& dir)>& load) {
   std::vector<std::string> faults;
   ELASTRA_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> list, ListCheckpoints(env, root, &faults));
   for (const std::string& f : faults) LOG(WARNING) << "refusing checkpoint: " << f;
   for (const CheckpointInfo& info : list) {
-    auto loaded = LoadCheckpoint(env, info.dir, requests, threads);
+    auto loaded = load(info.dir);
     if (loaded.ok()) {
       if (!faults.empty()) {
         LOG(WARNING) << "loaded the older checkpoint " << info.dir << " (step " << info.step
@@ -357,5 +622,21 @@ StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
   return CorruptError("no committed checkpoint under " + root + " loads:" + all);
 }
 
+}  // namespace
+
+StatusOr<LoadedState> LoadLatest(Env* env, const std::string& root,
+                                 const std::vector<RegionRequest>& requests, int threads) {
+  return LoadNewest(env, root, [&](const std::string& dir) {
+    return LoadCheckpoint(env, dir, requests, threads);
+  });
+}
+
+StatusOr<LoadedState> LoadLatestInto(Env* env, const std::string& root,
+                                     const std::vector<RegionRequest>& requests,
+                                     const std::vector<std::span<std::byte>>& into, int threads) {
+  return LoadNewest(env, root, [&](const std::string& dir) {
+    return LoadCheckpointInto(env, dir, requests, into, threads);
+  });
+}
 
 }  // namespace elastra::checkpoint

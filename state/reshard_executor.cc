@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "common/host_memory.h"
 #include "state/device_copy.h"
 #include "state/reshard_schedule.h"
 
@@ -18,21 +20,33 @@ namespace {
 // Host shards: std::vector buffers, memcpy, nothing to wait for.
 struct HostMemory {
   using Buffer = std::vector<uint8_t>;
+  bool huge_pages = true;
   // Staging buffers are never zero-filled.
   struct Scratch {
-    std::unique_ptr<uint8_t[]> bytes;
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> bytes;
     uint8_t* data() { return bytes.get(); }
   };
   static uint8_t* Data(Buffer& b) { return b.data(); }
-  StatusOr<Buffer> Allocate(size_t n) { return Buffer(n, 0); }
+  // A new shard: large ones on huge pages (common/host_memory.h).
+  StatusOr<Buffer> Allocate(size_t n) { return NewHostBuffer(n, huge_pages); }
   // `old` as an n-byte buffer when its memory suffices (contents undefined), else nullopt.
   static std::optional<Buffer> Reuse(Buffer& old, size_t n) {
     if (old.capacity() < n) return std::nullopt;
     old.resize(n);
     return std::move(old);
   }
+  // Staging buffers: large ones on huge pages too.
   StatusOr<Scratch> AllocateScratch(size_t n) {
-    return Scratch{std::unique_ptr<uint8_t[]>(new uint8_t[n])};
+    const bool huge = huge_pages && n >= kHugePageMinBytes;
+    const size_t size =
+        huge ? (n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : std::max<size_t>(n, 1);
+    void* p = huge ? std::aligned_alloc(kHugePageBytes, size) : std::malloc(size);
+    if (p == nullptr) return ResourceExhaustedError("reshard: no memory for a staging buffer");
+    if (huge) AdviseHugePages(p, size);
+    return Scratch{std::unique_ptr<uint8_t, Scratch::Free>(static_cast<uint8_t*>(p))};
   }
   Status Copy(void* dst, const void* src, size_t n) {
     std::memcpy(dst, src, n);
@@ -181,12 +195,26 @@ class ReshardRun {
  private:
   using Stream = RectStream<Memory>;
 
+  // One message of its own (a RunMessage) bound to this worker's buffers: straight from or into
+  // the shard at `direct`, or, where null, packed or unpacked through a staging buffer.
+  struct BoundRun {
+    uint8_t* direct = nullptr;
+    int64_t bytes = 0;
+    std::vector<typename Stream::Item> items;  // when not direct
+  };
+
   // One direction of one pair, bound to this worker's buffers: the staged transfers as a stream
-  // (cut into chunk-sized messages, or one message when batched), then each direct run as one
-  // message.
+  // (cut into chunk-sized messages, or one message when batched), then each run as one message.
   struct Direction {
     std::vector<typename Stream::Item> staged;
-    std::vector<std::pair<uint8_t*, int64_t>> direct;
+    std::vector<BoundRun> runs;
+    // Bytes that pass through staging buffers on this side: the stream and the runs not direct.
+    int64_t StagingBytes() const {
+      int64_t n = 0;
+      for (const auto& it : staged) n += it.transfer->bytes;
+      for (const BoundRun& r : runs) n += r.direct == nullptr ? r.bytes : 0;
+      return n;
+    }
   };
 
   // Every shard the old layout gives this worker is there with its size: bad input is refused
@@ -295,21 +323,28 @@ class ReshardRun {
   Direction Bind(const std::vector<const Transfer*>& list, bool sending, Shards& fresh) {
     const PeerMessages m =
         LayoutPeerMessages(plan_, geometry_, list, sending, options_.direct_min_bytes);
+    auto shard = [&](int tensor) {
+      const std::string& name = tensors_[tensor].name;
+      return sending ? Memory::Data((*shards_)[name]) : Memory::Data(fresh[name]);
+    };
+    auto item = [&](const Transfer* t) {
+      return typename Stream::Item{
+          t, shard(t->tensor),
+          sending ? regions_.old_region[t->tensor] : regions_.new_region[t->tensor]};
+    };
     Direction d;
-    for (const Transfer* t : m.staged) {
-      const std::string& name = tensors_[t->tensor].name;
-      d.staged.push_back(sending ? typename Stream::Item{t, Memory::Data((*shards_)[name]),
-                                                         regions_.old_region[t->tensor]}
-                                 : typename Stream::Item{t, Memory::Data(fresh[name]),
-                                                         regions_.new_region[t->tensor]});
+    for (const Transfer* t : m.staged) d.staged.push_back(item(t));
+    for (const RunMessage& r : m.runs) {
+      BoundRun run;
+      run.bytes = r.bytes;
+      if (r.direct) {
+        run.direct = shard(r.tensor) + r.offset;
+      } else {
+        for (const Transfer* t : r.transfers) run.items.push_back(item(t));
+      }
+      d.runs.push_back(std::move(run));
     }
-    for (const DirectRun& r : m.direct) {
-      const std::string& name = tensors_[r.tensor].name;
-      d.direct.push_back(
-          {(sending ? Memory::Data((*shards_)[name]) : Memory::Data(fresh[name])) + r.offset,
-           r.bytes});
-    }
-    stats_->bytes_staged += m.staged_bytes;
+    stats_->bytes_staged += d.StagingBytes();
     return d;
   }
 
@@ -321,17 +356,17 @@ class ReshardRun {
   }
 
   // The batched schedule's messages of one group in the order both sides post them: per peer
-  // (ascending) its sends, then its receives; each direction's staged stream as one message in a
-  // buffer of its own, then its direct runs.
+  // (ascending) its sends, then its receives; each direction's staged stream as one message,
+  // then its runs. Every staged byte has its place in one arena (arena_, reused by the next
+  // group), so a group allocates nothing when the arena is large enough already.
   struct Batch {
     struct Unpack {
       std::vector<typename Stream::Item> items;
-      uint8_t* buffer;
+      int64_t at;  // in the arena
       int64_t bytes;
     };
     std::vector<PointToPoint> ops;
-    std::vector<typename Memory::Scratch> buffers;
-    std::vector<Unpack> unpacks;  // the receives' staged streams, for after the exchange
+    std::vector<Unpack> unpacks;  // the receives' staged bytes, for after the exchange
   };
 
   // Batched: pack every staged send, post the whole group at once in one Exchange() (which
@@ -339,14 +374,14 @@ class ReshardRun {
   Status ExchangeBatched(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
                          Counters* received) {
     Batch batch;
-    ELASTRA_RETURN_IF_ERROR(PackBatch(group, fresh, &batch));
+    ELASTRA_ASSIGN_OR_RETURN(uint8_t * arena, PackBatch(group, fresh, &batch));
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());  // packed before anything is sent
     if (!batch.ops.empty()) {
       ELASTRA_RETURN_IF_ERROR(comm_.Exchange(batch.ops, tag, options_.timeout));
     }
     for (auto& u : batch.unpacks) {
       Stream stream(std::move(u.items), &memory_);
-      ELASTRA_RETURN_IF_ERROR(stream.Transfer(u.buffer, u.bytes, /*pack=*/false));
+      ELASTRA_RETURN_IF_ERROR(stream.Transfer(arena + u.at, u.bytes, /*pack=*/false));
     }
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());
     for (const PointToPoint& op : batch.ops) {
@@ -357,36 +392,59 @@ class ReshardRun {
     return OkStatus();
   }
 
-  // The batch of one group: allocates a staging buffer per staged stream and packs the sends'
-  // (queued on the memory; the caller waits).
-  Status PackBatch(const GroupWork& group, Shards& fresh, Batch* batch) {
+  // The batch of one group: binds every direction, places its staged bytes in the arena and
+  // packs the sends' (queued on the memory; the caller waits). Returns the arena.
+  StatusOr<uint8_t*> PackBatch(const GroupWork& group, Shards& fresh, Batch* batch) {
+    struct Bound {
+      int peer;
+      bool sending;
+      Direction d;
+    };
+    std::vector<Bound> bound;
+    int64_t arena_bytes = 0;
     for (int peer = 0; peer < n_; ++peer) {
       if (peer == me_) continue;
       for (bool sending : {true, false}) {
         const auto& list = ListOf(sending ? group.sends : group.recvs, peer);
         if (list.empty()) continue;
-        Direction d = Bind(list, sending, fresh);
-        int64_t staged = 0;
-        for (const auto& it : d.staged) staged += it.transfer->bytes;
-        if (staged > 0) {
-          auto scratch = memory_.AllocateScratch(static_cast<size_t>(staged));
-          if (!scratch.ok()) return scratch.status().WithContext("reshard: staging buffer");
-          auto* buffer = static_cast<uint8_t*>(scratch->data());
-          batch->buffers.push_back(std::move(scratch).value());
-          if (sending) {
-            Stream stream(std::move(d.staged), &memory_);
-            ELASTRA_RETURN_IF_ERROR(stream.Transfer(buffer, staged, /*pack=*/true));
-          } else {
-            batch->unpacks.push_back({std::move(d.staged), buffer, staged});
-          }
-          batch->ops.push_back({sending, buffer, static_cast<size_t>(staged), peer});
-        }
-        for (const auto& [ptr, bytes] : d.direct) {
-          batch->ops.push_back({sending, ptr, static_cast<size_t>(bytes), peer});
+        bound.push_back({peer, sending, Bind(list, sending, fresh)});
+        arena_bytes += bound.back().d.StagingBytes();
+      }
+    }
+    uint8_t* arena = nullptr;
+    if (arena_bytes > 0) {
+      auto got = arena_.Get(memory_, arena_bytes);
+      if (!got.ok()) return got.status().WithContext("reshard: staging buffer");
+      arena = *got;
+    }
+    int64_t at = 0;
+    // Staged bytes at arena + at: packed now when sending, unpacked after the exchange.
+    auto stage = [&](std::vector<typename Stream::Item> items, int64_t bytes, bool sending,
+                     int peer) -> Status {
+      if (sending) {
+        Stream stream(std::move(items), &memory_);
+        ELASTRA_RETURN_IF_ERROR(stream.Transfer(arena + at, bytes, /*pack=*/true));
+      } else {
+        batch->unpacks.push_back({std::move(items), at, bytes});
+      }
+      batch->ops.push_back({sending, arena + at, static_cast<size_t>(bytes), peer});
+      at += bytes;
+      return OkStatus();
+    };
+    for (Bound& b : bound) {
+      int64_t staged = 0;
+      for (const auto& it : b.d.staged) staged += it.transfer->bytes;
+      if (staged > 0)
+        ELASTRA_RETURN_IF_ERROR(stage(std::move(b.d.staged), staged, b.sending, b.peer));
+      for (BoundRun& r : b.d.runs) {
+        if (r.direct != nullptr) {
+          batch->ops.push_back({b.sending, r.direct, static_cast<size_t>(r.bytes), b.peer});
+        } else {
+          ELASTRA_RETURN_IF_ERROR(stage(std::move(r.items), r.bytes, b.sending, b.peer));
         }
       }
     }
-    return OkStatus();
+    return arena;
   }
 
   // One thread per peer and direction: a send to j is matched only by j's thread receiving from
@@ -472,9 +530,17 @@ class ReshardRun {
       c->bytes += m;
       ++c->messages;
     }
-    for (const auto& [ptr, bytes] : d.direct) {
-      ELASTRA_RETURN_IF_ERROR(comm_.Send(ptr, bytes, peer, tag, options_.timeout));
-      c->bytes += bytes;
+    for (BoundRun& r : d.runs) {
+      const uint8_t* data = r.direct;
+      if (data == nullptr) {  // packed whole: the receiver expects one message of r.bytes
+        ELASTRA_ASSIGN_OR_RETURN(uint8_t * buf, staging.Get(memory_, r.bytes));
+        Stream run(std::move(r.items), &memory_);
+        ELASTRA_RETURN_IF_ERROR(run.Transfer(buf, r.bytes, /*pack=*/true));
+        ELASTRA_RETURN_IF_ERROR(memory_.Wait());
+        data = buf;
+      }
+      ELASTRA_RETURN_IF_ERROR(comm_.Send(data, r.bytes, peer, tag, options_.timeout));
+      c->bytes += r.bytes;
       ++c->messages;
     }
     return OkStatus();
@@ -493,9 +559,17 @@ class ReshardRun {
       left -= m;
       c->bytes += m;
     }
-    for (const auto& [ptr, bytes] : d.direct) {
-      ELASTRA_RETURN_IF_ERROR(comm_.Recv(ptr, bytes, peer, tag, options_.timeout));
-      c->bytes += bytes;
+    for (BoundRun& r : d.runs) {
+      if (r.direct != nullptr) {
+        ELASTRA_RETURN_IF_ERROR(comm_.Recv(r.direct, r.bytes, peer, tag, options_.timeout));
+      } else {
+        ELASTRA_ASSIGN_OR_RETURN(uint8_t * buf, staging.Get(memory_, r.bytes));
+        ELASTRA_RETURN_IF_ERROR(comm_.Recv(buf, r.bytes, peer, tag, options_.timeout));
+        Stream run(std::move(r.items), &memory_);
+        ELASTRA_RETURN_IF_ERROR(run.Transfer(buf, r.bytes, /*pack=*/false));
+        ELASTRA_RETURN_IF_ERROR(memory_.Wait());
+      }
+      c->bytes += r.bytes;
     }
     return OkStatus();
   }
@@ -524,6 +598,7 @@ class ReshardRun {
   std::vector<TransferGeometry> geometry_;
   std::vector<int> partners_;
   Staging<Memory> send_buf_, recv_buf_;  // the serial schedule's
+  Staging<Memory> arena_;                // the batched schedule's, one group at a time
 };
 
 template <class Memory>
@@ -548,6 +623,7 @@ Status Execute(const ReshardPlan& plan, Communicator& comm,
 Status ExecuteReshard(const ReshardPlan& plan, Communicator& comm, ShardMap* shards,
                       const ReshardExecutorOptions& options, ReshardExecutorStats* stats) {
   HostMemory memory;
+  memory.huge_pages = options.huge_pages;
   return Execute(plan, comm, shards, memory, options, stats);
 }
 

@@ -6,18 +6,24 @@
 // The worker's communicator rank must equal its worker id in the plan, and every worker of the
 // plan must call ExecuteReshard with the same plan at the same time.
 //
-// Memory: tensors are processed in groups of consecutive tensors (at most group_bytes of full
-// tensor size, or one tensor when larger); a group's new shards are allocated, filled, and the
-// old shards of the group freed before the next group starts. Peak use is the worker's state,
-// plus the new shards of one group, plus two chunk buffers (the group's packed bytes when
-// batched). A buffer in `shards` for a tensor of which the old layout gives this worker nothing
-// (a joining worker's whole tensor) is no source: its memory becomes the new shard when large
-// enough, which spares faulting in fresh memory during the downtime.
+// Memory: tensors are processed in groups of consecutive tensors (at most group_bytes of new
+// shards on any worker, or one tensor when its shard is larger); a group's new shards are
+// allocated, filled, and the old shards of the group freed before the next group starts. Peak
+// use is the worker's state, plus the new shards of one group, plus the staging buffers (the
+// group's staged bytes when batched, two chunk buffers or the largest staged run otherwise). A
+// buffer in `shards` for a tensor of which the old layout gives this worker nothing (a joining
+// worker's whole tensor) is no source: its memory becomes the new shard when large enough, which
+// spares faulting in fresh memory during the downtime. New shards and staging buffers of 4 MiB
+// and more ask for transparent huge pages (huge_pages; fresh memory costs a fault per page, see
+// docs/resharding.md).
 // Schedule: per group, with a communicator that has Exchange(), every transfer posted at once
 // (batched). Otherwise pairwise rounds (partner = rank XOR k); in each pair the lower rank sends
 // first, the higher receives first, so blocking Send/Recv cannot deadlock. Or, with
-// concurrent_peers, every (peer, direction) on its own thread. Small or strided
-// transfers are packed into chunk-sized staging messages; large contiguous ones go directly.
+// concurrent_peers, every (peer, direction) on its own thread. A transfer (or a run of adjacent
+// ones) of at least direct_min_bytes that is one piece of the sender's or the receiver's shard is
+// a message of its own, sent from or received into that shard directly (the other side packs or
+// unpacks it if it is strided there); smaller or strided-on-both-sides transfers are packed into
+// one staged stream per peer.
 // Thread-compatible.
 #pragma once
 
@@ -40,11 +46,12 @@ using DeviceShardMap = std::map<std::string, DeviceBuffer>;
 struct ReshardExecutorOptions {
   // Largest single message; also the size of each of the two staging buffers.
   size_t chunk_bytes = 4 << 20;
-  // Full-tensor bytes processed together (see the memory note above).
+  // New-shard bytes one worker allocates for a group at most (see the memory note above).
   int64_t group_bytes = 64 << 20;
-  // A transfer at least this large that is contiguous in both the sender's and the receiver's
-  // shard goes as its own message straight between the shards, without the staging copies.
-  int64_t direct_min_bytes = 1 << 20;
+  // A transfer at least this large that is one piece of the sender's or the receiver's shard goes
+  // as its own message, straight from or into that shard. Below it, staging copies cost less than
+  // the messages (each is a rendezvous of its own in Gloo).
+  int64_t direct_min_bytes = 256 << 10;
   // Every peer at once: one thread per peer and direction, each with its own staging buffer
   // (memory: 2 x chunk_bytes per peer with traffic). Needs a communicator whose Send and Recv
   // may run on several threads at once (the Gloo backend's may); on a failure the executor calls
@@ -56,6 +63,10 @@ struct ReshardExecutorOptions {
   // runs), which beats both schedules above. Memory: the group's packed bytes instead of chunk
   // buffers.
   bool batched = true;
+  // Host shards and staging buffers of 4 MiB and more ask for transparent huge pages
+  // (madvise(MADV_HUGEPAGE)): far fewer page faults on fresh memory during the downtime. Off: 4 KiB
+  // pages (where the kernel's direct compaction for huge pages stalls more than it saves).
+  bool huge_pages = true;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};
 };

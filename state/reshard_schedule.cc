@@ -1,6 +1,8 @@
 // The reshard executor's pure phases: see reshard_schedule.h.
 #include "state/reshard_schedule.h"
 
+#include <algorithm>
+
 namespace elastra {
 namespace {
 
@@ -13,24 +15,46 @@ bool Contiguous(const Rect& r, const Region& region) {
 
 }  // namespace
 
-std::vector<size_t> GroupTensors(const StateSpec& state, int64_t group_bytes) {
+int64_t LargestShardBytes(const TensorSpec& t, const Layout& layout) {
+  const Rect full = FullRect(t.shape);
+  int64_t rows = full.row_end, cols = full.col_end;
+  if (t.rule.tp_split_dim >= 0 && layout.tp > 1) {
+    // As LocalRegion: a 1-D tensor's dimension 0 is the columns of its matrix view.
+    int64_t& n = (t.shape.size() == 1 || t.rule.tp_split_dim == 1) ? cols : rows;
+    n = (n + layout.tp - 1) / layout.tp;
+  }
+  int64_t elements = rows * cols;
+  if (t.rule.zero && layout.dp > 1) elements = (elements + layout.dp - 1) / layout.dp;
+  return elements * static_cast<int64_t>(t.element_size);
+}
+
+std::vector<size_t> GroupTensors(const StateSpec& state, const Layout& to, int64_t group_bytes) {
   const auto& tensors = state.tensors;
+  // Per pipeline stage: a layer-owned tensor is held by one stage only.
+  const int stages = std::max(to.pp, 1);
+  std::vector<int64_t> acc(static_cast<size_t>(stages), 0);
   std::vector<size_t> bounds{0};
-  int64_t acc = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t b = FullRect(tensors[i].shape).volume() * tensors[i].element_size;
-    if (acc > 0 && acc + b > group_bytes) {
-      bounds.push_back(i);
-      acc = 0;
+    const int64_t b = LargestShardBytes(tensors[i], to);
+    int first = 0, last = stages;
+    if (tensors[i].rule.layer >= 0) {
+      first = StageOfLayer(state.num_layers, stages, tensors[i].rule.layer);
+      last = first + 1;
     }
-    acc += b;
+    bool full = false;
+    for (int s = first; s < last; ++s) full |= acc[s] > 0 && acc[s] + b > group_bytes;
+    if (full) {
+      bounds.push_back(i);
+      std::fill(acc.begin(), acc.end(), 0);
+    }
+    for (int s = first; s < last; ++s) acc[s] += b;
   }
   bounds.push_back(tensors.size());
   return bounds;
 }
 
 std::vector<GroupWork> WorkerGroups(const ReshardPlan& plan, int worker, int64_t group_bytes) {
-  const std::vector<size_t> bounds = GroupTensors(plan.state, group_bytes);
+  const std::vector<size_t> bounds = GroupTensors(plan.state, plan.to.layout, group_bytes);
   std::vector<GroupWork> groups(bounds.size() - 1);
   std::vector<size_t> group_of(plan.state.tensors.size());
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -99,7 +123,9 @@ std::vector<TransferGeometry> TransferGeometries(const ReshardPlan& plan, int wo
     const Region& from = region_of(true, t.src, t.tensor);
     const Region& to = region_of(false, t.dst, t.tensor);
     const int64_t esize = tensors[t.tensor].element_size;
-    geometry[i].both_contiguous = Contiguous(t.rect, from) && Contiguous(t.rect, to);
+    geometry[i].src_contiguous = Contiguous(t.rect, from);
+    geometry[i].dst_contiguous = Contiguous(t.rect, to);
+    geometry[i].both_contiguous = geometry[i].src_contiguous && geometry[i].dst_contiguous;
     geometry[i].src_offset = from.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
     geometry[i].dst_offset = to.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize;
   }
@@ -128,8 +154,15 @@ PeerMessages LayoutPeerMessages(const ReshardPlan& plan,
         ++j;
       }
     }
-    if (first.both_contiguous && run >= direct_min_bytes) {
-      m.direct.push_back({t->tensor, sending ? first.src_offset : first.dst_offset, run});
+    if ((first.src_contiguous || first.dst_contiguous) && run >= direct_min_bytes) {
+      RunMessage r;
+      r.tensor = t->tensor;
+      r.bytes = run;
+      r.direct = sending ? first.src_contiguous : first.dst_contiguous;
+      r.offset = sending ? first.src_offset : first.dst_offset;
+      r.transfers.assign(transfers.begin() + static_cast<std::ptrdiff_t>(i),
+                         transfers.begin() + static_cast<std::ptrdiff_t>(j));
+      m.runs.push_back(std::move(r));
     } else {
       for (size_t k = i; k < j; ++k) {
         m.staged.push_back(transfers[k]);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "elastra/tensor_collection.h"
@@ -95,6 +96,25 @@ inline std::vector<RegionRequest> RequestsFor(const TensorCollection& state) {
   return out;
 }
 
+// The host shards of `state` as the buffers of a load in place (LoadCheckpointInto) of
+// RequestsFor(*state). The shards must be in host memory and sized for their regions.
+inline std::vector<std::span<std::byte>> BuffersOf(TensorCollection& state) {
+  std::vector<std::span<std::byte>> out;
+  for (TensorCollection::Tensor& t : state.mutable_tensors()) {
+    out.push_back({reinterpret_cast<std::byte*>(t.data.data()), t.data.size()});
+  }
+  return out;
+}
+
+// Sets the scalars of `state` that the checkpoint of `loaded` has.
+inline void RestoreScalars(const LoadedState& loaded, TensorCollection* state) {
+  for (auto& [name, value] : state->mutable_scalars()) {
+    for (const auto& [n, v] : loaded.scalars) {
+      if (n == name) value = v;
+    }
+  }
+}
+
 // Moves a load made with RequestsFor(*state) into *state (buffers swapped, no copy) and sets the
 // scalars the checkpoint has. kInvalidArgument when the load does not match; nothing changes then.
 inline Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
@@ -115,11 +135,7 @@ inline Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data.swap(loaded.regions[i]);
-  for (auto& [name, value] : state->mutable_scalars()) {
-    for (const auto& [n, v] : loaded.scalars) {
-      if (n == name) value = v;
-    }
-  }
+  RestoreScalars(loaded, state);
   return OkStatus();
 }
 

@@ -1,5 +1,7 @@
 #include "worker/commit_store.h"
 
+#include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -8,13 +10,22 @@ namespace elastra {
 CommitStore::CommitStore(TensorCollection* state, std::function<void()> on_change)
     : state_(state), on_change_(std::move(on_change)) {}
 
-// The future of std::async waits for the image being faulted in.
+// The futures of std::async wait for the image being faulted in and the copy in flight.
 CommitStore::~CommitStore() = default;
 
 std::vector<int64_t> CommitStore::steps() const {
   std::vector<int64_t> out;
   for (const auto& c : commits_) out.push_back(c.step);
+  if (pending_.valid()) out.push_back(pending_step_);
   return out;
+}
+
+void CommitStore::Settle() {
+  if (!pending_.valid()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  commits_.push_back(pending_.get());
+  last_settle_wait_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::vector<size_t> CommitStore::ShardSizes() const {
@@ -33,15 +44,17 @@ std::vector<size_t> CommitStore::ShardSizes() const {
 //
 // An image for a commit of shards of `sizes` bytes: the oldest commit when kCommitsKept are
 // held; else a spare image that fits; else the one being faulted in; else any spare; else new.
+bool CommitStore::FitsSizes(const Image& image, const std::vector<size_t>& sizes) {
+  if (image.tensors.size() != sizes.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (image.tensors[i].capacity() < sizes[i]) return false;
+  }
+  return true;
+}
+
 CommitStore::Image CommitStore::TakeImage(const std::vector<size_t>& sizes) {
   Image c;
-  auto fits = [&](const Image& image) {
-    if (image.tensors.size() != sizes.size()) return false;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      if (image.tensors[i].capacity() < sizes[i]) return false;
-    }
-    return true;
-  };
+  auto fits = [&](const Image& image) { return FitsSizes(image, sizes); };
   if (commits_.size() >= kCommitsKept) {
     c = std::move(commits_.front());
     commits_.pop_front();
@@ -55,7 +68,8 @@ CommitStore::Image CommitStore::TakeImage(const std::vector<size_t>& sizes) {
 }
 
 void CommitStore::Prefault(std::vector<size_t> sizes) {
-  if (prefault_.valid() || commits_.size() + spare_.size() >= kCommitsKept) return;
+  const size_t copying = pending_.valid() ? 1 : 0;
+  if (prefault_.valid() || commits_.size() + spare_.size() + copying >= kCommitsKept) return;
   prefault_ = std::async(std::launch::async, [sizes = std::move(sizes)] {
     Image c;
     c.tensors.resize(sizes.size());
@@ -65,12 +79,14 @@ void CommitStore::Prefault(std::vector<size_t> sizes) {
 }
 
 void CommitStore::Forget() {
+  Settle();
   for (auto& c : commits_) spare_.push_back(std::move(c));
   commits_.clear();
   Changed();
 }
 
 void CommitStore::KeepNewestOnly() {
+  Settle();
   while (commits_.size() > 1) {
     spare_.push_back(std::move(commits_.front()));
     commits_.pop_front();
@@ -79,6 +95,7 @@ void CommitStore::KeepNewestOnly() {
 }
 
 void CommitStore::Release() {
+  Settle();
   commits_.clear();
   spare_.clear();
   if (prefault_.valid()) prefault_.get();
@@ -86,6 +103,7 @@ void CommitStore::Release() {
 }
 
 Status CommitStore::Commit() {
+  Settle();
   if (!commits_.empty() && commits_.back().step == step()) return OkStatus();
   Image c = TakeImage(ShardSizes());
   c.step = step();
@@ -105,7 +123,64 @@ Status CommitStore::Commit() {
   return OkStatus();
 }
 
-bool CommitStore::MatchesState() const {
+// The copy of CommitInBackground(), on its own thread: the shards at `sources` into image `c`,
+// or into the image `faulting` yields once it is faulted in (then with c's step, regions and
+// scalars).
+CommitStore::Image CommitStore::CopyShards(Image c,
+                                           std::vector<std::pair<const uint8_t*, size_t>> sources,
+                                           std::future<Image> faulting) {
+  if (faulting.valid()) {
+    Image image = faulting.get();
+    image.step = c.step;
+    image.regions = std::move(c.regions);
+    image.scalars = std::move(c.scalars);
+    c = std::move(image);
+  }
+  c.tensors.resize(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    // An image's buffers keep their memory from one commit to the next (TakeImage): no fresh
+    // pages here unless the shards grew.
+    c.tensors[i].resize(sources[i].second);
+    std::memcpy(c.tensors[i].data(), sources[i].first, sources[i].second);
+  }
+  return c;
+}
+
+Status CommitStore::CommitInBackground() {
+  Settle();
+  const auto& tensors = state_->tensors();
+  for (const auto& t : tensors) {
+    if (t.on_device) return Commit();
+  }
+  if (!commits_.empty() && commits_.back().step == step()) return OkStatus();
+  // The image as Commit() takes it, except that one still being faulted in is waited for on the
+  // copy's thread, not here.
+  Image c;
+  std::future<Image> faulting;
+  if (commits_.size() < kCommitsKept && prefault_.valid() &&
+      (spare_.empty() || !FitsSizes(spare_.back(), ShardSizes()))) {
+    faulting = std::move(prefault_);
+  } else {
+    c = TakeImage(ShardSizes());
+  }
+  c.step = step();
+  c.regions.resize(tensors.size());
+  std::vector<std::pair<const uint8_t*, size_t>> sources;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    c.regions[i] = tensors[i].region;
+    sources.push_back({tensors[i].data.data(), tensors[i].data.size()});
+  }
+  c.scalars.clear();
+  for (const auto& [name, value] : state_->scalars()) c.scalars.push_back(value);
+  pending_step_ = c.step;
+  pending_ = std::async(std::launch::async, CopyShards, std::move(c), std::move(sources),
+                        std::move(faulting));
+  Changed();
+  return OkStatus();
+}
+
+bool CommitStore::MatchesState() {
+  Settle();
   if (commits_.empty() || commits_.back().step != step()) return false;
   const Image& c = commits_.back();
   const auto& tensors = state_->tensors();
@@ -121,13 +196,15 @@ bool CommitStore::MatchesState() const {
   return true;
 }
 
-bool CommitStore::MustRollBack(int64_t restore_step) const {
+bool CommitStore::MustRollBack(int64_t restore_step) {
+  Settle();
   const bool moved_since_commit =
       !commits_.empty() && commits_.back().step == step() && !MatchesState();
   return step() != restore_step || moved_since_commit;
 }
 
 Status CommitStore::Restore(int64_t target_step) {
+  Settle();
   while (!commits_.empty() && commits_.back().step > target_step) {
     spare_.push_back(std::move(commits_.back()));
     commits_.pop_back();

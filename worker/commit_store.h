@@ -7,6 +7,8 @@
 // thread-safe: the training thread owns it. The only thing another thread needs of it, the steps
 // held (the I/O thread answers a RecoverRequest with them), leaves through `on_change`, which runs
 // after every change to the commits held; the worker publishes them under its own mutex there.
+// The one thread of its own: the copy of a commit started by CommitInBackground(), which every
+// other method waits for (Settle) before it looks at the commits.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <utility>
 #include <vector>
 
 #include "elastra/sharding.h"
@@ -48,16 +51,28 @@ class CommitStore {
   // of the copy from the device, with the step as context.
   Status Commit();
 
+  // The pause's commit: as Commit(), but the copy runs on another thread and this returns at
+  // once, so the copy overlaps the pause's round trip to the coordinator and the rebuild of the
+  // groups instead of delaying the PausedReport. The commit counts from now on (steps() lists
+  // it); every method below waits for its copy first (Settle), and nothing may write into the
+  // state's shards before Settle() returned. Shards in device memory are copied at once (a
+  // device copy can fail, and a commit already announced must not).
+  Status CommitInBackground();
+  // Waits for the copy of CommitInBackground(), if one is running, and keeps its commit.
+  void Settle();
+  // Milliseconds the last Settle() waited for a copy (0 when the copy had finished).
+  double last_settle_wait_ms() const { return last_settle_wait_ms_; }
+
   // True when the newest commit is of the current step and holds exactly the current regions
   // (valid only when nothing wrote into the shards since it was made).
-  bool MatchesState() const;
+  bool MatchesState();
 
   // Whether a worker that held the state before a generation change must roll back to the commit
   // of `restore_step` before the state moves: when its step is another, or when it is that of the
   // newest commit but the shards no longer match it (a generation that failed after its state
   // move started left them in its own layout, partly moved, while the step is still the
   // commit's).
-  bool MustRollBack(int64_t restore_step) const;
+  bool MustRollBack(int64_t restore_step);
 
   // Restores the commit of `target_step` into the state (in host memory) and forgets newer ones
   // (they belong to an abandoned timeline). kFailedPrecondition when no such commit is held.
@@ -77,16 +92,22 @@ class CommitStore {
   // The bytes of each tensor's shard in the current regions.
   std::vector<size_t> ShardSizes() const;
 
-  // The steps of the commits held, oldest first.
+  // The steps of the commits held, oldest first (one being copied included).
   std::vector<int64_t> steps() const;
-  bool empty() const { return commits_.empty(); }
+  bool empty() const { return commits_.empty() && !pending_.valid(); }
   // The newest commit, or nullptr.
-  const Image* newest() const { return commits_.empty() ? nullptr : &commits_.back(); }
+  const Image* newest() {
+    Settle();
+    return commits_.empty() ? nullptr : &commits_.back();
+  }
   // Images of forgotten commits held for reuse, and whether one is being faulted in.
   size_t spare_images() const { return spare_.size(); }
   bool prefaulting() const { return prefault_.valid(); }
 
  private:
+  static bool FitsSizes(const Image& image, const std::vector<size_t>& sizes);
+  static Image CopyShards(Image c, std::vector<std::pair<const uint8_t*, size_t>> sources,
+                          std::future<Image> faulting);
   Image TakeImage(const std::vector<size_t>& sizes);
   int64_t step() const { return state_->GetScalar(kStepScalarName); }
   void Changed() {
@@ -98,6 +119,9 @@ class CommitStore {
   std::deque<Image> commits_;
   std::vector<Image> spare_;     // images of forgotten commits, for reuse (see TakeImage)
   std::future<Image> prefault_;  // an image being faulted in on another thread
+  std::future<Image> pending_;   // a commit being copied on another thread (CommitInBackground)
+  int64_t pending_step_ = 0;
+  double last_settle_wait_ms_ = 0;
 };
 
 }  // namespace elastra

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "elastra/device_buffer.h"
 #include "worker/collection_adapter.h"
@@ -90,9 +91,12 @@ StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Co
                                        const std::string& job, Communicator& control,
                                        TensorCollection* state) {
   ELASTRA_RETURN_IF_ERROR(state->MoveToHost(/*keep_values=*/false));  // the load overwrites them
+  // The shards are loaded in place: a shard keeps its memory where it has the new region's size
+  // already (no fresh pages to fault in), else gets a new buffer on huge pages.
   for (auto& t : state->mutable_tensors()) {
     t.region = LocalRegion(t.spec, state->num_layers(), gen.layout, coords);
-    t.data.assign(static_cast<size_t>(t.region.elements()) * t.spec.element_size, 0);
+    const size_t bytes = static_cast<size_t>(t.region.elements()) * t.spec.element_size;
+    if (t.data.size() != bytes) t.data = NewHostBuffer(bytes);
   }
   const std::string dir = gen.checkpoint_dir;
   const std::string root = dir.substr(0, dir.find_last_of('/'));
@@ -107,8 +111,9 @@ StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Co
   }
   if (candidates.empty()) candidates.push_back(dir);
   for (const std::string& candidate : candidates) {
-    auto loaded = checkpoint::LoadCheckpoint(checkpoint::Env::Default(), candidate,
-                                             checkpoint::RequestsFor(*state));
+    auto loaded = checkpoint::LoadCheckpointInto(checkpoint::Env::Default(), candidate,
+                                                 checkpoint::RequestsFor(*state),
+                                                 checkpoint::BuffersOf(*state));
     Status mine = loaded.ok() ? OkStatus() : loaded.status();
     if (mine.ok() && loaded->job != job) {
       mine = InvalidArgumentError("checkpoint " + candidate + " belongs to job '" + loaded->job +
@@ -118,7 +123,7 @@ StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Co
     ELASTRA_RETURN_IF_ERROR(control.Allreduce(&ok, 1, DataType::kInt64, ReduceOp::kMin));
     if (ok == 1) {
       int64_t bytes = static_cast<int64_t>(state->bytes());
-      ELASTRA_RETURN_IF_ERROR(checkpoint::RestoreInto(std::move(loaded).value(), state));
+      checkpoint::RestoreScalars(*loaded, state);
       LOG(INFO) << "loaded checkpoint " << candidate << " (step "
                 << state->GetScalar(kStepScalarName) << ")";
       return bytes;

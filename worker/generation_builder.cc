@@ -58,6 +58,9 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
   ELASTRA_RETURN_IF_ERROR(RebuildGroups(gen, my_rank));
   const double rebuild_ms = MillisSince(t0);
   const auto t1 = std::chrono::steady_clock::now();
+  // The pause commit was copied on another thread while the coordinator gathered the workers and
+  // the groups were rebuilt; the state moves only once that copy is done.
+  commits_->Settle();
 
   ELASTRA_RETURN_IF_ERROR(CheckSignature());
   ELASTRA_RETURN_IF_ERROR(RollBackIfNeeded(gen));
@@ -86,7 +89,8 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
                   std::to_string(my_rank));
   LOG(INFO) << "generation " << gen.generation << " (" << proto::ToString(gen.reason)
             << "): " << gen.layout.ToString() << ", step " << step() << ", rebuild " << rebuild_ms
-            << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in), commit "
+            << " ms, transfer " << transfer_ms << " ms (" << bytes << " bytes in, after "
+            << commits_->last_settle_wait_ms() << " ms waiting for the pause commit), commit "
             << commit_ms << " ms";
   proto::GenerationReady ready{gen.generation, rebuild_ms, transfer_ms, bytes};
   return channel_->client().Send(MessageType::kGenerationReady, proto::EncodePayload(ready),
@@ -232,6 +236,7 @@ StatusOr<int64_t> GenerationBuilder::LoadCheckpoint(const proto::NewGeneration& 
 }
 
 Status GenerationBuilder::HandOff(const proto::NewGeneration& gen) {
+  commits_->Settle();  // the pause commit's copy reads the shards that move now
   groups_->Release();
   channel_->CancelOnRecovery(gen.generation);
   auto bytes = MoveState(gen, -1);

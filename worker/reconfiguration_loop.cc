@@ -104,14 +104,21 @@ void ReconfigurationLoop::Shutdown() {
 
 StatusOr<StepAction> ReconfigurationLoop::Pause(uint64_t target) {
   channel_->inbox().RaisePauseTarget(target);
-  ELASTRA_RETURN_IF_ERROR(commits_->Commit());
+  // The copy runs while the PausedReport travels and the next generation is built; the builder
+  // waits for it before the state moves (CommitStore::CommitInBackground).
+  ELASTRA_RETURN_IF_ERROR(commits_->CommitInBackground());
   LOG(INFO) << "pausing after step " << step() << " for generation " << target;
   proto::PausedReport report{target, step(), commits_->steps(), false};
   answered_target_ = std::max(answered_target_, target);
   Status s = channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
                                      channel_->generation());
-  if (!s.ok()) return s;
-  return AwaitGeneration();
+  if (!s.ok()) {
+    commits_->Settle();
+    return s;
+  }
+  auto action = AwaitGeneration();
+  commits_->Settle();  // never back in the program's hands with the copy still reading the state
+  return action;
 }
 
 StatusOr<StepAction> ReconfigurationLoop::Recover(const Status& cause) {

@@ -1,6 +1,6 @@
 // bench_reshard: live resharding of a small Megatron-style GPT's state (parameters and Adam
 // state, ZeRO-1) through layout changes that move every dimension, ranks as threads over Gloo on
-// loopback.
+// loopback, each with a gloo device (an I/O thread) of its own, as separate processes have.
 //
 // For each change: the planner assigns workers to the new layout (fewest bytes moved), the reshard
 // planner builds the transfers, and then, in the same run,
@@ -14,13 +14,16 @@
 // of ours is checked bit for bit against the global tensors.
 //
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
-//        --chunk-kib N, --direct-min-kib N (executor options)
+//        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
+//        --no-huge-pages, --change K (only the K-th change, from 1; for profiling)
 // Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
 // "concurrent_time_vs_raw":c, "serial_time_vs_raw":z, "transfer_phase_vs_raw":t} with x = sum
 // bytes moved / sum lower bounds, y = sum of our batched (default) times / sum of raw times, c
 // and z the same for the concurrent and serial schedules, t the batched transfer phase alone
 // (slowest rank's sends, receives and packing, without allocating the new shards, local copies
 // and freeing) over raw.
+#include <sys/resource.h>
+
 #include <barrier>
 #include <chrono>
 #include <cstdio>
@@ -62,7 +65,8 @@ using testing::ShardsOf;
 std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
                                                       const std::string& prefix, int n) {
   auto comms = testing::ConnectThreadRanks(store, prefix, n, std::chrono::milliseconds(120000),
-                                           std::chrono::milliseconds(30000));
+                                           std::chrono::milliseconds(30000),
+                                           /*own_devices=*/true);
   if (comms.empty()) {
     std::fprintf(stderr, "bench_reshard: cannot connect %d ranks\n", n);
     std::exit(1);
@@ -77,6 +81,14 @@ struct ChangeResult {
 };
 
 ReshardExecutorOptions g_options;
+
+// CPU time of the whole process (every rank's thread), user and system.
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 constexpr const char* kModeNames[] = {"serial", "concurrent", "batched"};
 
 ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
@@ -167,24 +179,25 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           ShardMap shards = initial[w];
           sync.arrive_and_wait();
           const auto t0 = Clock::now();
+          const double c0 = CpuSeconds();
           sync.arrive_and_wait();
           ReshardExecutorStats st;
           Status s = ExecuteReshard(*plan, *comms[w], &shards, options, &st);
           sync.arrive_and_wait();
           const double ours = std::chrono::duration<double>(Clock::now() - t0).count();
+          const double cpu_ours = CpuSeconds() - c0;
           if (!s.ok()) errors[w] = s.ToString();
           if (rep == 0 && ShardsOf(state, plan->to, w) != shards) {
             errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
           }
           if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
-            std::printf("  rank0 rep %d %s: total %.4f alloc %.4f local %.4f transfer %.4f "
-                        "(sent %lld, received %lld, staged %lld bytes, %lld messages)\n",
-                        rep, kModeNames[mode], ours, st.seconds_allocate,
-                        st.seconds_local, st.seconds_transfer,
-                        static_cast<long long>(st.bytes_sent),
-                        static_cast<long long>(st.bytes_received),
-                        static_cast<long long>(st.bytes_staged),
-                        static_cast<long long>(st.messages_sent));
+            std::printf(
+                "  rank0 rep %d %s: cpu %.4f total %.4f alloc %.4f local %.4f transfer %.4f "
+                "(sent %lld, received %lld, staged %lld bytes, %lld messages)\n",
+                rep, kModeNames[mode], cpu_ours, ours, st.seconds_allocate, st.seconds_local,
+                st.seconds_transfer, static_cast<long long>(st.bytes_sent),
+                static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
+                static_cast<long long>(st.messages_sent));
           }
           if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
           rank_transfer[w] = st.seconds_transfer;
@@ -197,6 +210,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         }
         sync.arrive_and_wait();
         const auto t1 = Clock::now();
+        const double c1 = CpuSeconds();
         sync.arrive_and_wait();
         try {
           for (size_t i = 0; i < recvs.size(); ++i) recvs[i]->recv(recv_peer[i], 7);
@@ -208,6 +222,9 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         }
         sync.arrive_and_wait();
         const double rawt = std::chrono::duration<double>(Clock::now() - t1).count();
+        if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
+          std::printf("  rank0 rep %d raw: cpu %.4f total %.4f\n", rep, CpuSeconds() - c1, rawt);
+        }
         if (w == 0) best_raw = std::min(best_raw, rawt);
       }
     });
@@ -250,7 +267,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
 }
 
 int Main(int argc, char** argv) {
-  int hidden = 256, layers = 8, reps = 3;
+  int hidden = 256, layers = 8, reps = 3, only_change = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&](int* v) {
@@ -273,6 +290,14 @@ int Main(int argc, char** argv) {
       int v = 0;
       next(&v);
       g_options.chunk_bytes = static_cast<size_t>(v) << 10;
+    } else if (a == "--group-mib") {
+      int v = 0;
+      next(&v);
+      g_options.group_bytes = static_cast<int64_t>(v) << 20;
+    } else if (a == "--no-huge-pages") {
+      g_options.huge_pages = false;
+    } else if (a == "--change") {
+      next(&only_change);
     } else if (a == "--quick") {
       hidden = 128;
       reps = 2;
@@ -314,6 +339,7 @@ int Main(int argc, char** argv) {
   int64_t moved = 0, lb = 0;
   double ours = 0, concurrent = 0, serial = 0, rawt = 0, transfer = 0;
   for (size_t i = 0; i < changes.size(); ++i) {
+    if (only_change > 0 && static_cast<int>(i) + 1 != only_change) continue;
     ChangeResult r = RunChange(model, state, changes[i].first, changes[i].second, 4, reps,
                                static_cast<int>(i));
     list.push_back(r.json);

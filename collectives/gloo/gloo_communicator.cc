@@ -99,6 +99,13 @@ std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostnam
   return device;
 }
 
+std::shared_ptr<gloo::transport::Device> OwnOrSharedDevice(const GlooOptions& options) {
+  if (!options.own_device) return SharedDevice(options.hostname);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
 bool ValidType(DataType type) {
   switch (type) {
     case DataType::kFloat32:
@@ -423,7 +430,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
   const std::string op = "CreateGlooCommunicator " + options.prefix;
   const Clock::time_point deadline = Clock::now() + options.connect_timeout;
   try {
-    std::shared_ptr<gloo::transport::Device> device = SharedDevice(options.hostname);
+    std::shared_ptr<gloo::transport::Device> device = OwnOrSharedDevice(options);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.connect_timeout);
     GlooStore store(options.store, options.connect_timeout);

@@ -44,6 +44,11 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";  // address to bind and advertise
   std::chrono::milliseconds timeout{5000};          // default per-call timeout
   std::chrono::milliseconds connect_timeout{30000}; // rendezvous and full-mesh connect
+  // false: every context of the process on `hostname` shares one gloo device (one I/O thread),
+  // which saves a device per group and generation. true: a device of its own, for ranks that are
+  // threads of one process (tests, benchmarks), so that each has its I/O thread as separate
+  // processes do; one shared loop thread would otherwise carry every rank's receives.
+  bool own_device = false;
 };
 
 // Builds and connects the context. kTimedOut when peers do not show up within connect_timeout,

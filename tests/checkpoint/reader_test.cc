@@ -35,8 +35,13 @@ TEST(CheckpointTest, RoundTrip) {
   auto reader = CheckpointReader::Open(Env::Default(), DirOf(root.str(), 3));
   ASSERT_TRUE(reader.ok());
   uint64_t checked = 0;
-  EXPECT_TRUE((*reader)->VerifyAll(&checked).ok());
-  EXPECT_EQ(checked, s.w.size() * 4 + 800 + 56);
+  std::vector<Fault> faults;
+  EXPECT_TRUE((*reader)->VerifyAll(&checked, &faults).ok());
+  EXPECT_TRUE(faults.empty());
+  // Every byte of every shard file: the header block, the regions and the zeros between them.
+  EXPECT_EQ(checked, (*reader)->manifest().total_file_bytes());
+  EXPECT_GT(checked, s.w.size() * 4 + 800 + 56);
+  EXPECT_TRUE((*reader)->padding_checked());
 }
 
 // Two ranks each hold a column block (TP-like split along dim 1) of a [rows, cols] tensor; any

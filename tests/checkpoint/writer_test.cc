@@ -154,6 +154,7 @@ TEST(CheckpointAsyncTest, WriteStartsWhileTheCopyIsStillRunning) {
   o.env = &env;
   o.root = root.str();
   o.write_block_bytes = 4096;
+  o.write_while_copying = true;
   o.copy_from_device = [&](std::byte* dst, const std::byte* src, size_t n) {
     if (src == last) saw_append_during_copy = env.WaitForAppend(std::chrono::seconds(10));
     std::memcpy(dst, src, n);
@@ -164,6 +165,38 @@ TEST(CheckpointAsyncTest, WriteStartsWhileTheCopyIsStillRunning) {
   auto d = (*w)->Write({"job", 9, 1}, v);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(saw_append_during_copy.load());
+  ASSERT_TRUE(CommitCheckpoint({&env, root.str(), 3}, {"job", 9, 1}, {}, {*d}).ok());
+  auto loaded = LoadLatest(&env, root.str(), s.Requests());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(s.Matches(*loaded));
+}
+
+// By default the write waits for the whole copy (the copy the step waits for keeps the memory
+// bandwidth): while the last tensor is being copied, nothing has been appended.
+TEST(CheckpointAsyncTest, ByDefaultTheWriteStartsOnceTheCopyIsDone) {
+  TempDir root;
+  CountingEnv env;
+  State s(9);
+  StateView v = s.View();
+  for (auto& t : v.tensors) t.on_device = true;  // every copy goes through the hook
+  const std::byte* last = v.tensors.back().data.data();
+  std::atomic<bool> saw_append_during_copy{true};
+  WriterOptions o;
+  o.env = &env;
+  o.root = root.str();
+  o.write_block_bytes = 4096;
+  ASSERT_FALSE(o.write_while_copying);
+  o.copy_from_device = [&](std::byte* dst, const std::byte* src, size_t n) {
+    // The writer could append the header and the first tensors by now if it did not wait.
+    if (src == last) saw_append_during_copy = env.WaitForAppend(std::chrono::milliseconds(300));
+    std::memcpy(dst, src, n);
+    return OkStatus();
+  };
+  auto w = CheckpointWriter::Create(o);
+  ASSERT_TRUE(w.ok());
+  auto d = (*w)->Write({"job", 9, 1}, v);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(saw_append_during_copy.load());
   ASSERT_TRUE(CommitCheckpoint({&env, root.str(), 3}, {"job", 9, 1}, {}, {*d}).ok());
   auto loaded = LoadLatest(&env, root.str(), s.Requests());
   ASSERT_TRUE(loaded.ok()) << loaded.status();

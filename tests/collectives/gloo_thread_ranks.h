@@ -14,10 +14,11 @@
 
 namespace elastra::testing {
 
-// Connects n thread-ranks under `prefix`. Empty when any rank failed to connect.
+// Connects n thread-ranks under `prefix`. Empty when any rank failed to connect. `own_devices`:
+// each rank gets a gloo device (an I/O thread) of its own, as separate processes would.
 inline std::vector<std::unique_ptr<Communicator>> ConnectThreadRanks(
     KeyValueStore* store, const std::string& prefix, int n, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds connect_timeout) {
+    std::chrono::milliseconds connect_timeout, bool own_devices = false) {
   std::vector<std::unique_ptr<Communicator>> comms(n);
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
@@ -29,6 +30,7 @@ inline std::vector<std::unique_ptr<Communicator>> ConnectThreadRanks(
       o.size = n;
       o.timeout = timeout;
       o.connect_timeout = connect_timeout;
+      o.own_device = own_devices;
       auto comm = CreateGlooCommunicator(o);
       if (comm.ok()) comms[w] = std::move(comm).value();
     });

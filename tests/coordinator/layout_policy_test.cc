@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace elastra::coordinator {
 namespace {
 
@@ -140,6 +142,61 @@ TEST(LayoutPolicyTest, WithNothingToKeepTensorParallelGroupsStayInsideHosts) {
   ASSERT_EQ(order.size(), 4u);
   EXPECT_EQ(host_of(order[0]), host_of(order[1]));
   EXPECT_EQ(host_of(order[2]), host_of(order[3]));
+}
+
+// The bytes a worker at rank `fr` of `from` already holds of rank `tr`'s shards in `to`.
+int64_t Kept(const StateSpec& state, const Layout& from, int fr, const Layout& to, int tr) {
+  int64_t kept = 0;
+  for (const TensorSpec& t : state.tensors) {
+    const Region a = LocalRegion(t, state.num_layers, from, CoordinatesOf(from, fr));
+    const Region b = LocalRegion(t, state.num_layers, to, CoordinatesOf(to, tr));
+    if (a.empty() || b.empty()) continue;
+    for (const Rect& p : a.Pieces()) {
+      for (const Rect& q : b.Pieces()) {
+        kept += Intersect(p, q).volume() * static_cast<int64_t>(t.element_size);
+      }
+    }
+  }
+  return kept;
+}
+
+// tp 4 -> 2 on one host (issue 14): keeping workers 0 and 1 moves 0.75 of a replica, keeping one
+// worker of each half (as `elastra plan --from dp=1,pp=1,tp=4 --to dp=1,pp=1,tp=2` does, leaving
+// 1 and 3) moves 0.5, the least any choice of leavers moves. The live coordinator chooses as well.
+TEST(LayoutPolicyTest, AShrinkLeavesTheWorkersWhoseStateIsLeastUseful) {
+  LayoutPolicy policy;
+  proto::JoinRequest join{"w0", "n1", 0, 1};
+  join.state = GptState({2, 16, 64, 100, 16, 4, true, false});
+  policy.Learn(join);
+  const std::vector<std::string> ids{"w0", "w1", "w2", "w3"};
+  const Layout from{1, 1, 4}, to{1, 1, 2};
+  const std::vector<std::string> order =
+      policy.Assign(to, ids, std::vector<std::string>(4, "n1"), from, ids);
+  ASSERT_EQ(order.size(), 2u);
+  auto index = [&](const std::string& id) {
+    return static_cast<int>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+  };
+  const int64_t kept = Kept(join.state, from, index(order[0]), to, 0) +
+                       Kept(join.state, from, index(order[1]), to, 1);
+  int64_t best = 0;
+  for (int a = 0; a < 4; ++a) {
+    for (int b = 0; b < 4; ++b) {
+      if (a != b)
+        best = std::max(best, Kept(join.state, from, a, to, 0) + Kept(join.state, from, b, to, 1));
+    }
+  }
+  EXPECT_EQ(kept, best) << order[0] << " " << order[1];
+  // What the new ranks hold: a replica. What moves: half of the TP-split part of it.
+  int64_t replica = 0, split = 0;
+  for (const TensorSpec& t : join.state.tensors) {
+    const int64_t bytes = FullRect(t.shape).volume() * static_cast<int64_t>(t.element_size);
+    replica += bytes;
+    if (t.rule.tp_split_dim >= 0) split += bytes;
+  }
+  const int64_t needed = replica + (replica - split);  // the replicated part on both ranks
+  EXPECT_EQ(needed - kept, split / 2);
+  const bool halves = (index(order[0]) < 2) != (index(order[1]) < 2);
+  EXPECT_TRUE(halves) << order[0] << " " << order[1] << ": one worker of each half stays";
 }
 
 TEST(LayoutPolicyTest, HostIndicesNumberHostsByFirstAppearance) {

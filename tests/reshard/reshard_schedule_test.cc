@@ -34,12 +34,78 @@ StateSpec FiveTensors() {
 
 TEST(ReshardSchedule, GroupsFillUpToGroupBytesAndALargeTensorStandsAlone) {
   const StateSpec state = FiveTensors();
+  const Layout one{1, 1, 1};  // every shard is the whole tensor
   // 40 + 30 fit in 100, + 50 does not; 200 is alone; 10 after it starts a new group.
-  EXPECT_EQ(GroupTensors(state, 100), (std::vector<size_t>{0, 2, 3, 4, 5}));
-  EXPECT_EQ(GroupTensors(state, 120), (std::vector<size_t>{0, 3, 4, 5}));
-  EXPECT_EQ(GroupTensors(state, 1 << 20), (std::vector<size_t>{0, 5}));
-  EXPECT_EQ(GroupTensors(state, 0), (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(GroupTensors(StateSpec{}, 100), (std::vector<size_t>{0, 0}));
+  EXPECT_EQ(GroupTensors(state, one, 100), (std::vector<size_t>{0, 2, 3, 4, 5}));
+  EXPECT_EQ(GroupTensors(state, one, 120), (std::vector<size_t>{0, 3, 4, 5}));
+  EXPECT_EQ(GroupTensors(state, one, 1 << 20), (std::vector<size_t>{0, 5}));
+  EXPECT_EQ(GroupTensors(state, one, 0), (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(GroupTensors(StateSpec{}, one, 100), (std::vector<size_t>{0, 0}));
+}
+
+// Groups bound what one worker allocates, not the whole tensors: cut over TP and ZeRO, more
+// tensors fit in a group.
+TEST(ReshardSchedule, GroupsCountTheLargestShardOfTheNewLayout) {
+  StateSpec state;
+  state.tensors = {Tensor("w", {4, 8}, 4, {1, -1, false}),   // 128 bytes, 64 at tp 2
+                   Tensor("m", {4, 8}, 4, {1, -1, true}),    // 32 at tp 2 x dp 2
+                   Tensor("b", {5}, 4, {0, -1, false}),      // 3 of 5 elements at tp 2
+                   Tensor("r", {3, 3}, 8, {-1, -1, true})};  // 5 of 9 elements at dp 2
+  const Layout to{2, 1, 2};
+  EXPECT_EQ(LargestShardBytes(state.tensors[0], to), 64);
+  EXPECT_EQ(LargestShardBytes(state.tensors[1], to), 32);
+  EXPECT_EQ(LargestShardBytes(state.tensors[2], to), 12);
+  EXPECT_EQ(LargestShardBytes(state.tensors[3], to), 40);
+  EXPECT_EQ(GroupTensors(state, to, 108), (std::vector<size_t>{0, 3, 4}));
+  EXPECT_EQ(GroupTensors(state, Layout{1, 1, 1}, 108), (std::vector<size_t>{0, 1, 2, 4}));
+  // Two layers' tensors on two stages: each stage holds one of them, so both fit in one group.
+  StateSpec layers;
+  layers.num_layers = 2;
+  layers.tensors = {Tensor("l0", {10}, 4, {-1, 0, false}), Tensor("l1", {10}, 4, {-1, 1, false})};
+  EXPECT_EQ(GroupTensors(layers, Layout{1, 2, 1}, 40), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(GroupTensors(layers, Layout{1, 1, 1}, 40), (std::vector<size_t>{0, 1, 2}));
+}
+
+// What a group bounds: the new shards one rank allocates for it, pipeline stages counted apart.
+TEST(ReshardSchedule, NoRankAllocatesMoreThanGroupBytesForAGroupOfSeveralTensors) {
+  const StateSpec state = GptState({8, 16, 40, 30, 8, 2, true, true});
+  int several = 0;
+  for (const Layout& l :
+       {Layout{1, 1, 1}, Layout{2, 2, 2}, Layout{1, 4, 2}, Layout{4, 1, 1}, Layout{1, 8, 1}}) {
+    for (int64_t group_bytes : {int64_t{1000}, int64_t{6000}, int64_t{40000}}) {
+      const std::vector<size_t> bounds = GroupTensors(state, l, group_bytes);
+      for (size_t g = 0; g + 1 < bounds.size(); ++g) {
+        if (bounds[g + 1] - bounds[g] < 2) continue;
+        ++several;
+        for (int r = 0; r < l.world(); ++r) {
+          int64_t bytes = 0;
+          for (size_t i = bounds[g]; i < bounds[g + 1]; ++i) {
+            const TensorSpec& t = state.tensors[i];
+            bytes += LocalRegion(t, state.num_layers, l, CoordinatesOf(l, r)).elements() *
+                     static_cast<int64_t>(t.element_size);
+          }
+          EXPECT_LE(bytes, group_bytes) << l.ToString() << " rank " << r << " group " << g;
+        }
+      }
+    }
+  }
+  EXPECT_GT(several, 0);
+}
+
+// LargestShardBytes is the largest region LocalRegion gives any rank.
+TEST(ReshardSchedule, LargestShardBytesIsTheLargestRegionOfAnyRank) {
+  const StateSpec state = GptState({4, 16, 40, 30, 8, 2, true, true});
+  for (const Layout& l :
+       {Layout{1, 1, 1}, Layout{3, 1, 1}, Layout{2, 2, 3}, Layout{1, 4, 5}, Layout{7, 1, 2}}) {
+    for (const TensorSpec& t : state.tensors) {
+      int64_t largest = 0;
+      for (int r = 0; r < l.world(); ++r) {
+        const Region region = LocalRegion(t, state.num_layers, l, CoordinatesOf(l, r));
+        largest = std::max<int64_t>(largest, region.elements() * t.element_size);
+      }
+      EXPECT_EQ(LargestShardBytes(t, l), largest) << t.name << " in " << l.ToString();
+    }
+  }
 }
 
 TEST(ReshardSchedule, EveryGroupStaysWithinGroupBytesUnlessItIsOneTensor) {
@@ -52,7 +118,8 @@ TEST(ReshardSchedule, EveryGroupStaysWithinGroupBytesUnlessItIsOneTensor) {
           Tensor("t" + std::to_string(i), {1 + static_cast<int64_t>(rng() % 40)}, 1 + rng() % 8));
     }
     const int64_t group_bytes = rng() % 300;
-    const std::vector<size_t> bounds = GroupTensors(state, group_bytes);
+    const Layout to{1, 1, 1};
+    const std::vector<size_t> bounds = GroupTensors(state, to, group_bytes);
     ASSERT_GE(bounds.size(), 2u);
     EXPECT_EQ(bounds.front(), 0u);
     EXPECT_EQ(bounds.back(), state.tensors.size());
@@ -105,7 +172,7 @@ TEST(ReshardSchedule, WorkerGroupsHoldEachOfTheWorkersTransfersOnceInPlanOrder) 
   for (const ReshardPlan& plan : SomePlans()) {
     const int n = static_cast<int>(plan.host_of_worker.size());
     const int64_t group_bytes = 4096;
-    const std::vector<size_t> bounds = GroupTensors(plan.state, group_bytes);
+    const std::vector<size_t> bounds = GroupTensors(plan.state, plan.to.layout, group_bytes);
     for (int w = 0; w < n; ++w) {
       const std::vector<GroupWork> groups = WorkerGroups(plan, w, group_bytes);
       ASSERT_EQ(groups.size() + 1, bounds.size());
@@ -232,6 +299,8 @@ TEST(ReshardSchedule, GeometryMatchesTheRegionsElementByElement) {
         const Region to = RegionOf(plan, plan.to, t.dst, t.tensor);
         const int64_t esize = plan.state.tensors[t.tensor].element_size;
         const bool both = ConsecutiveIn(t.rect, from) && ConsecutiveIn(t.rect, to);
+        EXPECT_EQ(geometry[i].src_contiguous, ConsecutiveIn(t.rect, from)) << "transfer " << i;
+        EXPECT_EQ(geometry[i].dst_contiguous, ConsecutiveIn(t.rect, to)) << "transfer " << i;
         EXPECT_EQ(geometry[i].both_contiguous, both) << "transfer " << i;
         EXPECT_EQ(geometry[i].src_offset,
                   from.LocalOffset(t.rect.row_begin, t.rect.col_begin) * esize);
@@ -268,23 +337,25 @@ TEST(ReshardSchedule, AdjacentContiguousTransfersMergeIntoOneDirectRun) {
   const PeerMessages send = LayoutPeerMessages(plan, geometry, list, /*sending=*/true, 64);
   EXPECT_TRUE(send.staged.empty());
   EXPECT_EQ(send.staged_bytes, 0);
-  ASSERT_EQ(send.direct.size(), 1u);
-  EXPECT_EQ(send.direct[0].tensor, 0);
-  EXPECT_EQ(send.direct[0].offset, 0);  // in the sender's shard
-  EXPECT_EQ(send.direct[0].bytes, 64);
+  ASSERT_EQ(send.runs.size(), 1u);
+  EXPECT_EQ(send.runs[0].tensor, 0);
+  EXPECT_EQ(send.runs[0].offset, 0);  // in the sender's shard
+  EXPECT_EQ(send.runs[0].bytes, 64);
   const PeerMessages recv = LayoutPeerMessages(plan, geometry, list, /*sending=*/false, 64);
-  ASSERT_EQ(recv.direct.size(), 1u);
-  EXPECT_EQ(recv.direct[0].offset, 64);  // in the receiver's shard
-  EXPECT_EQ(recv.direct[0].bytes, 64);
+  ASSERT_EQ(recv.runs.size(), 1u);
+  EXPECT_EQ(recv.runs[0].offset, 64);  // in the receiver's shard
+  EXPECT_EQ(recv.runs[0].bytes, 64);
 
   const PeerMessages small = LayoutPeerMessages(plan, geometry, list, /*sending=*/true, 65);
-  EXPECT_TRUE(small.direct.empty());
+  EXPECT_TRUE(small.runs.empty());
   EXPECT_EQ(small.staged, list);
   EXPECT_EQ(small.staged_bytes, 64);
 }
 
-// A column band of a column-split tensor is strided in the whole tensor: always staged.
-TEST(ReshardSchedule, AStridedTransferIsStagedWhateverItsSize) {
+// A column band of a column-split tensor is the sender's whole shard but strided in the
+// receiver's (the whole tensor): a message of its own, straight from the sender's shard, unpacked
+// from a staging buffer by the receiver.
+TEST(ReshardSchedule, ATransferContiguousOnOneSideGoesDirectOnThatSideOnly) {
   StateSpec state;
   state.tensors = {Tensor("w", {4, 8}, 4, {1, -1, false})};
   ReshardPlan plan;
@@ -293,18 +364,54 @@ TEST(ReshardSchedule, AStridedTransferIsStagedWhateverItsSize) {
   plan.to = {{1, 1, 1}, {0}};
   plan.host_of_worker = {0, 0};
   plan.transfers = {{0, 1, 0, Rect{0, 4, 4, 8}, 64}};
-  const std::vector<TransferGeometry> geometry = TransferGeometries(plan, 1);
-  EXPECT_FALSE(geometry[0].both_contiguous);
-  EXPECT_EQ(geometry[0].dst_offset, 16);
+  const std::vector<const Transfer*> list{&plan.transfers[0]};
+  const std::vector<TransferGeometry> at_sender = TransferGeometries(plan, 1);
+  EXPECT_TRUE(at_sender[0].src_contiguous);
+  EXPECT_FALSE(at_sender[0].dst_contiguous);
+  EXPECT_FALSE(at_sender[0].both_contiguous);
+  EXPECT_EQ(at_sender[0].dst_offset, 16);
+  const PeerMessages out = LayoutPeerMessages(plan, at_sender, list, /*sending=*/true, 64);
+  EXPECT_TRUE(out.staged.empty());
+  ASSERT_EQ(out.runs.size(), 1u);
+  EXPECT_TRUE(out.runs[0].direct);
+  EXPECT_EQ(out.runs[0].offset, 0);
+  EXPECT_EQ(out.runs[0].bytes, 64);
+  const PeerMessages in =
+      LayoutPeerMessages(plan, TransferGeometries(plan, 0), list, /*sending=*/false, 64);
+  EXPECT_TRUE(in.staged.empty());
+  ASSERT_EQ(in.runs.size(), 1u);
+  EXPECT_FALSE(in.runs[0].direct) << "strided in the receiver's shard: unpacked";
+  EXPECT_EQ(in.runs[0].transfers, list);
+  EXPECT_EQ(in.runs[0].bytes, 64);
+  // Below the threshold it joins the staged stream on both sides.
+  const PeerMessages small = LayoutPeerMessages(plan, at_sender, list, /*sending=*/true, 65);
+  EXPECT_TRUE(small.runs.empty());
+  EXPECT_EQ(small.staged_bytes, 64);
+}
+
+// Column 2 of a [4, 6] tensor from TP 2 (columns 0..2) to TP 3 (columns 2..3): strided in both
+// shards, so staged whatever its size.
+TEST(ReshardSchedule, ATransferStridedOnBothSidesIsStagedWhateverItsSize) {
+  StateSpec state;
+  state.tensors = {Tensor("w", {4, 6}, 4, {1, -1, false})};
+  ReshardPlan plan;
+  plan.state = state;
+  plan.from = {{1, 1, 2}, {0, 1}};
+  plan.to = {{1, 1, 3}, {2, 3, 4}};
+  plan.host_of_worker = {0, 0, 0, 0, 0};
+  plan.transfers = {{0, 0, 3, Rect{0, 4, 2, 3}, 16}};
+  const std::vector<TransferGeometry> geometry = TransferGeometries(plan, 0);
+  EXPECT_FALSE(geometry[0].src_contiguous);
+  EXPECT_FALSE(geometry[0].dst_contiguous);
   const PeerMessages m =
       LayoutPeerMessages(plan, geometry, {&plan.transfers[0]}, /*sending=*/true, 0);
-  EXPECT_TRUE(m.direct.empty());
+  EXPECT_TRUE(m.runs.empty());
   EXPECT_EQ(m.staged.size(), 1u);
-  EXPECT_EQ(m.staged_bytes, 64);
+  EXPECT_EQ(m.staged_bytes, 16);
 }
 
 // The sender and the receiver of a pair cut the same transfers into the same messages: the
-// staged stream of the same size, the same direct runs in the same order. Nothing else tells
+// staged stream of the same size, the same runs in the same order. Nothing else tells
 // them apart on the wire.
 TEST(ReshardSchedule, SenderAndReceiverLayOutTheSameMessages) {
   int direct = 0, staged = 0;
@@ -325,18 +432,19 @@ TEST(ReshardSchedule, SenderAndReceiverLayOutTheSameMessages) {
                 LayoutPeerMessages(plan, geometry[v], groups[v][g].recvs.at(w), false, direct_min);
             EXPECT_EQ(out.staged, in.staged);
             EXPECT_EQ(out.staged_bytes, in.staged_bytes);
-            ASSERT_EQ(out.direct.size(), in.direct.size());
+            ASSERT_EQ(out.runs.size(), in.runs.size());
             int64_t total = out.staged_bytes;
-            for (size_t k = 0; k < out.direct.size(); ++k) {
-              EXPECT_EQ(out.direct[k].tensor, in.direct[k].tensor);
-              EXPECT_EQ(out.direct[k].bytes, in.direct[k].bytes);
-              EXPECT_GE(out.direct[k].bytes, direct_min);
-              total += out.direct[k].bytes;
+            for (size_t k = 0; k < out.runs.size(); ++k) {
+              EXPECT_EQ(out.runs[k].tensor, in.runs[k].tensor);
+              EXPECT_EQ(out.runs[k].bytes, in.runs[k].bytes);
+              EXPECT_EQ(out.runs[k].transfers, in.runs[k].transfers);
+              EXPECT_GE(out.runs[k].bytes, direct_min);
+              total += out.runs[k].bytes;
             }
             int64_t want = 0;
             for (const Transfer* t : list) want += t->bytes;
             EXPECT_EQ(total, want);
-            direct += static_cast<int>(out.direct.size());
+            direct += static_cast<int>(out.runs.size());
             staged += static_cast<int>(out.staged.size());
           }
         }

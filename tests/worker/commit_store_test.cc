@@ -226,6 +226,59 @@ TEST_F(CommitStoreTest, ThePrefaultedImageIsTakenWhenTheSpareIsTooSmall) {
   ExpectState(2);
 }
 
+// The pause commit: listed (and published) at once, its copy on another thread; what it holds is
+// the state as it was when it started, and every other method waits for the copy.
+TEST_F(CommitStoreTest, ABackgroundCommitCountsAtOnceAndRestoresExactly) {
+  Train(4);
+  ASSERT_TRUE(store_.CommitInBackground().ok());
+  EXPECT_EQ(store_.steps(), (std::vector<int64_t>{4}));
+  EXPECT_FALSE(store_.empty());
+  EXPECT_EQ(changes_, 1);
+  EXPECT_TRUE(store_.MatchesState());  // waits for the copy
+  store_.Settle();                     // nothing left to wait for
+  Train(5);
+  Reshard(1);
+  ASSERT_TRUE(store_.Restore(4).ok());
+  ExpectState(4);
+  EXPECT_EQ(state_.View<double>("w").size(), 16u);
+}
+
+TEST_F(CommitStoreTest, ABackgroundCommitOfTheSameStepIsMadeOnce) {
+  Train(2);
+  ASSERT_TRUE(store_.Commit().ok());
+  ASSERT_TRUE(store_.CommitInBackground().ok());
+  EXPECT_EQ(store_.steps(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(changes_, 1);
+}
+
+TEST_F(CommitStoreTest, ABackgroundCommitReusesTheOldestImage) {
+  Train(1);
+  ASSERT_TRUE(store_.Commit().ok());
+  const uint8_t* first = store_.newest()->tensors[0].data();
+  Train(2);
+  ASSERT_TRUE(store_.Commit().ok());
+  Train(3);
+  ASSERT_TRUE(store_.CommitInBackground().ok());
+  EXPECT_EQ(store_.steps(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(store_.newest()->tensors[0].data(), first);  // after the copy
+  ASSERT_TRUE(store_.Restore(3).ok());
+  ExpectState(3);
+  ASSERT_TRUE(store_.Restore(2).ok());
+  ExpectState(2);
+}
+
+TEST_F(CommitStoreTest, ABackgroundCommitTakesThePrefaultedImageOnItsOwnThread) {
+  Train(1);
+  store_.Prefault(store_.ShardSizes());
+  ASSERT_TRUE(store_.prefaulting());
+  ASSERT_TRUE(store_.CommitInBackground().ok());
+  EXPECT_FALSE(store_.prefaulting()) << "the copy's thread waits for it, not the caller";
+  store_.Settle();
+  Train(7);
+  ASSERT_TRUE(store_.Restore(1).ok());
+  ExpectState(1);
+}
+
 TEST_F(CommitStoreTest, EveryChangeReachesTheObserver) {
   Train(1);
   ASSERT_TRUE(store_.Commit().ok());
