@@ -110,6 +110,9 @@ StatusOr<ConnectionInfo> JoinFileFrom(ConnectionInfo info, const std::string& so
   if (info.worker.public_key.empty()) {
     return CorruptError(source + " has no worker key pair (\"worker\"): not a join file");
   }
+  if (info.worker.secret_key.empty()) {
+    return CorruptError(source + ": \"worker\" has no secret key");
+  }
   info.admin = KeyPair{};
   info.pid = 0;
   return info;
