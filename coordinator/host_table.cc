@@ -109,6 +109,16 @@ int HostTable::FreeSlotsTotal(TimePoint now, bool watched_only, const std::strin
   return free;
 }
 
+int HostTable::LeavingTotal(TimePoint now, bool watched_only, const std::string& except) const {
+  int leaving = 0;
+  for (const WorkerInfo* w : membership_->All()) {
+    if (w->state != WorkerState::kLeaving) continue;
+    const HostInfo* h = Find(w->host);
+    if (h != nullptr && h->name != except && CanStart(*h, now, watched_only)) ++leaving;
+  }
+  return leaving;
+}
+
 std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placement, TimePoint now,
                                                         bool watched_only,
                                                         const std::string& except) {

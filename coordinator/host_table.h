@@ -87,6 +87,9 @@ class HostTable {
   std::vector<std::string> UsableStandby(const std::string& except = "") const;
   // The sum of FreeSlots over the hosts where a worker may start, less `except`.
   int FreeSlotsTotal(TimePoint now, bool watched_only, const std::string& except = "") const;
+  // Leaving workers on the hosts where a worker may start, less `except`: the slots a shrink
+  // handed back but whose workers have not exited yet.
+  int LeavingTotal(TimePoint now, bool watched_only, const std::string& except = "") const;
 
   // Where `n` new workers go: hosts with counts, in the order of `placement`, over the hosts where
   // a worker may start (less `except`), at most their free slots each. Fewer than `n` in all when

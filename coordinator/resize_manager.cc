@@ -78,8 +78,11 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   const size_t members = membership_->Members().size();
   if (!hosts_->empty() && static_cast<size_t>(req.workers) > members) {
     // With agents, new workers start only in free slots: a size beyond them cannot be reached.
+    // The slots of workers still leaving after a shrink count: they are free once those exit,
+    // and the new workers are asked for then (WorkerService calls ContinueIfWaitingForWorkers).
     const size_t room = members + hosts_->UsableStandby().size() +
                         hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/false) +
+                        hosts_->LeavingTotal(clock_->Now(), /*watched_only=*/false) +
                         hosts_->Outstanding();
     if (static_cast<size_t>(req.workers) > room) {
       int slots = 0;

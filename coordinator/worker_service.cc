@@ -77,6 +77,7 @@ void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& 
     case WorkerState::kLost:
       membership_->Remove(e.sender);
       journal_->WorkerState(e.sender, JournalWorkerState::kRemoved);
+      resizes_->ContinueIfWaitingForWorkers();  // a grow may wait for this worker's slot
       return;
     case WorkerState::kFinished:
       return;
@@ -194,6 +195,7 @@ void WorkerService::OnProcessExited(const std::string& identity, proto::Role rol
       journal_->WorkerState(w->id, JournalWorkerState::kRemoved);
       membership_->Remove(w->id);
       host_manager_->MaybeStartFirstWorkers();  // a standby worker of the first generation
+      resizes_->ContinueIfWaitingForWorkers();  // a grow may wait for this worker's slot
       return;
     case WorkerState::kMember:
       generations_->LoseWorkers({w->id}, "process exited (code " +
@@ -230,7 +232,10 @@ void WorkerService::ExpireHeartbeats() {
   // A member on a host whose agent is silent too takes the host with it (one event).
   if (!lost.empty()) lost = host_manager_->LoseHostsOf(lost);
   if (!lost.empty()) generations_->LoseWorkers(lost, "missed heartbeat deadline");
-  if (!expired.empty()) host_manager_->MaybeStartFirstWorkers();
+  if (!expired.empty()) {
+    host_manager_->MaybeStartFirstWorkers();
+    resizes_->ContinueIfWaitingForWorkers();  // a grow may wait for a leaver's slot
+  }
 }
 
 }  // namespace elastra::coordinator

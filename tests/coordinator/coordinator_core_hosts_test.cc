@@ -234,5 +234,46 @@ TEST_F(CoreTest, TheJobsEndTellsStandbyWorkersAndWritesTheFinalStatus) {
   std::filesystem::remove_all(dir);
 }
 
+// A grow asked for right after a shrink, before the leavers exited: their slots count (the
+// resize is accepted), and the new workers are asked of the agent as the leavers go.
+TEST_F(CoreTest, AGrowRightAfterAShrinkWaitsForTheLeaversSlots) {
+  Make(4);
+  RegisterAgent("h0", 4);
+  auto first = Spawns(AgentBeat("h0"))["id-agent-h0"];
+  ASSERT_EQ(first.size(), 4u);
+  for (const auto& id : first) JoinOn(id, "h0");
+  for (const auto& id : first) Ready(id, 1);
+  ASSERT_EQ(core_->generation(), 1u);
+  Admin(T::kResize, proto::ResizeRequest{2, false, {}, true}, 4);
+  std::vector<std::string> leavers;
+  std::vector<Sent> last;
+  for (const auto& id : first) last = PausedMsg(id, 2, 3, {3}, false);
+  for (const auto& s : OfType(last, T::kNewGeneration)) {
+    if (Payload<proto::NewGeneration>(s).leave) leavers.push_back(s.identity.substr(3));
+  }
+  ASSERT_EQ(leavers.size(), 2u);
+  for (const auto& id : first) {
+    if (std::find(leavers.begin(), leavers.end(), id) == leavers.end()) Ready(id, 2);
+  }
+  ASSERT_EQ(core_->generation(), 2u);
+  // The leavers' slots count, no more: 5 is beyond the host's 4 slots.
+  auto too_many = Admin(T::kResize, proto::ResizeRequest{5, false, {}, false}, 6);
+  ASSERT_EQ(too_many.size(), 1u);
+  EXPECT_EQ(ErrorOf(too_many[0]).code(), StatusCode::kResourceExhausted);
+  // The host is full until the leavers exit: 4 is accepted, nothing asked of the agent yet.
+  auto grow = Admin(T::kResize, proto::ResizeRequest{4, false, {}, false}, 5);
+  ASSERT_EQ(grow.size(), 1u);
+  ASSERT_EQ(grow[0].envelope.type, T::kResizeReply) << ErrorOf(grow[0]);
+  EXPECT_EQ(Payload<proto::ResizeReply>(grow[0]).phase, proto::ResizePhase::kAccepted);
+  EXPECT_TRUE(Spawns(grow).empty());
+  // One leaver leaves, the other's agent reports its exit: one worker asked for each.
+  auto after_leave = Worker(leavers[0], T::kLeave,
+                            proto::LeaveRequest{proto::LeaveReason::kFinished, "left"}, 9);
+  EXPECT_EQ(Spawns(after_leave)["id-agent-h0"].size(), 1u);
+  auto after_exit =
+      From("agent-h0", proto::Role::kWorker, T::kProcessExited, proto::ProcessExited{leavers[1], 0, 0});
+  EXPECT_EQ(Spawns(after_exit)["id-agent-h0"].size(), 1u);
+}
+
 }  // namespace
 }  // namespace elastra::coordinator
