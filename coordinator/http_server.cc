@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
@@ -170,7 +171,16 @@ class HttpServer::Impl {
       return UnavailableError("cannot listen for HTTP on " + host + ":" + std::to_string(port));
     }
     url_ = "http://" + host + ":" + std::to_string(port_);
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      listen_returned_ = true;
+    });
+    // httplib's stop() does nothing until the listening loop runs (it checks is_running()), so a
+    // Stop() right after Start() would leave that loop, and the join, running forever: return
+    // only once it runs (or has already given up).
+    while (!server_.is_running() && !listen_returned_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     return OkStatus();
   }
 
@@ -529,6 +539,7 @@ class HttpServer::Impl {
   HttpOptions options_;
   httplib::Server server_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   std::unique_ptr<ControlClient> client_;
   std::string url_;
   int port_ = -1;
