@@ -289,6 +289,11 @@ class ControlClient::Impl {
   }
 
   void SetHeartbeatStep(int64_t step) { heartbeat_step_.store(step); }
+  void SetHeartbeatTraining(int64_t samples, std::vector<proto::TrainingMetric> metrics) {
+    std::lock_guard<std::mutex> lock(mu_);
+    heartbeat_samples_ = samples;
+    heartbeat_metrics_ = std::move(metrics);
+  }
 
   void SetLease(Duration duration) {
     std::lock_guard<std::mutex> lock(lease_mu_);
@@ -369,6 +374,11 @@ class ControlClient::Impl {
       if (options_.heartbeat_interval.count() > 0 && SteadyClock::now() >= next_heartbeat) {
         proto::Heartbeat hb;
         hb.step = heartbeat_step_.load();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          hb.samples = heartbeat_samples_;
+          hb.metrics = heartbeat_metrics_;
+        }
         std::string frame = proto::MakeFrame(proto::MessageType::kHeartbeat, hb, options_.job, 0,
                                              options_.sender, 0);
         zmq_send(dealer_, frame.data(), frame.size(), ZMQ_DONTWAIT);
@@ -493,6 +503,8 @@ class ControlClient::Impl {
   std::thread io_thread_;
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<int64_t> heartbeat_step_{-1};
+  int64_t heartbeat_samples_ = 0;                         // guarded by mu_
+  std::vector<proto::TrainingMetric> heartbeat_metrics_;  // guarded by mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -567,6 +579,10 @@ void ControlClient::SetPushObserver(std::function<void(const proto::Envelope&)> 
 }
 
 void ControlClient::SetHeartbeatStep(int64_t step) { impl_->SetHeartbeatStep(step); }
+void ControlClient::SetHeartbeatTraining(int64_t samples,
+                                         std::vector<proto::TrainingMetric> metrics) {
+  impl_->SetHeartbeatTraining(samples, std::move(metrics));
+}
 
 void ControlClient::SetLease(Duration duration) { impl_->SetLease(duration); }
 bool ControlClient::Fenced() { return impl_->Fenced(); }

@@ -132,6 +132,8 @@ class ControlClient {
   void SetPushObserver(std::function<void(const proto::Envelope&)> observer);
 
   void SetHeartbeatStep(int64_t step);
+  // What the next heartbeats carry of the training loop's numbers (Heartbeat::samples, metrics).
+  void SetHeartbeatTraining(int64_t samples, std::vector<proto::TrainingMetric> metrics);
 
   // The lease (see Lease): `duration` from now on; zero turns it off.
   void SetLease(Duration duration);

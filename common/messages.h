@@ -41,7 +41,8 @@ namespace elastra::proto {
 
 inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 2: enums on the wire (reasons, phases, states) and a typed job status.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: heartbeats carry the training loop's numbers (Worker::Report), the status their summary.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -243,9 +244,34 @@ struct LeaveRequest {
   }
 };
 
+// A number the training loop reported (Worker::Report): its latest value and the step it was
+// reported in.
+struct TrainingMetric {
+  std::string name;  // [A-Za-z_][A-Za-z0-9_]*, at most kMaxMetricNameBytes
+  double value = 0;
+  int64_t step = -1;
+  template <class A> void serialize(A& ar) { ar(name, value, step); }
+};
+inline constexpr size_t kMaxTrainingMetrics = 16;  // names per worker
+inline constexpr size_t kMaxMetricNameBytes = 64;
+// Whether `name` may name a TrainingMetric: [A-Za-z_][A-Za-z0-9_]*, 1..kMaxMetricNameBytes bytes.
+inline bool IsValidMetricName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxMetricNameBytes) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!letter && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+// Worker -> coordinator, every heartbeat interval. The training loop's numbers ride along, so they
+// cost no message of their own.
 struct Heartbeat {
-  int64_t step = -1;  // the last step this worker applied
-  template <class A> void serialize(A& ar) { ar(step); }
+  int64_t step = -1;    // the last step this worker applied
+  int64_t samples = 0;  // samples this worker reported consumed since it started (ReportSamples)
+  std::vector<TrainingMetric> metrics;  // the latest value of each name reported
+  template <class A> void serialize(A& ar) { ar(step, samples, metrics); }
 };
 
 // Coordinator -> members of the current generation: a planned change is pending. Each worker
@@ -465,6 +491,28 @@ struct HostStatus {
   }
 };
 
+// What the training loops reported (Worker::Report, ReportSamples), summed up by the coordinator
+// (coordinator/training_metrics.h), and a bounded series of it over steps for the dashboard.
+struct TrainingPoint {
+  int64_t step = -1;
+  double seconds = 0;             // since the coordinator started
+  double samples_per_second = 0;  // since the previous point
+  std::vector<TrainingMetric> metrics;
+  template <class A> void serialize(A& ar) { ar(step, seconds, samples_per_second, metrics); }
+};
+struct TrainingStatus {
+  int64_t samples = 0;            // consumed since the job started, one count per replica
+  double samples_per_second = 0;  // over the last few seconds; 0 when none were reported
+  double goodput = 0;             // time running over time since the coordinator started
+  double running_seconds = 0;
+  double wall_seconds = 0;         // since the coordinator started
+  std::vector<TrainingMetric> metrics;  // per name, the value of the lowest-ranked member
+  std::vector<TrainingPoint> series;    // oldest first, at most TrainingMetrics::kMaxPoints
+  template <class A> void serialize(A& ar) {
+    ar(samples, samples_per_second, goodput, running_seconds, wall_seconds, metrics, series);
+  }
+};
+
 struct JobStatus {
   std::string job;
   JobState state = JobState::kForming;
@@ -481,11 +529,12 @@ struct JobStatus {
   bool resize_pending = false;             // an accepted resize not yet done or failed
   int32_t resize_workers = 0;              // what it asked for
   bool resize_waiting_for_workers = false;  // it waits for workers to start and join
+  TrainingStatus training;
   template <class A> void serialize(A& ar) {
     ar(job);
     SerializeEnum(ar, state);
     ar(generation, layout, step, workers, history, agents, hosts, target_workers, malformed_frames,
-       stale_messages, resize_pending, resize_workers, resize_waiting_for_workers);
+       stale_messages, resize_pending, resize_workers, resize_waiting_for_workers, training);
   }
   bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
 };

@@ -64,6 +64,24 @@ std::string StatusJson(const JobStatus& s) {
     j["pending_resize"] = {{"workers", s.resize_workers},
                            {"waiting_for_workers", s.resize_waiting_for_workers}};
   }
+  json metrics = json::object();
+  for (const TrainingMetric& m : s.training.metrics) {
+    metrics[m.name] = {{"value", m.value}, {"step", m.step}};
+  }
+  json series = json::array();
+  for (const TrainingPoint& p : s.training.series) {
+    json point = {
+        {"step", p.step}, {"seconds", p.seconds}, {"samples_per_second", p.samples_per_second}};
+    for (const TrainingMetric& m : p.metrics) point[m.name] = m.value;
+    series.push_back(std::move(point));
+  }
+  j["training"] = {{"samples", s.training.samples},
+                   {"samples_per_second", s.training.samples_per_second},
+                   {"goodput", s.training.goodput},
+                   {"running_seconds", s.training.running_seconds},
+                   {"wall_seconds", s.training.wall_seconds},
+                   {"metrics", metrics},
+                   {"series", series}};
   // Names come from the wire (a worker's id, a host's name): bytes that are not UTF-8 are
   // replaced instead of making dump() throw.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

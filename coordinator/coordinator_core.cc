@@ -39,7 +39,11 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       workers_(&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_, &layouts_,
                &generations_, &host_manager_, &resizes_),
       restore_(&options_, clock_, &membership_, &health_, &journal_, &checkpoints_, &generations_,
-               &resizes_) {
+               &resizes_),
+      training_(clock_, &membership_) {
+  workers_.SetHeartbeatListener([this](const std::string& worker, const proto::Heartbeat& hb) {
+    training_.OnHeartbeat(worker, hb, generations_.layout());
+  });
   // What a commit, a recovery or the job's end means to the other managers.
   generations_.AddCommitListener([this](uint64_t g) { kv_.OnCommitted(g); });
   // A change ended: a pending one goes on, else the job grows back towards its target.
@@ -151,6 +155,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
                                              proto::TypeName(e.type) + " messages"));
       break;
   }
+  training_.ObserveState(state());
   MaybeWriteFinalStatus();
   return outbox_.Take();
 }
@@ -164,6 +169,7 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
     generations_.Tick();
     resizes_.Tick();
   }
+  training_.ObserveState(state());
   MaybeWriteFinalStatus();
   return outbox_.Take();
 }
@@ -243,6 +249,7 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     s.resize_workers = resize->workers;
     s.resize_waiting_for_workers = resize->waiting_for_workers;
   }
+  s.training = training_.Snapshot();
   return s;
 }
 

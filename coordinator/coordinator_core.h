@@ -15,6 +15,7 @@
 //   CheckpointManager  committing checkpoints (through CoordinatorOptions::env), the latest one
 //   KvService          the rendezvous key-value service
 //   RestoreManager     taking a job back from the journal after a restart
+//   TrainingMetrics    what the training loops report with their heartbeats; goodput
 //   Membership, HostTable, HealthMonitor, Outbox, JournalRecorder: the state and plumbing they
 //   share.
 #pragma once
@@ -39,6 +40,7 @@
 #include "coordinator/outbox.h"
 #include "coordinator/resize_manager.h"
 #include "coordinator/restore_manager.h"
+#include "coordinator/training_metrics.h"
 #include "coordinator/worker_service.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
@@ -102,6 +104,7 @@ class CoordinatorCore {
   ResizeManager resizes_;
   WorkerService workers_;
   RestoreManager restore_;
+  TrainingMetrics training_;
 
   Status journal_status_;
   bool final_status_written_ = false;

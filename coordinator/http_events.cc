@@ -37,6 +37,11 @@ JournalEvent EventOf(const json& r) {
     e.type = "resize_accepted";
     data = {{"workers", r.value("workers", 0)}};
     if (r.value("has_layout", false)) data["layout"] = r.value("layout", json::object());
+  } else if (t == "resize_refused") {
+    e.type = "resize_refused";
+    data = {{"workers", r.value("workers", 0)}, {"error", r.value("error", "")}};
+    if (r.contains("layout")) data["layout"] = r.value("layout", json::object());
+    if (r.contains("host")) data["host"] = r.value("host", "");
   } else if (t == "resize_end") {
     e.type = "resize_end";
     data = json::object();

@@ -149,6 +149,20 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
              Label("worker", wk.id) + "," + Label("host", wk.host),
              static_cast<double>(wk.last_heartbeat_ms_ago) / 1000.0);
   }
+  // What the training loops reported (Worker::Report, ReportSamples).
+  w.Family("elastra_training_samples_total", "counter",
+           "Samples the job consumed (one count per data-parallel replica) since it started");
+  w.Sample("elastra_training_samples_total", "", static_cast<double>(s.training.samples));
+  w.Gauge("elastra_training_samples_per_second", "Samples per second over the last second or so",
+          s.training.samples_per_second);
+  w.Gauge("elastra_goodput",
+          "Time the job spent running (training) over the time since the coordinator started",
+          s.training.goodput);
+  w.Family("elastra_training_metric", "gauge",
+           "The latest value of each number the training loop reported (Worker::Report)");
+  for (const auto& m : s.training.metrics) {
+    w.Sample("elastra_training_metric", Label("name", m.name), m.value);
+  }
   w.Gauge("elastra_malformed_frames", "Frames the coordinator could not decode",
           static_cast<double>(s.malformed_frames));
   w.Gauge("elastra_stale_messages", "Messages of an older generation the coordinator dropped",

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "common/status_json.h"
+#include "coordinator/http_dashboard.h"
 #include "coordinator/http_events.h"
 #include "coordinator/http_metrics.h"
 
@@ -30,6 +32,8 @@ using std::chrono::milliseconds;
 
 constexpr char kJson[] = "application/json";
 constexpr char kPrometheus[] = "text/plain; version=0.0.4; charset=utf-8";
+// The cookie the dashboard's browser keeps the (read) token in.
+constexpr char kCookie[] = "elastra_token";
 
 // Whether two tokens are equal, in time that depends only on the length of `expected` (a
 // mismatch at the first byte takes as long as one at the last).
@@ -167,7 +171,16 @@ class HttpServer::Impl {
       return UnavailableError("cannot listen for HTTP on " + host + ":" + std::to_string(port));
     }
     url_ = "http://" + host + ":" + std::to_string(port_);
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      listen_returned_ = true;
+    });
+    // httplib's stop() does nothing until the listening loop runs (it checks is_running()), so a
+    // Stop() right after Start() would leave that loop, and the join, running forever: return
+    // only once it runs (or has already given up).
+    while (!server_.is_running() && !listen_returned_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     return OkStatus();
   }
 
@@ -191,16 +204,44 @@ class HttpServer::Impl {
  private:
   enum class Access { kRead, kAdmin };
 
-  // Whether the request carries a token that grants `need`; answers 401/403 when not.
-  bool Authorized(const httplib::Request& req, httplib::Response& res, Access need) {
+  // The token a request carries: `Authorization: Bearer TOKEN`; else, for a browser, the
+  // `token` query parameter or the kCookie cookie, which grant reading only (a cookie is sent
+  // by the browser on its own, so it must never let a page elsewhere change the job). Empty
+  // when none.
+  static std::string TokenOf(const httplib::Request& req, bool* from_browser) {
     const std::string header = req.get_header_value("Authorization");
     constexpr char kBearer[] = "Bearer ";
-    if (header.rfind(kBearer, 0) != 0) {
+    *from_browser = false;
+    if (header.rfind(kBearer, 0) == 0) return header.substr(sizeof(kBearer) - 1);
+    *from_browser = true;
+    if (req.has_param("token")) return req.get_param_value("token");
+    return CookieValue(req.get_header_value("Cookie"), kCookie);
+  }
+
+  static std::string CookieValue(const std::string& header, const std::string& name) {
+    size_t pos = 0;
+    while (pos < header.size()) {
+      size_t end = header.find(';', pos);
+      if (end == std::string::npos) end = header.size();
+      size_t begin = header.find_first_not_of(' ', pos);
+      if (begin < end && header.compare(begin, name.size() + 1, name + "=") == 0) {
+        return header.substr(begin + name.size() + 1, end - begin - name.size() - 1);
+      }
+      pos = end + 1;
+    }
+    return "";
+  }
+
+  // Whether the request carries a token that grants `need`; answers 401/403 when not.
+  bool Authorized(const httplib::Request& req, httplib::Response& res, Access need) {
+    bool from_browser = false;
+    const std::string token = TokenOf(req, &from_browser);
+    if (token.empty()) {
       res.set_header("WWW-Authenticate", "Bearer");
-      Error(res, 401, "missing bearer token (Authorization: Bearer TOKEN)");
+      Error(res, 401,
+            "missing bearer token (Authorization: Bearer TOKEN; a browser opens /?token=TOKEN)");
       return false;
     }
-    const std::string token = header.substr(sizeof(kBearer) - 1);
     const bool admin = ConstantTimeEquals(token, options_.admin_token);
     const bool read = ConstantTimeEquals(token, options_.read_token);
     if (!admin && !read) {
@@ -208,11 +249,33 @@ class HttpServer::Impl {
       Error(res, 401, "the bearer token is not this job's");
       return false;
     }
-    if (need == Access::kAdmin && !admin) {
-      Error(res, 403, "the read token may not change the job; use the admin token");
+    if (need == Access::kAdmin && (!admin || from_browser)) {
+      Error(res, 403,
+            from_browser ? "a token from a query parameter or cookie may only read; send "
+                           "Authorization: Bearer with the admin token"
+                         : "the read token may not change the job; use the admin token");
       return false;
     }
     return true;
+  }
+
+  // GET /: the dashboard. With ?token=, a valid token becomes an HttpOnly cookie and the browser
+  // is sent back to / (the token leaves the address bar and the history).
+  void Dashboard(const httplib::Request& req, httplib::Response& res) {
+    if (req.has_param("token")) {
+      if (!Authorized(req, res, Access::kRead)) return;
+      res.set_header("Set-Cookie", std::string(kCookie) + "=" + req.get_param_value("token") +
+                                       "; Path=/; HttpOnly; SameSite=Strict");
+      res.set_header("Cache-Control", "no-store");
+      res.set_redirect("/", 303);
+      return;
+    }
+    if (!Authorized(req, res, Access::kRead)) return;
+    res.set_header("Content-Security-Policy", kDashboardCsp);
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.status = 200;
+    res.set_content(std::string(DashboardHtml()), "text/html; charset=utf-8");
   }
 
   void Routes() {
@@ -221,6 +284,8 @@ class HttpServer::Impl {
     });
     server_.set_exception_handler([](const httplib::Request&, httplib::Response& res,
                                      std::exception_ptr) { Error(res, 500, "internal error"); });
+    server_.Get(
+        "/", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
     server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, R"({"ok":true})");
     });
@@ -333,8 +398,8 @@ class HttpServer::Impl {
     std::lock_guard<std::mutex> lock(journal_mu_);
     if (!journal_reader_) {
       journal_reader_ = std::make_unique<JournalEventReader>(options_.journal_path, 0);
-      for (const char* type : {"generation", "worker_lost", "resize_accepted", "resize_end",
-                               "checkpoint", "job_end"}) {
+      for (const char* type : {"generation", "worker_lost", "resize_accepted", "resize_refused",
+                               "resize_end", "checkpoint", "job_end"}) {
         event_counts_[type] = 0;
       }
     }
@@ -474,6 +539,7 @@ class HttpServer::Impl {
   HttpOptions options_;
   httplib::Server server_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   std::unique_ptr<ControlClient> client_;
   std::string url_;
   int port_ = -1;

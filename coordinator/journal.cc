@@ -237,6 +237,8 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
     } else if (type == "resize_end") {
       s.resize.reset();
+    } else if (type == "resize_refused") {
+      // An event only: the job did not change.
     } else if (type == "end") {
       s.ended = EnumFrom<JobOutcome>(r, "outcome", "outcome");
       s.end_reason = Str(r, "reason");
@@ -553,6 +555,14 @@ Status Journal::RecordResize(const JournalResize& z) {
 }
 
 Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
+
+Status Journal::RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
+                                    const std::string& why) {
+  json r = {{"t", "resize_refused"}, {"workers", workers}, {"error", why}};
+  if (layout != nullptr) r["layout"] = LayoutJson(*layout);
+  if (!host.empty()) r["host"] = host;
+  return Append(Dump(r));
+}
 
 Status Journal::RecordTarget(int32_t workers) {
   return Append(Dump(json{{"t", "target"}, {"workers", workers}}));

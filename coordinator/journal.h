@@ -174,6 +174,10 @@ class Journal {
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
+  // A resize (host empty) or drain (of `host`) the coordinator refused, and why: an event for
+  // GET /v1/events; no state of the job's (replay skips it).
+  Status RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
+                             const std::string& why);
   Status RecordTarget(int32_t workers);
   Status RecordEnd(JobOutcome outcome, const std::string& reason);
 

@@ -74,6 +74,11 @@ void JournalRecorder::ResizeEnd() {
   if (journal_) LogFailure(journal_->RecordResizeEnd());
 }
 
+void JournalRecorder::ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
+                                    const Status& why) {
+  if (journal_) LogFailure(journal_->RecordResizeRefused(workers, layout, host, why.message()));
+}
+
 void JournalRecorder::Target(int32_t workers) {
   if (journal_) LogFailure(journal_->RecordTarget(workers));
 }

@@ -34,6 +34,8 @@ class JournalRecorder {
               const std::vector<std::string>& members, const ReconfigurationTimings& timings);
   void Resize(int32_t workers, bool has_layout, const Layout& layout);
   void ResizeEnd();
+  void ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
+                     const Status& why);
   void Target(int32_t workers);
   void End(JobOutcome outcome, const std::string& reason);
   // The journal's error, not logged: a committed checkpoint that is not journaled is still

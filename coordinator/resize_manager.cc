@@ -44,7 +44,11 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   auto decoded = outbox_->DecodeOrReply<proto::ResizeRequest>(identity, e);
   if (!decoded) return;
   const proto::ResizeRequest& req = *decoded;
-  auto refuse = [&](Status s) { outbox_->SendError(identity, e.request_id, s); };
+  // Only an admin key reaches here (CoordinatorCore): a refusal is journaled, an event.
+  auto refuse = [&](Status s) {
+    journal_->ResizeRefused(req.workers, req.has_layout ? &req.layout : nullptr, "", s);
+    outbox_->SendError(identity, e.request_id, s);
+  };
   if (req.workers < 1) {
     return refuse(InvalidArgumentError("a job needs at least 1 worker; asked for " +
                                        std::to_string(req.workers)));
@@ -142,7 +146,12 @@ void ResizeManager::OnDrain(const std::string& identity, proto::Role role,
   auto decoded = outbox_->DecodeOrReply<proto::DrainRequest>(identity, e);
   if (!decoded) return;
   const proto::DrainRequest& req = *decoded;
-  auto refuse = [&](Status s) { outbox_->SendError(identity, e.request_id, s); };
+  // A refusal is journaled (an event) unless the sender holds no right to ask at all: a worker
+  // key must not be able to fill the journal.
+  auto refuse = [&](Status s) {
+    if (s.code() != StatusCode::kUnauthenticated) journal_->ResizeRefused(0, nullptr, req.host, s);
+    outbox_->SendError(identity, e.request_id, s);
+  };
   if (role != proto::Role::kAdmin) {
     const HostInfo* own = hosts_->FindByAgent(e.sender);
     if (own == nullptr || own->name != req.host) {

@@ -118,6 +118,7 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
   if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
     health_->Beat(w->id);
     w->last_heartbeat = clock_->Now();
+    if (heartbeat_listener_) heartbeat_listener_(w->id, *hb);
   }
   w->step = std::max(w->step, hb->step);
   outbox_->SendHeartbeatAck(identity);

@@ -8,6 +8,7 @@
 // loop owns it, like every manager.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/clock.h"
@@ -56,6 +57,12 @@ class WorkerService {
   // answered with Shutdown (at most once per heartbeat timeout), never with an ack: the job went on
   // without it. From an unknown sender: dropped.
   void OnHeartbeat(const std::string& identity, const proto::Envelope& e);
+  // Called with each decoded heartbeat of a member or standby worker (the training numbers it
+  // carries go to TrainingMetrics).
+  void SetHeartbeatListener(
+      std::function<void(const std::string& worker, const proto::Heartbeat&)> listener) {
+    heartbeat_listener_ = std::move(listener);
+  }
   // Fire-and-forget reports. One from an unknown sender, or about a change not in flight, is
   // counted as stale and dropped.
   void OnPaused(const proto::Envelope& e);
@@ -83,6 +90,7 @@ class WorkerService {
   GenerationManager* generations_;
   HostManager* host_manager_;
   ResizeManager* resizes_;
+  std::function<void(const std::string&, const proto::Heartbeat&)> heartbeat_listener_;
 };
 
 }  // namespace elastra::coordinator

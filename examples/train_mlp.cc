@@ -254,8 +254,18 @@ int RunElastic(const Flags& flags) {
     }
     // StepEnd advances step() only when this step was applied (also when it then paused for a
     // planned change); after a rollback step() is back at the restored commit.
-    if (logs && worker->step() == step + 1) {
-      log.Write(step, generation, layout, loss, begin, begin + flags.global_batch);
+    if (worker->step() == step + 1) {
+      if (logs) log.Write(step, generation, layout, loss, begin, begin + flags.global_batch);
+      // The coordinator's status, metrics and dashboard show these (rank 0's loss is the job's;
+      // the samples are this replica's share of the global batch).
+      const int64_t dp_rank = at.coords.dp_rank;
+      const int64_t share =
+          flags.global_batch * (dp_rank + 1) / layout.dp - flags.global_batch * dp_rank / layout.dp;
+      Status reported = worker->Report("loss", loss);
+      if (reported.ok()) reported = worker->ReportSamples(share);
+      if (!reported.ok()) {
+        std::fprintf(stderr, "train_mlp: %s\n", reported.ToString().c_str());
+      }
     }
     if (*action == elastra::StepAction::kLeave) return 0;
   }

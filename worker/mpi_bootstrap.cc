@@ -296,6 +296,12 @@ std::string MpiBootstrap::StartCoordinator(bool spans_hosts, const std::string& 
                                    "--bind",        bind,
                                    "--workers",     std::to_string(env_.world_size),
                                    "--max-workers", std::to_string(max_workers)};
+  // ELASTRA_HTTP=ADDR:PORT: the HTTP API (docs/http.md), as `elastra run --http` serves it; the
+  // coordinator checks the value (a bad one fails its start, which every rank is told).
+  if (const std::string http = Getenv("ELASTRA_HTTP"); !http.empty()) {
+    args.push_back("--http");
+    args.push_back(http);
+  }
   coordinator_ = std::make_unique<CoordinatorProcess>(ElastraBinary(), state_dir, args);
   auto started = coordinator_->Start();
   auto endpoint =

@@ -12,11 +12,15 @@
 // ControlChannel and GroupManager.
 #include "elastra/worker.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/logging.h"
+#include "common/messages.h"
 #include "elastra/config.h"
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"
@@ -46,6 +50,36 @@ class Worker::Impl {
   StatusOr<StepAction> StepEnd(const Status& step_status) { return loop_.StepEnd(step_status); }
   void Finish() { loop_.Finish(); }
   void Shutdown() { loop_.Shutdown(); }
+
+  Status Report(std::string_view name, double value) {
+    if (!proto::IsValidMetricName(name)) {
+      return InvalidArgumentError("Report: the name '" + std::string(name) +
+                                  "' is not [A-Za-z_][A-Za-z0-9_]* of at most 64 bytes");
+    }
+    if (!std::isfinite(value)) {
+      return InvalidArgumentError("Report: the value of '" + std::string(name) + "' is not finite");
+    }
+    auto it = std::find_if(metrics_.begin(), metrics_.end(),
+                           [&](const proto::TrainingMetric& m) { return m.name == name; });
+    if (it == metrics_.end()) {
+      if (metrics_.size() >= proto::kMaxTrainingMetrics) {
+        return InvalidArgumentError("Report: at most " +
+                                    std::to_string(proto::kMaxTrainingMetrics) + " names");
+      }
+      it = metrics_.insert(metrics_.end(), proto::TrainingMetric{std::string(name), 0, -1});
+    }
+    it->value = value;
+    it->step = step();
+    channel_.client().SetHeartbeatTraining(samples_, metrics_);
+    return OkStatus();
+  }
+
+  Status ReportSamples(int64_t samples) {
+    if (samples < 0) return InvalidArgumentError("ReportSamples: a negative count");
+    samples_ += samples;
+    channel_.client().SetHeartbeatTraining(samples_, metrics_);
+    return OkStatus();
+  }
 
   TensorCollection& state() { return state_; }
   int64_t step() const { return state_.GetScalar(kStepScalarName); }
@@ -113,6 +147,9 @@ class Worker::Impl {
   // go last: they keep the mpirun bootstrap alive.
   WorkerOptions options_;
   TensorCollection state_;
+  // What the training loop reported (Report, ReportSamples), handed to the heartbeats.
+  std::vector<proto::TrainingMetric> metrics_;
+  int64_t samples_ = 0;
   GroupManager groups_;
   // Its I/O thread interrupts the communicators when a RecoverRequest lands.
   ControlChannel channel_{[this] { groups_.Interrupt(); }};
@@ -136,6 +173,8 @@ TensorCollection& Worker::state() { return impl_->state(); }
 Status Worker::Start() { return impl_->Start(); }
 StatusOr<StepAction> Worker::StepEnd(const Status& s) { return impl_->StepEnd(s); }
 void Worker::Finish() { impl_->Finish(); }
+Status Worker::Report(std::string_view name, double value) { return impl_->Report(name, value); }
+Status Worker::ReportSamples(int64_t samples) { return impl_->ReportSamples(samples); }
 int64_t Worker::step() const { return impl_->step(); }
 uint64_t Worker::generation() const { return impl_->generation(); }
 const Layout& Worker::layout() const { return impl_->layout(); }

@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
@@ -156,6 +157,19 @@ class Worker {
 
   // Tells the coordinator this worker finished training (call after the last step).
   void Finish();
+
+  // Numbers from the training loop, carried to the coordinator with the next heartbeat (no message
+  // of their own) and shown in its status (GET /v1/job "training"), its metrics
+  // (elastra_training_metric{name=...}) and its dashboard. Report keeps the latest `value` of
+  // `name` with the current step(); the job's value of a name is the one of the lowest-ranked
+  // member that reported it, so report a job-wide number (a loss averaged over the data-parallel
+  // group) or report on rank 0. kInvalidArgument when `name` is not [A-Za-z_][A-Za-z0-9_]* of at
+  // most 64 bytes, `value` is not finite, or 16 other names were reported already.
+  Status Report(std::string_view name, double value);
+  // The samples this worker's data-parallel replica consumed in the step just run (its share of
+  // the global batch). The coordinator counts one worker per replica (pipeline stage 0, tensor
+  // rank 0), so every worker may call it alike. kInvalidArgument when `samples` is negative.
+  Status ReportSamples(int64_t samples);
 
   // The number of steps applied to state(): the next step to run.
   int64_t step() const;

@@ -107,6 +107,26 @@ TEST(HttpMetricsTest, PrometheusTextFromTheStatus) {
   EXPECT_EQ(text.find("worker=\"w1\""), std::string::npos) << "w1's heartbeat is not awaited";
 }
 
+TEST(HttpMetricsTest, TheTrainingLoopsNumbers) {
+  proto::JobStatus s;
+  s.training.samples = 4800;
+  s.training.samples_per_second = 512.5;
+  s.training.goodput = 0.75;
+  s.training.metrics = {{"loss", 0.125, 99}, {"lr", 0.001, 99}};
+  const std::string text = PrometheusMetrics(s);
+  for (const char* line : {
+           "# TYPE elastra_training_samples_total counter\n",
+           "elastra_training_samples_total 4800\n",
+           "elastra_training_samples_per_second 512.5\n",
+           "elastra_goodput 0.75\n",
+           "# TYPE elastra_training_metric gauge\n",
+           "elastra_training_metric{name=\"loss\"} 0.125\n",
+           "elastra_training_metric{name=\"lr\"} 0.001\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << text;
+  }
+}
+
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -277,7 +297,7 @@ TEST_F(HttpServerTest, UnknownPathsAndIdsAre404AsJson) {
   auto [id, j] = Get("/v1/resizes/12345", read_);
   EXPECT_EQ(id, 404);
   EXPECT_NE(ErrorOf(j).find("12345"), std::string::npos);
-  for (const char* path : {"/", "/v1/nothing", "/v1/resizes/abc"}) {
+  for (const char* path : {"/index.html", "/v1/nothing", "/v1/resizes/abc"}) {
     auto res = client_->Get(path, Bearer(admin_));
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 404) << path;
@@ -349,6 +369,74 @@ void WriteJournal(Journal* j) {
   ASSERT_TRUE(j->RecordResize({3, false, Layout{}}).ok());
   ASSERT_TRUE(j->RecordWorkerState("w1", JournalWorkerState::kLost).ok());
   ASSERT_TRUE(j->RecordCheckpoint(10, 1, "/ckpt/10").ok());
+}
+
+// GET /: the page with its policy; a browser's token comes as ?token= (made a cookie, the
+// browser sent back to /) or as the cookie, and either only ever reads.
+TEST_F(HttpServerTest, TheDashboardTakesTheTokenAsAQueryOrACookieAndOnlyReads) {
+  auto none = client_->Get("/");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  auto wrong = client_->Get("/?token=wrong");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_TRUE(wrong->get_header_value("Set-Cookie").empty());
+  auto login = client_->Get(("/?token=" + read_).c_str());
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 303);
+  EXPECT_EQ(login->get_header_value("Location"), "/");
+  const std::string cookie = login->get_header_value("Set-Cookie");
+  EXPECT_EQ(cookie.rfind("elastra_token=" + read_ + ";", 0), 0u) << cookie;
+  EXPECT_NE(cookie.find("HttpOnly"), std::string::npos) << cookie;
+  EXPECT_NE(cookie.find("SameSite=Strict"), std::string::npos) << cookie;
+  const httplib::Headers with_cookie = {{"Cookie", "other=1; elastra_token=" + read_}};
+  auto page = client_->Get("/", with_cookie);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("default-src 'none'"),
+            std::string::npos);
+  EXPECT_NE(page->body.find("<title>Elastra</title>"), std::string::npos);
+  EXPECT_NE(page->body.find("new EventSource(\"/v1/events\")"), std::string::npos);
+  for (const char* outside : {"<script src", "<link", "https://", "@import"}) {
+    EXPECT_EQ(page->body.find(outside), std::string::npos) << "the page loads " << outside;
+  }
+  auto job = client_->Get("/v1/job", with_cookie);
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->status, 200);
+  auto by_query = client_->Get(("/v1/job?token=" + read_).c_str());
+  ASSERT_TRUE(by_query);
+  EXPECT_EQ(by_query->status, 200);
+  // The admin token from a browser reads, never writes: a cookie goes with any page's request.
+  auto cookie_write = client_->Post("/v1/resize", {{"Cookie", "elastra_token=" + admin_}},
+                                    R"({"workers":3})", "application/json");
+  ASSERT_TRUE(cookie_write);
+  EXPECT_EQ(cookie_write->status, 403) << cookie_write->body;
+  auto query_write =
+      client_->Post(("/v1/resize?token=" + admin_).c_str(), R"({"workers":3})", "application/json");
+  ASSERT_TRUE(query_write);
+  EXPECT_EQ(query_write->status, 403) << query_write->body;
+}
+
+// A resize the coordinator refuses is an event of its own (it is journaled with the reason).
+TEST_F(HttpServerTest, ARefusedResizeIsAnEvent) {
+  auto [code, body] = Post("/v1/resize", R"({"workers":3})", admin_);
+  ASSERT_EQ(code, 409) << body;  // no generation formed yet
+  auto events = testing::ReadSseEvents(
+      *client_, read_, "", [](const auto& got) { return got.back().type == "resize_refused"; });
+  ASSERT_FALSE(events.empty());
+  ASSERT_EQ(events.back().type, "resize_refused");
+  const json data = json::parse(events.back().data);
+  EXPECT_EQ(data["workers"], 3);
+  EXPECT_EQ(data["error"], ErrorOf(body));
+  // Bodies refused before they reach the coordinator (400, 403) are no events.
+  EXPECT_EQ(Post("/v1/resize", "garbage", admin_).first, 400);
+  EXPECT_EQ(Post("/v1/resize", R"({"workers":3})", read_).first, 403);
+  auto metrics = client_->Get("/metrics", Bearer(read_));
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("elastra_events_total{type=\"resize_refused\"} 1\n"),
+            std::string::npos)
+      << metrics->body;
 }
 
 TEST(JournalEventReaderTest, EventsFromRecordsIdsAreOffsetsAndResumeAfterAnId) {

@@ -121,7 +121,7 @@ std::string PayloadOf(MessageType type) {
     case MessageType::kLeave:
       return EncodePayload(LeaveRequest{LeaveReason::kQuit, "bye"});
     case MessageType::kHeartbeat:
-      return EncodePayload(Heartbeat{17});
+      return EncodePayload(Heartbeat{17, 640, {{"loss", 0.25, 16}, {"lr", 1e-3, 16}}});
     case MessageType::kPaused:
       return EncodePayload(PausedReport{3, 20, {10, 20}, true});
     case MessageType::kGenerationReady:
@@ -306,7 +306,10 @@ class Session {
   }
 
   void Heartbeats(const std::vector<int>& clients, int64_t step) {
-    for (int c : clients) Send(c, false, 1, MessageType::kHeartbeat, proto::Heartbeat{step});
+    for (int c : clients) {
+      Send(c, false, 1, MessageType::kHeartbeat,
+           proto::Heartbeat{step, 64 * (step + 1), {{"loss", 1.0 / (step + 2), step}}});
+    }
   }
 
   uint64_t generation() const { return core_->generation(); }

@@ -142,6 +142,73 @@ TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
   ExpectStoppedRunMatchesReference(job, args);
 }
 
+// The training loop's numbers on a real job: train_mlp reports its loss and samples, which ride
+// the heartbeats to /v1/job ("training") and /metrics, and `promtool check metrics` (Debian's
+// prometheus) accepts the whole exposition.
+TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
+  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
+                                         "--step-time-ms", "15",
+                                         "--global-batch", "48",
+                                         "--hidden",       "24",
+                                         "--commit-every", "5"};
+  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
+  ASSERT_TRUE(job.WaitForStep(5, seconds(90))) << LauncherLog(job);
+  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string read = ReadLine(job.state_dir() + "/read.token");
+  httplib::Client http(info->http);
+  http.set_read_timeout(60, 0);
+  const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+  json training;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(90);
+  do {
+    auto r = http.Get("/v1/job", as_reader);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    training = json::parse(r->body)["training"];
+    if (training["series"].size() >= 3 && training["metrics"].contains("loss")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a poll
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_GE(training["series"].size(), 3u) << training;
+  const double loss = training["metrics"]["loss"]["value"].get<double>();
+  EXPECT_GT(loss, 0);
+  EXPECT_GT(training["samples"].get<int64_t>(), 0);
+  EXPECT_GT(training["samples_per_second"].get<double>(), 0);
+  EXPECT_GT(training["goodput"].get<double>(), 0);
+  EXPECT_LE(training["goodput"].get<double>(), 1);
+  for (const json& p : training["series"]) {
+    EXPECT_TRUE(p.contains("loss")) << p;
+    EXPECT_GT(p["samples_per_second"].get<double>(), 0) << p;
+  }
+  // Each step consumes the global batch once, however many replicas split it.
+  const int64_t step = json::parse(http.Get("/v1/job", as_reader)->body)["step"].get<int64_t>();
+  EXPECT_LE(training["samples"].get<int64_t>(), (step + 2) * 48);
+
+  auto metrics = http.Get("/metrics", as_reader);
+  ASSERT_TRUE(metrics);
+  ASSERT_EQ(metrics->status, 200);
+  for (const char* name :
+       {"elastra_training_metric{name=\"loss\"} ", "elastra_training_samples_total ",
+        "elastra_training_samples_per_second ", "elastra_goodput "}) {
+    EXPECT_NE(metrics->body.find(std::string("\n") + name), std::string::npos)
+        << name << " missing from\n"
+        << metrics->body;
+  }
+  const std::string exposition = job.dir() + "/metrics.txt";
+  std::ofstream(exposition) << metrics->body;
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+
+  if (RunShell("command -v promtool").exit_code != 0) {
+    GTEST_SKIP() << "promtool is not installed (launch/install_deps.sh installs Debian's "
+                    "prometheus): /metrics was not checked with it";
+  }
+  auto check = RunShell("promtool check metrics < " + exposition + " 2>&1");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  EXPECT_EQ(check.out, "") << "promtool's lint found problems";
+}
+
 bool HasEnd(const std::vector<SseEvent>& events, size_t resizes) {
   size_t ends = 0;
   for (const auto& e : events) ends += e.type == "resize_end" ? 1 : 0;
