@@ -253,6 +253,10 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
   s.target_workers = resizes_.target();
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();
+  s.checkpoint_step = checkpoints_.latest_step();
+  s.checkpoint_dir = checkpoints_.latest_dir();
+  s.checkpoint_error_step = checkpoints_.last_error_step();
+  s.checkpoint_error = checkpoints_.last_error();
   if (const auto& resize = resizes_.pending();
       resize && resize->reason != proto::GenerationReason::kRegrow) {
     s.resize_pending = true;

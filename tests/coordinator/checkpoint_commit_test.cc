@@ -138,10 +138,19 @@ TEST_F(CheckpointCommitTest, AFailedRankMeansNoCommit) {
   failed.error = "kResourceExhausted: disk full";
   Send("b", T::kCheckpointWritten, proto::EncodePayload(failed));
   EXPECT_EQ(Committed(), 0u);
+  // The status says why, and which step.
+  proto::JobStatus st = core_->Snapshot();
+  EXPECT_EQ(st.checkpoint_error_step, 20);
+  EXPECT_EQ(st.checkpoint_error, "rank 1: kResourceExhausted: disk full");
+  EXPECT_EQ(st.checkpoint_step, -1);
   // A later checkpoint that every rank wrote is committed.
   Send("a", T::kCheckpointWritten, proto::EncodePayload(WriteShard(0, 30)));
   Send("b", T::kCheckpointWritten, proto::EncodePayload(WriteShard(1, 30)));
   EXPECT_EQ(Committed(), 1u);
+  st = core_->Snapshot();
+  EXPECT_EQ(st.checkpoint_step, 30);
+  EXPECT_EQ(st.checkpoint_dir, checkpoint::CheckpointDir(root_, {"job", 30, 1}));
+  EXPECT_EQ(st.checkpoint_error_step, 20) << "the failure stays, older than the commit";
 }
 
 // A report of a generation that is no longer the committed one (a worker stopped mid-write and

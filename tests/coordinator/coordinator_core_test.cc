@@ -555,6 +555,11 @@ TEST_F(CoreTest, StatusJsonHasTheDocumentedFields) {
   }
   EXPECT_EQ(s["counters"]["malformed_frames"], 0);
   EXPECT_EQ(s["counters"]["stale_messages"], 0);
+  // No checkpoint to disk yet: none committed, none failed.
+  EXPECT_EQ(s["checkpoints"]["committed_step"], -1);
+  EXPECT_EQ(s["checkpoints"]["committed_dir"], "");
+  EXPECT_EQ(s["checkpoints"]["last_error_step"], -1);
+  EXPECT_EQ(s["checkpoints"]["last_error"], "");
 }
 
 // A message under a member's name that names an older generation (replayed by another client, or
