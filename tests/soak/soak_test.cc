@@ -316,10 +316,19 @@ void SoakTest::HangWorker(const StormStep& s) {
           << ", woke";
     }
   }
-  // Its own account of it: the agent saw it exit 1 (not killed), having fenced itself.
-  const std::string log = LauncherLog(*job_);
-  EXPECT_NE(log.find("(pid " + std::to_string(victim.pid) + ") exited with 1"), std::string::npos)
+  // Its own account of it: the agent saw it exit 1 (not killed), having fenced itself. (The
+  // process may be a zombie above until the agent reaps it and says so.)
+  const std::string pid = "(pid " + std::to_string(victim.pid) + ") ";
+  std::string log;
+  ASSERT_TRUE(job_->WaitFor(
+      [&](const nlohmann::json&) {
+        log = LauncherLog(*job_);
+        return log.find(pid + "exited with") != std::string::npos ||
+               log.find(pid + "killed by signal") != std::string::npos;
+      },
+      kPatience))
       << log;
+  EXPECT_NE(log.find(pid + "exited with 1"), std::string::npos) << log;
   ++fenced_checks_;
 }
 
@@ -374,6 +383,8 @@ void SoakTest::DiskFull() {
   const std::string error = seen["checkpoints"].value("last_error", std::string());
   EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
   EXPECT_NE(LauncherLog(*job_).find("No space left on device"), std::string::npos);
+  auto text = RunShell(ElastraBinary() + " status --state-dir " + job_->state_dir());
+  EXPECT_NE(text.out.find("checkpoint FAILING: step"), std::string::npos) << text.out;
   // Training goes on; the newest committed checkpoint is whole.
   ASSERT_TRUE(job_->WaitForStep(job_->Status().value("step", int64_t{0}) + 2 * kCheckpointEvery,
                                 kPatience));
