@@ -47,8 +47,9 @@ constexpr int kCheckpointEvery = 10;
 // Events per round. Each round is a fresh job from step 0, compared with its own reference: over
 // thousands of steps the ~1e-15 rounding differences between layouts grow (the training is
 // chaotic: an undisturbed job of 2 workers here was 1e-13 off the reference at step 2503, 1e-9 at
-// 4126, 1e-4 at 4584), so one long job cannot be held to 1e-4. A round of 8 events trains ~700
-// steps (a few hundred more on a fast machine), far from where the drift shows.
+// 4126, 1e-4 at 4584), so one long job cannot be held to 1e-4. A round of 8 events trained 300 to
+// 1500 steps here, below where the drift shows (a machine whose jobs train much faster than their
+// control plane reacts would train more per event: then lower this).
 constexpr int kEventsPerRound = 8;
 // What a wait for the job's own progress may take on a loaded 2-core machine before the soak
 // calls the job stuck.
