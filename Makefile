@@ -1,6 +1,7 @@
 # make demo: a local elastic training run, resized 4 -> 2 -> 3 and losing a worker.
 # make test: the whole test suite, then every fuzz target for 20 s.
 # make fuzz FUZZ_SECONDS=N: every fuzz target for N s (clang build in build-fuzz/).
+# make soak MINUTES=N SEED=S: the chaos soak (tests/soak/) for about N minutes with seed S.
 # make test-asan / make test-tsan: the suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   (build-asan/), the multi-threaded unit tests under ThreadSanitizer (build-tsan/).
 # All install missing Debian packages first (launch/install_deps.sh). docs/hardening.md has more.
@@ -9,6 +10,8 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
+MINUTES ?= 10
+SEED ?= 16
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 SANITIZERS := $(CURDIR)/tests/sanitizers
@@ -32,7 +35,7 @@ TSAN_TARGETS ?= coordinator_server_test push_inbox_test checkpoint_test disk_che
   gloo_communicator_test gloo_errors_test gloo_failure_test group_manager_test \
   coordinator_kv_store_test coordinator_kv_service_test elastic_job_test
 
-.PHONY: all deps configure build demo test bench clean fuzz fuzz-corpus test-asan test-tsan
+.PHONY: all deps configure build demo test bench clean fuzz fuzz-corpus test-asan test-tsan soak
 
 all: build
 
@@ -57,6 +60,12 @@ fuzz: deps
 	  -DELASTRA_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The chaos soak (docs/hardening.md): a storm of MINUTES' worth of events drawn from SEED against a
+# real job, then the reference comparison; a failing seed replays the same storm.
+soak: build
+	@cd $(BUILD) && ELASTRA_SOAK_MINUTES=$(MINUTES) ELASTRA_SOAK_SEED=$(SEED) ELASTRA_REQUIRE_ROOT=1 \
+	  ./tests/soak/soak_test --gtest_filter='SoakTest.*'
 
 # Writes the seeds of tests/fuzz/corpus again (after a change to an encoding).
 fuzz-corpus: build

@@ -338,6 +338,7 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
   if (s.ok()) s = (*file)->Sync();
   Status closed = (*file)->Close();
   if (s.ok()) s = closed;
+  if (s.ok() && options_.may_publish) s = options_.may_publish();
   if (s.ok()) s = env_->RenameFile(tmp_path, final_path);
   if (!s.ok()) {
     env_->RemoveFile(tmp_path).IgnoreError();

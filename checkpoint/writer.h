@@ -100,6 +100,12 @@ struct WriterOptions {
   // Called on the background thread when a write finished (the descriptor, or why it failed).
   // Report the descriptor to the committer from here. May be empty.
   std::function<void(const CheckpointId&, const StatusOr<ShardDescriptor>&)> on_written;
+  // Asked on the background thread once the shard file is written and synced, just before it
+  // takes its final name: an error stops there (the temporary file is removed, nothing of the
+  // write is visible, the write fails with that error). A fenced worker says no, so that a write
+  // it started before it was stopped and evicted never appears under its generation's name. May
+  // be empty (always yes).
+  std::function<Status()> may_publish;
 };
 
 class CheckpointWriter {

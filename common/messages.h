@@ -530,11 +530,19 @@ struct JobStatus {
   int32_t resize_workers = 0;              // what it asked for
   bool resize_waiting_for_workers = false;  // it waits for workers to start and join
   TrainingStatus training;
+  // Checkpoints to disk: the newest committed one (step -1 and "" when none), and the newest that
+  // failed, with why (a rank's write or the commit; step -1 and "" when none failed since the
+  // coordinator started). A failure newer than the committed step means checkpoints fail now.
+  int64_t checkpoint_step = -1;
+  std::string checkpoint_dir;
+  int64_t checkpoint_error_step = -1;
+  std::string checkpoint_error;
   template <class A> void serialize(A& ar) {
     ar(job);
     SerializeEnum(ar, state);
     ar(generation, layout, step, workers, history, agents, hosts, target_workers, malformed_frames,
-       stale_messages, resize_pending, resize_workers, resize_waiting_for_workers, training);
+       stale_messages, resize_pending, resize_workers, resize_waiting_for_workers, training,
+       checkpoint_step, checkpoint_dir, checkpoint_error_step, checkpoint_error);
   }
   bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
 };

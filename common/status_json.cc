@@ -60,6 +60,10 @@ std::string StatusJson(const JobStatus& s) {
   j["target_workers"] = s.target_workers;
   j["counters"] = {{"malformed_frames", s.malformed_frames},
                    {"stale_messages", s.stale_messages}};
+  j["checkpoints"] = {{"committed_step", s.checkpoint_step},
+                      {"committed_dir", s.checkpoint_dir},
+                      {"last_error_step", s.checkpoint_error_step},
+                      {"last_error", s.checkpoint_error}};
   if (s.resize_pending) {
     j["pending_resize"] = {{"workers", s.resize_workers},
                            {"waiting_for_workers", s.resize_waiting_for_workers}};

@@ -21,6 +21,7 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
   if (!r.ok) {
     LOG(WARNING) << "checkpoint of step " << r.step << " failed on rank " << r.rank << ": "
                  << r.error << "; it will not be committed";
+    if (!p.failed) Failed(r.step, "rank " + std::to_string(r.rank) + ": " + r.error);
     p.failed = true;
   } else {
     p.descriptors[r.rank] = r.descriptor;
@@ -38,6 +39,8 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
     if (!d.ok()) {
       LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
                    << " sent an unreadable descriptor: " << d.status();
+      Failed(r.step, "rank " + std::to_string(rank) + " sent an unreadable descriptor: " +
+                         d.status().ToString());
       p.failed = true;
       return;
     }
@@ -51,6 +54,7 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   auto dir = checkpoint::CommitCheckpoint(options, id, p.layout, std::move(shards));
   if (!dir.ok()) {
     LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
+    Failed(r.step, "commit: " + dir.status().ToString());
   } else {
     latest_dir_ = *dir;
     latest_step_ = r.step;
@@ -61,6 +65,12 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     it = it->first.second <= r.step ? pending_.erase(it) : std::next(it);
   }
+}
+
+void CheckpointManager::Failed(int64_t step, std::string why) {
+  if (step < last_error_step_) return;
+  last_error_step_ = step;
+  last_error_ = std::move(why);
 }
 
 Status CheckpointManager::Record(int64_t step, uint64_t generation, const std::string& dir) {

@@ -54,6 +54,11 @@ class CheckpointManager {
   int64_t latest_step() const { return latest_step_; }
   // Every committed checkpoint journaled (or restored), oldest first.
   const std::vector<JournalCheckpoint>& committed() const { return committed_; }
+  // Why the newest checkpoint that failed did (a rank's write, or the commit), and its step; ""
+  // and -1 when none failed since the coordinator started. A later commit does not clear it: a
+  // reader compares its step with latest_step() (docs/checkpoints.md, "Status").
+  const std::string& last_error() const { return last_error_; }
+  int64_t last_error_step() const { return last_error_step_; }
 
  private:
   // The reports of one (generation, step) until every rank of that generation reported.
@@ -65,6 +70,7 @@ class CheckpointManager {
     std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
   };
   void Commit(const proto::CheckpointWritten& r, Pending& p);
+  void Failed(int64_t step, std::string why);
 
   std::string job_;
   int keep_;
@@ -74,6 +80,8 @@ class CheckpointManager {
   std::string latest_dir_;
   int64_t latest_step_ = -1;
   std::vector<JournalCheckpoint> committed_;
+  std::string last_error_;
+  int64_t last_error_step_ = -1;
 };
 
 }  // namespace elastra::coordinator

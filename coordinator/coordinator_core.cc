@@ -87,8 +87,11 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
                                            "', not '" + e.job + "'"));
     return outbox_.Take();
   }
-  // The latest message from a worker or an agent tells where it is now.
-  if (!e.sender.empty() && e.type != T::kJoin) {
+  // The latest message from a worker or an agent tells where it is now, unless it names a
+  // generation older than the committed one: such a message is stale (a replay, a worker woken
+  // after its eviction) and must not take the pushes of the worker it names away from it.
+  const bool stale = e.generation != 0 && e.generation < generations_.generation();
+  if (!e.sender.empty() && e.type != T::kJoin && !stale) {
     if (WorkerInfo* w = membership_.Find(e.sender)) {
       w->identity = identity;
     } else if (HostInfo* h = hosts_.FindByAgent(e.sender)) {
@@ -185,7 +188,20 @@ void CoordinatorCore::MaybeWriteFinalStatus() {
 
 void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
   auto report = proto::DecodePayload<proto::CheckpointWritten>(e.payload);
-  if (!report.ok() || !checkpoints_.OnWritten(*report).ok()) outbox_.CountMalformed();
+  if (!report.ok()) {
+    outbox_.CountMalformed();
+    return;
+  }
+  // Only a member reports a shard of its committed generation's checkpoint. A report of an older
+  // generation (a worker stopped mid-write and woken after its eviction, a replayed message) or
+  // from a worker that is no member is stale: it never counts toward a commit.
+  const WorkerInfo* w = membership_.Find(e.sender);
+  if (w == nullptr || w->state != WorkerState::kMember ||
+      report->generation != generations_.generation()) {
+    outbox_.CountStale();
+    return;
+  }
+  if (!checkpoints_.OnWritten(*report).ok()) outbox_.CountMalformed();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,6 +259,10 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
   s.target_workers = resizes_.target();
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();
+  s.checkpoint_step = checkpoints_.latest_step();
+  s.checkpoint_dir = checkpoints_.latest_dir();
+  s.checkpoint_error_step = checkpoints_.last_error_step();
+  s.checkpoint_error = checkpoints_.last_error();
   if (const auto& resize = resizes_.pending();
       resize && resize->reason != proto::GenerationReason::kRegrow) {
     s.resize_pending = true;

@@ -90,7 +90,11 @@ class CoordinatorServer::Impl {
     router_ = zmq_socket(ctx_, ZMQ_ROUTER);
     int one = 1;
     int64_t max_msg = static_cast<int64_t>(proto::kMaxFrameBytes) + 4096;
-    int hwm = 100000;
+    // What the ROUTER queues per peer, each way: a live worker or agent reads its pushes and
+    // replies at once and waits for its own requests' replies, so a thousand is far more than any
+    // needs; a peer that sends without reading (a flood) loses replies past it instead of growing
+    // the coordinator's memory (docs/hardening.md, "Hostile clients").
+    int hwm = 1000;
     zmq_setsockopt(router_, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg));
     zmq_setsockopt(router_, ZMQ_SNDHWM, &hwm, sizeof(hwm));

@@ -35,7 +35,9 @@
 // train_mlp_log.h.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -194,6 +196,30 @@ int RunElastic(const Flags& flags) {
   const InjectedFailure inject = InjectedFailureFromEnvironment();
   double loss = 0;
   int64_t stopped_at = -1;
+  // Every rank remembers the last steps it counted. Only rank 0 logs, and a step counts on the
+  // ranks that held their lease when its agreement completed: when rank 0 dies or is fenced right
+  // after the agreement, the others count the step and rank 0 never logs it. So the worker that
+  // becomes rank 0 through a change logs again the steps it remembers below the step its state
+  // is at (the same records, or the ones rank 0 missed; the log's reader keeps the last).
+  struct Counted {
+    int64_t step;
+    uint64_t generation;
+    elastra::Layout layout;
+    double loss;
+    int64_t begin;
+  };
+  std::deque<Counted> counted;
+  const size_t remember = 2 * static_cast<size_t>(std::max(1, options->commit_every)) + 2;
+  auto became_logger = [&](bool logged, uint64_t before) {
+    // Steps a rollback undid are forgotten: they are applied (and remembered) again.
+    while (!counted.empty() && counted.back().step >= worker->step()) counted.pop_back();
+    if (logged || worker->rank() != 0 || worker->generation() == before) return;
+    for (const Counted& c : counted) {
+      if (c.step < worker->step()) {
+        log.Write(c.step, c.generation, c.layout, c.loss, c.begin, c.begin + flags.global_batch);
+      }
+    }
+  };
   while (worker->step() < flags.steps) {
     if (!flags.stop_file.empty()) {
       // Every member asks at the same point of the same step, also right after a reconfiguration
@@ -203,12 +229,15 @@ int RunElastic(const Flags& flags) {
                                                 elastra::ReduceOp::kMax);
       if (!agreed.ok()) {
         // A failed collective like any other: the worker recovers and the step is retried.
+        const bool logged = worker->rank() == 0;
+        const uint64_t before = worker->generation();
         auto action = worker->StepEnd(agreed);
         if (!action.ok()) {
           std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
           return 1;
         }
         if (*action == elastra::StepAction::kLeave) return 0;
+        became_logger(logged, before);
         continue;
       }
       if (seen != 0) {
@@ -256,6 +285,8 @@ int RunElastic(const Flags& flags) {
     // planned change); after a rollback step() is back at the restored commit.
     if (worker->step() == step + 1) {
       if (logs) log.Write(step, generation, layout, loss, begin, begin + flags.global_batch);
+      counted.push_back({step, generation, layout, loss, begin});
+      if (counted.size() > remember) counted.pop_front();
       // The coordinator's status, metrics and dashboard show these (rank 0's loss is the job's;
       // the samples are this replica's share of the global batch).
       const int64_t dp_rank = at.coords.dp_rank;
@@ -268,6 +299,7 @@ int RunElastic(const Flags& flags) {
       }
     }
     if (*action == elastra::StepAction::kLeave) return 0;
+    became_logger(logs, generation);
   }
   if (worker->rank() == 0) {
     std::printf("train_mlp: %lld steps%s, final loss %.6g, generation %llu, %s%s\n",

@@ -244,9 +244,13 @@ Status Model::RunStep(TensorCollection* state, const Placement& at, double* loss
     if (!s.ok()) return s;
   }
   ops_->Divide(grad_buffer.span(), static_cast<double>(B));
-  // The loss lives on the last stage; global rank 0 (first stage) logs it.
+  // The loss lives on the last stage, the same on every rank there once summed over DP. Without
+  // pipeline stages every rank has it; with them one rank of the last stage brings it to all, so
+  // that whichever rank logs (global rank 0, on the first stage) has it.
   double l = 0;
-  if (last && at.coords.dp_rank == 0 && at.coords.tp_rank == 0) ops_->CopyToHost(loss_sum, &l);
+  if (last && (at.pp == 1 || (at.coords.dp_rank == 0 && at.coords.tp_rank == 0))) {
+    ops_->CopyToHost(loss_sum, &l);
+  }
   if (at.world != nullptr && at.pp > 1) {
     ops_->CopyFromHost(&l, loss_sum);
     Status s = comm_.AllreduceSum(*at.world, loss_sum);

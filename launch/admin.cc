@@ -361,6 +361,19 @@ void PrintStatusTable(const nlohmann::json& st) {
               st.value("job", "").c_str(), st.value("state", "").c_str(),
               static_cast<unsigned long long>(generation), layout.ToString().c_str(),
               static_cast<long long>(st.value("step", int64_t{-1})), size.c_str());
+  // Checkpoints to disk, when the job writes any: the newest committed, and a failure newer than
+  // it (checkpoints fail now: a full disk, a write error), with the reason.
+  const json ckpt = st.value("checkpoints", json::object());
+  const int64_t committed = ckpt.value("committed_step", int64_t{-1});
+  const int64_t failed = ckpt.value("last_error_step", int64_t{-1});
+  if (committed >= 0) {
+    std::printf("checkpoint: step %lld committed in %s\n", static_cast<long long>(committed),
+                ckpt.value("committed_dir", "").c_str());
+  }
+  if (failed > committed) {
+    std::printf("checkpoint FAILING: step %lld: %s\n", static_cast<long long>(failed),
+                ckpt.value("last_error", "").c_str());
+  }
   std::printf("%-10s %-9s %5s %8s %12s %8s  %s\n", "WORKER", "STATE", "RANK", "STEP", "HEARTBEAT",
               "PID", "HOST");
   for (const json& w : st.value("workers", json::array())) {

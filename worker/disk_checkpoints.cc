@@ -46,6 +46,11 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
   }
   const int32_t ranks = layout.world();
   const std::string root = options_.checkpoint_dir;
+  may_report_ = may_report;
+  wo.may_publish = [reporting = reporting_, may_report]() -> Status {
+    if (reporting->load() && may_report()) return OkStatus();
+    return AbortedError("this worker is fenced: the shard is not published (docs/hosts.md)");
+  };
   wo.on_written = [reporting = reporting_, may_report = std::move(may_report),
                    send = std::move(send), ranks, layout, root,
                    rank](const checkpoint::CheckpointId& id,
@@ -82,6 +87,11 @@ void DiskCheckpoints::MaybeSnapshot(const TensorCollection& state, int64_t step,
                                     uint64_t generation, const Layout& layout,
                                     const Coordinates& coords) {
   if (writer_ == nullptr || step % options_.checkpoint_every != 0) return;
+  if (!reporting_->load() || (may_report_ && !may_report_())) {
+    LOG(WARNING) << "checkpoint of step " << step << " (generation " << generation
+                 << ") not started: this worker is fenced (docs/hosts.md)";
+    return;
+  }
   checkpoint::CheckpointId id{options_.job, step, generation};
   auto started = writer_->Snapshot(id, checkpoint::ViewOf(state, layout, coords));
   if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step << ": " << started.status();

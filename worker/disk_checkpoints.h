@@ -6,8 +6,10 @@
 //
 // A fenced worker reports nothing (docs/hosts.md, "Partitions and fencing"): a report is sent only
 // while reporting is on (SetReporting) and the ControlClient is not fenced, checked when the write
-// completes; a write that completes while fenced is kept on disk but never reported, so the
-// coordinator never commits a checkpoint from a worker that may have been left behind.
+// completes. It publishes nothing either: no snapshot starts while fenced, and a write in flight
+// when the worker was fenced (a process stopped mid-write and woken after its eviction) is
+// dropped before its file takes its final name. The coordinator, for its part, takes reports only
+// from members of its current generation (CheckpointManager).
 //
 // Thread-safety: the training thread calls it. The writer's background thread sends its reports
 // through the ControlClient, which is thread-safe, and reads the reporting switch (an atomic).
@@ -65,6 +67,7 @@ class DiskCheckpoints {
   const WorkerOptions& options_;
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   std::shared_ptr<std::atomic<bool>> reporting_;          // shared with writer_'s callback
+  std::function<bool()> may_report_;                      // false while fenced
 };
 
 // Loads the shards of coordinates `coords` in generation `gen` into `state` from the newest

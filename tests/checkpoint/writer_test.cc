@@ -242,6 +242,36 @@ TEST(CheckpointAsyncTest, BusyWriterSkipsOrWaits) {
   }
 }
 
+// A write in flight when its writer may no longer publish (a worker stopped mid-write and fenced
+// once it woke) fails before its file takes its final name, and leaves nothing behind.
+TEST(CheckpointAsyncTest, AWriteThatMayNotPublishLeavesNoFile) {
+  TempDir root;
+  GateEnv env;
+  std::atomic<bool> fenced{false};
+  WriterOptions o;
+  o.env = &env;
+  o.root = root.str();
+  o.may_publish = [&]() -> Status {
+    return fenced ? AbortedError("fenced") : OkStatus();
+  };
+  auto w = CheckpointWriter::Create(o);
+  ASSERT_TRUE(w.ok());
+  State s(3);
+  ASSERT_EQ(*(*w)->Snapshot({"job", 10, 1}, s.View()), CheckpointWriter::SnapshotResult::kStarted);
+  fenced = true;  // while the write is held in its appends
+  env.Open();
+  auto d = (*w)->WaitForWrite();
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kAborted) << d.status();
+  const fs::path dir = DirOf(root.str(), 10);
+  EXPECT_FALSE(fs::exists(dir / "shard-00000.bin"));
+  EXPECT_FALSE(fs::exists(dir / "shard-00000.bin.tmp"));
+  fenced = false;
+  ASSERT_EQ(*(*w)->Snapshot({"job", 20, 1}, s.View()), CheckpointWriter::SnapshotResult::kStarted);
+  ASSERT_TRUE((*w)->WaitForWrite().ok());
+  EXPECT_TRUE(fs::exists(fs::path(DirOf(root.str(), 20)) / "shard-00000.bin"));
+}
+
 TEST(CheckpointTest, BadSnapshotsAreRefused) {
   TempDir root;
   WriterOptions o;

@@ -97,6 +97,15 @@ class CheckpointCommitTest : public ::testing::Test {
     return report;
   }
 
+  // Workers a and b join and form generation 1 (2 ranks): only members report checkpoints.
+  void FormGeneration() {
+    Send("a", T::kJoin, proto::JoinRequest{"a", "host-a", 0, 1});
+    Send("b", T::kJoin, proto::JoinRequest{"b", "host-b", 0, 2});
+    Send("a", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
+    Send("b", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
+    ASSERT_EQ(core_->generation(), 1u);
+  }
+
   size_t Committed() {
     auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
     return list.ok() ? list->size() : 0;
@@ -108,6 +117,7 @@ class CheckpointCommitTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointCommitTest, CommitsOnlyWhenEveryRankReported) {
+  FormGeneration();
   auto first = WriteShard(0, 10);
   Send("a", T::kCheckpointWritten, proto::EncodePayload(first));
   EXPECT_EQ(Committed(), 0u) << "committed with one rank of two";
@@ -120,6 +130,7 @@ TEST_F(CheckpointCommitTest, CommitsOnlyWhenEveryRankReported) {
 }
 
 TEST_F(CheckpointCommitTest, AFailedRankMeansNoCommit) {
+  FormGeneration();
   Send("a", T::kCheckpointWritten, proto::EncodePayload(WriteShard(0, 20)));
   auto failed = WriteShard(1, 20);
   failed.ok = false;
@@ -127,13 +138,43 @@ TEST_F(CheckpointCommitTest, AFailedRankMeansNoCommit) {
   failed.error = "kResourceExhausted: disk full";
   Send("b", T::kCheckpointWritten, proto::EncodePayload(failed));
   EXPECT_EQ(Committed(), 0u);
+  // The status says why, and which step.
+  proto::JobStatus st = core_->Snapshot();
+  EXPECT_EQ(st.checkpoint_error_step, 20);
+  EXPECT_EQ(st.checkpoint_error, "rank 1: kResourceExhausted: disk full");
+  EXPECT_EQ(st.checkpoint_step, -1);
   // A later checkpoint that every rank wrote is committed.
   Send("a", T::kCheckpointWritten, proto::EncodePayload(WriteShard(0, 30)));
   Send("b", T::kCheckpointWritten, proto::EncodePayload(WriteShard(1, 30)));
   EXPECT_EQ(Committed(), 1u);
+  st = core_->Snapshot();
+  EXPECT_EQ(st.checkpoint_step, 30);
+  EXPECT_EQ(st.checkpoint_dir, checkpoint::CheckpointDir(root_, {"job", 30, 1}));
+  EXPECT_EQ(st.checkpoint_error_step, 20) << "the failure stays, older than the commit";
+}
+
+// A report of a generation that is no longer the committed one (a worker stopped mid-write and
+// woken after its eviction, or a replayed message), or from a worker that is not a member, is
+// stale: counted, and never part of a commit, even when it would complete one.
+TEST_F(CheckpointCommitTest, ReportsOfAnOlderGenerationOrFromNonMembersNeverCommit) {
+  FormGeneration();
+  Send("a", T::kCheckpointWritten, WriteShard(0, 10));
+  auto stranger = WriteShard(1, 10);
+  Send("c", T::kCheckpointWritten, stranger);  // not a member: would complete step 10
+  EXPECT_EQ(Committed(), 0u);
+  EXPECT_EQ(core_->stale_messages(), 1u);
+  auto old = WriteShard(1, 10);
+  old.generation = 0;
+  Send("b", T::kCheckpointWritten, old);
+  EXPECT_EQ(Committed(), 0u);
+  EXPECT_EQ(core_->stale_messages(), 2u);
+  Send("b", T::kCheckpointWritten, WriteShard(1, 10));
+  EXPECT_EQ(Committed(), 1u);
+  EXPECT_EQ(core_->stale_messages(), 2u);
 }
 
 TEST_F(CheckpointCommitTest, GarbageReportsAreCountedNotCommitted) {
+  FormGeneration();
   auto report = WriteShard(0, 40);
   report.rank = 5;  // outside [0, ranks)
   Send("a", T::kCheckpointWritten, proto::EncodePayload(report));
@@ -150,11 +191,7 @@ TEST_F(CheckpointCommitTest, GarbageReportsAreCountedNotCommitted) {
 TEST_F(CheckpointCommitTest, AFullDiskAtCommitKeepsThePreviousCheckpoint) {
   checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
   MakeCore(&env);
-  Send("a", T::kJoin, proto::JoinRequest{"a", "host-a", 0, 1});
-  Send("b", T::kJoin, proto::JoinRequest{"b", "host-b", 0, 2});
-  Send("a", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
-  Send("b", T::kGenerationReady, proto::GenerationReady{1, 0, 0, 0});
-  ASSERT_EQ(core_->generation(), 1u);
+  FormGeneration();
 
   Send("a", T::kCheckpointWritten, WriteShard(0, 10));
   Send("b", T::kCheckpointWritten, WriteShard(1, 10));

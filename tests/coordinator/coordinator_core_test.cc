@@ -555,6 +555,46 @@ TEST_F(CoreTest, StatusJsonHasTheDocumentedFields) {
   }
   EXPECT_EQ(s["counters"]["malformed_frames"], 0);
   EXPECT_EQ(s["counters"]["stale_messages"], 0);
+  // No checkpoint to disk yet: none committed, none failed.
+  EXPECT_EQ(s["checkpoints"]["committed_step"], -1);
+  EXPECT_EQ(s["checkpoints"]["committed_dir"], "");
+  EXPECT_EQ(s["checkpoints"]["last_error_step"], -1);
+  EXPECT_EQ(s["checkpoints"]["last_error"], "");
+}
+
+// A message under a member's name that names an older generation (replayed by another client, or
+// sent by the member's own process woken after its eviction) is stale: it is not acted on, and the
+// member's pushes still go where its current messages come from.
+TEST_F(CoreTest, AStaleMessageUnderAMembersNameTakesNoPushFromIt) {
+  Start({"a", "b"});
+  auto acc = Admin(T::kResize, proto::ResizeRequest{2, true, Layout{1, 1, 2}, false}, 4);
+  ASSERT_EQ(OfType(acc, T::kPauseRequest).size(), 2u);
+  PausedMsg("a", 2, 3, {3}, false);
+  ASSERT_EQ(OfType(PausedMsg("b", 2, 3, {3}, false), T::kNewGeneration).size(), 2u);
+  Ready("a", 2);
+  Ready("b", 2);
+  ASSERT_EQ(core_->generation(), 2u);
+  // The replay: generation 1's failure report, pause and ready, from another socket as "b".
+  auto replay = [&](T type, const std::string& payload) {
+    proto::Envelope e;
+    e.type = type;
+    e.job = "job";
+    e.sender = "b";
+    e.generation = 1;
+    e.payload = payload;
+    return DecodeAll(core_->Handle("id-intruder", proto::Role::kWorker, e));
+  };
+  replay(T::kFailureReport, proto::EncodePayload(proto::FailureReport{1, 5, "replayed"}));
+  replay(T::kPaused, proto::EncodePayload(proto::PausedReport{1, 3, {3}, true}));
+  replay(T::kGenerationReady, proto::EncodePayload(proto::GenerationReady{1, 1, 1, 0}));
+  EXPECT_EQ(core_->stale_messages(), 3u);
+  EXPECT_EQ(core_->generation(), 2u);
+  EXPECT_EQ(core_->state(), proto::JobState::kRunning);
+  // The next change reaches b itself.
+  auto next = Admin(T::kResize, proto::ResizeRequest{2, true, Layout{2, 1, 1}, false}, 5);
+  auto pauses = OfType(next, T::kPauseRequest);
+  ASSERT_EQ(pauses.size(), 2u);
+  for (const auto& p : pauses) EXPECT_NE(p.identity, "id-intruder");
 }
 
 // ---------------------------------------------------------------------------------------------
