@@ -195,13 +195,14 @@ TEST(GptJob, CheckpointAtTensorParallelResumesAtDataParallel) {
   if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) fs::remove_all(root);
 }
 
-// The reference learns the text: after 150 steps the loss (the mean of the last 10 steps) is
-// below the text's unigram entropy, the best a model without context can do, and far below the
-// ln 256 = 5.55 nats of a uniform guess.
+// The reference learns the text: after 300 steps (2400 windows, 1.4 epochs of the text's 1674)
+// the loss (the mean of the last 10 steps) is more than 0.25 nats below the text's unigram
+// entropy (3.25 nats), the best a model without context can do, from ln 256 = 5.55 at the start.
+// Measured here: 2.83 nats.
 TEST(GptJob, LossFallsBelowTheUnigramEntropyOfTheText) {
   char tmpl[] = "/tmp/elastra_gpt_loss_XXXXXX";
   const std::string dir = mkdtemp(tmpl), log = dir + "/ref.jsonl";
-  const int steps = 150;
+  const int steps = 300;
   auto args = GptArgs(steps);
   args.insert(args.end(), {"--lr", "0.01"});
   ASSERT_TRUE(RunReference(args, log));
@@ -218,7 +219,7 @@ TEST(GptJob, LossFallsBelowTheUnigramEntropyOfTheText) {
   ::testing::Test::RecordProperty("final_loss", std::to_string(last));
   ::testing::Test::RecordProperty("unigram_entropy", std::to_string(entropy));
   EXPECT_GT(run->applied.at(0).loss, 5.0);
-  EXPECT_LT(last, entropy);
+  EXPECT_LT(last, entropy - 0.25);
   fs::remove_all(dir);
 }
 
