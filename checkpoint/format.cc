@@ -186,16 +186,7 @@ uint64_t Manifest::total_file_bytes() const {
 }
 
 size_t ElementSize(int32_t dtype) {
-  switch (static_cast<DataType>(dtype)) {
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kUint8:
-      return 1;
-  }
-  return 0;
+  return IsKnownDataType(dtype) ? DataTypeSize(static_cast<DataType>(dtype)) : 0;
 }
 
 std::string CheckpointDirName(int64_t step, uint64_t generation) {

@@ -481,10 +481,12 @@ Status CheckRequests(const CheckpointReader& reader, const std::vector<RegionReq
     if (t == nullptr) return CorruptError(reader.dir() + ": has no tensor '" + q.tensor + "'");
     if (!q.shape.empty() &&
         (t->shape != q.shape || t->dtype != static_cast<int32_t>(q.dtype))) {
+      // A checkpoint loads only into the type it was written in: no silent conversion.
       return InvalidArgumentError(reader.dir() + ": tensor '" + q.tensor + "' is " +
-                                  ShapeText(t->shape) + " dtype " + std::to_string(t->dtype) +
-                                  " in the checkpoint, " + ShapeText(q.shape) + " dtype " +
-                                  std::to_string(static_cast<int>(q.dtype)) + " expected");
+                                  ShapeText(t->shape) + " " +
+                                  DataTypeName(static_cast<DataType>(t->dtype)) +
+                                  " in the checkpoint, " + ShapeText(q.shape) + " " +
+                                  DataTypeName(q.dtype) + " expected");
     }
     const size_t esize = ElementSize(t->dtype);
     uint64_t total = 0;

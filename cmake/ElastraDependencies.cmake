@@ -60,4 +60,17 @@ if(NOT ELASTRA_WITH_MPI STREQUAL "OFF")
 endif()
 elastra_resolve_option(ELASTRA_WITH_MPI ELASTRA_HAVE_MPI)
 
-message(STATUS "Elastra: CUDA=${ELASTRA_HAVE_CUDA} NCCL=${ELASTRA_HAVE_NCCL} MPI=${ELASTRA_HAVE_MPI}")
+# LibTorch: Debian's libtorch-dev (CPU, 1.13) installs TorchConfig.cmake under
+# /usr/lib/<multiarch>/cmake/Torch, which find_package searches; a CUDA LibTorch elsewhere is
+# found through Torch_DIR or CMAKE_PREFIX_PATH. Builds elastra::torch and examples/gpt.
+set(ELASTRA_HAVE_TORCH FALSE)
+if(NOT ELASTRA_WITH_TORCH STREQUAL "OFF" AND NOT ELASTRA_FUZZ)
+  find_package(Torch QUIET)
+  if(Torch_FOUND)
+    set(ELASTRA_HAVE_TORCH TRUE)
+  endif()
+endif()
+elastra_resolve_option(ELASTRA_WITH_TORCH ELASTRA_HAVE_TORCH)
+
+message(STATUS "Elastra: CUDA=${ELASTRA_HAVE_CUDA} NCCL=${ELASTRA_HAVE_NCCL} MPI=${ELASTRA_HAVE_MPI} "
+               "Torch=${ELASTRA_HAVE_TORCH}")

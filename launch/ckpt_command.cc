@@ -11,6 +11,7 @@
 #include "checkpoint/env.h"
 #include "checkpoint/format.h"
 #include "checkpoint/reader.h"
+#include "elastra/data_type.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 
@@ -49,17 +50,7 @@ std::string HumanBytes(uint64_t n) {
 }
 
 const char* DtypeName(int32_t dtype) {
-  switch (dtype) {
-    case 0:
-      return "float32";
-    case 1:
-      return "float64";
-    case 2:
-      return "int64";
-    case 3:
-      return "uint8";
-  }
-  return "unknown";
+  return IsKnownDataType(dtype) ? DataTypeName(static_cast<DataType>(dtype)) : "unknown";
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {

@@ -14,6 +14,9 @@ packages=(
   libopenmpi-dev openmpi-bin python3
   # make fuzz (and so make test): clang and its libFuzzer runtime (docs/hardening.md).
   clang-14 libclang-rt-14-dev
+  # elastra::torch and examples/gpt: Debian's CPU LibTorch 1.13, and the English text train_gpt
+  # learns (fortunes-min's /usr/share/games/fortunes/literature).
+  libtorch-dev fortunes-min
 )
 
 missing=()

@@ -33,6 +33,10 @@ Status TensorCollection::AddTensor(const std::string& name, std::vector<int64_t>
     return InvalidArgumentError("tensor '" + name + "' must have 1 or 2 dimensions");
   }
   uint64_t bytes = DataTypeSize(dtype);
+  if (bytes == 0) {
+    return InvalidArgumentError("tensor '" + name + "' has an unknown dtype " +
+                                std::to_string(static_cast<int>(dtype)));
+  }
   for (int64_t d : shape) {
     if (d < 1) return InvalidArgumentError("tensor '" + name + "' has a dimension below 1");
     if (bytes > kMaxTensorBytes / static_cast<uint64_t>(d)) {

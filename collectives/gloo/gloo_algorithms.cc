@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/logging.h"
+
 namespace elastra {
 namespace {
 
@@ -15,7 +17,12 @@ void DispatchType(DataType type, F&& f) {
     case DataType::kFloat64: f.template operator()<double>(); return;
     case DataType::kInt64: f.template operator()<int64_t>(); return;
     case DataType::kUint8: f.template operator()<uint8_t>(); return;
+    case DataType::kInt32: f.template operator()<int32_t>(); return;
+    case DataType::kBFloat16:
+    case DataType::kFloat16: break;
   }
+  // The communicator reduces half types as float32 (widened once, narrowed once).
+  CHECK(false) << "no element-wise reduction of " << DataTypeName(type);
 }
 
 // ((b mod n) + n) mod n: a block or rank index taken round the ring.

@@ -111,7 +111,10 @@ bool ValidType(DataType type) {
     case DataType::kFloat32:
     case DataType::kFloat64:
     case DataType::kInt64:
-    case DataType::kUint8: return true;
+    case DataType::kUint8:
+    case DataType::kBFloat16:
+    case DataType::kFloat16:
+    case DataType::kInt32: return true;
   }
   return false;
 }
@@ -150,6 +153,14 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
+    if (IsHalfType(type)) {
+      // As NCCL's reductions of bf16/fp16: summed in float32, here rounded once at the end.
+      std::vector<float> wide(count);
+      WidenToFloat(type, data, wide.data(), count);
+      ELASTRA_RETURN_IF_ERROR(Allreduce(wide.data(), count, DataType::kFloat32, op, timeout));
+      NarrowFromFloat(type, wide.data(), data, count);
+      return OkStatus();
+    }
     const size_t elem = DataTypeSize(type);
     if (count * elem <= kDirectAllreduceBytes && size_ <= kDirectAllreduceRanks) {
       return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
@@ -201,6 +212,14 @@ class GlooCommunicator : public Communicator {
     if (recv == nullptr && count > 0) return InvalidArgumentError("ReduceScatter: recv is null");
     if (!ValidOp(op)) return InvalidArgumentError("ReduceScatter: unknown reduce op");
     if (count == 0) return OkStatus();
+    if (IsHalfType(type)) {
+      std::vector<float> wide_send(count * size_), wide_recv(count);
+      WidenToFloat(type, send, wide_send.data(), wide_send.size());
+      ELASTRA_RETURN_IF_ERROR(ReduceScatter(wide_send.data(), wide_recv.data(), count,
+                                            DataType::kFloat32, op, timeout));
+      NarrowFromFloat(type, wide_recv.data(), recv, count);
+      return OkStatus();
+    }
     const size_t elem = DataTypeSize(type);
     std::vector<char> scratch(static_cast<const char*>(send),
                               static_cast<const char*>(send) + elem * count * size_);

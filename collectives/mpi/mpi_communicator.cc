@@ -47,6 +47,10 @@ StatusOr<MPI_Datatype> MpiType(DataType type) {
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kInt64: return MPI_INT64_T;
     case DataType::kUint8: return MPI_UINT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    // MPI has no 16-bit float: moved as raw 16-bit words; reductions widen to float first.
+    case DataType::kBFloat16:
+    case DataType::kFloat16: return MPI_UINT16_T;
   }
   return InvalidArgumentError("unknown data type " + std::to_string(static_cast<int>(type)));
 }
@@ -121,6 +125,14 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
     ELASTRA_ASSIGN_OR_RETURN(MPI_Datatype dt, MpiType(type));
     ELASTRA_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(op));
     if (data == nullptr && count > 0) return InvalidArgumentError("Allreduce of a null buffer");
+    if (IsHalfType(type)) {
+      // Summed in float32 and rounded once, as the Gloo backend does.
+      std::vector<float> wide(count);
+      WidenToFloat(type, data, wide.data(), count);
+      ELASTRA_RETURN_IF_ERROR(Allreduce(wide.data(), count, DataType::kFloat32, op, timeout));
+      NarrowFromFloat(type, wide.data(), data, count);
+      return OkStatus();
+    }
     size_t bytes = count * DataTypeSize(type);
     Abandoned op_state;
     op_state.send.assign(static_cast<std::byte*>(data), static_cast<std::byte*>(data) + bytes);
@@ -171,6 +183,14 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
     ELASTRA_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(op));
     if ((send == nullptr || recv == nullptr) && count > 0) {
       return InvalidArgumentError("ReduceScatter with a null buffer");
+    }
+    if (IsHalfType(type)) {
+      std::vector<float> wide_send(count * size_), wide_recv(count);
+      WidenToFloat(type, send, wide_send.data(), wide_send.size());
+      ELASTRA_RETURN_IF_ERROR(ReduceScatter(wide_send.data(), wide_recv.data(), count,
+                                            DataType::kFloat32, op, timeout));
+      NarrowFromFloat(type, wide_recv.data(), recv, count);
+      return OkStatus();
     }
     size_t bytes = count * DataTypeSize(type);
     Abandoned op_state;

@@ -26,6 +26,9 @@ ncclDataType_t ToNccl(DataType type) {
     case DataType::kFloat64: return ncclFloat64;
     case DataType::kInt64: return ncclInt64;
     case DataType::kUint8: return ncclUint8;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kInt32: return ncclInt32;
   }
   return ncclUint8;
 }
@@ -36,6 +39,9 @@ bool ValidType(DataType type) {
     case DataType::kFloat64:
     case DataType::kInt64:
     case DataType::kUint8:
+    case DataType::kBFloat16:
+    case DataType::kFloat16:
+    case DataType::kInt32:
       return true;
   }
   return false;

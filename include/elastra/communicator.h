@@ -51,6 +51,9 @@ class Communicator {
   virtual Timeout default_timeout() const = 0;
 
   // In place: `data` holds `count` elements on every rank; afterwards the reduction of all.
+  // kBFloat16 and kFloat16 are reduced in float32 and rounded to nearest-even: once on Gloo and
+  // MPI (the float32 result of the whole reduction), natively by NCCL (which rounds at each step
+  // of its algorithm). The same holds for ReduceScatter.
   virtual Status Allreduce(void* data, size_t count, DataType type, ReduceOp op,
                            Timeout timeout) = 0;
   // `data` on `root` is copied to every rank.

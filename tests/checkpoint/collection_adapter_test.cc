@@ -133,5 +133,105 @@ TEST(CollectionAdapterTest, ReplicasShareTheWrite) {
   fs::remove_all(root);
 }
 
+// A bfloat16 [4, 6] tensor split over TP along dim 1, a float16 [12] vector under ZeRO and an
+// int32 [5] vector, each element's bits a function of its global index (bfloat16 and float16 of
+// index / 8 - 1, rounded to nearest-even here): saved at tp=2, loaded at tp=3 bit for bit; a
+// float32 collection of the same shapes is refused, with both types named.
+TensorCollection MakeHalf(const Region& w_region, const Region& v_region, bool fill,
+                          DataType w_type = DataType::kBFloat16) {
+  TensorCollection c;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, DataType type,
+                 ShardingRule rule, const Region& region) {
+    TensorCollection::Tensor t;
+    t.spec = {name, std::move(shape), DataTypeSize(type), rule};
+    t.dtype = type;
+    t.region = region;
+    t.data.resize(static_cast<size_t>(region.elements()) * DataTypeSize(type));
+    if (fill) {
+      const int64_t cols = t.spec.shape.back();
+      int64_t i = 0;
+      for (const Box& b : BoxesOf(t.spec, t.region)) {
+        const bool one_d = b.begin.size() == 1;
+        const int64_t r0 = one_d ? 0 : b.begin[0], r1 = one_d ? 1 : b.end[0];
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int64_t col = b.begin.back(); col < b.end.back(); ++col, ++i) {
+            const int64_t g = r * cols + col;
+            const float x = static_cast<float>(g) / 8.0f - 1.0f + 1.0f / 3.0f;
+            uint8_t* p = t.data.data() + i * DataTypeSize(type);
+            if (type == DataType::kBFloat16 || type == DataType::kFloat16) {
+              const uint16_t h = type == DataType::kBFloat16 ? FloatToBFloat16(x) : FloatToHalf(x);
+              std::memcpy(p, &h, 2);
+            } else if (type == DataType::kInt32) {
+              const int32_t v = static_cast<int32_t>(g * 7 - 3);
+              std::memcpy(p, &v, 4);
+            } else {
+              std::memcpy(p, &x, 4);
+            }
+          }
+        }
+      }
+    }
+    c.mutable_tensors().push_back(std::move(t));
+  };
+  add("w", {4, 6}, w_type, SplitOverTp(1), w_region);
+  add("v", {12}, DataType::kFloat16, ShardingRule{-1, -1, true}, v_region);
+  add("u", {5}, DataType::kInt32, Replicated(), Region{Rect{0, 1, 0, 5}, 0, 5});
+  c.mutable_scalars() = {{"elastra.step", 9}};
+  return c;
+}
+
+TEST(CollectionAdapterTest, HalfTypesRoundTripBitExactAcrossLayoutsAndKeepTheirType) {
+  const std::string root =
+      (fs::temp_directory_path() / ("elastra_adapter_half_" + std::to_string(::getpid()))).string();
+  fs::remove_all(root);
+  std::vector<ShardDescriptor> descs;
+  for (int rank = 0; rank < 2; ++rank) {
+    TensorCollection c = MakeHalf(Rows(4, rank * 3, rank * 3 + 3),
+                                  Region{Rect{0, 1, 0, 12}, rank == 0 ? 0 : 5, rank == 0 ? 5 : 12},
+                                  true);
+    WriterOptions o;
+    o.root = root;
+    o.rank = rank;
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok());
+    // u is replicated: only rank 0 writes it (one copy on disk).
+    StateView v = ViewOf(c);
+    if (rank == 1) v.tensors.erase(v.tensors.begin() + 2);
+    auto d = (*w)->Write({"job", 9, 1}, v);
+    ASSERT_TRUE(d.ok()) << d.status();
+    descs.push_back(*d);
+  }
+  ASSERT_TRUE(CommitCheckpoint({nullptr, root, 2}, {"job", 9, 1}, {1, 1, 2}, descs).ok());
+  // The manifest records each tensor's type.
+  auto reader = CheckpointReader::Open(Env::Default(), root + "/" + CheckpointDirName(9, 1));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_NE((*reader)->manifest().FindTensor("w"), nullptr);
+  EXPECT_EQ((*reader)->manifest().FindTensor("w")->dtype, static_cast<int>(DataType::kBFloat16));
+  EXPECT_EQ((*reader)->manifest().FindTensor("v")->dtype, static_cast<int>(DataType::kFloat16));
+  EXPECT_EQ((*reader)->manifest().FindTensor("u")->dtype, static_cast<int>(DataType::kInt32));
+  for (int rank = 0; rank < 3; ++rank) {
+    const Region wr = Rows(4, rank * 2, rank * 2 + 2);
+    const Region vr{Rect{0, 1, 0, 12}, rank * 4, rank * 4 + 4};
+    TensorCollection expected = MakeHalf(wr, vr, true);
+    TensorCollection c = MakeHalf(wr, vr, false);
+    auto loaded = LoadLatest(Env::Default(), root, RequestsFor(c));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(RestoreInto(std::move(loaded).value(), &c).ok());
+    for (size_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(c.tensors()[t].data, expected.tensors()[t].data) << rank << " " << t;
+    }
+  }
+  // The same shapes in float32: refused, naming both types.
+  TensorCollection f32 = MakeHalf(Rows(4, 0, 6), Region{Rect{0, 1, 0, 12}, 0, 12}, false,
+                                  DataType::kFloat32);
+  auto refused = LoadLatest(Env::Default(), root, RequestsFor(f32));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("bfloat16 in the checkpoint"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("float32 expected"), std::string::npos)
+      << refused.status();
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace elastra::checkpoint

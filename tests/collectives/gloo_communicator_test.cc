@@ -19,7 +19,7 @@ using testing::Connect;
 using testing::Spawn;
 
 constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt64,
-                               DataType::kUint8};
+                               DataType::kUint8, DataType::kInt32};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
 
 // Rank r's i-th input: small integers, so float sums are exact and uint8 sums of 4 ranks fit.
@@ -48,6 +48,9 @@ class TypedBuffer {
       case DataType::kFloat64: Put<double>(i, static_cast<double>(v)); break;
       case DataType::kInt64: Put<int64_t>(i, v); break;
       case DataType::kUint8: Put<uint8_t>(i, static_cast<uint8_t>(v)); break;
+      case DataType::kInt32: Put<int32_t>(i, static_cast<int32_t>(v)); break;
+      case DataType::kBFloat16:
+      case DataType::kFloat16: ADD_FAILURE() << "see half_reduce_test.cc"; break;
     }
   }
   int64_t Get(size_t i) const {
@@ -56,6 +59,9 @@ class TypedBuffer {
       case DataType::kFloat64: return static_cast<int64_t>(Take<double>(i));
       case DataType::kInt64: return Take<int64_t>(i);
       case DataType::kUint8: return Take<uint8_t>(i);
+      case DataType::kInt32: return Take<int32_t>(i);
+      case DataType::kBFloat16:
+      case DataType::kFloat16: break;
     }
     return -1;
   }

@@ -16,7 +16,9 @@ declare -A allowed=(
   [coordinator]="common checkpoint"
   [worker]="common collectives state checkpoint"
   [launch]="common collectives state checkpoint coordinator worker"
-  [examples]=""
+  [examples]="torch_interop"
+  # elastra::torch (LibTorch interop): a user of the public headers, like the examples.
+  [torch_interop]=""
   [testbed]="common"
 )
 # The layer that implements each public header (include/elastra/). A new public header must be
@@ -34,7 +36,6 @@ check_tree() {
   local root=$1 failures=0
   may_use() {  # may_use LAYER TARGET_LAYER
     [ "$1" = "$2" ] && return 0
-    [ "$1" = examples ] && return 1
     local l
     for l in ${allowed[$1]}; do [ "$l" = "$2" ] && return 0; done
     return 1
@@ -51,8 +52,8 @@ check_tree() {
           header=${target#elastra/}
           [ -n "${owner[$header]:-}" ] || continue  # checked below, with the public headers
           dep=${owner[$header]}
-          # Examples are users: any public header is theirs to include.
-          [ "$layer" = examples ] && continue
+          # Examples and elastra::torch are users: any public header is theirs to include.
+          [ "$layer" = examples ] || [ "$layer" = torch_interop ] && continue
         elif [ -z "${allowed[$dep]+x}" ]; then
           continue  # not a layer (a system header in quotes, a generated file)
         fi

@@ -1,0 +1,30 @@
+// train_gpt's command line: train_mlp's flags (--steps, --global-batch, --seed, --log,
+// --reference, --step-time-ms, --commit-every, --checkpoint-dir, --checkpoint-every, --stop-file)
+// and the model's (--layers, --hidden, --heads, --seq-len, --ffn, --micro-batches, --lr, --data).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "examples/gpt/gpt_data.h"
+#include "examples/gpt/gpt_model.h"
+
+namespace gpt {
+
+struct Flags {
+  ModelConfig model;
+  int64_t steps = 100;
+  std::string data = kDefaultText;
+  std::string log;
+  double step_time_ms = 0;
+  bool reference = false;
+  int commit_every = 0;  // 0: the worker's default (ELASTRA_COMMIT_EVERY or 10)
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string stop_file;  // as train_mlp's --stop-file
+};
+
+// The flags, checked; exits with status 2 (after the usage) on a bad flag or value.
+Flags ParseFlags(int argc, char** argv);
+
+}  // namespace gpt
