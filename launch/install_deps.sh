@@ -12,6 +12,8 @@ packages=(
   libopenmpi-dev openmpi-bin python3
   # make fuzz (and so make test): clang and its libFuzzer runtime (docs/hardening.md).
   clang-14 libclang-rt-14-dev
+  # The Slurm tests (tests/slurm): a real Slurm cluster in network namespaces (docs/slurm.md).
+  munge slurmctld slurmd slurm-client
 )
 
 missing=()
