@@ -128,7 +128,9 @@ void HostAgent::HandleSignal() {
   }
   if (!draining_ && !exit_code_) {
     LOG(WARNING) << "signal " << sig << ": asking the coordinator to drain " << label_
-                 << " (a second signal stops the workers at once)";
+                 << (options_.workers_ignore_sigterm
+                         ? " (SIGINT stops the workers at once)"
+                         : " (a second signal stops the workers at once)");
     StartDrain();
     return;
   }

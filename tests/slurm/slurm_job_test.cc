@@ -243,6 +243,25 @@ TEST_F(SlurmJobTest, AShrinkByScontrolDrainsTheNodeFirst) {
       << Logs();
 }
 
+// What the drain-first shrink avoids: Slurm's own shrink (`scontrol update NumNodes=2`) SIGKILLs
+// the task on the node it takes (host3) at once, with no SIGTERM and no grace time. The job loses
+// the host in one failure round and goes on at 2.
+TEST_F(SlurmJobTest, AShrinkByScontrolAloneIsAHostLossOfOneRound) {
+  MakeCluster(3);
+  const std::string job = StartJob(3);
+  ASSERT_FALSE(HasFailure());
+  auto update = slurm_->Run({"scontrol", "update", "JobId=" + job, "NumNodes=2"});
+  ASSERT_TRUE(update.ok() && update->exit_code == 0) << (update.ok() ? update->output : "");
+  EXPECT_EQ(slurm_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
+  ASSERT_TRUE(WaitForStatus([](const nlohmann::json& j) {
+    return World(j) == 2 && HostState(j, "host3") == "lost";
+  })) << Logs();
+  TrainOn(5);
+  auto after = JobStatus();
+  EXPECT_EQ(Reasons(after), (std::vector<std::string>{"start", "failure"})) << after.dump();
+  StopAndMatchReference(job);
+}
+
 // A 2-node job grows by a second Slurm job of 2 nodes (its agents join with the join file and it
 // resizes the job to 4); cancelling that job SIGTERMs its agents and workers, the agents drain
 // their nodes within KillWait, and the job shrinks back to 2 in planned generations.
