@@ -335,7 +335,7 @@ void HostAgent::StartDrain() {
         // that the same scheduler signal reached: ask again until it is taken or the time is up.
         const auto deadline = Clock::now() + timeout;
         auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req, first_timeout);
-        while (!first.ok() && first.status().code() == StatusCode::kFailedPrecondition &&
+        while (!first.ok() && first.status().code() == StatusCode::kBusy &&
                Clock::now() + kDrainRetry < deadline) {
           LOG_EVERY_MS(INFO, 2000) << "the drain waits: " << first.status().message();
           std::this_thread::sleep_for(kDrainRetry);
