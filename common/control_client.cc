@@ -41,7 +41,7 @@ Status StatusFromErrorReply(const proto::Envelope& e) {
   auto err = proto::DecodePayload<proto::ErrorReply>(e.payload);
   if (!err.ok()) return err.status().WithContext("unreadable error reply");
   int code = err->code;
-  if (code <= 0 || code > static_cast<int>(StatusCode::kInternal)) {
+  if (code <= 0 || code > static_cast<int>(StatusCode::kBusy)) {
     return InternalError("coordinator error (code " + std::to_string(code) + "): " + err->message);
   }
   return Status(static_cast<StatusCode>(code), err->message);

@@ -19,6 +19,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kResourceExhausted: return "kResourceExhausted";
     case StatusCode::kFailedPrecondition: return "kFailedPrecondition";
     case StatusCode::kInternal: return "kInternal";
+    case StatusCode::kBusy: return "kBusy";
   }
   return "kUnknown";
 }

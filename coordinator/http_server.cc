@@ -59,6 +59,7 @@ void Error(httplib::Response& res, int code, const std::string& message) {
 int HttpCode(const Status& s) {
   switch (s.code()) {
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kBusy:
       return 409;  // another change in flight, the job over or not formed yet
     case StatusCode::kInvalidArgument:
     case StatusCode::kResourceExhausted:

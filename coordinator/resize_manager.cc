@@ -27,7 +27,7 @@ Status ResizeManager::CheckCanChange() const {
     }
   }
   if ((pending_ && !PendingGivesWay()) || generations_->phase() != Phase::kIdle || restoring_) {
-    return FailedPreconditionError(std::string("another reconfiguration is in progress (") +
+    return BusyError(std::string("another reconfiguration is in progress (") +
                                    (pending_ ? proto::ToString(pending_->reason)
                                              : proto::ToString(generations_->state())) +
                                    "); retry when it is done");

@@ -41,6 +41,7 @@ struct AgentFlags {
   std::string state_dir;  // empty: workers get no ELASTRA_STATE_DIR
   int coordinator_timeout_s = 300;
   int drain_timeout_s = 300;
+  bool workers_ignore_sigterm = false;
   Args program;
 };
 
@@ -107,6 +108,7 @@ int RunAgent(const AgentFlags& flags) {
   o.worker_state_dir = flags.state_dir;
   o.coordinator_timeout = seconds(flags.coordinator_timeout_s);
   o.drain_timeout = seconds(flags.drain_timeout_s);
+  o.workers_ignore_sigterm = flags.workers_ignore_sigterm;
   HostAgent agent(o, std::move(client).value());
   if (Status s = agent.Register(); !s.ok()) {
     if (s.code() == StatusCode::kTimedOut) {
@@ -138,7 +140,7 @@ void AddAgentCommand(CLI::App* app, int* exit_code) {
       "coordinator asks for");
   SetUsage(agent, {"elastra agent --join FILE --slots S [--name HOST] [--address A] "
                    "[--gpus N|auto] [--state-dir DIR] [--coordinator-timeout SECONDS] "
-                   "[--drain-timeout SECONDS] -- PROGRAM ARGS..."});
+                   "[--drain-timeout SECONDS] [--workers-ignore-sigterm] -- PROGRAM ARGS..."});
   agent->add_option("--join", o->join, "The job's join file (join.json of its coordinator)")
       ->type_name("FILE")
       ->required();
@@ -168,6 +170,10 @@ void AddAgentCommand(CLI::App* app, int* exit_code) {
              "On SIGTERM/SIGINT: how long the drain of this host may take before the workers are "
              "stopped (exit 1)")
       ->capture_default_str();
+  agent->add_flag("--workers-ignore-sigterm", o->workers_ignore_sigterm,
+                  "For Slurm (launch/slurm/): start the workers with SIGTERM ignored, so that a "
+                  "SIGTERM to every process of the host drains it; a SIGTERM during the drain is "
+                  "ignored, and workers are stopped with SIGINT");
   // After --, every argument is the program's, flags included.
   agent->add_option("PROGRAM", o->program, "The worker program and its arguments, after --")
       ->type_name("");

@@ -18,6 +18,9 @@ namespace {
 using proto::MessageType;
 using std::chrono::milliseconds;
 
+// How long a refused drain waits before asking again.
+constexpr milliseconds kDrainRetry{100};
+
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
 
@@ -118,9 +121,16 @@ void HostAgent::HandleSignal() {
     StopWorkers(128 + sig);
     return;
   }
+  if (sig == SIGTERM && options_.workers_ignore_sigterm && (draining_ || exit_code_)) {
+    LOG(INFO) << "signal " << sig << " again: the drain of " << label_
+              << " goes on (SIGINT stops the workers at once)";
+    return;
+  }
   if (!draining_ && !exit_code_) {
     LOG(WARNING) << "signal " << sig << ": asking the coordinator to drain " << label_
-                 << " (a second signal stops the workers at once)";
+                 << (options_.workers_ignore_sigterm
+                         ? " (SIGINT stops the workers at once)"
+                         : " (a second signal stops the workers at once)");
     StartDrain();
     return;
   }
@@ -143,9 +153,8 @@ void HostAgent::ReapWorkers() {
   }
   // Starts that waited for a slot, in the order they were asked for (Spawn queues one again while
   // the slots are full; once the end is decided it refuses and reports them).
-  while (!waiting_.empty() &&
-         (workers_.live() == 0 ||
-          static_cast<int>(workers_.live()) < options_.registration.max_workers)) {
+  while (!waiting_.empty() && (workers_.live() == 0 || static_cast<int>(workers_.live()) <
+                                                           options_.registration.max_workers)) {
     const std::string id = waiting_.front();
     waiting_.pop_front();
     Spawn(id);
@@ -248,7 +257,7 @@ void HostAgent::EnforceGraces() {
   const auto now = Clock::now();
   if (now >= term_at_) {
     LOG(WARNING) << workers_.live() << " workers still running at shutdown; stopping them";
-    workers_.SignalAll(SIGTERM);
+    workers_.SignalAll(StopSignal());
     term_at_ = Clock::time_point::max();
     kill_at_ = std::min(kill_at_, now + options_.kill_grace);
   }
@@ -298,7 +307,7 @@ void HostAgent::Spawn(const std::string& id) {
   }
   const int device = gpus_ ? gpus_->Acquire(id) : -1;
   auto pid = workers_.Spawn(id, options_.program, WorkerEnvironment(options_, id, device),
-                            options_.own_process_groups);
+                            options_.own_process_groups, options_.workers_ignore_sigterm);
   if (!pid.ok()) {
     if (gpus_) gpus_->Release(id);
     LOG(ERROR) << "cannot start worker " << id << ": " << pid.status();
@@ -322,7 +331,16 @@ void HostAgent::StartDrain() {
       std::launch::async,
       [client, req, first_timeout = options_.request_timeout,
        timeout = options_.drain_timeout]() -> StatusOr<proto::ResizeReply> {
+        // A drain is refused while another change is in flight, e.g. the drain of another host
+        // that the same scheduler signal reached: ask again until it is taken or the time is up.
+        const auto deadline = Clock::now() + timeout;
         auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req, first_timeout);
+        while (!first.ok() && first.status().code() == StatusCode::kBusy &&
+               Clock::now() + kDrainRetry < deadline) {
+          LOG_EVERY_MS(INFO, 2000) << "the drain waits: " << first.status().message();
+          std::this_thread::sleep_for(kDrainRetry);
+          first = client->Call<proto::ResizeReply>(MessageType::kDrain, req, first_timeout);
+        }
         if (!first.ok() || first->phase != proto::ResizePhase::kAccepted) return first;
         auto second = client->AwaitReply(client->last_request_id(), timeout);
         if (!second.ok()) {
@@ -341,9 +359,11 @@ void HostAgent::Finish(int code) {
 void HostAgent::StopWorkers(int code) {
   if (!exit_code_) exit_code_ = code;
   if (workers_.live() == 0) return;
-  workers_.SignalAll(SIGTERM);
+  workers_.SignalAll(StopSignal());
   term_at_ = Clock::time_point::max();
   kill_at_ = std::min(kill_at_, Clock::now() + options_.kill_grace);
 }
+
+int HostAgent::StopSignal() const { return options_.workers_ignore_sigterm ? SIGINT : SIGTERM; }
 
 }  // namespace elastra::launch

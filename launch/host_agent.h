@@ -75,6 +75,13 @@ struct HostAgentOptions {
   // this host and exit 0 once the job left it; a second signal stops the workers at once.
   // kStopWorkers (`elastra run`): SIGTERM the workers and exit 128+signal.
   enum class OnSignal { kDrain, kStopWorkers } on_signal = OnSignal::kDrain;
+  // For schedulers that signal every process of a host at once (Slurm ends a step on a node with
+  // SIGTERM to all of its processes, then SIGKILL after KillWait; docs/slurm.md). Default false.
+  // When true: the workers start with SIGTERM ignored, so that only the agent's drain decides when
+  // they leave; a SIGTERM during a drain (Slurm's srun forwards the one it got) is ignored rather
+  // than stopping the workers (SIGINT still does); the agent stops workers with SIGINT, then
+  // SIGKILL after kill_grace.
+  bool workers_ignore_sigterm = false;
   // End when every worker is gone and the coordinator did not say the job is over, with the job's
   // outcome read from the coordinator's status (`elastra run`, whose workers are the whole job).
   // Default false: an agent with no worker waits for the next SpawnRequest.
@@ -160,6 +167,8 @@ class HostAgent {
   // exit, then SIGTERM them; or SIGTERM them now.
   void Finish(int code);
   void StopWorkers(int code);
+  // The signal that asks a worker to stop: SIGTERM, or SIGINT when workers ignore SIGTERM.
+  int StopSignal() const;
 
   HostAgentOptions options_;
   std::unique_ptr<ControlClient> client_;

@@ -17,6 +17,8 @@ packages=(
   # elastra::torch and examples/gpt: Debian's CPU LibTorch 1.13, and the English text train_gpt
   # learns (fortunes-min's /usr/share/games/fortunes/literature).
   libtorch-dev fortunes-min
+  # The Slurm tests (tests/slurm): a real Slurm cluster in network namespaces (docs/slurm.md).
+  munge slurmctld slurmd slurm-client
 )
 
 missing=()

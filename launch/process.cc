@@ -14,7 +14,7 @@ namespace elastra::launch {
 StatusOr<pid_t> ProcessGroup::Spawn(const std::string& worker_id,
                                     const std::vector<std::string>& argv,
                                     const std::map<std::string, std::string>& env,
-                                    bool own_process_group) {
+                                    bool own_process_group, bool ignore_sigterm) {
   if (argv.empty()) return InvalidArgumentError("no program to run");
   // Build everything before fork: the child only calls async-signal-safe functions.
   std::vector<std::string> env_strings;
@@ -35,8 +35,11 @@ StatusOr<pid_t> ProcessGroup::Spawn(const std::string& worker_id,
   if (pid < 0) return InternalError(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     // Die with the agent: a worker must not outlive the launcher that reports its exit.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // A child that ignores SIGTERM would outlive it: SIGKILL then.
+    prctl(PR_SET_PDEATHSIG, ignore_sigterm ? SIGKILL : SIGTERM);
     if (own_process_group) setpgid(0, 0);
+    // An ignored disposition survives exec; the agent's own handler would not.
+    signal(SIGTERM, ignore_sigterm ? SIG_IGN : SIG_DFL);
     execvpe(args[0], args.data(), envp.data());
     _exit(127);
   }

@@ -24,11 +24,13 @@ class ProcessGroup {
  public:
   // Starts `argv` with `env` added to this process's environment. The child gets SIGTERM when
   // this process dies. With `own_process_group` it leads a process group of its own, so that a
-  // signal to ours (a terminal's Ctrl-C) reaches only us. kInternal when fork fails (exec failure
-  // is reported by the child exiting 127).
+  // signal to ours (a terminal's Ctrl-C) reaches only us. With `ignore_sigterm` the child starts
+  // with SIGTERM ignored (a scheduler that signals every process of a host, as Slurm does, then
+  // reaches only the agent) and gets SIGKILL rather than SIGTERM when this process dies.
+  // kInternal when fork fails (exec failure is reported by the child exiting 127).
   StatusOr<pid_t> Spawn(const std::string& worker_id, const std::vector<std::string>& argv,
                         const std::map<std::string, std::string>& env,
-                        bool own_process_group = false);
+                        bool own_process_group = false, bool ignore_sigterm = false);
 
   // Reaps one exited child of this group without blocking (other children of the process are
   // left to their owners).

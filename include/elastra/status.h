@@ -25,6 +25,7 @@ enum class StatusCode : int {
   kResourceExhausted = 12,  // out of memory, disk or a limit
   kFailedPrecondition = 13, // the system is not in a state that allows the call
   kInternal = 14,
+  kBusy = 15,  // another change is in flight: the same call may succeed once it is done
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -83,6 +84,7 @@ inline Status FailedPreconditionError(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status BusyError(std::string m) { return {StatusCode::kBusy, std::move(m)}; }
 
 std::ostream& operator<<(std::ostream& os, const Status& status);
 

@@ -113,7 +113,7 @@ TEST_F(ResizeManagerTest, WhatCannotBeDoneIsRefusedAndChangesNothing) {
   EXPECT_EQ(Refusal(), StatusCode::kInvalidArgument) << "a world past int";
   resizes_.set_restoring(true);
   Resize(4, false);
-  EXPECT_EQ(Refusal(), StatusCode::kFailedPrecondition) << "a restart has not settled";
+  EXPECT_EQ(Refusal(), StatusCode::kBusy) << "a restart has not settled";
   resizes_.set_restoring(false);
   EXPECT_FALSE(resizes_.pending().has_value());
   // The size the job has: done at once.

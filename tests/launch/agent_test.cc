@@ -337,8 +337,9 @@ TEST_F(LaunchAgent, AStartBeyondTheSlotsWaitsUntilAWorkerExits) {
   fake_->Push(reg.identity, MessageType::kSpawnRequest, proto::SpawnRequest{{"w4"}});
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return AgentLog().find("worker w4 waits for a free slot: 3 workers still run on host "
-                               "hostA (3 slots)") != std::string::npos;
+        return AgentLog().find(
+                   "worker w4 waits for a free slot: 3 workers still run on host "
+                   "hostA (3 slots)") != std::string::npos;
       },
       kEvent))
       << AgentLog();
@@ -439,6 +440,74 @@ TEST_F(LaunchAgent, ARefusedDrainStopsTheWorkersAndExitsOne) {
                        "not accept Drain messages; stopping the workers"),
             std::string::npos)
       << r.err;
+}
+
+// The children of `pid` (its main thread forks the workers).
+std::vector<pid_t> Children(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t child; in >> child;) out.push_back(child);
+  return out;
+}
+
+// Slurm ends a step on a node with SIGTERM to every process of the step (docs/slurm.md): with
+// --workers-ignore-sigterm the workers go on, the agent drains the host, asks again while the
+// coordinator refuses because another change is in flight, ignores the SIGTERM srun forwards, and
+// exits 0 once its worker handed off and left by itself.
+TEST_F(LaunchAgent, WithWorkersIgnoringSigtermASigtermToEveryProcessDrainsTheHost) {
+  StartAgent({"--workers-ignore-sigterm"});
+  FakeCoordinator::Message reg = AcceptRegistration();
+  SpawnAndWait(reg.identity, {"w1"});
+  const std::vector<pid_t> workers = Children(agent_);
+  ASSERT_EQ(workers.size(), 1u) << AgentLog();
+  ASSERT_EQ(kill(agent_, SIGTERM), 0);
+  ASSERT_EQ(kill(workers[0], SIGTERM), 0);
+  auto refused = fake_->Next(MessageType::kDrain, kEvent);
+  ASSERT_TRUE(refused.has_value()) << "no drain request\n" << AgentLog();
+  fake_->ReplyError(*refused, BusyError("another reconfiguration is in progress "
+                                        "(drain); retry when it is done"));
+  auto drain = fake_->Next(MessageType::kDrain, kEvent);
+  ASSERT_TRUE(drain.has_value()) << "the refused drain was not asked again\n" << AgentLog();
+  proto::ResizeReply accepted;
+  accepted.phase = proto::ResizePhase::kAccepted;
+  fake_->Reply(*drain, MessageType::kResizeReply, accepted);
+  ASSERT_EQ(kill(agent_, SIGTERM), 0);  // srun forwards the SIGTERM it got
+
+  // The worker was not stopped by either signal: its first exit is the one it chose.
+  StopWorker("w1", 0);
+  const proto::ProcessExited left = NextExit();
+  EXPECT_EQ(left.worker_id, "w1");
+  EXPECT_EQ(left.exit_code, 0);
+  EXPECT_EQ(left.signal, 0);
+  proto::ResizeReply done;
+  done.phase = proto::ResizePhase::kDone;
+  done.generation = 5;
+  fake_->Reply(*drain, MessageType::kResizeReply, done);
+  fake_->Push(reg.identity, MessageType::kShutdown, proto::Shutdown{0, "host hostA drained"});
+  CommandResult r = FinishAgent();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the drain waits: another reconfiguration is in progress"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("signal 15 again: the drain of host hostA goes on"), std::string::npos)
+      << r.err;
+}
+
+// Workers that ignore SIGTERM are stopped with SIGINT (here: a drain the coordinator refuses for
+// good).
+TEST_F(LaunchAgent, WorkersIgnoringSigtermAreStoppedWithSigint) {
+  StartAgent({"--workers-ignore-sigterm"});
+  FakeCoordinator::Message reg = AcceptRegistration();
+  SpawnAndWait(reg.identity, {"w1"});
+  ASSERT_EQ(kill(agent_, SIGTERM), 0);
+  auto drain = fake_->Next(MessageType::kDrain, kEvent);
+  ASSERT_TRUE(drain.has_value()) << AgentLog();
+  fake_->ReplyError(*drain, NotFoundError("no host 'hostA' in this job"));
+  const proto::ProcessExited exited = NextExit();
+  EXPECT_EQ(exited.worker_id, "w1");
+  EXPECT_EQ(exited.signal, SIGINT);
+  CommandResult r = FinishAgent();
+  EXPECT_EQ(r.code, 1) << r.err;
 }
 
 TEST_F(LaunchAgent, ACoordinatorSilentForTheTimeoutEndsTheAgentWithThree) {
