@@ -46,6 +46,8 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
     }
     shards.push_back(std::move(d).value());
   }
+  int64_t bytes = 0;  // what the ranks wrote, as their descriptors say
+  for (const auto& shard : shards) bytes += static_cast<int64_t>(shard.file_size);
   checkpoint::CommitOptions options;
   options.env = env_;
   options.root = p.root;
@@ -58,7 +60,7 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   } else {
     latest_dir_ = *dir;
     latest_step_ = r.step;
-    JournalRecorder::LogFailure(Record(r.step, r.generation, *dir));  // a restart still knows it
+    JournalRecorder::LogFailure(Record(r.step, r.generation, *dir, bytes));  // a restart still knows it
     LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   }
   // Older pending ones can never complete now.
@@ -73,8 +75,9 @@ void CheckpointManager::Failed(int64_t step, std::string why) {
   last_error_ = std::move(why);
 }
 
-Status CheckpointManager::Record(int64_t step, uint64_t generation, const std::string& dir) {
-  ELASTRA_RETURN_IF_ERROR(journal_->Checkpoint(step, generation, dir));
+Status CheckpointManager::Record(int64_t step, uint64_t generation, const std::string& dir,
+                                 int64_t bytes) {
+  ELASTRA_RETURN_IF_ERROR(journal_->Checkpoint(step, generation, dir, bytes));
   committed_.push_back(JournalCheckpoint{step, generation, dir});
   return OkStatus();
 }

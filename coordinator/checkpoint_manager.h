@@ -36,8 +36,9 @@ class CheckpointManager {
   Status OnWritten(const proto::CheckpointWritten& report);
 
   // Journals a committed checkpoint and remembers it in committed(). The journal's error when it
-  // could not be written (then it is not remembered either).
-  Status Record(int64_t step, uint64_t generation, const std::string& dir);
+  // could not be written (then it is not remembered either). `bytes`: the shard files' total
+  // size, -1 when not known.
+  Status Record(int64_t step, uint64_t generation, const std::string& dir, int64_t bytes = -1);
 
   // A job resumed from disk: makes the newest committed checkpoint under `root` the latest and
   // returns it. kNotFound "no committed checkpoint under ROOT[: why]" when there is none or

@@ -328,6 +328,7 @@ void GenerationManager::FinishRecovery() {
       plan.has_state.push_back(false);
     }
     plan.restore_step = recovery->restore_step;
+    plan.reached_step = std::max(recovery->reached_step, recovery->restore_step);
     plan.reason = proto::GenerationReason::kFailure;
     plan.prev_layout = layout_;
     plan.prev_members = members_;
@@ -441,7 +442,9 @@ void GenerationManager::Commit() {
   entry.workers = plan.members;
   entry.layout = plan.layout;
   entry.timings = reconf_.Timings();
-  journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings);
+  const bool recovered = plan.reason == proto::GenerationReason::kFailure;
+  journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings,
+                   recovered ? plan.reached_step : -1, recovered ? plan.restore_step : -1);
   history_.push_back(entry);
   generation_ = plan.generation;
   layout_ = plan.layout;

@@ -190,6 +190,7 @@ void HostManager::LoseHost(HostInfo* host, const std::string& why) {
   }
   LOG(WARNING) << "host " << host->name << " lost (" << why << "): " << lost.size()
                << " worker(s) leave the job together";
+  journal_->HostLost(host->name, why, lost);  // an event; the workers' records follow
   if (!lost.empty()) generations_->LoseWorkers(lost, "host " + host->name + " lost (" + why + ")");
 }
 

@@ -1,5 +1,6 @@
 #include "coordinator/http_events.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,9 +31,21 @@ JournalEvent EventOf(const json& r) {
             {"layout", r.value("layout", json::object())},
             {"workers", members},
             {"downtime_ms", r.value("downtime_ms", 0.0)}};
+    if (r.contains("reached_step") && r.contains("restore_step")) {
+      const int64_t reached = r.value("reached_step", int64_t{0});
+      const int64_t restored = r.value("restore_step", int64_t{0});
+      data["reached_step"] = reached;
+      data["restore_step"] = restored;
+      data["rolled_back_steps"] = std::max<int64_t>(0, reached - restored);
+    }
   } else if (t == "worker" && r.value("state", "") == "lost") {
     e.type = "worker_lost";
     data = {{"worker", r.value("id", "")}};
+  } else if (t == "host_lost") {
+    e.type = "host_lost";
+    data = {{"host", r.value("host", "")},
+            {"why", r.value("why", "")},
+            {"workers", r.value("workers", json::array())}};
   } else if (t == "resize") {
     e.type = "resize_accepted";
     data = {{"workers", r.value("workers", 0)}};
@@ -50,6 +63,7 @@ JournalEvent EventOf(const json& r) {
     data = {{"step", r.value("step", int64_t{0})},
             {"generation", r.value("generation", uint64_t{0})},
             {"dir", r.value("dir", "")}};
+    if (r.contains("bytes")) data["bytes"] = r.value("bytes", int64_t{0});
   } else if (t == "end") {
     e.type = "job_end";
     data = {{"outcome", r.value("outcome", "")}, {"reason", r.value("reason", "")}};

@@ -1,6 +1,6 @@
 // The job's events as GET /v1/events streams them (docs/http.md, "GET /v1/events"), read from the
 // coordinator's journal (coordinator/journal.h): the journal already records, before their effects
-// leave the coordinator, each generation formed, worker lost, resize accepted and ended,
+// leave the coordinator, each generation formed, worker or host lost, resize accepted and ended,
 // checkpoint committed and the job's end. An event's id is the byte offset in the journal just
 // past its record: ids grow, a restarted coordinator appends after the records it took back (so
 // old ids stay valid and no event is lost or repeated), and "after id N" is "records ending past
@@ -15,7 +15,8 @@ namespace elastra::coordinator {
 
 struct JournalEvent {
   uint64_t id = 0;   // the journal offset just past the record
-  std::string type;  // generation, worker_lost, resize_accepted, resize_end, checkpoint, job_end
+  std::string type;  // generation, worker_lost, host_lost, resize_accepted, resize_refused,
+                     // resize_end, checkpoint, job_end
   std::string data;  // one line of JSON: {"type": ..., fields of the record}
 };
 

@@ -1,8 +1,10 @@
 #include "coordinator/http_metrics.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 namespace elastra::coordinator {
 namespace {
@@ -167,6 +169,49 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
           static_cast<double>(s.malformed_frames));
   w.Gauge("elastra_stale_messages", "Messages of an older generation the coordinator dropped",
           static_cast<double>(s.stale_messages));
+  return w.Take();
+}
+
+JournalEventMetrics::JournalEventMetrics() {
+  for (const char* type : {"generation", "worker_lost", "host_lost", "resize_accepted",
+                           "resize_refused", "resize_end", "checkpoint", "job_end"}) {
+    counts_[type] = 0;
+  }
+}
+
+void JournalEventMetrics::Add(const JournalEvent& e) {
+  ++counts_[e.type];
+  if (e.type != "checkpoint" && e.type != "generation") return;
+  const auto data = nlohmann::json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_object()) return;
+  if (e.type == "checkpoint") {
+    checkpoint_step_ = data.value("step", int64_t{-1});
+    checkpoint_bytes_ = data.contains("bytes") ? data.value("bytes", int64_t{-1}) : -1;
+    if (checkpoint_bytes_ > 0) checkpoint_bytes_total_ += checkpoint_bytes_;
+  } else {
+    rolled_back_steps_ += std::max<int64_t>(0, data.value("rolled_back_steps", int64_t{0}));
+  }
+}
+
+std::string JournalEventMetrics::Text() const {
+  Writer w;
+  w.Family("elastra_events_total", "counter",
+           "The job's events since it started, by type (GET /v1/events)");
+  for (const auto& [type, n] : counts_) {
+    w.Sample("elastra_events_total", Label("type", type), static_cast<double>(n));
+  }
+  w.Gauge("elastra_last_checkpoint_step", "The step of the newest committed checkpoint (-1: none)",
+          static_cast<double>(checkpoint_step_));
+  w.Gauge("elastra_checkpoint_bytes",
+          "Bytes the ranks wrote for the newest committed checkpoint (-1: none or not known)",
+          static_cast<double>(checkpoint_bytes_));
+  w.Family("elastra_checkpoint_bytes_total", "counter",
+           "Bytes the ranks wrote for every committed checkpoint since the job started");
+  w.Sample("elastra_checkpoint_bytes_total", "", static_cast<double>(checkpoint_bytes_total_));
+  w.Family("elastra_rolled_back_steps_total", "counter",
+           "Steps trained again after failures: per recovery, the furthest step a survivor had "
+           "reached minus the step restored");
+  w.Sample("elastra_rolled_back_steps_total", "", static_cast<double>(rolled_back_steps_));
   return w.Take();
 }
 

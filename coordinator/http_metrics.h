@@ -5,13 +5,35 @@
 // (pure).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/messages.h"
+#include "coordinator/http_events.h"
 
 namespace elastra::coordinator {
 
 // Every metric is named elastra_*, has a # HELP and a # TYPE line, and label values are escaped.
 std::string PrometheusMetrics(const proto::JobStatus& status);
+
+// The metrics made from the job's journal events (coordinator/http_events.h), which the status
+// does not carry and which survive a coordinator restart: events by type, the newest committed
+// checkpoint's step and bytes, the steps rolled back by recoveries. Fed every event once, in order.
+// Thread-compatible.
+class JournalEventMetrics {
+ public:
+  JournalEventMetrics();
+  void Add(const JournalEvent& event);
+  // Prometheus text, in the same conventions as PrometheusMetrics.
+  std::string Text() const;
+
+ private:
+  std::map<std::string, uint64_t> counts_;  // by event type
+  int64_t checkpoint_step_ = -1;
+  int64_t checkpoint_bytes_ = -1;    // of the newest committed checkpoint; -1 when not known
+  int64_t checkpoint_bytes_total_ = 0;
+  int64_t rolled_back_steps_ = 0;
+};
 
 }  // namespace elastra::coordinator

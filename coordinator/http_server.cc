@@ -399,28 +399,9 @@ class HttpServer::Impl {
     std::lock_guard<std::mutex> lock(journal_mu_);
     if (!journal_reader_) {
       journal_reader_ = std::make_unique<JournalEventReader>(options_.journal_path, 0);
-      for (const char* type : {"generation", "worker_lost", "resize_accepted", "resize_refused",
-                               "resize_end", "checkpoint", "job_end"}) {
-        event_counts_[type] = 0;
-      }
     }
-    for (const JournalEvent& e : journal_reader_->ReadNew()) {
-      ++event_counts_[e.type];
-      if (e.type == "checkpoint") {
-        last_checkpoint_step_ = json::parse(e.data).value("step", int64_t{-1});
-      }
-    }
-    std::string out =
-        "# HELP elastra_events_total The job's events since it started, by type (GET /v1/events)\n"
-        "# TYPE elastra_events_total counter\n";
-    for (const auto& [type, n] : event_counts_) {
-      out += "elastra_events_total{type=\"" + type + "\"} " + std::to_string(n) + "\n";
-    }
-    out +=
-        "# HELP elastra_last_checkpoint_step The step of the newest committed checkpoint (-1: "
-        "none)\n# TYPE elastra_last_checkpoint_step gauge\nelastra_last_checkpoint_step " +
-        std::to_string(last_checkpoint_step_) + "\n";
-    return out;
+    for (const JournalEvent& e : journal_reader_->ReadNew()) journal_metrics_.Add(e);
+    return journal_metrics_.Text();
   }
 
   StatusOr<proto::JobStatus> JobStatus() {
@@ -555,8 +536,7 @@ class HttpServer::Impl {
 
   std::mutex journal_mu_;  // guards what /metrics reads from the journal
   std::unique_ptr<JournalEventReader> journal_reader_;
-  std::map<std::string, uint64_t> event_counts_;
-  int64_t last_checkpoint_step_ = -1;
+  JournalEventMetrics journal_metrics_;
 };
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options) {

@@ -237,7 +237,7 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
     } else if (type == "resize_end") {
       s.resize.reset();
-    } else if (type == "resize_refused") {
+    } else if (type == "resize_refused" || type == "host_lost") {
       // An event only: the job did not change.
     } else if (type == "end") {
       s.ended = EnumFrom<JobOutcome>(r, "outcome", "outcome");
@@ -531,20 +531,32 @@ Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
-  return Append(Dump(json{{"t", "commit"},
-                          {"generation", g.generation},
-                          {"reason", proto::ToString(g.reason)},
-                          {"layout", LayoutJson(g.layout)},
-                          {"members", WorkersJson(g.members)},
-                          {"downtime_ms", g.downtime_ms},
-                          {"agreement_ms", g.agreement_ms},
-                          {"rebuild_ms", g.rebuild_ms},
-                          {"transfer_ms", g.transfer_ms}}));
+  json r = {{"t", "commit"},
+            {"generation", g.generation},
+            {"reason", proto::ToString(g.reason)},
+            {"layout", LayoutJson(g.layout)},
+            {"members", WorkersJson(g.members)},
+            {"downtime_ms", g.downtime_ms},
+            {"agreement_ms", g.agreement_ms},
+            {"rebuild_ms", g.rebuild_ms},
+            {"transfer_ms", g.transfer_ms}};
+  if (g.reached_step >= 0 && g.restore_step >= 0) {
+    r["reached_step"] = g.reached_step;
+    r["restore_step"] = g.restore_step;
+  }
+  return Append(Dump(r));
 }
 
-Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir) {
-  return Append(
-      Dump(json{{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}}));
+Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
+                                 int64_t bytes) {
+  json r = {{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}};
+  if (bytes >= 0) r["bytes"] = bytes;
+  return Append(Dump(r));
+}
+
+Status Journal::RecordHostLost(const std::string& host, const std::string& why,
+                               const std::vector<std::string>& workers) {
+  return Append(Dump(json{{"t", "host_lost"}, {"host", host}, {"why", why}, {"workers", workers}}));
 }
 
 Status Journal::RecordResize(const JournalResize& z) {

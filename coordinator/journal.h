@@ -76,6 +76,12 @@ struct JournalGeneration {
   double agreement_ms = 0;
   double rebuild_ms = 0;
   double transfer_ms = 0;
+  // A recovery generation (reason kFailure): the furthest step a survivor had reached and the step
+  // the state was restored to; reached_step - restore_step steps are trained again. -1 when not
+  // known (other reasons, or a journal written before they were recorded). Written for
+  // GET /v1/events and /metrics; replay does not read them back.
+  int64_t reached_step = -1;
+  int64_t restore_step = -1;
 };
 
 struct JournalCheckpoint {
@@ -171,13 +177,20 @@ class Journal {
   Status RecordChangeBegun(uint64_t target, ChangeKind kind,
                            const std::vector<JournalWorker>& workers);
   Status RecordCommit(const JournalGeneration& generation);
-  Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir);
+  // `bytes`: the shard files' total size, -1 when not known (then not written).
+  Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
+                          int64_t bytes = -1);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
   // A resize (host empty) or drain (of `host`) the coordinator refused, and why: an event for
   // GET /v1/events; no state of the job's (replay skips it).
   Status RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                              const std::string& why);
+  // A host the coordinator declared lost (its agent silent while its workers missed their
+  // deadlines), with why and the workers that left the job with it: an event for GET /v1/events;
+  // no state of the job's (replay skips it; the workers' own `worker` records carry that).
+  Status RecordHostLost(const std::string& host, const std::string& why,
+                        const std::vector<std::string>& workers);
   Status RecordTarget(int32_t workers);
   Status RecordEnd(JobOutcome outcome, const std::string& reason);
 

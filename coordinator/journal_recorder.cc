@@ -47,7 +47,8 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
 
 void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,
                              const Layout& layout, const std::vector<std::string>& members,
-                             const ReconfigurationTimings& timings) {
+                             const ReconfigurationTimings& timings, int64_t reached_step,
+                             int64_t restore_step) {
   if (!journal_) return;
   JournalGeneration g;
   g.generation = generation;
@@ -58,6 +59,8 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   g.agreement_ms = timings.agreement_ms;
   g.rebuild_ms = timings.rebuild_ms;
   g.transfer_ms = timings.transfer_ms;
+  g.reached_step = reached_step;
+  g.restore_step = restore_step;
   LogFailure(journal_->RecordCommit(g));
 }
 
@@ -79,6 +82,11 @@ void JournalRecorder::ResizeRefused(int32_t workers, const Layout* layout, const
   if (journal_) LogFailure(journal_->RecordResizeRefused(workers, layout, host, why.message()));
 }
 
+void JournalRecorder::HostLost(const std::string& host, const std::string& why,
+                               const std::vector<std::string>& workers) {
+  if (journal_) LogFailure(journal_->RecordHostLost(host, why, workers));
+}
+
 void JournalRecorder::Target(int32_t workers) {
   if (journal_) LogFailure(journal_->RecordTarget(workers));
 }
@@ -87,9 +95,10 @@ void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
   if (journal_) LogFailure(journal_->RecordEnd(outcome, reason));
 }
 
-Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir) {
+Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
+                                   int64_t bytes) {
   if (!journal_) return OkStatus();
-  return journal_->RecordCheckpoint(step, generation, dir);
+  return journal_->RecordCheckpoint(step, generation, dir, bytes);
 }
 
 }  // namespace elastra::coordinator

@@ -30,8 +30,12 @@ class JournalRecorder {
   void WorkerState(const std::string& id, JournalWorkerState state);
   void Ids(const std::vector<std::string>& ids);
   void ChangeBegun(uint64_t target, ChangeKind kind, const std::vector<std::string>& workers);
+  // `reached_step`, `restore_step`: of a recovery generation, -1 otherwise (JournalGeneration).
   void Commit(uint64_t generation, proto::GenerationReason reason, const Layout& layout,
-              const std::vector<std::string>& members, const ReconfigurationTimings& timings);
+              const std::vector<std::string>& members, const ReconfigurationTimings& timings,
+              int64_t reached_step = -1, int64_t restore_step = -1);
+  void HostLost(const std::string& host, const std::string& why,
+                const std::vector<std::string>& workers);
   void Resize(int32_t workers, bool has_layout, const Layout& layout);
   void ResizeEnd();
   void ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
@@ -40,7 +44,8 @@ class JournalRecorder {
   void End(JobOutcome outcome, const std::string& reason);
   // The journal's error, not logged: a committed checkpoint that is not journaled is still
   // committed, and the caller decides what to say.
-  Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir);
+  Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
+                    int64_t bytes = -1);
 
   // Logs a failed journal write (at most once a second).
   static void LogFailure(const Status& s);

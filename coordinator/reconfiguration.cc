@@ -158,6 +158,7 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery() const {
   for (const auto& id : participants_) {
     auto it = paused_.find(id);
     if (it == paused_.end()) continue;
+    plan.reached_step = std::max(plan.reached_step, it->second.step);
     const auto& commits = it->second.commit_steps;
     if (commits.empty()) {
       plan.without_state.push_back(id);

@@ -27,6 +27,8 @@ struct GenerationPlan {
   std::vector<bool> has_state;       // parallel to members
   std::vector<std::string> leaving;
   int64_t restore_step = 0;
+  // A recovery: the furthest step a survivor had reached (-1 otherwise or when none said).
+  int64_t reached_step = -1;
   int32_t source_rank = 0;
   proto::GenerationReason reason = proto::GenerationReason::kStart;
   // Where the state is now (see proto::NewGeneration): the previous layout and its workers by old
@@ -46,6 +48,7 @@ struct ReconfigurationTimings {
 // What survivors of a failure can continue from.
 struct RecoveryPlan {
   int64_t restore_step = 0;
+  int64_t reached_step = -1;  // the furthest step a survivor reported (PausedReport::step)
   std::vector<std::string> with_state;     // survivors holding restore_step, by old rank
   std::vector<std::string> without_state;  // survivors with no commit at all
 };

@@ -1,0 +1,147 @@
+// The journal-made parts of GET /metrics and GET /v1/events, without sockets: a host lost, the
+// steps a recovery rolled back, and the bytes of a committed checkpoint, from journal records
+// through JournalEventReader to JournalEventMetrics' Prometheus text.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "coordinator/http_events.h"
+#include "coordinator/http_metrics.h"
+#include "coordinator/journal.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using nlohmann::json;
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line) != std::string::npos;
+}
+
+class JournalEventMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/elastra-metrics-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto j = Journal::Create(dir_ + "/journal.bin");
+    ASSERT_TRUE(j.ok()) << j.status();
+    journal_ = std::move(j).value();
+    ASSERT_TRUE(journal_->RecordJob("web", 2, 4).ok());
+  }
+  void TearDown() override {
+    journal_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Commit(uint64_t generation, proto::GenerationReason reason, int64_t reached,
+              int64_t restored) {
+    JournalGeneration g;
+    g.generation = generation;
+    g.reason = reason;
+    g.layout = Layout{2, 1, 1};
+    g.members = {{"w0", "h0", -1, 10}, {"w" + std::to_string(generation), "h1", -1, 11}};
+    g.reached_step = reached;
+    g.restore_step = restored;
+    ASSERT_TRUE(journal_->RecordCommit(g).ok());
+  }
+  std::vector<JournalEvent> Events() { return JournalEventReader(dir_ + "/journal.bin", 0).ReadNew(); }
+
+  std::string dir_;
+  std::unique_ptr<Journal> journal_;
+};
+
+TEST_F(JournalEventMetricsTest, NothingYetIsZeroesAndUnknowns) {
+  const std::string text = JournalEventMetrics().Text();
+  for (const char* line :
+       {"# TYPE elastra_events_total counter\n", "elastra_events_total{type=\"host_lost\"} 0\n",
+        "# TYPE elastra_rolled_back_steps_total counter\n", "elastra_rolled_back_steps_total 0\n",
+        "# TYPE elastra_checkpoint_bytes gauge\n", "elastra_checkpoint_bytes -1\n",
+        "elastra_checkpoint_bytes_total 0\n", "elastra_last_checkpoint_step -1\n"}) {
+    EXPECT_TRUE(Has(text, line)) << line << " in\n" << text;
+  }
+}
+
+TEST_F(JournalEventMetricsTest, AHostLostIsAnEventBeforeItsWorkersAndReplaySkipsIt) {
+  Commit(1, proto::GenerationReason::kStart, -1, -1);
+  ASSERT_TRUE(journal_->RecordHostLost("h1", "agent silent", {"w1"}).ok());
+  ASSERT_TRUE(journal_->RecordWorkerState("w1", JournalWorkerState::kLost).ok());
+  auto events = Events();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1].type, "host_lost");
+  const json data = json::parse(events[1].data);
+  EXPECT_EQ(data["type"], "host_lost");
+  EXPECT_EQ(data["host"], "h1");
+  EXPECT_EQ(data["why"], "agent silent");
+  EXPECT_EQ(data["workers"], (json{"w1"}));
+  EXPECT_EQ(events[2].type, "worker_lost");
+  EXPECT_FALSE(json::parse(events[0].data).contains("rolled_back_steps"))
+      << "a start generation rolls nothing back";
+
+  // A restarted coordinator takes the journal back over the event record.
+  journal_.reset();
+  auto reopened = Journal::Open(dir_ + "/journal.bin");
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE((*reopened)->warnings().empty());
+  EXPECT_EQ((*reopened)->state().history.size(), 1u);
+  EXPECT_EQ((*reopened)->state().worker_states.at("w1"), JournalWorkerState::kLost);
+
+  JournalEventMetrics metrics;
+  for (const auto& e : events) metrics.Add(e);
+  const std::string text = metrics.Text();
+  EXPECT_TRUE(Has(text, "elastra_events_total{type=\"host_lost\"} 1\n")) << text;
+  EXPECT_TRUE(Has(text, "elastra_events_total{type=\"worker_lost\"} 1\n")) << text;
+}
+
+TEST_F(JournalEventMetricsTest, RecoveriesAddTheStepsTheyRolledBack) {
+  Commit(1, proto::GenerationReason::kStart, -1, -1);
+  Commit(2, proto::GenerationReason::kFailure, 37, 30);  // 7 steps trained again
+  Commit(3, proto::GenerationReason::kResize, -1, -1);
+  Commit(4, proto::GenerationReason::kFailure, 50, 50);  // nothing lost
+  Commit(5, proto::GenerationReason::kFailure, 64, 52);  // 12
+  auto events = Events();
+  ASSERT_EQ(events.size(), 5u);
+  const json second = json::parse(events[1].data);
+  EXPECT_EQ(second["reason"], "failure");
+  EXPECT_EQ(second["reached_step"], 37);
+  EXPECT_EQ(second["restore_step"], 30);
+  EXPECT_EQ(second["rolled_back_steps"], 7);
+  EXPECT_EQ(json::parse(events[3].data)["rolled_back_steps"], 0);
+
+  JournalEventMetrics metrics;
+  for (size_t i = 0; i < 2; ++i) metrics.Add(events[i]);
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_rolled_back_steps_total 7\n")) << metrics.Text();
+  for (size_t i = 2; i < events.size(); ++i) metrics.Add(events[i]);
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_rolled_back_steps_total 19\n")) << metrics.Text();
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_events_total{type=\"generation\"} 5\n"));
+}
+
+TEST_F(JournalEventMetricsTest, CheckpointBytesOfTheNewestAndInAll) {
+  Commit(1, proto::GenerationReason::kStart, -1, -1);
+  ASSERT_TRUE(journal_->RecordCheckpoint(10, 1, "/ckpt/10", 4096).ok());
+  JournalEventMetrics metrics;
+  for (const auto& e : Events()) metrics.Add(e);
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_checkpoint_bytes 4096\n")) << metrics.Text();
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_last_checkpoint_step 10\n"));
+
+  ASSERT_TRUE(journal_->RecordCheckpoint(20, 1, "/ckpt/20", 6000).ok());
+  // A journal written before bytes were recorded: the step moves on, the size is not known.
+  ASSERT_TRUE(journal_->RecordCheckpoint(30, 1, "/ckpt/30").ok());
+  auto events = Events();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(json::parse(events[2].data)["bytes"], 6000);
+  EXPECT_FALSE(json::parse(events[3].data).contains("bytes"));
+  JournalEventMetrics again;
+  for (size_t i = 0; i < 3; ++i) again.Add(events[i]);
+  EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes 6000\n")) << again.Text();
+  EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes_total 10096\n")) << again.Text();
+  again.Add(events[3]);
+  EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes -1\n")) << again.Text();
+  EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes_total 10096\n"));
+  EXPECT_TRUE(Has(again.Text(), "elastra_last_checkpoint_step 30\n"));
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
