@@ -93,7 +93,9 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
   const bool stale = e.generation != 0 && e.generation < generations_.generation();
   if (!e.sender.empty() && e.type != T::kJoin && !stale) {
     if (WorkerInfo* w = membership_.Find(e.sender)) {
+      const bool unreachable = w->identity.empty();
       w->identity = identity;
+      if (unreachable) generations_.OnReachable(w->id);
     } else if (HostInfo* h = hosts_.FindByAgent(e.sender)) {
       h->identity = identity;
     }

@@ -166,8 +166,25 @@ void GenerationManager::BeginPause(const SizeGoal& goal) {
   for (const auto& id : members) {
     outbox_->Push(id, proto::MessageType::kPauseRequest, pause, generation_);
   }
+  pause_request_ = pause;
   LOG(INFO) << "pausing generation " << generation_ << " for generation " << target << " ("
             << proto::ToString(goal.reason) << ")";
+}
+
+void GenerationManager::OnReachable(const std::string& id) {
+  const Phase phase = reconf_.phase();
+  if ((phase != Phase::kPausing && phase != Phase::kRecovering) || !reconf_.IsParticipant(id)) {
+    return;
+  }
+  const auto silent = reconf_.Unanswered();
+  if (std::find(silent.begin(), silent.end(), id) == silent.end()) return;
+  LOG(INFO) << "worker " << id << " reached again: its " << PhaseName(phase)
+            << " request is sent again";
+  if (phase == Phase::kPausing) {
+    outbox_->Push(id, proto::MessageType::kPauseRequest, pause_request_, generation_);
+  } else {
+    outbox_->Push(id, proto::MessageType::kRecoverRequest, recover_request_, generation_);
+  }
 }
 
 void GenerationManager::FinishPause(int64_t step) {
@@ -292,6 +309,7 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
   for (const auto& id : survivors) {
     outbox_->Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
   }
+  recover_request_ = recover;
   LOG(WARNING) << "recovering into generation " << target << ": " << why;
 }
 

@@ -96,6 +96,10 @@ class GenerationManager {
   // `goal`: the members (less those on goal.except_host) and usable standby workers up to
   // goal.workers; members left out leave (they hand their state off and exit 0).
   void BeginPause(const SizeGoal& goal);
+  // Member `id` is heard from at an identity it did not have (its first message to a restarted
+  // coordinator): a pause or recover request it has not answered was pushed while it could not be
+  // reached and dropped, so it is pushed again.
+  void OnReachable(const std::string& id);
   // A PausedReport from `id`. Reconfiguration's error (kStaleGeneration, kNotFound) when it was
   // not expected. Once every participant answered: builds the next generation at the agreed step,
   // or recovers when the steps differ or one failed (pausing); builds the recovery generation
@@ -154,6 +158,9 @@ class GenerationManager {
 
   // kForming, kRunning, kFinished or kFailed; state() adds the phase of a change in flight.
   proto::JobState job_state_ = proto::JobState::kForming;
+  // The requests of the change in flight, pushed again by OnReachable.
+  proto::PauseRequest pause_request_;
+  proto::RecoverRequest recover_request_;
   uint64_t generation_ = 0;          // committed
   uint64_t highest_generation_ = 0;  // highest number handed out
   Layout layout_;

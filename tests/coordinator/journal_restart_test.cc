@@ -186,6 +186,38 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   EXPECT_EQ(core->state(), proto::JobState::kPausing);
 }
 
+// A member lost right after a restart, before the survivor was heard from: the recover request
+// pushed to the survivor is dropped (no identity yet), and is pushed again with its first
+// message, so the survivor answers within the recover timeout instead of being declared lost.
+TEST_F(RestartTest, ARecoverRequestDroppedBeforeTheSurvivorWasHeardIsSentAgain) {
+  {
+    auto core = NewCore(2);
+    StartTwo(*core);
+  }
+  auto core = NewCore(2);
+  ASSERT_TRUE(core->restored());
+  // w0's exit, reported by the admin (as elastra run's local agent does): a recovery begins.
+  Send(*core, "admin", proto::Role::kAdmin, T::kProcessExited, proto::ProcessExited{"w0", 0, 9});
+  ASSERT_EQ(core->state(), proto::JobState::kRecovering);
+  // w1's first message to the new coordinator: the recover request comes with the ack.
+  auto out = Send(*core, "w1", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{47}, 0,
+                  "-new");
+  auto recover = OfType(out, T::kRecoverRequest);
+  ASSERT_EQ(recover.size(), 1u);
+  EXPECT_EQ(proto::DecodePayload<proto::RecoverRequest>(recover[0].payload)->lost,
+            (std::vector<std::string>{"w0"}));
+  // Sent once: the next heartbeat comes from a known identity.
+  EXPECT_TRUE(OfType(Send(*core, "w1", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{47},
+                          0, "-new"),
+                     T::kRecoverRequest)
+                  .empty());
+  // Its answer ends the recovery with w1 alone.
+  const uint64_t target =
+      proto::DecodePayload<proto::RecoverRequest>(recover[0].payload)->target_generation;
+  Send(*core, "w1", proto::Role::kWorker, T::kPaused, proto::PausedReport{target, 47, {40}, true});
+  EXPECT_NE(core->membership().Find("w1")->state, WorkerState::kLost);
+}
+
 TEST_F(RestartTest, UnheardWorkersAreRecoveredAfterTheHeartbeatTimeout) {
   {
     auto core = NewCore(2);

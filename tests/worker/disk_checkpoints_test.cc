@@ -167,7 +167,7 @@ class WorkerCheckpointReports : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(options_.checkpoint_dir); }
 
-  // Restarts the writer, writes the checkpoint of `step` and waits for it (Stop()); the steps
+  // Restarts the writer, asks for the checkpoint of `step` and waits for it (Stop()); the steps
   // reported.
   std::vector<int64_t> WriteStep(DiskCheckpoints& checkpoints, int64_t step, bool reporting,
                                  bool lease_held) {
@@ -182,10 +182,14 @@ class WorkerCheckpointReports : public ::testing::Test {
     state_.SetScalar(kStepScalarName, step);
     checkpoints.MaybeSnapshot(state_, step, 1, Layout{}, Coordinates{});
     checkpoints.Stop();  // waits for the write and its report
-    EXPECT_TRUE(fs::exists(checkpoint::JoinPath(
-        checkpoint::JoinPath(options_.checkpoint_dir, checkpoint::CheckpointDirName(step, 1)),
-        checkpoint::ShardFileName(0))))
-        << "the shard of step " << step << " was not written";
+    // A fenced worker starts no checkpoint: no shard of its old generation appears (docs/hosts.md).
+    const bool fenced = !reporting || !lease_held;
+    EXPECT_EQ(fs::exists(checkpoint::JoinPath(
+                  checkpoint::JoinPath(options_.checkpoint_dir,
+                                       checkpoint::CheckpointDirName(step, 1)),
+                  checkpoint::ShardFileName(0))),
+              !fenced)
+        << "the shard of step " << step << (fenced ? " was written while fenced" : " is missing");
     return reported;
   }
 
@@ -197,9 +201,9 @@ TEST_F(WorkerCheckpointReports, ReportedOnlyWhileNotFenced) {
   DiskCheckpoints checkpoints(options_);
   EXPECT_EQ(WriteStep(checkpoints, 1, /*reporting=*/true, /*lease_held=*/true),
             std::vector<int64_t>{1});
-  // StepEnd saw the fence: written, not reported.
+  // StepEnd saw the fence: neither written nor reported.
   EXPECT_TRUE(WriteStep(checkpoints, 2, /*reporting=*/false, /*lease_held=*/true).empty());
-  // The lease ran out before StepEnd looked: the writer's own check holds the report back.
+  // The lease ran out before StepEnd looked: the snapshot's own check holds it back.
   EXPECT_TRUE(WriteStep(checkpoints, 3, /*reporting=*/true, /*lease_held=*/false).empty());
   // A new generation's writer reports again.
   EXPECT_EQ(WriteStep(checkpoints, 4, true, true), std::vector<int64_t>{4});
