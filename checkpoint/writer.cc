@@ -178,6 +178,7 @@ StatusOr<CheckpointWriter::SnapshotResult> CheckpointWriter::Snapshot(const Chec
                                kRegionAlignment);
   ELASTRA_RETURN_IF_ERROR(EnsureCapacity(total));
   const auto start = std::chrono::steady_clock::now();
+  snapshot_start_ = start;
   std::byte* image = image_.get();
   EncodeShardHeader({kFormatVersion, options_.rank, id.step, id.generation}, image);
   d.file_size = total;
@@ -285,7 +286,10 @@ void CheckpointWriter::Loop() {
     }
     // Report before the write counts as finished, so whoever waits for it (WaitForWrite, the
     // next Snapshot, the destructor) also knows the report went out.
-    if (options_.on_written) options_.on_written(id, result);
+    l.lock();
+    const double seconds = SecondsSince(snapshot_start_);
+    l.unlock();
+    if (options_.on_written) options_.on_written(id, result, seconds);
     l.lock();
     last_result_ = result;
     in_flight_ = false;

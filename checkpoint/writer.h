@@ -8,6 +8,7 @@
 // CheckpointWriter is thread-safe; one background thread per writer, at most one write in flight.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -97,9 +98,11 @@ struct WriterOptions {
   // image stays pageable: slower copies, same bytes.
   std::function<Status(void* p, size_t n)> pin_staging;
   std::function<void(void* p)> unpin_staging;
-  // Called on the background thread when a write finished (the descriptor, or why it failed).
-  // Report the descriptor to the committer from here. May be empty.
-  std::function<void(const CheckpointId&, const StatusOr<ShardDescriptor>&)> on_written;
+  // Called on the background thread when a write finished (the descriptor, or why it failed),
+  // with the seconds from Snapshot()'s start to the end of the write (the shard durable under its
+  // name). Report the descriptor to the committer from here. May be empty.
+  std::function<void(const CheckpointId&, const StatusOr<ShardDescriptor>&, double seconds)>
+      on_written;
   // Asked on the background thread once the shard file is written and synced, just before it
   // takes its final name: an error stops there (the temporary file is removed, nothing of the
   // write is visible, the write fails with that error). A fenced worker says no, so that a write
@@ -160,6 +163,7 @@ class CheckpointWriter {
   std::optional<CheckpointId> pending_;
   std::optional<StatusOr<ShardDescriptor>> last_result_;
   double last_copy_seconds_ = 0;
+  std::chrono::steady_clock::time_point snapshot_start_;  // of the write in flight
 
   // The staging image of the shard file (header, then the regions at their offsets), owned by the
   // background thread while a write is in flight.

@@ -42,7 +42,8 @@ namespace elastra::proto {
 inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 2: enums on the wire (reasons, phases, states) and a typed job status.
 // 3: heartbeats carry the training loop's numbers (Worker::Report), the status their summary.
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: a checkpoint report carries its write time (CheckpointWritten.write_seconds).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -353,8 +354,9 @@ struct CheckpointWritten {
   bool ok = false;
   std::string error;        // why not, when !ok
   std::string descriptor;   // EncodeShardDescriptor() bytes, when ok
+  double write_seconds = 0;  // from the snapshot's start until the shard was durable
   template <class A> void serialize(A& ar) {
-    ar(generation, step, rank, ranks, layout, root, ok, error, descriptor);
+    ar(generation, step, rank, ranks, layout, root, ok, error, descriptor, write_seconds);
   }
 };
 

@@ -1,5 +1,6 @@
 #include "coordinator/checkpoint_manager.h"
 
+#include <chrono>
 #include <span>
 
 #include "checkpoint/format.h"
@@ -25,6 +26,7 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
     p.failed = true;
   } else {
     p.descriptors[r.rank] = r.descriptor;
+    if (r.write_seconds > p.write_seconds) p.write_seconds = r.write_seconds;
   }
   if (p.failed || static_cast<int32_t>(p.descriptors.size()) < p.ranks) return OkStatus();
   Commit(r, p);
@@ -32,6 +34,7 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
 }
 
 void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<checkpoint::ShardDescriptor> shards;
   for (const auto& [rank, bytes] : p.descriptors) {
     auto d = checkpoint::DecodeShardDescriptor(
@@ -60,7 +63,11 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   } else {
     latest_dir_ = *dir;
     latest_step_ = r.step;
-    JournalRecorder::LogFailure(Record(r.step, r.generation, *dir, bytes));  // a restart still knows it
+    const double commit_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // A restart still knows it.
+    JournalRecorder::LogFailure(
+        Record(r.step, r.generation, *dir, bytes, p.write_seconds + commit_seconds));
     LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   }
   // Older pending ones can never complete now.
@@ -76,8 +83,8 @@ void CheckpointManager::Failed(int64_t step, std::string why) {
 }
 
 Status CheckpointManager::Record(int64_t step, uint64_t generation, const std::string& dir,
-                                 int64_t bytes) {
-  ELASTRA_RETURN_IF_ERROR(journal_->Checkpoint(step, generation, dir, bytes));
+                                 int64_t bytes, double seconds) {
+  ELASTRA_RETURN_IF_ERROR(journal_->Checkpoint(step, generation, dir, bytes, seconds));
   committed_.push_back(JournalCheckpoint{step, generation, dir});
   return OkStatus();
 }

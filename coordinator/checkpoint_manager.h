@@ -38,7 +38,10 @@ class CheckpointManager {
   // Journals a committed checkpoint and remembers it in committed(). The journal's error when it
   // could not be written (then it is not remembered either). `bytes`: the shard files' total
   // size, -1 when not known.
-  Status Record(int64_t step, uint64_t generation, const std::string& dir, int64_t bytes = -1);
+  // `bytes`, `seconds`: the shard files' size and the save time (the slowest rank's write plus
+  // the commit), -1 when not known.
+  Status Record(int64_t step, uint64_t generation, const std::string& dir, int64_t bytes = -1,
+                double seconds = -1);
 
   // A job resumed from disk: makes the newest committed checkpoint under `root` the latest and
   // returns it. kNotFound "no committed checkpoint under ROOT[: why]" when there is none or
@@ -68,6 +71,7 @@ class CheckpointManager {
     Layout layout;
     std::string root;
     bool failed = false;
+    double write_seconds = 0;  // the slowest rank's write so far
     std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
   };
   void Commit(const proto::CheckpointWritten& r, Pending& p);

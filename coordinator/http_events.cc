@@ -64,6 +64,7 @@ JournalEvent EventOf(const json& r) {
             {"generation", r.value("generation", uint64_t{0})},
             {"dir", r.value("dir", "")}};
     if (r.contains("bytes")) data["bytes"] = r.value("bytes", int64_t{0});
+    if (r.contains("seconds")) data["seconds"] = r.value("seconds", 0.0);
   } else if (t == "end") {
     e.type = "job_end";
     data = {{"outcome", r.value("outcome", "")}, {"reason", r.value("reason", "")}};

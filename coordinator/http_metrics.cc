@@ -188,6 +188,7 @@ void JournalEventMetrics::Add(const JournalEvent& e) {
     checkpoint_step_ = data.value("step", int64_t{-1});
     checkpoint_bytes_ = data.contains("bytes") ? data.value("bytes", int64_t{-1}) : -1;
     if (checkpoint_bytes_ > 0) checkpoint_bytes_total_ += checkpoint_bytes_;
+    checkpoint_seconds_ = data.contains("seconds") ? data.value("seconds", -1.0) : -1;
   } else {
     rolled_back_steps_ += std::max<int64_t>(0, data.value("rolled_back_steps", int64_t{0}));
   }
@@ -205,6 +206,10 @@ std::string JournalEventMetrics::Text() const {
   w.Gauge("elastra_checkpoint_bytes",
           "Bytes the ranks wrote for the newest committed checkpoint (-1: none or not known)",
           static_cast<double>(checkpoint_bytes_));
+  w.Gauge("elastra_checkpoint_save_seconds",
+          "Save time of the newest committed checkpoint: from the snapshot's start to the last "
+          "rank's shard durable, plus the commit (-1: none or not known)",
+          checkpoint_seconds_);
   w.Family("elastra_checkpoint_bytes_total", "counter",
            "Bytes the ranks wrote for every committed checkpoint since the job started");
   w.Sample("elastra_checkpoint_bytes_total", "", static_cast<double>(checkpoint_bytes_total_));

@@ -33,6 +33,7 @@ class JournalEventMetrics {
   int64_t checkpoint_step_ = -1;
   int64_t checkpoint_bytes_ = -1;    // of the newest committed checkpoint; -1 when not known
   int64_t checkpoint_bytes_total_ = 0;
+  double checkpoint_seconds_ = -1;
   int64_t rolled_back_steps_ = 0;
 };
 

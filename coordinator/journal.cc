@@ -548,9 +548,10 @@ Status Journal::RecordCommit(const JournalGeneration& g) {
 }
 
 Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
-                                 int64_t bytes) {
+                                 int64_t bytes, double seconds) {
   json r = {{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}};
   if (bytes >= 0) r["bytes"] = bytes;
+  if (seconds >= 0) r["seconds"] = seconds;
   return Append(Dump(r));
 }
 

@@ -177,9 +177,10 @@ class Journal {
   Status RecordChangeBegun(uint64_t target, ChangeKind kind,
                            const std::vector<JournalWorker>& workers);
   Status RecordCommit(const JournalGeneration& generation);
-  // `bytes`: the shard files' total size, -1 when not known (then not written).
+  // `bytes`: the shard files' total size; `seconds`: the save time (the slowest rank's write
+  // plus the commit). Each -1 when not known (then not written).
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
-                          int64_t bytes = -1);
+                          int64_t bytes = -1, double seconds = -1);
   Status RecordResize(const JournalResize& resize);
   Status RecordResizeEnd();
   // A resize (host empty) or drain (of `host`) the coordinator refused, and why: an event for

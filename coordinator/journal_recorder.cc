@@ -96,9 +96,9 @@ void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
 }
 
 Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
-                                   int64_t bytes) {
+                                   int64_t bytes, double seconds) {
   if (!journal_) return OkStatus();
-  return journal_->RecordCheckpoint(step, generation, dir, bytes);
+  return journal_->RecordCheckpoint(step, generation, dir, bytes, seconds);
 }
 
 }  // namespace elastra::coordinator

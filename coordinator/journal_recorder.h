@@ -45,7 +45,7 @@ class JournalRecorder {
   // The journal's error, not logged: a committed checkpoint that is not journaled is still
   // committed, and the caller decides what to say.
   Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
-                    int64_t bytes = -1);
+                    int64_t bytes = -1, double seconds = -1);
 
   // Logs a failed journal write (at most once a second).
   static void LogFailure(const Status& s);

@@ -54,7 +54,7 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
   wo.on_written = [reporting = reporting_, may_report = std::move(may_report),
                    send = std::move(send), ranks, layout, root,
                    rank](const checkpoint::CheckpointId& id,
-                         const StatusOr<checkpoint::ShardDescriptor>& d) {
+                         const StatusOr<checkpoint::ShardDescriptor>& d, double seconds) {
     if (!reporting->load() || !may_report()) {
       LOG(WARNING) << "checkpoint of step " << id.step << " (generation " << id.generation
                    << ") not reported: this worker is fenced (docs/hosts.md)";
@@ -68,6 +68,7 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
     report.layout = layout;
     report.root = root;
     report.ok = d.ok();
+    report.write_seconds = seconds;
     if (d.ok()) {
       report.descriptor = checkpoint::EncodeShardDescriptor(*d);
     } else {

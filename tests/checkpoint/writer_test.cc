@@ -91,7 +91,8 @@ TEST(CheckpointAsyncTest, SnapshotHoldsValuesWhileCallerMutates) {
   o.env = &env;
   o.root = root.str();
   o.reserve_bytes = 1 << 20;
-  o.on_written = [&](const CheckpointId& id, const StatusOr<ShardDescriptor>& d) {
+  o.on_written = [&](const CheckpointId& id, const StatusOr<ShardDescriptor>& d, double seconds) {
+    EXPECT_GE(seconds, 0.0);
     if (d.ok() && id.step == 7) written++;
   };
   auto w = CheckpointWriter::Create(o);

@@ -9,6 +9,9 @@
 #include <filesystem>
 
 #include "checkpoint/writer.h"
+#include "coordinator/http_events.h"
+#include "coordinator/journal.h"
+#include <nlohmann/json.hpp>
 
 namespace elastra::coordinator {
 namespace {
@@ -97,6 +100,33 @@ TEST_F(CheckpointManagerTest, CommitsWhenEveryRankReportedAndKeepsTheNewestK) {
   // A report of a step not newer than the latest is ignored.
   ASSERT_TRUE(m.OnWritten(Shard(0, 30)).ok());
   EXPECT_EQ(m.committed().size(), 3u);
+}
+
+// The save time journaled with a commit (GET /v1/events, elastra_checkpoint_save_seconds): the
+// slowest rank's write, as the ranks reported it, plus the commit's own time.
+TEST_F(CheckpointManagerTest, TheSaveTimeIsTheSlowestRankPlusTheCommit) {
+  const std::string path = root_ + "/journal.bin";
+  fs::create_directories(root_);
+  auto journal = Journal::Create(path);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  ASSERT_TRUE((*journal)->RecordJob("job", 2, 2).ok());  // a journal starts with its job
+  JournalRecorder recorder(&membership_);
+  recorder.Attach(std::move(journal).value());
+  CheckpointManager m("job", 2, &env_, &recorder);
+  auto fast = Shard(0, 10), slow = Shard(1, 10);
+  fast.write_seconds = 0.5;
+  slow.write_seconds = 2.25;
+  ASSERT_TRUE(m.OnWritten(slow).ok());
+  ASSERT_TRUE(m.OnWritten(fast).ok());
+  ASSERT_EQ(m.latest_step(), 10);
+  auto events = JournalEventReader(path, 0).ReadNew();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "checkpoint");
+  const auto data = nlohmann::json::parse(events[0].data);
+  ASSERT_TRUE(data.contains("seconds")) << events[0].data;
+  const double seconds = data["seconds"].get<double>();
+  EXPECT_GE(seconds, 2.25);  // not the faster rank's, nor a sum of both
+  EXPECT_LT(seconds, 2.75);  // 2.25 plus one small commit on a local disk
 }
 
 TEST_F(CheckpointManagerTest, ABadReportIsRefusedAndAFailedRankCommitsNothing) {

@@ -59,7 +59,8 @@ TEST_F(JournalEventMetricsTest, NothingYetIsZeroesAndUnknowns) {
        {"# TYPE elastra_events_total counter\n", "elastra_events_total{type=\"host_lost\"} 0\n",
         "# TYPE elastra_rolled_back_steps_total counter\n", "elastra_rolled_back_steps_total 0\n",
         "# TYPE elastra_checkpoint_bytes gauge\n", "elastra_checkpoint_bytes -1\n",
-        "elastra_checkpoint_bytes_total 0\n", "elastra_last_checkpoint_step -1\n"}) {
+        "elastra_checkpoint_bytes_total 0\n", "elastra_last_checkpoint_step -1\n",
+        "# TYPE elastra_checkpoint_save_seconds gauge\n", "elastra_checkpoint_save_seconds -1\n"}) {
     EXPECT_TRUE(Has(text, line)) << line << " in\n" << text;
   }
 }
@@ -120,10 +121,11 @@ TEST_F(JournalEventMetricsTest, RecoveriesAddTheStepsTheyRolledBack) {
 
 TEST_F(JournalEventMetricsTest, CheckpointBytesOfTheNewestAndInAll) {
   Commit(1, proto::GenerationReason::kStart, -1, -1);
-  ASSERT_TRUE(journal_->RecordCheckpoint(10, 1, "/ckpt/10", 4096).ok());
+  ASSERT_TRUE(journal_->RecordCheckpoint(10, 1, "/ckpt/10", 4096, 1.5).ok());
   JournalEventMetrics metrics;
   for (const auto& e : Events()) metrics.Add(e);
   EXPECT_TRUE(Has(metrics.Text(), "elastra_checkpoint_bytes 4096\n")) << metrics.Text();
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_checkpoint_save_seconds 1.5\n")) << metrics.Text();
   EXPECT_TRUE(Has(metrics.Text(), "elastra_last_checkpoint_step 10\n"));
 
   ASSERT_TRUE(journal_->RecordCheckpoint(20, 1, "/ckpt/20", 6000).ok());
@@ -139,6 +141,7 @@ TEST_F(JournalEventMetricsTest, CheckpointBytesOfTheNewestAndInAll) {
   EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes_total 10096\n")) << again.Text();
   again.Add(events[3]);
   EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes -1\n")) << again.Text();
+  EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_save_seconds -1\n")) << again.Text();
   EXPECT_TRUE(Has(again.Text(), "elastra_checkpoint_bytes_total 10096\n"));
   EXPECT_TRUE(Has(again.Text(), "elastra_last_checkpoint_step 30\n"));
 }
