@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -151,7 +153,12 @@ TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
+  const std::string ckpt = "/tmp/elastra_http_ckpt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(ckpt);
+  std::vector<std::string> with_checkpoints = args;
+  with_checkpoints.insert(with_checkpoints.end(),
+                          {"--checkpoint-dir", ckpt, "--checkpoint-every", "10"});
+  Job job(2, with_checkpoints, {}, {"--http", "127.0.0.1:0"});
   ASSERT_TRUE(job.WaitForStep(5, seconds(90))) << LauncherLog(job);
   auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
   ASSERT_TRUE(info.ok()) << info.status();
@@ -159,6 +166,24 @@ TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
   httplib::Client http(info->http);
   http.set_read_timeout(60, 0);
   const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+  // A committed checkpoint brings its save time and bytes to /metrics.
+  std::string committed;
+  const auto committed_by = std::chrono::steady_clock::now() + seconds(90);
+  do {
+    auto r = http.Get("/metrics", as_reader);
+    ASSERT_TRUE(r);
+    if (r->body.find("\nelastra_last_checkpoint_step -1\n") == std::string::npos) {
+      committed = r->body;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a poll
+  } while (std::chrono::steady_clock::now() < committed_by);
+  ASSERT_FALSE(committed.empty()) << "no checkpoint committed\n" << LauncherLog(job);
+  const size_t at = committed.find("\nelastra_checkpoint_save_seconds ");
+  ASSERT_NE(at, std::string::npos) << committed;
+  const double save_seconds = std::stod(committed.substr(at + 33));
+  EXPECT_GT(save_seconds, 0) << committed;
+  EXPECT_EQ(committed.find("\nelastra_checkpoint_bytes -1\n"), std::string::npos) << committed;
   json training;
   const auto deadline = std::chrono::steady_clock::now() + seconds(90);
   do {
@@ -198,6 +223,7 @@ TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
   std::ofstream(exposition) << metrics->body;
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  std::filesystem::remove_all(ckpt);
   ExpectStoppedRunMatchesReference(job, args);
 
   if (RunShell("command -v promtool").exit_code != 0) {
