@@ -1,8 +1,29 @@
 #include "collectives/kv_store.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace elastra {
+
+StatusOr<std::vector<std::string>> KeyValueStore::SetAndGet(
+    const std::vector<std::pair<std::string, std::string>>& sets,
+    const std::vector<std::string>& gets, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const auto& [key, value] : sets) ELASTRA_RETURN_IF_ERROR(Set(key, value));
+  std::vector<std::string> values;
+  if (gets.empty()) return values;
+  ELASTRA_RETURN_IF_ERROR(Wait(gets, timeout));
+  values.reserve(gets.size());
+  for (const std::string& key : gets) {
+    // The keys exist: a get returns at once (the bound only matters to a misbehaving store).
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    StatusOr<std::string> value = Get(key, std::max(left, std::chrono::milliseconds(1)));
+    if (!value.ok()) return value.status();
+    values.push_back(std::move(value).value());
+  }
+  return values;
+}
 
 Status InMemoryKeyValueStore::Set(const std::string& key, const std::string& value) {
   {

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "elastra/status.h"
@@ -24,6 +25,13 @@ class KeyValueStore {
   virtual Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Adds `delta` to the integer at `key` (0 when absent) and returns the new value.
   virtual StatusOr<int64_t> Add(const std::string& key, int64_t delta) = 0;
+  // Sets every (key, value) of `sets`, then blocks until every key of `gets` exists and returns
+  // their values in the order of `gets`; kTimedOut after `timeout`. A communicator's rendezvous in
+  // one call: this default is a Set per key, a Wait, and a Get per key; the coordinator's store
+  // does it in one round trip (KvSetAndGet). Calling it again with the same sets is harmless.
+  virtual StatusOr<std::vector<std::string>> SetAndGet(
+      const std::vector<std::pair<std::string, std::string>>& sets,
+      const std::vector<std::string>& gets, std::chrono::milliseconds timeout);
 };
 
 // A store in this process's memory, for tests that run ranks as threads.

@@ -21,6 +21,8 @@ bool IsKnownType(uint16_t type) {
     case MessageType::kKvWait:
     case MessageType::kKvAdd:
     case MessageType::kKvReply:
+    case MessageType::kKvSetAndGet:
+    case MessageType::kKvValues:
     case MessageType::kResize:
     case MessageType::kResizeReply:
     case MessageType::kStatusRequest:
@@ -56,6 +58,8 @@ const char* TypeName(MessageType type) {
     case MessageType::kKvWait: return "KvWait";
     case MessageType::kKvAdd: return "KvAdd";
     case MessageType::kKvReply: return "KvReply";
+    case MessageType::kKvSetAndGet: return "KvSetAndGet";
+    case MessageType::kKvValues: return "KvValues";
     case MessageType::kResize: return "Resize";
     case MessageType::kResizeReply: return "ResizeReply";
     case MessageType::kStatusRequest: return "StatusRequest";

@@ -170,6 +170,9 @@ enum class MessageType : uint16_t {
   kKvWait = 32,  // KvWaitRequest -> KvReply (blocks until all keys exist or timeout)
   kKvAdd = 33,   // KvAddRequest -> KvReply (number = new value)
   kKvReply = 34,
+  kKvSetAndGet = 35,  // KvSetAndGetRequest -> KvValuesReply (sets, then blocks until every get
+                      // key exists or timeout): a communicator's whole rendezvous in one request
+  kKvValues = 36,
 
   // Admin (admin key only for kResize).
   kResize = 40,         // ResizeRequest -> ResizeReply (phase accepted, then done, if wait)
@@ -403,6 +406,19 @@ struct KvReply {
   std::string value;   // for get
   int64_t number = 0;  // for add
   template <class A> void serialize(A& ar) { ar(value, number); }
+};
+
+struct KvSetAndGetRequest {
+  std::vector<std::string> set_keys;    // set first, in order
+  std::vector<std::string> set_values;  // as many as set_keys
+  std::vector<std::string> get_keys;    // then answered with their values once all exist
+  int64_t timeout_ms = 0;
+  template <class A> void serialize(A& ar) { ar(set_keys, set_values, get_keys, timeout_ms); }
+};
+
+struct KvValuesReply {
+  std::vector<std::string> values;  // of KvSetAndGetRequest::get_keys, in order
+  template <class A> void serialize(A& ar) { ar(values); }
 };
 
 struct ResizeRequest {

@@ -126,6 +126,7 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
     case T::kKvGet:
     case T::kKvWait:
     case T::kKvAdd:
+    case T::kKvSetAndGet:
       kv_.Handle(identity, e);
       break;
     case T::kStatusRequest: {

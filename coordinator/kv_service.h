@@ -1,8 +1,8 @@
 // KvService: the rendezvous key-value service of the control protocol (docs/protocol.md). It
-// answers KvSet, KvGet, KvWait and KvAdd over a KvStore, parks a get or wait whose keys are not
-// there yet until they are set or its deadline passes (at most an hour), and drops the keys of old
-// generations when a generation commits. Time comes from the injected Clock. Thread-compatible:
-// the core's loop owns it, like every manager.
+// answers KvSet, KvGet, KvWait, KvAdd and KvSetAndGet over a KvStore, parks a get or wait whose
+// keys are not there yet until they are set or its deadline passes (at most an hour), and drops
+// the keys of old generations when a generation commits. Time comes from the injected Clock.
+// Thread-compatible: the core's loop owns it, like every manager.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +35,9 @@ class KvService {
   const KvStore& store() const { return store_; }
 
  private:
-  // Parks a get or wait for `keys`; kTimedOut at once when `timeout_ms` <= 0.
+  // Parks a get, get of many or wait for `keys`; kTimedOut at once when `timeout_ms` <= 0.
   void Block(const std::string& identity, const proto::Envelope& e, std::vector<std::string> keys,
-             int64_t timeout_ms, bool is_get);
+             int64_t timeout_ms, bool is_get, bool is_get_many = false);
   void Answer(std::vector<KvStore::Completion>& done);
 
   Outbox* outbox_;

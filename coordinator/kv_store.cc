@@ -79,6 +79,9 @@ void KvStore::Complete(std::vector<Completion>* done) {
     Completion c;
     c.waiter = std::move(*it);
     if (c.waiter.is_get && !c.waiter.keys.empty()) c.value = data_[c.waiter.keys[0]];
+    if (c.waiter.is_get_many) {
+      for (const auto& k : c.waiter.keys) c.values.push_back(data_[k]);
+    }
     if (done != nullptr) done->push_back(std::move(c));
     it = waiters_.erase(it);
   }

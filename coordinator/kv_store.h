@@ -24,12 +24,14 @@ class KvStore {
     uint64_t request_id = 0;
     std::vector<std::string> keys;  // all must exist
     bool is_get = false;            // answer with the value of keys[0]
+    bool is_get_many = false;       // answer with the values of every key, in order
     TimePoint deadline{};
   };
   struct Completion {
     Waiter waiter;
     Status status;      // OK, or kTimedOut
     std::string value;  // for a get
+    std::vector<std::string> values;  // for a get of many
   };
 
   // Bounds against a hostile or buggy client: total bytes stored and waiters pending.

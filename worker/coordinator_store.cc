@@ -59,6 +59,31 @@ Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
       .status();
 }
 
+StatusOr<std::vector<std::string>> CoordinatorStore::SetAndGet(
+    const std::vector<std::pair<std::string, std::string>>& sets,
+    const std::vector<std::string>& gets, std::chrono::milliseconds timeout) {
+  proto::KvSetAndGetRequest req;
+  for (const auto& [key, value] : sets) {
+    req.set_keys.push_back(key);
+    req.set_values.push_back(value);
+  }
+  req.get_keys = gets;
+  return Sliced<std::vector<std::string>>(
+      timeout, kSlice, cancelled_, "rendezvous set-and-get",
+      [&](std::chrono::milliseconds slice) -> StatusOr<std::vector<std::string>> {
+        req.timeout_ms = slice.count();
+        auto reply = client_->Call<proto::KvValuesReply>(MessageType::kKvSetAndGet, req,
+                                                         slice + kSlack);
+        if (!reply.ok()) return reply.status();
+        if (reply->values.size() != gets.size()) {
+          return ProtocolMismatchError("KvSetAndGet: " + std::to_string(gets.size()) +
+                                       " keys asked, " + std::to_string(reply->values.size()) +
+                                       " values");
+        }
+        return std::move(reply->values);
+      });
+}
+
 StatusOr<int64_t> CoordinatorStore::Add(const std::string& key, int64_t delta) {
   proto::KvAddRequest req{key, delta};
   auto reply = client_->Call<proto::KvReply>(MessageType::kKvAdd, req, kSlack * 5);

@@ -22,6 +22,10 @@ class CoordinatorStore : public KeyValueStore {
   StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   StatusOr<int64_t> Add(const std::string& key, int64_t delta) override;
+  // One KvSetAndGet per slice (the sets travel with each: setting them again is harmless).
+  StatusOr<std::vector<std::string>> SetAndGet(
+      const std::vector<std::pair<std::string, std::string>>& sets,
+      const std::vector<std::string>& gets, std::chrono::milliseconds timeout) override;
 
  private:
   // Slack for the round trip on top of the coordinator-side timeout.

@@ -24,7 +24,8 @@ proto::MessageType FrameType(const std::string& frame) {
 
 bool IsKvRequest(proto::MessageType type) {
   return type == MessageType::kKvSet || type == MessageType::kKvGet ||
-         type == MessageType::kKvWait || type == MessageType::kKvAdd;
+         type == MessageType::kKvWait || type == MessageType::kKvAdd ||
+         type == MessageType::kKvSetAndGet;
 }
 
 int64_t ThreadCpuNanos() {
@@ -366,7 +367,7 @@ void SimCoordinator::Emit(std::vector<Outgoing> out, SimTime at, bool kv, double
     Client& c = clients_[client];
     const size_t size = frame->size();
     const MessageType type = FrameType(*frame);
-    const bool kv_reply = type == MessageType::kKvReply ||
+    const bool kv_reply = type == MessageType::kKvReply || type == MessageType::kKvValues ||
                           (type == MessageType::kError && c.pending_weight != 1);
     if (kv || kv_reply) {
       const double w = kv_reply ? c.pending_weight : weight;

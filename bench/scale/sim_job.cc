@@ -12,9 +12,22 @@ using proto::MessageType;
 
 namespace {
 
-// gloo's tcp::Address::bytes(): a sockaddr_storage and a sequence number (gloo/transport/tcp/
-// address.h), one per peer in a rank's rendezvous key.
-constexpr size_t kGlooAddressBytes = 136;
+// A rank's address for one pair in the rendezvous (gloo_mesh.cc Compact: gloo's 136-byte
+// tcp::Address without its zeros).
+constexpr size_t kGlooAddressBytes = 39;
+
+// collectives/gloo/gloo_mesh.h BuildPeers: {rank +- 2^k mod size : 2^k < size}, ascending.
+std::vector<int> BuildPeers(int rank, int size) {
+  std::vector<int> peers;
+  for (int64_t d = 1; d < size; d <<= 1) {
+    peers.push_back(static_cast<int>((rank + d) % size));
+    peers.push_back(static_cast<int>(((rank - d) % size + size) % size));
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  std::erase(peers, rank);
+  return peers;
+}
 // CoordinatorStore's slice of a blocking get or wait (worker/coordinator_store.h).
 constexpr int64_t kKvSliceMs = 200;
 // ReconfigurationLoop::Join waits this long for the JoinReply, then the worker gives up.
@@ -222,6 +235,7 @@ void SimJob::OnWorkerFrame(int w, const Frame& frame) {
       return;
     }
     case MessageType::kKvReply:
+    case MessageType::kKvValues:
       OnKvReply(w, *e);
       return;
     case MessageType::kPauseRequest: {
@@ -409,8 +423,13 @@ void SimJob::Enter(int w, Build& b) {
     // Its own two keys, for real; what it would read is the sampled ranks' part.
     ++b.setters;
     x.ops = RendezvousOps(b, x.rank);
-    std::erase_if(x.ops, [](const KvOp& op) { return op.type != MessageType::kKvSet; });
-    for (auto& op : x.ops) op.weight = 1;
+    std::erase_if(x.ops, [](const KvOp& op) {
+      return op.type != MessageType::kKvSet && op.type != MessageType::kKvSetAndGet;
+    });
+    for (auto& op : x.ops) {
+      op.weight = 1;
+      op.get_keys.clear();
+    }
     x.op = 0;
     RunOp(w);
   } else {
@@ -420,37 +439,42 @@ void SimJob::Enter(int w, Build& b) {
 }
 
 std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const {
-  // CreateGlooCommunicator(prefix "g<G>/world/") -> PrefixStore(prefix) -> GlooStore ->
-  // CoordinatorStore: gloo's keys become "g<G>/world//<key>".
+  // CreateGlooCommunicator(prefix "g<G>/world/") -> MeshContext::Build: one KvSetAndGet that sets
+  // "g<G>/world/pair/<rank>/<peer>" for each build peer and reads "pair/<peer>/<rank>" of each.
+  // The sampled ranks read only what sampled ranks set: the build peers of this rank's place in
+  // the sample (each set too), padded with its own keys to its true number of reads.
   const int world = static_cast<int>(b.ng->members.size());
   const double s = static_cast<double>(b.sample.size());
   const double n = world;
   const double per_rank = model_.every_rank_sets ? 1 : n / s;
-  const double pairs = s > 1 ? n * (n - 1) / (s * (s - 1)) : 0;
-  const std::string prefix = b.ng->kv_prefix + "world//";
+  const std::string prefix = b.ng->kv_prefix + "world/pair/";
+  auto key = [&](int from, int to) {
+    return prefix + std::to_string(from) + "/" + std::to_string(to);
+  };
   std::vector<KvOp> ops;
-  // Context::connectFullMesh: this rank's hostname, then every lower rank's (its local rank).
-  ops.push_back({MessageType::kKvSet, prefix + "rank_" + std::to_string(rank), 0,
-                 HostName(workers_[b.members[rank] >= 0 ? b.members[rank] : 0].host), per_rank});
-  for (int i : b.sample) {
-    if (i >= rank) break;
-    ops.push_back({MessageType::kKvGet, prefix + "rank_" + std::to_string(i), 0, "", pairs});
+  KvOp op{MessageType::kKvSetAndGet, "", kGlooAddressBytes, "", per_rank};
+  const std::vector<int> peers = BuildPeers(rank, world);
+  for (int p : peers) op.set_keys.push_back(key(rank, p));
+  const auto at = std::lower_bound(b.sample.begin(), b.sample.end(), rank);
+  if (at != b.sample.end() && *at == rank) {
+    const int i = static_cast<int>(at - b.sample.begin());
+    for (int j : BuildPeers(i, static_cast<int>(b.sample.size()))) {
+      const int q = b.sample[j];
+      if (!std::binary_search(peers.begin(), peers.end(), q)) op.set_keys.push_back(key(rank, q));
+      op.get_keys.push_back(key(q, rank));
+    }
   }
-  // Its pairs' addresses, one key; then for every other rank a wait and a read of that rank's key.
-  ops.push_back({MessageType::kKvSet, prefix + std::to_string(rank),
-                 kGlooAddressBytes * static_cast<size_t>(world - 1), "", per_rank});
-  for (int i : b.sample) {
-    if (i == rank) continue;
-    ops.push_back({MessageType::kKvWait, prefix + std::to_string(i), 0, "", pairs});
-    ops.push_back({MessageType::kKvGet, prefix + std::to_string(i), 0, "", pairs});
+  for (size_t k = 0; op.get_keys.size() < peers.size() && k < peers.size(); ++k) {
+    op.get_keys.push_back(key(rank, peers[k]));
   }
+  ops.push_back(std::move(op));
   // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
   if (model_.nccl && b.fresh_nccl) {
-    const std::string key = b.ng->kv_prefix + "nccl/world/nccl_id";
+    const std::string nccl_key = b.ng->kv_prefix + "nccl/world/nccl_id";
     if (rank == 0) {
-      ops.push_back({MessageType::kKvSet, key, 0, std::string(256, 'a'), 1});
+      ops.push_back({MessageType::kKvSet, nccl_key, 0, std::string(256, 'a'), 1});
     } else {
-      ops.push_back({MessageType::kKvGet, key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
+      ops.push_back({MessageType::kKvGet, nccl_key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
     }
   }
   return ops;
@@ -473,6 +497,15 @@ void SimJob::RunOp(int w) {
     case MessageType::kKvWait:
       SendFrom(w, op.type, proto::KvWaitRequest{{op.key}, kKvSliceMs}, x.op_request, op.weight);
       break;
+    case MessageType::kKvSetAndGet: {
+      proto::KvSetAndGetRequest req;
+      req.set_keys = op.set_keys;
+      req.set_values.assign(op.set_keys.size(), std::string(op.value_bytes, '\x01'));
+      req.get_keys = op.get_keys;
+      req.timeout_ms = kKvSliceMs;
+      SendFrom(w, op.type, req, x.op_request, op.weight);
+      break;
+    }
     default:
       break;
   }
@@ -514,13 +547,11 @@ void SimJob::MaybeFinishRendezvous(Build& b) {
     return;
   }
   b.done = true;
-  // What the sampled ranks did not send: every rank's remaining requests, one round trip each.
-  const double n = world, s = static_cast<double>(b.sample.size());
-  const double nccl = model_.nccl && b.fresh_nccl ? 1 : 0;
-  const double full_ops = 2 + (n - 1) / 2 + 2 * (n - 1) + nccl;
-  const double sampled_ops = 2 + (s - 1) / 2 + 2 * (s - 1) + nccl;
-  const SimTime chain = static_cast<SimTime>((full_ops - sampled_ops) * model_.kv_round_trip_us);
-  const SimTime connect = model_.connect_us_per_peer * (world - 1);
+  // What the sampled ranks did not send: nothing, since every rank's rendezvous is one
+  // KvSetAndGet (and the NCCL id's set or get), sampled or not. Then its build pairs connect.
+  const SimTime chain = 0;
+  const SimTime connect =
+      model_.connect_us_per_peer * static_cast<SimTime>(BuildPeers(0, world).size());
   const SimTime nccl_us = !model_.nccl ? 0 : b.fresh_nccl ? model_.nccl_init_us : model_.nccl_shrink_us;
   const SimTime transfer = b.transfer ? model_.transfer_us : 0;
   for (int w : b.waiting) {
@@ -558,8 +589,13 @@ void SimJob::Ready(int w, uint64_t generation, double rebuild_ms, double transfe
 
 SimTime SimJob::AgreementUs(int world) const {
   // The per-step pause agreement, an 8-byte allreduce on the Gloo control world: a direct
-  // exchange up to 16 ranks, else a ring of 2(N-1) steps (docs/collectives.md).
-  return world <= 16 ? 2 * model_.hop_us : 2 * static_cast<SimTime>(world - 1) * model_.hop_us;
+  // exchange up to 5 ranks, else recursive doubling: ceil(log2 N) rounds, two more when N is not
+  // a power of two (docs/collectives.md).
+  if (world <= 5) return 2 * model_.hop_us;
+  int rounds = 0;
+  while ((1 << rounds) < world) ++rounds;
+  if ((world & (world - 1)) != 0) rounds += 1;  // floor(log2 N) rounds plus fold and unfold
+  return static_cast<SimTime>(rounds) * model_.hop_us;
 }
 
 void SimJob::StartTraining(Build& b) {

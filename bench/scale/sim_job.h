@@ -6,11 +6,11 @@
 //            PausedReport(failed) the moment a RecoverRequest lands (the I/O thread), a
 //            FailureReport from the ranks whose collective broke, exit on Shutdown;
 //            worker/generation_builder.cc + group_building.cc: on NewGeneration, the Gloo world's
-//            rendezvous on the coordinator's key-value store (gloo 0.0~git20220518's
-//            connectFullMesh: a hostname key per rank, every lower rank's hostname read, a key of
-//            N-1 addresses of 136 bytes per rank, then a wait and a read of every other rank's
-//            key), NCCL's unique id when NCCL starts afresh, then GenerationReady; leave = true:
-//            exit 0.
+//            rendezvous on the coordinator's key-value store (collectives/gloo/gloo_mesh.h: one
+//            KvSetAndGet per rank, setting its compact address, 39 bytes, for each of its
+//            build peers r +- 2^k mod N and reading each peer's for it, then connecting those
+//            2 ceil(log2 N) pairs), NCCL's unique id when NCCL starts afresh, then
+//            GenerationReady; leave = true: exit 0.
 //   agent    launch/run.cc: AgentRegister at start and every 2 s, ProcessExited for each exit,
 //            starting workers on SpawnRequest.
 //   admin    ResizeRequest{wait = true} and its two replies.
@@ -41,7 +41,7 @@ struct JobModel {
   int commit_every = 10;          // WorkerOptions::commit_every
   SimTime commit_us = 100 * kMs;  // the in-memory commit before a PausedReport
   SimTime hop_us = 35;            // one message of the Gloo control world (the step agreement)
-  SimTime connect_us_per_peer = 20;  // Gloo full mesh: one pair connected, per peer, per rank
+  SimTime connect_us_per_peer = 20;  // Gloo: one pair connected, per build peer, per rank
   SimTime nccl_init_us = 1 * kSec;   // a fresh NCCL world (beyond its unique-id exchange)
   SimTime nccl_shrink_us = 200 * kMs;  // ncclCommShrink / Split of the previous world
   SimTime transfer_us = 2 * kSec;  // the state reaching members that hold none (a grow)
@@ -103,6 +103,8 @@ class SimJob {
     size_t value_bytes = 0;
     std::string value;  // when not value_bytes of zeros
     double weight = 1;
+    // kKvSetAndGet: the keys set (each with value_bytes) and the keys read.
+    std::vector<std::string> set_keys, get_keys;
   };
   struct Worker {
     int index = 0;

@@ -75,6 +75,54 @@ void DirectAllreduce(Call& call, uint64_t slot, void* data, size_t count, DataTy
   for (int p = 1; p < n; ++p) ReduceInto(type, op, data, parts.data() + p * bytes, count);
 }
 
+void RecursiveDoublingAllreduce(Call& call, uint64_t slot, void* data, size_t count,
+                                DataType type, ReduceOp op) {
+  const int n = call.size();
+  const int rank = call.rank();
+  if (n == 1) return;
+  const size_t bytes = count * DataTypeSize(type);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  auto* mine = call.NewBuffer(data, bytes);
+  if (rank >= p) {
+    // Folded: rank - p reduces our part in, and sends back the result.
+    mine->send(rank - p, slot);
+    call.WaitSend(mine);
+    mine->recv(rank - p, slot);
+    call.WaitRecv(mine);
+    return;
+  }
+  std::vector<char> incoming(bytes);
+  auto* in = call.NewBuffer(incoming.data(), bytes);
+  // acc = op(lower rank's part, higher rank's part), the same on both sides of a pair.
+  auto combine = [&](bool mine_is_lower) {
+    if (mine_is_lower) {
+      ReduceInto(type, op, data, incoming.data(), count);
+    } else {
+      ReduceInto(type, op, incoming.data(), data, count);
+      std::memcpy(data, incoming.data(), bytes);
+    }
+  };
+  const bool has_folded = rank + p < n;
+  if (has_folded) {
+    in->recv(rank + p, slot);
+    call.WaitRecv(in);
+    combine(true);
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int partner = rank ^ mask;
+    in->recv(partner, slot);
+    mine->send(partner, slot);
+    call.WaitRecv(in);
+    call.WaitSend(mine);
+    combine(rank < partner);
+  }
+  if (has_folded) {
+    mine->send(rank + p, slot);
+    call.WaitSend(mine);
+  }
+}
+
 void RingReduceScatter(Call& call, uint64_t slot, void* data, const std::vector<size_t>& begin,
                        DataType type, ReduceOp op) {
   const int n = call.size();

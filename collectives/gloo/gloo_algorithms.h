@@ -26,6 +26,15 @@ void ReduceInto(DataType type, ReduceOp op, void* acc, const void* x, size_t cou
 void DirectAllreduce(Call& call, uint64_t slot, void* data, size_t count, DataType type,
                      ReduceOp op);
 
+// Recursive doubling (Thakur, Rabenseifner and Gropp 2005) for small buffers: with p the largest
+// power of two <= n, ranks p..n-1 first fold their part into rank r - p and get the result back
+// at the end; ranks below p exchange and reduce with rank r XOR 2^k in round k. ceil(log2 n)
+// latency steps (two more when n is not a power of two), one message sent per rank per step, and
+// every partner is r +- 2^k (a build pair of gloo_mesh.h). Each pair reduces in one canonical order
+// (the lower rank's part first), so every rank ends with the same bits even for NaN under max.
+void RecursiveDoublingAllreduce(Call& call, uint64_t slot, void* data, size_t count,
+                                DataType type, ReduceOp op);
+
 // Ring reduce-scatter over blocks of `data`: block b is elements [begin[b], begin[b + 1]) (n + 1
 // entries; blocks may be empty). n - 1 steps, each a send of one block to the right neighbour and
 // a receive from the left one, reduced into place; rank r ends holding the full reduction of

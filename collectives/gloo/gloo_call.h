@@ -66,6 +66,7 @@ class Call {
 
   int rank() const { return context_.rank; }
   int size() const { return context_.size; }
+  Clock::time_point deadline() const { return deadline_; }
 
   // A buffer over `bytes` bytes at `ptr`, owned by the call and registered with its WaitSet.
   // `ptr` may be null when `bytes` is 0 (a message that carries only its arrival).

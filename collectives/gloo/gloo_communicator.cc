@@ -33,15 +33,13 @@
 #include <thread>
 #include <vector>
 
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
 #include "collectives/gloo/gloo_algorithms.h"
 #include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_errors.h"
-#include "collectives/gloo/gloo_store.h"
+#include "collectives/gloo/gloo_mesh.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -53,10 +51,12 @@ using Clock = std::chrono::steady_clock;
 // Collectives: slot (0x41, n) for the n-th collective call; all ranks call them in one order.
 constexpr uint8_t kPointToPointSlotPrefix = 0x40;
 constexpr uint8_t kCollectiveSlotPrefix = 0x41;
-// Allreduces of at most this many bytes per rank, in groups of at most kDirectAllreduceRanks,
-// take DirectAllreduce (one round, latency-bound); the rest the ring (bandwidth-optimal).
-constexpr size_t kDirectAllreduceBytes = 64u << 10;
-constexpr int kDirectAllreduceRanks = 16;
+// Allreduces of at most this many bytes per rank are latency-bound: DirectAllreduce (one round)
+// in groups of at most kDirectAllreduceRanks, where every pair is a build pair anyway
+// (BuildPeers holds all others up to 5 ranks), else RecursiveDoublingAllreduce (ceil(log2 n)
+// rounds over build pairs). Larger ones take the ring (bandwidth-optimal).
+constexpr size_t kSmallAllreduceBytes = 64u << 10;
+constexpr int kDirectAllreduceRanks = 5;
 // Pairs closed at once when a broken communicator closes its connections (see ClosePairs).
 constexpr int kClosingThreads = 16;
 
@@ -125,7 +125,7 @@ bool ValidOp(ReduceOp op) {
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Context> context,
+  GlooCommunicator(const GlooOptions& options, std::shared_ptr<MeshContext> context,
                    std::shared_ptr<gloo::transport::Device> device)
       : rank_(options.rank),
         size_(options.size),
@@ -162,9 +162,13 @@ class GlooCommunicator : public Communicator {
       return OkStatus();
     }
     const size_t elem = DataTypeSize(type);
-    if (count * elem <= kDirectAllreduceBytes && size_ <= kDirectAllreduceRanks) {
+    if (count * elem <= kSmallAllreduceBytes) {
       return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
-        DirectAllreduce(call, slot, data, count, type, op);
+        if (size_ <= kDirectAllreduceRanks) {
+          DirectAllreduce(call, slot, data, count, type, op);
+        } else {
+          RecursiveDoublingAllreduce(call, slot, data, count, type, op);
+        }
       });
     }
     // Blocks of count / n elements (some empty when count < n: empty messages).
@@ -240,6 +244,7 @@ class GlooCommunicator : public Communicator {
   Status Send(const void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Send", data, bytes, peer, timeout));
     return Run("Send", timeout, [&](Call& call) {
+      context_->EnsurePairs({peer}, call.deadline());
       auto* buf = call.NewBuffer(const_cast<void*>(data), bytes);
       buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
       call.WaitSend(buf);
@@ -249,6 +254,7 @@ class GlooCommunicator : public Communicator {
   Status Recv(void* data, size_t bytes, int peer, uint32_t tag, Timeout timeout) override {
     ELASTRA_RETURN_IF_ERROR(CheckPointToPoint("Recv", data, bytes, peer, timeout));
     return Run("Recv", timeout, [&](Call& call) {
+      context_->EnsurePairs({peer}, call.deadline());
       auto* buf = call.NewBuffer(data, bytes);
       buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
       call.WaitRecv(buf);
@@ -267,6 +273,11 @@ class GlooCommunicator : public Communicator {
     }
     if (!any) return BrokenStatus();
     return Run("Exchange", timeout, [&](Call& call) {
+      std::vector<int> peers;
+      for (const PointToPoint& op : ops) {
+        if (op.bytes > 0) peers.push_back(op.peer);
+      }
+      context_->EnsurePairs(peers, call.deadline());
       PostAll(call, gloo::Slot::build(kPointToPointSlotPrefix, tag), ops);
     });
   }
@@ -280,10 +291,12 @@ class GlooCommunicator : public Communicator {
       ++in_flight_;  // inside too while it works: the destructor waits for it
     }
     waits_.Interrupt();
+    context_->InterruptConnects();
     Leave();
   }
 
   int waits_in_flight() const { return waits_.waits_in_flight(); }
+  int connected_pairs() const { return context_->connected_pairs(); }
 
  private:
   Status BrokenStatus() {
@@ -360,6 +373,7 @@ class GlooCommunicator : public Communicator {
     if (first_error) {
       LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
       waits_.Interrupt();
+      context_->InterruptConnects();
     }
     Leave();  // the last touch of `this`: the destructor may run right after
     return result;
@@ -389,27 +403,31 @@ class GlooCommunicator : public Communicator {
   // up to 10 ms when idle). Closes on several threads share the ticks; one after another
   // (gloo::Context::closeConnections) they took up to 10 ms per peer.
   void ClosePairs() {
-    const int stride = std::max(1, std::min(size_ - 1, kClosingThreads));
+    std::vector<gloo::transport::Pair*> pairs;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (gloo::transport::Pair* pair = context_->getPair(peer).get()) pairs.push_back(pair);
+    }
+    const int stride =
+        std::max(1, std::min(static_cast<int>(pairs.size()), kClosingThreads));
     std::vector<std::thread> closers;
     for (int first = 1; first < stride; ++first) {
       try {
-        closers.emplace_back([this, first, stride] { ClosePairsFrom(first, stride); });
+        closers.emplace_back([&pairs, first, stride] { ClosePairsFrom(pairs, first, stride); });
       } catch (const std::system_error& e) {
         LOG(WARNING) << "gloo " << prefix_ << ": closing the rest on this thread: " << e.what();
         break;
       }
     }
-    ClosePairsFrom(0, stride);
+    ClosePairsFrom(pairs, 0, stride);
     for (std::thread& t : closers) t.join();
     context_->closeConnections();  // pairs of threads that did not start; closed ones: no-op
   }
 
-  // Closes the pairs to the i-th other rank for i = first, first + stride, ...
-  void ClosePairsFrom(int first, int stride) {
-    for (int i = first; i < size_ - 1; i += stride) {
-      std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i < rank_ ? i : i + 1);
-      if (pair) pair->close();
-    }
+  // Closes pairs[i] for i = first, first + stride, ...
+  static void ClosePairsFrom(const std::vector<gloo::transport::Pair*>& pairs, int first,
+                             int stride) {
+    for (size_t i = first; i < pairs.size(); i += stride) pairs[i]->close();
   }
 
   const int rank_;
@@ -417,7 +435,7 @@ class GlooCommunicator : public Communicator {
   const Timeout timeout_;
   const std::string prefix_;
   std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::shared_ptr<MeshContext> context_;
   WaitSet waits_;
 
   std::mutex mu_;
@@ -436,6 +454,11 @@ int GlooWaitsInFlightForTesting(const Communicator& comm) {
   return gloo == nullptr ? -1 : gloo->waits_in_flight();
 }
 
+int GlooConnectedPairs(const Communicator& comm) {
+  const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
+  return gloo == nullptr ? -1 : gloo->connected_pairs();
+}
+
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options) {
   if (options.store == nullptr) return InvalidArgumentError("CreateGlooCommunicator: no store");
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
@@ -450,12 +473,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
   const Clock::time_point deadline = Clock::now() + options.connect_timeout;
   try {
     std::shared_ptr<gloo::transport::Device> device = OwnOrSharedDevice(options);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(options.connect_timeout);
-    GlooStore store(options.store, options.connect_timeout);
-    gloo::rendezvous::PrefixStore prefixed(options.prefix, store);
-    context->connectFullMesh(prefixed, device);
+    auto context = std::make_shared<MeshContext>(options.rank, options.size, device,
+                                                 options.store, options.prefix);
     context->setTimeout(options.timeout);
+    context->Build(deadline);
     return std::unique_ptr<Communicator>(
         new GlooCommunicator(options, std::move(context), std::move(device)));
   } catch (...) {

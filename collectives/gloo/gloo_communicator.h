@@ -1,5 +1,9 @@
-// The Gloo backend: CPU collectives over TCP, one gloo context per generation (or group), connected
-// full-mesh through a KeyValueStore under a per-generation key prefix.
+// The Gloo backend: CPU collectives over TCP, one gloo context per generation (or group), built
+// through a KeyValueStore under a per-generation key prefix. Not a full mesh: a rank connects at
+// build only to the ranks r +- 2^k mod n (at most 2 ceil(log2 n), every partner of the
+// collectives), and Send, Recv and Exchange connect any other pair they use on demand, both ends
+// through the store (gloo_mesh.h). Allreduce of small buffers (the per-step agreement) is
+// recursive doubling: ceil(log2 n) rounds.
 //
 // Thread-compatible; Abort() may be called from any thread at any time. Send, Recv and Exchange
 // may run on several threads at once (the reshard's per-peer threads do); collectives may not.
@@ -19,7 +23,9 @@
 // returns kAborted (within milliseconds); every later call returns kAborted; peers see kPeerLost
 // as soon as the last call has left and the connections are closed. With no call in flight,
 // Abort() closes them itself before returning (about one tick of the process's gloo device loop,
-// up to 10 ms; never a wait on a peer).
+// up to 10 ms; never a wait on a peer). A call connecting a pair on demand is woken too (a store
+// wait within 100 ms, a blocked connect at once); a peer waiting to connect a pair to an aborted
+// rank that never got to publish its address waits out its own timeout.
 // Only this communicator's own connections are closed: another communicator on the same device
 // (the next generation) is untouched. Destroying the communicator after Abort() is safe while
 // such a call is still unwinding: the destructor waits for it.
@@ -43,7 +49,7 @@ struct GlooOptions {
   int size = 1;
   std::string hostname = "127.0.0.1";  // address to bind and advertise
   std::chrono::milliseconds timeout{5000};          // default per-call timeout
-  std::chrono::milliseconds connect_timeout{30000}; // rendezvous and full-mesh connect
+  std::chrono::milliseconds connect_timeout{30000}; // rendezvous and connecting the build pairs
   // false: every context of the process on `hostname` shares one gloo device (one I/O thread),
   // which saves a device per group and generation. true: a device of its own, for ranks that are
   // threads of one process (tests, benchmarks), so that each has its I/O thread as separate
@@ -61,5 +67,9 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
 // blocked on a peer is in one), so that a test knows a call is blocked before it breaks it,
 // instead of sleeping and hoping. -1 when `comm` is not a Gloo communicator.
 int GlooWaitsInFlightForTesting(const Communicator& comm);
+
+// How many peers `comm` holds a connection to now (its build pairs plus those Send, Recv and
+// Exchange connected since); -1 when `comm` is not a Gloo communicator.
+int GlooConnectedPairs(const Communicator& comm);
 
 }  // namespace elastra

@@ -95,6 +95,8 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   ExpectRoundTrip(MessageType::kKvWait, KvWaitRequest{{"a", "b", "c"}, 100});
   ExpectRoundTrip(MessageType::kKvAdd, KvAddRequest{"n", -3});
   ExpectRoundTrip(MessageType::kKvReply, KvReply{"value", 12});
+  ExpectRoundTrip(MessageType::kKvSetAndGet, KvSetAndGetRequest{{"a"}, {"1"}, {"b", "c"}, 100});
+  ExpectRoundTrip(MessageType::kKvValues, KvValuesReply{{"x", ""}});
   ExpectRoundTrip(MessageType::kResize, ResizeRequest{4, true, Layout{4, 1, 1}, true});
   ResizeReply rr;
   rr.phase = ResizePhase::kDone;

@@ -82,6 +82,38 @@ TEST_F(KvServiceTest, WaitsTimeOutAtTheirDeadlineOnly) {
   EXPECT_EQ(ErrorCode(expired[0]), StatusCode::kTimedOut);
 }
 
+// Two ranks' rendezvous, one request each: the first sets its key and parks for the second's;
+// the second's sets complete the first, and its own get is answered at once.
+TEST_F(KvServiceTest, SetAndGetIsARendezvousInOneRequestEach) {
+  auto values = [](const proto::Envelope& e) {
+    EXPECT_EQ(e.type, T::kKvValues);
+    auto r = proto::DecodePayload<proto::KvValuesReply>(e.payload);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->values : std::vector<std::string>{};
+  };
+  EXPECT_TRUE(Request("a", T::kKvSetAndGet,
+                      proto::KvSetAndGetRequest{{"g1/p/0/1"}, {"a0"}, {"g1/p/1/0"}, 1000}, 1)
+                  .empty());
+  auto sent = Request("b", T::kKvSetAndGet,
+                      proto::KvSetAndGetRequest{{"g1/p/1/0", "g1/p/1/2"}, {"b0", "b2"},
+                                                {"g1/p/0/1"}, 1000},
+                      2);
+  ASSERT_EQ(sent.size(), 2u);  // b's answer, then a's, completed by b's sets
+  EXPECT_EQ(sent[0].request_id, 2u);
+  EXPECT_EQ(values(sent[0]), std::vector<std::string>{"a0"});
+  EXPECT_EQ(sent[1].request_id, 1u);
+  EXPECT_EQ(values(sent[1]), std::vector<std::string>{"b0"});
+  // Several gets, answered in their order; a mismatched request is refused.
+  auto both = Request("c", T::kKvSetAndGet,
+                      proto::KvSetAndGetRequest{{}, {}, {"g1/p/1/2", "g1/p/0/1"}, 0}, 3);
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_EQ(values(both[0]), (std::vector<std::string>{"b2", "a0"}));
+  auto bad = Request("c", T::kKvSetAndGet, proto::KvSetAndGetRequest{{"k"}, {}, {}, 0}, 4);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(ErrorCode(bad[0]), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(kv_.store().Contains("k"));
+}
+
 TEST_F(KvServiceTest, AddCountsAndRefusesANonNumber) {
   EXPECT_EQ(Reply(Request("a", T::kKvAdd, proto::KvAddRequest{"n", 2}, 1)[0]).number, 2);
   EXPECT_EQ(Reply(Request("a", T::kKvAdd, proto::KvAddRequest{"n", 3}, 2)[0]).number, 5);

@@ -173,6 +173,11 @@ std::string PayloadOf(MessageType type) {
       return EncodePayload(KvAddRequest{"g1/counter", 3});
     case MessageType::kKvReply:
       return EncodePayload(KvReply{"addr:1234", 4});
+    case MessageType::kKvSetAndGet:
+      return EncodePayload(
+          KvSetAndGetRequest{{"g1/pair/0/1"}, {"addr:1234"}, {"g1/pair/1/0"}, 500});
+    case MessageType::kKvValues:
+      return EncodePayload(KvValuesReply{{"addr:1234", "addr:5678"}});
     case MessageType::kResize:
       return EncodePayload(ResizeRequest{4, true, Layout{2, 1, 2}, true});
     case MessageType::kResizeReply:

@@ -74,6 +74,10 @@ bool DecodePayloadOf(MessageType type, std::string_view payload) {
       return Decodes<proto::KvAddRequest>(payload);
     case MessageType::kKvReply:
       return Decodes<proto::KvReply>(payload);
+    case MessageType::kKvSetAndGet:
+      return Decodes<proto::KvSetAndGetRequest>(payload);
+    case MessageType::kKvValues:
+      return Decodes<proto::KvValuesReply>(payload);
     case MessageType::kResize:
       return Decodes<proto::ResizeRequest>(payload);
     case MessageType::kResizeReply:

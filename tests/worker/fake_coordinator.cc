@@ -290,9 +290,18 @@ void FakeCoordinator::Handle(const std::string& identity, proto::Envelope e) {
       return;
     }
     case MessageType::kKvGet:
-    case MessageType::kKvWait: {
+    case MessageType::kKvWait:
+    case MessageType::kKvSetAndGet: {
       int64_t timeout_ms = 0;
-      if (e.type == MessageType::kKvGet) {
+      if (e.type == MessageType::kKvSetAndGet) {
+        auto req = proto::DecodePayload<proto::KvSetAndGetRequest>(e.payload);
+        if (!req.ok()) return;
+        for (size_t i = 0; i < req->set_keys.size() && i < req->set_values.size(); ++i) {
+          kv_[req->set_keys[i]] = req->set_values[i];
+        }
+        timeout_ms = req->timeout_ms;
+        ServeParkedKv(false);  // the sets may complete earlier requests
+      } else if (e.type == MessageType::kKvGet) {
         auto req = proto::DecodePayload<proto::KvGetRequest>(e.payload);
         if (req.ok()) timeout_ms = req->timeout_ms;
       } else {
@@ -316,13 +325,20 @@ void FakeCoordinator::ServeParkedKv(bool expire_all) {
     if (it->request.type == MessageType::kKvGet) {
       auto req = proto::DecodePayload<proto::KvGetRequest>(it->request.payload);
       if (req.ok()) keys = {req->key};
+    } else if (it->request.type == MessageType::kKvSetAndGet) {
+      auto req = proto::DecodePayload<proto::KvSetAndGetRequest>(it->request.payload);
+      if (req.ok()) keys = req->get_keys;
     } else {
       auto req = proto::DecodePayload<proto::KvWaitRequest>(it->request.payload);
       if (req.ok()) keys = req->keys;
     }
     const bool all = std::all_of(keys.begin(), keys.end(),
                                  [&](const std::string& k) { return kv_.count(k) > 0; });
-    if (all) {
+    if (all && it->request.type == MessageType::kKvSetAndGet) {
+      proto::KvValuesReply reply;
+      for (const auto& k : keys) reply.values.push_back(kv_[k]);
+      Reply(it->identity, it->request, MessageType::kKvValues, proto::EncodePayload(reply));
+    } else if (all) {
       proto::KvReply reply;
       if (it->request.type == MessageType::kKvGet && !keys.empty()) reply.value = kv_[keys[0]];
       Reply(it->identity, it->request, MessageType::kKvReply, proto::EncodePayload(reply));

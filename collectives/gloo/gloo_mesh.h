@@ -1,0 +1,89 @@
+// MeshContext: a gloo context whose pairs are connected sparsely. Private to the Gloo backend (it
+// includes gloo headers).
+//
+// gloo's rendezvous::Context::connectFullMesh connects every rank to every other: n - 1 pairs
+// (and sockets) per rank, and a store rendezvous in which every rank reads every rank's key of
+// n addresses (O(n^2) store reads and O(n^3) bytes per generation). A MeshContext connects, at
+// build, only the pairs to BuildPeers(rank, size) = {rank +- 2^k mod n : 2^k < n}: at most
+// 2 ceil(log2 n) peers, symmetric, holding the ring neighbours and every partner of the binomial
+// tree, the dissemination barrier and recursive doubling (gloo_algorithms.h). Its rendezvous is one
+// store call per rank (KeyValueStore::SetAndGet): it sets a key per peer (its address for that
+// pair, 39 bytes) and reads each peer's key for it. O(1) store messages and O(log n) bytes per rank.
+//
+// Other pairs are connected on demand by both ends (EnsurePairs): each publishes its address for
+// the pair under a key naming both ranks, reads the other's, and connects; so state moves connect
+// only the peers of their transfer plan. A pair, once connected, stays until the context closes.
+//
+// Deadlock freedom. gloo's Pair::connect blocks the listening end until the other end connects
+// (the connecting end needs only the peer's listening socket, which exists from the moment its
+// address is published). Each caller publishes every address it needs first, then waits and
+// connects in increasing peer order: a rank X blocked on Y means Y has not reached X yet and is
+// blocked on some Z < X, and such a chain cannot close into a cycle.
+//
+// Thread-safe: EnsurePairs may run on several threads at once (a pair that another thread is
+// connecting is waited for), and InterruptConnects() from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+
+#include "collectives/kv_store.h"
+
+namespace elastra {
+
+// {rank +- 2^k mod size : 2^k < size} without `rank`, ascending.
+std::vector<int> BuildPeers(int rank, int size);
+
+class MeshContext : public gloo::Context {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `store` is not owned and must outlive the context; `prefix` names its keys.
+  MeshContext(int rank, int size, std::shared_ptr<gloo::transport::Device> device,
+              KeyValueStore* store, std::string prefix);
+  ~MeshContext() override;
+
+  // Creates and connects the pairs to BuildPeers() by `deadline`. Throws StoreError when the
+  // store fails or times out, gloo::IoException when a connection does, like connectFullMesh.
+  void Build(Clock::time_point deadline);
+
+  // Connects the pairs to `peers` not connected yet (both ends must call it for a pair, each in
+  // its own time), by `deadline`. Throws CallInterrupted once InterruptConnects() was called (or
+  // when it interrupts a connect in progress), StoreError or gloo::IoException as Build does.
+  void EnsurePairs(const std::vector<int>& peers, Clock::time_point deadline);
+
+  // Wakes every EnsurePairs in progress (a store wait within 100 ms, a blocked connect at once, by
+  // closing that pair) and makes later ones throw CallInterrupted. Idempotent.
+  void InterruptConnects();
+
+  // Connected pairs (for tests and benchmarks: the peers this rank holds a socket to).
+  int connected_pairs() const;
+
+ private:
+  enum class PairState { kNone, kConnecting, kConnected, kFailed };
+
+  // Creates the pair to `peer` with connect timeout about `timeout` (gloo waits 5 x the pair's).
+  std::vector<char> CreatePair(int peer, std::chrono::milliseconds timeout);
+  // Connects the created pair to `peer` at `address`; CallInterrupted when interrupted meanwhile.
+  void ConnectPair(int peer, const std::vector<char>& address);
+  // The key of `from`'s address for its pair with `to`.
+  std::string PairKey(int from, int to) const;
+
+  KeyValueStore* const store_;
+  const std::string prefix_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<PairState> state_;  // guarded by mu_, one per rank
+  bool interrupted_ = false;      // guarded by mu_
+};
+
+}  // namespace elastra
