@@ -42,7 +42,8 @@ namespace elastra::proto {
 inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 2: enums on the wire (reasons, phases, states) and a typed job status.
 // 3: heartbeats carry the training loop's numbers (Worker::Report), the status their summary.
-// 4: a checkpoint report carries its write time (CheckpointWritten.write_seconds).
+// 4: a checkpoint report carries its write time (CheckpointWritten.write_seconds); a
+//    communicator's rendezvous in one request (KvSetAndGet).
 inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
