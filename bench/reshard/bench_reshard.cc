@@ -228,12 +228,13 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
             std::printf(
                 "  rank0 rep %d %s: cpu %.4f total %.4f alloc %.4f local %.4f transfer %.4f "
                 "(sent %lld, received %lld, staged %lld bytes, %lld messages; new shards: %lld "
-                "bytes allocated, %lld reused)\n",
+                "bytes allocated, %lld reused, %lld in place)\n",
                 rep, kModeNames[mode], cpu_ours, ours, st.seconds_allocate, st.seconds_local,
                 st.seconds_transfer, static_cast<long long>(st.bytes_sent),
                 static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
                 static_cast<long long>(st.messages_sent),
-                static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused));
+                static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused),
+                static_cast<long long>(st.bytes_in_place));
           }
           if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
           if (w == 0) best_cpu[mode] = std::min(best_cpu[mode], cpu_ours);
