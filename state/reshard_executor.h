@@ -13,7 +13,9 @@
 // group's staged bytes when batched, two chunk buffers or the largest staged run otherwise). A
 // buffer in `shards` for a tensor of which the old layout gives this worker nothing (a joining
 // worker's whole tensor) is no source: its memory becomes the new shard when large enough, which
-// spares faulting in fresh memory during the downtime. New shards and staging buffers of 4 MiB
+// spares faulting in fresh memory during the downtime. With reuse_memory (default), a shard whose
+// new region lies inside its old one is formed inside the old buffer, and old shards no longer
+// read serve later new shards. New shards and staging buffers of 4 MiB
 // and more ask for transparent huge pages (huge_pages; fresh memory costs a fault per page, see
 // docs/resharding.md).
 // Schedule: per group, with a communicator that has Exchange(), every transfer posted at once
