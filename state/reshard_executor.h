@@ -13,7 +13,9 @@
 // group's staged bytes when batched, two chunk buffers or the largest staged run otherwise). A
 // buffer in `shards` for a tensor of which the old layout gives this worker nothing (a joining
 // worker's whole tensor) is no source: its memory becomes the new shard when large enough, which
-// spares faulting in fresh memory during the downtime. New shards and staging buffers of 4 MiB
+// spares faulting in fresh memory during the downtime. With reuse_memory (default), a shard whose
+// new region lies inside its old one is formed inside the old buffer, and old shards no longer
+// read serve later new shards. New shards and staging buffers of 4 MiB
 // and more ask for transparent huge pages (huge_pages; fresh memory costs a fault per page, see
 // docs/resharding.md).
 // Schedule: per group, with a communicator that has Exchange(), every transfer posted at once
@@ -67,6 +69,12 @@ struct ReshardExecutorOptions {
   // (madvise(MADV_HUGEPAGE)): far fewer page faults on fresh memory during the downtime. Off: 4 KiB
   // pages (where the kernel's direct compaction for huge pages stalls more than it saves).
   bool huge_pages = true;
+  // New shards in memory the worker holds already instead of fresh memory, which costs a page
+  // fault per page (far more than the copy into it): a tensor whose new region lies inside its
+  // old one on this worker is formed inside the old shard's buffer (host shards; it keeps the
+  // old buffer's capacity), and old shards no longer read serve later groups' new shards (when
+  // they waste at most a quarter of the new shard's bytes). Off: every new shard is allocated.
+  bool reuse_memory = true;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};
 };
@@ -76,6 +84,9 @@ struct ReshardExecutorStats {
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;  // local copies
   int64_t bytes_staged = 0;  // sent or received through the staging buffers (packed)
+  int64_t bytes_allocated = 0;  // new shards in fresh memory
+  int64_t bytes_reused = 0;     // new shards in the memory of old shards no longer read
+  int64_t bytes_in_place = 0;   // new shards formed inside their own old shard
   int64_t messages_sent = 0;
   int64_t peak_new_shard_bytes = 0;  // largest group of new shards alive at once
   double seconds_allocate = 0;       // allocating the new shards and freeing the old

@@ -15,13 +15,18 @@
 //
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
 //        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
-//        --no-huge-pages, --change K (only the K-th change, from 1; for profiling)
+//        --no-huge-pages, --no-reuse-memory, --change K (only the K-th change, from 1; for profiling),
+//        --batched-only (skip the concurrent and serial schedules)
+// Profiling: with BENCH_RESHARD_PERF_CTL=<fifo> (perf record -D -1 --control fifo:<fifo>) and
+// BENCH_RESHARD_PERF_WHAT=batched|raw, perf samples only inside that timed region.
 // Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
 // "concurrent_time_vs_raw":c, "serial_time_vs_raw":z, "transfer_phase_vs_raw":t} with x = sum
 // bytes moved / sum lower bounds, y = sum of our batched (default) times / sum of raw times, c
 // and z the same for the concurrent and serial schedules, t the batched transfer phase alone
 // (slowest rank's sends, receives and packing, without allocating the new shards, local copies
-// and freeing) over raw.
+// and freeing) over raw, and "cpu_vs_raw" the CPU time of the whole process (every rank and its
+// gloo threads) in our batched timed region over raw's, summed over the changes (least of the
+// repetitions): on a loaded machine less noisy than the wall times.
 #include <sys/resource.h>
 
 #include <barrier>
@@ -78,9 +83,33 @@ struct ChangeResult {
   Json json;
   int64_t moved = 0, lower_bound = 0;
   double ours_s = 0, concurrent_s = 0, serial_s = 0, raw_s = 0, transfer_s = 0;
+  double ours_cpu_s = 0, raw_cpu_s = 0;  // CPU time of the whole process (every rank), batched
 };
 
 ReshardExecutorOptions g_options;
+bool g_batched_only = false;
+
+// perf's control fifo (perf record --control fifo:PATH), when profiling one timed region.
+class PerfControl {
+ public:
+  PerfControl() {
+    const char* path = getenv("BENCH_RESHARD_PERF_CTL");
+    const char* what = getenv("BENCH_RESHARD_PERF_WHAT");
+    if (path != nullptr) file_ = std::fopen(path, "w");
+    if (what != nullptr) what_ = what;
+  }
+  // Enables (disables) sampling when `region` is the one asked for.
+  void Enable(const char* region, bool on) {
+    if (file_ == nullptr || what_ != region) return;
+    std::fputs(on ? "enable\n" : "disable\n", file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string what_;
+};
+PerfControl* g_perf = nullptr;
 
 // CPU time of the whole process (every rank's thread), user and system.
 double CpuSeconds() {
@@ -146,6 +175,9 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
 
   std::barrier sync(n);
   double best_ours[3] = {1e30, 1e30, 1e30}, best_raw = 1e30;
+  // CPU seconds of the whole process (all ranks and their gloo threads) in the timed region,
+  // least over the repetitions: less noisy than wall time on a loaded machine.
+  double best_cpu[3] = {1e30, 1e30, 1e30}, best_cpu_raw = 1e30;
   // The transfer phase alone (sends, receives, packing; without allocating the new shards,
   // the local copies and freeing the old shards): the slowest rank's, best repetition.
   double best_transfer[3] = {1e30, 1e30, 1e30};
@@ -172,7 +204,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         }
       }
       for (int rep = 0; rep < reps; ++rep) {
-        for (int mode = 0; mode < 3; ++mode) {  // serial, concurrent, batched
+        for (int mode = g_batched_only ? 2 : 0; mode < 3; ++mode) {  // serial, concurrent, batched
           ReshardExecutorOptions options = g_options;
           options.concurrent_peers = mode == 1;
           options.batched = mode == 2;
@@ -180,10 +212,12 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           sync.arrive_and_wait();
           const auto t0 = Clock::now();
           const double c0 = CpuSeconds();
+          if (w == 0) g_perf->Enable(kModeNames[mode], true);
           sync.arrive_and_wait();
           ReshardExecutorStats st;
           Status s = ExecuteReshard(*plan, *comms[w], &shards, options, &st);
           sync.arrive_and_wait();
+          if (w == 0) g_perf->Enable(kModeNames[mode], false);
           const double ours = std::chrono::duration<double>(Clock::now() - t0).count();
           const double cpu_ours = CpuSeconds() - c0;
           if (!s.ok()) errors[w] = s.ToString();
@@ -193,13 +227,17 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
             std::printf(
                 "  rank0 rep %d %s: cpu %.4f total %.4f alloc %.4f local %.4f transfer %.4f "
-                "(sent %lld, received %lld, staged %lld bytes, %lld messages)\n",
+                "(sent %lld, received %lld, staged %lld bytes, %lld messages; new shards: %lld "
+                "bytes allocated, %lld reused, %lld in place)\n",
                 rep, kModeNames[mode], cpu_ours, ours, st.seconds_allocate, st.seconds_local,
                 st.seconds_transfer, static_cast<long long>(st.bytes_sent),
                 static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
-                static_cast<long long>(st.messages_sent));
+                static_cast<long long>(st.messages_sent),
+                static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused),
+                static_cast<long long>(st.bytes_in_place));
           }
           if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
+          if (w == 0) best_cpu[mode] = std::min(best_cpu[mode], cpu_ours);
           rank_transfer[w] = st.seconds_transfer;
           sync.arrive_and_wait();
           if (w == 0) {
@@ -211,6 +249,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         sync.arrive_and_wait();
         const auto t1 = Clock::now();
         const double c1 = CpuSeconds();
+        if (w == 0) g_perf->Enable("raw", true);
         sync.arrive_and_wait();
         try {
           for (size_t i = 0; i < recvs.size(); ++i) recvs[i]->recv(recv_peer[i], 7);
@@ -222,10 +261,13 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         }
         sync.arrive_and_wait();
         const double rawt = std::chrono::duration<double>(Clock::now() - t1).count();
+        const double cpu_raw = CpuSeconds() - c1;
+        if (w == 0) g_perf->Enable("raw", false);
         if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
-          std::printf("  rank0 rep %d raw: cpu %.4f total %.4f\n", rep, CpuSeconds() - c1, rawt);
+          std::printf("  rank0 rep %d raw: cpu %.4f total %.4f\n", rep, cpu_raw, rawt);
         }
         if (w == 0) best_raw = std::min(best_raw, rawt);
+        if (w == 0) best_cpu_raw = std::min(best_cpu_raw, cpu_raw);
       }
     });
   }
@@ -239,11 +281,14 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   }
   verified = ok;
   if (!ok) std::exit(1);
+  if (g_batched_only) best_ours[0] = best_ours[1] = best_transfer[0] = best_transfer[1] = 0;
   out.ours_s = best_ours[2];
   out.concurrent_s = best_ours[1];
   out.serial_s = best_ours[0];
   out.raw_s = best_raw;
   out.transfer_s = best_transfer[2];
+  out.ours_cpu_s = best_cpu[2];
+  out.raw_cpu_s = best_cpu_raw;
   out.json = {{"from", from.ToString()}, {"to", to.ToString()}, {"workers", n},
               {"bytes_moved", plan->bytes_moved}, {"bytes_lower_bound", plan->bytes_lower_bound},
               {"bytes_local", plan->bytes_local}, {"transfers", plan->num_transfers()},
@@ -256,6 +301,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
               {"transfer_phase_batched_s", best_transfer[2]},
               {"transfer_phase_concurrent_s", best_transfer[1]},
               {"transfer_phase_serial_s", best_transfer[0]},
+              {"ours_batched_cpu_s", best_cpu[2]}, {"raw_cpu_s", best_cpu_raw},
               {"verified", verified}};
   std::printf("%-16s -> %-16s %d workers  moved %7.1f MiB = lower bound %7.1f MiB  batched %.3f s"
               "  concurrent %.3f s  serial %.3f s  raw %.3f s  (%.2fx, %.2fx, %.2fx)\n",
@@ -296,8 +342,12 @@ int Main(int argc, char** argv) {
       g_options.group_bytes = static_cast<int64_t>(v) << 20;
     } else if (a == "--no-huge-pages") {
       g_options.huge_pages = false;
+    } else if (a == "--no-reuse-memory") {
+      g_options.reuse_memory = false;
     } else if (a == "--change") {
       next(&only_change);
+    } else if (a == "--batched-only") {
+      g_batched_only = true;
     } else if (a == "--quick") {
       hidden = 128;
       reps = 2;
@@ -306,6 +356,8 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  PerfControl perf;
+  g_perf = &perf;
   ModelDescription model;
   model.layers = layers;
   model.hidden = hidden;
@@ -337,7 +389,7 @@ int Main(int argc, char** argv) {
       {{2, 1, 4}, {1, 4, 1}}};
   Json list = Json::array();
   int64_t moved = 0, lb = 0;
-  double ours = 0, concurrent = 0, serial = 0, rawt = 0, transfer = 0;
+  double ours = 0, concurrent = 0, serial = 0, rawt = 0, transfer = 0, ours_cpu = 0, raw_cpu = 0;
   for (size_t i = 0; i < changes.size(); ++i) {
     if (only_change > 0 && static_cast<int>(i) + 1 != only_change) continue;
     ChangeResult r = RunChange(model, state, changes[i].first, changes[i].second, 4, reps,
@@ -350,6 +402,8 @@ int Main(int argc, char** argv) {
     serial += r.serial_s;
     transfer += r.transfer_s;
     rawt += r.raw_s;
+    ours_cpu += r.ours_cpu_s;
+    raw_cpu += r.raw_cpu_s;
   }
   Json out = {{"bench", "reshard"}, {"hidden", hidden}, {"layers", layers},
               {"state_bytes", state.TotalBytes()}, {"changes", list},
@@ -357,6 +411,7 @@ int Main(int argc, char** argv) {
               {"concurrent_time_vs_raw", rawt > 0 ? concurrent / rawt : 0.0},
               {"serial_time_vs_raw", rawt > 0 ? serial / rawt : 0.0},
               {"transfer_phase_vs_raw", rawt > 0 ? transfer / rawt : 0.0},
+              {"cpu_vs_raw", raw_cpu > 0 ? ours_cpu / raw_cpu : 0.0},
               {"time_vs_raw", rawt > 0 ? ours / rawt : 0.0}};
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -315,6 +315,7 @@ TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
     options.direct_min_bytes = static_cast<int64_t>(rng() % 400);  // some transfers go direct
     options.concurrent_peers = trial % 3 == 1;  // the three schedules in turn
     options.batched = trial % 3 == 2;
+    options.reuse_memory = trial % 4 != 3;
     std::vector<ReshardExecutorStats> stats;
     const auto shards = Execute(*plan, "t" + std::to_string(trial) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
@@ -408,6 +409,56 @@ TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
     for (auto& t : threads) t.join();
     CheckAgainstGlobal(*plan, shards);
     EXPECT_EQ(shards[1]["big"].data(), big_memory) << "the whole tensor's memory was not reused";
+  }
+}
+
+// A tensor whose new region lies inside its old one on a worker (here TP grows from 1 to 2 over
+// a DP replica) is formed inside the old shard's memory, after the sends have read it, with no
+// new allocation; a tensor that needs bytes from the other worker gets a buffer of its own. With
+// reuse_memory off every new shard is allocated. Every byte is right either way.
+TEST(ReshardExecutor, AShardThatGrowsThinnerIsFormedInItsOwnMemory) {
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back({"col", {64, 48}, 4, {1, -1, false}});  // replicated -> column halves
+  state.tensors.push_back({"zero", {40, 30}, 4, {1, -1, true}});  // flat halves -> column halves
+  auto plan = BuildReshardPlan(state, {{2, 1, 1}, {0, 1}}, {{1, 1, 2}, {0, 1}}, {0, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int run = 0;
+  for (bool reuse : {true, false}) {
+    for (bool batched : {true, false}) {
+      InMemoryKeyValueStore store;
+      auto comms = ConnectAll(&store, "in-place-" + std::to_string(run++) + "/", 2);
+      ASSERT_EQ(comms.size(), 2u);
+      std::vector<ShardMap> shards(2);
+      std::vector<const uint8_t*> col_memory(2);
+      for (int w = 0; w < 2; ++w) {
+        shards[w] = ShardsOf(state, plan->from, w);
+        col_memory[w] = shards[w]["col"].data();
+      }
+      ReshardExecutorOptions options;
+      options.batched = batched;
+      options.reuse_memory = reuse;
+      std::vector<ReshardExecutorStats> stats(2);
+      std::vector<std::thread> threads;
+      for (int w = 0; w < 2; ++w) {
+        threads.emplace_back([&, w] {
+          const Status s = ExecuteReshard(*plan, *comms[w], &shards[w], options, &stats[w]);
+          EXPECT_TRUE(s.ok()) << "worker " << w << ": " << s;
+        });
+      }
+      for (auto& t : threads) t.join();
+      CheckAgainstGlobal(*plan, shards);
+      for (int w = 0; w < 2; ++w) {
+        EXPECT_GT(stats[w].bytes_received, 0) << "worker " << w;  // the zero tensor's half
+        if (reuse) {
+          EXPECT_EQ(shards[w]["col"].data(), col_memory[w]) << "worker " << w;
+          EXPECT_EQ(stats[w].bytes_in_place, 64 * 24 * 4) << "worker " << w;
+        } else {
+          EXPECT_NE(shards[w]["col"].data(), col_memory[w]) << "worker " << w;
+          EXPECT_EQ(stats[w].bytes_in_place, 0) << "worker " << w;
+        }
+      }
+    }
   }
 }
 
