@@ -107,6 +107,7 @@ proto::NewGeneration FakeCoordinator::SoloGeneration(const std::string& worker_i
                             PlanStateMove(state, solo, {me}, solo, {me}), proto::MovePlan::kMove);
   moves.Address(worker_id, &g);
   g.scalars_source = moves.ScalarsSource();
+  g.restore_step = restore_step;
   g.source_rank = 0;
   g.kv_prefix = "g" + std::to_string(generation) + "/";
   g.reason = generation == 1 ? proto::GenerationReason::kStart : proto::GenerationReason::kFailure;
