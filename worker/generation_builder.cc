@@ -227,8 +227,8 @@ StatusOr<int64_t> GenerationBuilder::MoveState(const proto::NewGeneration& gen, 
 StatusOr<int64_t> GenerationBuilder::LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
   if (my_rank < 0) return int64_t{0};
   ELASTRA_ASSIGN_OR_RETURN(int64_t bytes,
-                           LoadNewestCheckpoint(gen, CoordinatesOf(gen.layout, my_rank), options_.job,
-                                                groups_->control(), state_));
+                           LoadNewestCheckpoint(gen, CoordinatesOf(gen.layout, my_rank),
+                                                options_.job, groups_->control(), state_));
   commits_->Forget();
   return bytes;
 }
