@@ -1,6 +1,8 @@
 // Names of the protocol's enums (common/messages.h): for logs, the status JSON and the journal.
 #include "common/messages.h"
 
+#include <map>
+
 namespace elastra::proto {
 namespace {
 
@@ -17,6 +19,31 @@ bool ParseEnum(std::string_view name, E* out) {
 }
 
 }  // namespace
+
+NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
+                      const std::vector<std::string>& new_ids) {
+  NcclReuse reuse;
+  reuse.from_world = static_cast<int32_t>(old_ids.size());
+  if (new_ids.empty()) return reuse;
+  std::map<std::string, int> old_rank;
+  for (size_t r = 0; r < old_ids.size(); ++r) {
+    if (!old_rank.emplace(old_ids[r], static_cast<int>(r)).second) return reuse;
+  }
+  std::vector<char> kept(old_ids.size(), 0);
+  int last = -1;
+  for (const std::string& id : new_ids) {
+    auto it = old_rank.find(id);
+    if (it == old_rank.end() || kept[it->second]) return reuse;  // new, or twice
+    kept[it->second] = 1;
+    reuse.renumber |= it->second < last;
+    last = it->second;
+  }
+  for (size_t r = 0; r < old_ids.size(); ++r) {
+    if (!kept[r]) reuse.exclude.push_back(static_cast<int32_t>(r));
+  }
+  reuse.possible = true;
+  return reuse;
+}
 
 const char* ToString(GenerationReason v) {
   switch (v) {

@@ -44,7 +44,10 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 3: heartbeats carry the training loop's numbers (Worker::Report), the status their summary.
 // 4: a checkpoint report carries its write time (CheckpointWritten.write_seconds); a
 //    communicator's rendezvous in one request (KvSetAndGet).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: NewGeneration is addressed to each recipient: its own entries and those of the workers it
+//    trades state with (sparse member tables), its part of the state move the coordinator
+//    planned, the scalars' source and the NCCL world's reuse, not the whole tables twice.
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -313,36 +316,105 @@ struct Member {
   int32_t device = -1;
   Coordinates coords;
   bool has_state = true;  // false for a worker that joined and holds no training state yet
-  template <class A> void serialize(A& ar) { ar(worker_id, host, device, coords, has_state); }
+  int32_t rank = -1;      // its global rank in the table's layout (the entry's key)
+  // Its index among the workers of the generation's state move (StateMove::workers: the new
+  // members by new rank, then the leaving workers that hold state); -1 when it takes no part.
+  int32_t worker = -1;
+  template <class A> void serialize(A& ar) {
+    ar(worker_id, host, device, coords, has_state, rank, worker);
+  }
 };
 
-// Coordinator -> every worker concerned: the next generation. Members build communicators under
-// kv_prefix, restore the state of `restore_step` (their own commit or current state), receive the
-// state from `source_rank` when they lack it, send GenerationReady, and go on. Workers not in
-// `members` but addressed (leaving) get leave = true and exit 0.
+// One rectangle of one tensor the state move sends from plan worker `src` to `dst`
+// (elastra::Transfer without its byte count, which the rectangle and the tensor give).
+struct MoveTransfer {
+  int32_t tensor = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  template <class A> void serialize(A& ar) {
+    ar(tensor, src, dst, row_begin, row_end, col_begin, col_end);
+  }
+};
+
+// What the coordinator's plan of the state move says.
+enum class MovePlan : uint8_t {
+  kNone = 0,     // nothing planned: a job resumed from disk loads the checkpoint
+  kMove = 1,     // `transfers` hold this recipient's part of the plan
+  kLost = 2,     // some shard has no live holder: load the newest checkpoint (`error` says which)
+  kInvalid = 3,  // the plan was refused (`error`); the generation fails
+};
+template <> inline constexpr MovePlan kLastEnumerator<MovePlan> = MovePlan::kInvalid;
+
+// A recipient's part of the state move of a generation change. The coordinator plans the move
+// once from the full tables (common/state_move_plan.h); each worker gets the transfers it sends
+// or receives, in plan order, and works out its local copies itself.
+struct StateMovePart {
+  MovePlan plan = MovePlan::kNone;
+  std::string error;
+  bool needs_leavers = false;  // some transfer is sent by a leaving worker (a hand-off group)
+  int32_t workers = 0;         // the plan's workers: new members, then leavers holding state
+  int32_t tensors = 0;         // the tensors the coordinator planned for (checked by the worker)
+  std::vector<MoveTransfer> transfers;
+  template <class A> void serialize(A& ar) {
+    SerializeEnum(ar, plan);
+    ar(error, needs_leavers, workers, tensors, transfers);
+  }
+};
+
+// How the new generation's NCCL world can be made from the previous generation's: possible when
+// every new member was a rank of generation `from_generation` (of `from_world` ranks), then
+// without the old ranks `exclude` (ascending; sent to workers on a device only) and renumbered
+// when the survivors' old order is not the new one. The worker adds what only it knows: whether
+// it still holds that world and in what health (worker/group_building.h).
+struct NcclReuse {
+  uint64_t from_generation = 0;
+  int32_t from_world = 0;
+  bool possible = false;
+  bool renumber = false;
+  std::vector<int32_t> exclude;
+  template <class A> void serialize(A& ar) {
+    ar(from_generation, from_world, possible, renumber, exclude);
+  }
+};
+// The reuse of a world of `old_ids` (by old rank) for one of `new_ids` (by new rank), the old
+// world being healthy; exclude is filled.
+NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
+                      const std::vector<std::string>& new_ids);
+
+// Coordinator -> every worker concerned: the next generation, addressed to each recipient. Members
+// build communicators under kv_prefix (Gloo and NCCL groups meet by prefix and size: no member
+// list), restore the state of `restore_step` (their own commit or current state), run their part
+// of the state move, send GenerationReady, and go on. Workers not in the generation but addressed
+// (leaving) get leave = true, hand off what the move needs of them, and exit 0.
 struct NewGeneration {
   uint64_t generation = 0;
   Layout layout;
-  std::vector<Member> members;  // ordered by global rank
+  // Sparse, ordered by rank: the recipient's own entry (a member's) and the members it sends
+  // state to. Not the whole table: a change costs O(N) bytes in all, not O(N^2).
+  std::vector<Member> members;
   int64_t restore_step = 0;     // the step all members continue from
   int32_t source_rank = 0;      // a rank holding the state at restore_step
   bool leave = false;           // for this recipient: hand off and exit 0
   std::string kv_prefix;        // rendezvous prefix for this generation's communicators
   GenerationReason reason = GenerationReason::kStart;
-  // Where the state is now: the previous generation's layout and members by old global rank
-  // (has_state = false for a rank whose worker is lost or holds no usable commit). For the first
-  // generation: layout dp=pp=tp=1 held by members[0]. Members and leaving workers compute the
-  // same reshard plan from (prev_layout, prev_members) to (layout, members).
+  // Where the state is now: the previous generation's layout, and, sparse and ordered by old
+  // rank, the recipient's own entry and those of the workers it receives state from (has_state
+  // = false for a rank whose worker is lost or holds no usable commit). For the first
+  // generation: layout dp=pp=tp=1 held by the new rank 0.
   Layout prev_layout;
   std::vector<Member> prev_members;
   // The newest committed checkpoint (a directory; empty when none). Members load it when the
   // state cannot be rebuilt from memory (a shard lost with its only holder), and on reason
-  // "resume" (a job restarted from disk), when prev_members is empty.
+  // "resume" (a job restarted from disk).
   std::string checkpoint_dir;
+  int32_t scalars_source = 0;  // the lowest new rank that held the state: it broadcasts the scalars
+  StateMovePart move;          // this recipient's part of the state move
+  NcclReuse nccl;
   template <class A> void serialize(A& ar) {
     ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix);
     SerializeEnum(ar, reason);
-    ar(prev_layout, prev_members, checkpoint_dir);
+    ar(prev_layout, prev_members, checkpoint_dir, scalars_source, move, nccl);
   }
 };
 

@@ -60,6 +60,8 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
     resizes_.MaybeRegrow();
   });
   if (!options_.state_dir.empty()) journal_status_ = restore_.Open();
+  // The state the workers registered, for planning state moves: they do not join again.
+  if (journal_.journal() != nullptr) layouts_.RestoreState(journal_.journal()->state().state);
 }
 
 Status CoordinatorCore::RecordCheckpoint(int64_t step, uint64_t generation,

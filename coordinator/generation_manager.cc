@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/logging.h"
+#include "common/state_move_plan.h"
 
 namespace elastra::coordinator {
 
@@ -431,22 +432,46 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   proto::NewGeneration ng;
   ng.generation = plan.generation;
   ng.layout = plan.layout;
-  ng.members = MembersOf(plan.layout, plan.members, plan.has_state);
   ng.restore_step = plan.restore_step;
   ng.source_rank = plan.source_rank;
   ng.kv_prefix = "g" + std::to_string(plan.generation) + "/";
   ng.reason = plan.reason;
   ng.prev_layout = plan.prev_layout;
   ng.checkpoint_dir = checkpoints_->latest_dir();
-  ng.prev_members = MembersOf(plan.prev_layout, plan.prev_members, plan.prev_has_state);
-  for (const auto& id : plan.members) {
-    outbox_->Push(id, proto::MessageType::kNewGeneration, ng, plan.generation);
+  // The state move is planned here, once, from the full tables; each recipient gets its own
+  // entries, those of the workers it trades state with and its transfers: O(1) + O(its
+  // transfers) bytes, not the tables (docs/protocol.md).
+  std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, plan.has_state);
+  std::vector<proto::Member> prev = MembersOf(plan.prev_layout, plan.prev_members,
+                                              plan.prev_has_state);
+  const bool resume = plan.reason == proto::GenerationReason::kResume;
+  StatusOr<StateMove> planned =
+      resume ? StatusOr<StateMove>(UnavailableError("resumed from disk"))
+             : PlanStateMove(layouts_->state(), plan.layout, members, plan.prev_layout, prev);
+  if (!planned.ok() && !resume) {
+    LOG(WARNING) << "state move of generation " << plan.generation << ": " << planned.status();
   }
-  proto::NewGeneration leave = ng;
-  leave.leave = true;
-  for (const auto& id : plan.leaving) {
-    outbox_->Push(id, proto::MessageType::kNewGeneration, leave, plan.generation);
-  }
+  const MoveAddresser moves(layouts_->state(), plan.layout, std::move(members), plan.prev_layout,
+                            std::move(prev), std::move(planned),
+                            resume ? proto::MovePlan::kNone : proto::MovePlan::kMove);
+  ng.scalars_source = moves.ScalarsSource();
+  // The NCCL world of the last generation built, by its ranks, made into this one's.
+  const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
+  auto push = [&](const std::string& id, bool leave) {
+    proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
+    mine.leave = leave;
+    moves.Address(id, &mine);
+    mine.nccl.from_generation = generation_;
+    mine.nccl.from_world = reuse.from_world;
+    mine.nccl.possible = !leave && reuse.possible;
+    mine.nccl.renumber = reuse.renumber;
+    // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
+    const WorkerInfo* w = membership_->Find(id);
+    if (mine.nccl.possible && w != nullptr && w->device >= 0) mine.nccl.exclude = reuse.exclude;
+    outbox_->Push(id, proto::MessageType::kNewGeneration, mine, plan.generation);
+  };
+  for (const auto& id : plan.members) push(id, false);
+  for (const auto& id : plan.leaving) push(id, true);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "common/codec.h"
 #include "common/logging.h"
 
 namespace elastra::coordinator {
@@ -235,6 +236,25 @@ Status ApplyRecord(const json& r, JournalState* state) {
       s.target_workers = z.workers;
     } else if (type == "target") {
       s.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
+    } else if (type == "state") {
+      // The StateSpec as the wire encodes it, in hex: it came in one frame.
+      const json& v = Field(r, "spec");
+      if (!v.is_string() || v.get_ref<const std::string&>().size() > 2 * proto::kMaxFrameBytes) {
+        throw BadRecord{"field 'spec' is not a string of at most 2 frames of hex"};
+      }
+      const std::string& hex = v.get_ref<const std::string&>();
+      std::string bytes;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+        auto nibble = [](char c) -> int {
+          if (c >= '0' && c <= '9') return c - '0';
+          if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+          throw BadRecord{"field 'spec' is not hex"};
+        };
+        bytes.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+      }
+      auto spec = proto::DecodePayload<StateSpec>(bytes);
+      if (hex.size() % 2 != 0 || !spec.ok()) throw BadRecord{"field 'spec' is no state"};
+      s.state = std::move(spec).value();
     } else if (type == "resize_end") {
       s.resize.reset();
     } else if (type == "resize_refused" || type == "host_lost") {
@@ -575,6 +595,16 @@ Status Journal::RecordResizeRefused(int32_t workers, const Layout* layout, const
   if (layout != nullptr) r["layout"] = LayoutJson(*layout);
   if (!host.empty()) r["host"] = host;
   return Append(Dump(r));
+}
+
+Status Journal::RecordState(const StateSpec& state) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : proto::EncodePayload(state)) {
+    hex.push_back(kHex[c >> 4]);
+    hex.push_back(kHex[c & 15]);
+  }
+  return Append(Dump(json{{"t", "state"}, {"spec", hex}}));
 }
 
 Status Journal::RecordTarget(int32_t workers) {

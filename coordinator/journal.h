@@ -129,6 +129,9 @@ struct JournalState {
   // Empty while the job runs.
   std::optional<JobOutcome> ended;
   std::string end_reason;
+  // The training state the workers registered (the first joiner's), for planning state moves;
+  // empty until a `state` record.
+  StateSpec state;
   // Records applied.
   uint64_t records = 0;
 
@@ -193,6 +196,8 @@ class Journal {
   Status RecordHostLost(const std::string& host, const std::string& why,
                         const std::vector<std::string>& workers);
   Status RecordTarget(int32_t workers);
+  // The training state the workers registered (recorded once, when the first one joined).
+  Status RecordState(const StateSpec& state);
   Status RecordEnd(JobOutcome outcome, const std::string& reason);
 
   // CRC-32C (Castagnoli) of `data`.

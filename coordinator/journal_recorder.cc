@@ -91,6 +91,10 @@ void JournalRecorder::Target(int32_t workers) {
   if (journal_) LogFailure(journal_->RecordTarget(workers));
 }
 
+void JournalRecorder::State(const StateSpec& state) {
+  if (journal_) LogFailure(journal_->RecordState(state));
+}
+
 void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
   if (journal_) LogFailure(journal_->RecordEnd(outcome, reason));
 }

@@ -41,6 +41,7 @@ class JournalRecorder {
   void ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                      const Status& why);
   void Target(int32_t workers);
+  void State(const StateSpec& state);
   void End(JobOutcome outcome, const std::string& reason);
   // The journal's error, not logged: a committed checkpoint that is not journaled is still
   // committed, and the caller decides what to say.

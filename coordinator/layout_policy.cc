@@ -69,23 +69,25 @@ Status CheckState(const StateSpec& state) {
   return OkStatus();
 }
 
-void LayoutPolicy::Learn(const proto::JoinRequest& join) {
-  if (state_.tensors.empty() && !join.state.tensors.empty()) state_ = join.state;
-  if (!model_json_.empty() || join.model_json.empty()) return;
+bool LayoutPolicy::Learn(const proto::JoinRequest& join) {
+  const bool learned = state_.tensors.empty() && !join.state.tensors.empty();
+  if (learned) state_ = join.state;
+  if (!model_json_.empty() || join.model_json.empty()) return learned;
   model_json_ = join.model_json;
   const auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("model")) return;
+  if (!j.is_object() || !j.contains("model")) return learned;
   // Parsed once and never dumped: the text comes from a worker and may nest deeply.
   auto model = ModelDescriptionFromJson(j["model"]);
   auto pins = model.ok() ? PinsFromJson(j) : StatusOr<PlannerPins>(model.status());
   if (!pins.ok()) {
     LOG(WARNING) << "ignoring the model description of " << join.worker_id << ": "
                  << pins.status();
-    return;
+    return learned;
   }
   model_ = *model;
   pins_ = *pins;
   LOG(INFO) << "planning layouts for the model of worker " << join.worker_id;
+  return learned;
 }
 
 Status LayoutPolicy::Validate(const Layout& layout) const {

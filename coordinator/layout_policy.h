@@ -24,7 +24,12 @@ class LayoutPolicy {
  public:
   // Takes the state and the model description ({"model": ..., "pins": {...}}) from `join` when
   // none is known yet. A model description that does not parse is logged and ignored.
-  void Learn(const proto::JoinRequest& join);
+  // True when it learned the state now (the first joiner with tensors): to be journaled.
+  bool Learn(const proto::JoinRequest& join);
+  // The state a restarted coordinator read back from its journal.
+  void RestoreState(const StateSpec& state) {
+    if (state_.tensors.empty()) state_ = state;
+  }
 
   const StateSpec& state() const { return state_; }
   bool has_model() const { return model_.has_value(); }

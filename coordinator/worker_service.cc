@@ -46,7 +46,7 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
   host_manager_->OnJoined(membership_->Find(req->worker_id));
   health_->Beat(req->worker_id);
   journal_->Join(req->worker_id);
-  layouts_->Learn(*req);
+  if (layouts_->Learn(*req)) journal_->State(layouts_->state());
   proto::JoinReply reply;
   reply.worker_id = req->worker_id;
   reply.generation = generations_->generation();

@@ -38,7 +38,7 @@
 #include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"
-#include "state/reshard_plan.h"
+#include "common/reshard_plan.h"
 
 namespace elastra {
 

@@ -1,5 +1,6 @@
 #include "worker/generation_builder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -16,13 +17,6 @@ namespace {
 
 using proto::MessageType;
 
-bool HeldState(const proto::NewGeneration& gen, const std::string& id) {
-  for (const auto& m : gen.prev_members) {
-    if (m.has_state && m.worker_id == id) return true;
-  }
-  return false;
-}
-
 // The bytes of each tensor's shard at coordinates `coords` of `layout`.
 std::vector<size_t> ShardSizesIn(const TensorCollection& state, const Layout& layout,
                                  const Coordinates& coords) {
@@ -38,18 +32,22 @@ std::vector<size_t> ShardSizesIn(const TensorCollection& state, const Layout& la
 
 Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The table is sparse: this worker's own entry and those of the members it sends state to.
   int my_rank = -1;
-  for (size_t i = 0; i < gen.members.size(); ++i) {
-    if (gen.members[i].worker_id == options_.worker_id) my_rank = static_cast<int>(i);
+  for (const auto& m : gen.members) {
+    if (m.worker_id == options_.worker_id) my_rank = m.rank;
   }
-  if (my_rank < 0) return InvalidArgumentError("this worker is not a member of the generation");
+  if (my_rank < 0 || my_rank >= gen.layout.world()) {
+    return InvalidArgumentError("this worker is not a member of the generation");
+  }
+  const Coordinates my_coords = CoordinatesOf(gen.layout, my_rank);
   // The coordinator's NewGeneration says where this worker stands: a fence from before is over
   // (docs/hosts.md). Should the lease run out again while the generation is built, the next
   // StepEnd asks the coordinator again before any step counts.
   channel_->client().Unfence();
   // The commit made once the state has moved needs an image of the new shards: one is faulted in
   // meanwhile, unless the worker holds enough (see CommitStore::TakeImage).
-  commits_->Prefault(ShardSizesIn(*state_, gen.layout, gen.members[my_rank].coords));
+  commits_->Prefault(ShardSizesIn(*state_, gen.layout, my_coords));
   if (options_.test_apply_delay.count() > 0) {
     // Test hook (ELASTRA_TEST_APPLY_DELAY_MS): widens the window in which a test kills a worker
     // during a reconfiguration.
@@ -77,7 +75,7 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
   channel_->set_generation(gen.generation);
   layout_ = gen.layout;
   rank_ = my_rank;
-  coords_ = gen.members[my_rank].coords;
+  coords_ = my_coords;
   channel_->inbox().ClearPending();
   const auto t2 = std::chrono::steady_clock::now();
   ELASTRA_RETURN_IF_ERROR(CommitNewLayout(bytes));
@@ -101,7 +99,8 @@ Status GenerationBuilder::RebuildGroups(const proto::NewGeneration& gen, int my_
   // A recovery announced for a later generation dooms this one: stop waiting for its peers.
   channel_->CancelOnRecovery(gen.generation);
   GroupOptions group_options = GroupOptionsFor(gen);
-  for (const auto& m : gen.members) group_options.member_ids.push_back(m.worker_id);
+  group_options.generation = gen.generation;
+  group_options.nccl_reuse = gen.nccl;
   Status built = groups_->Rebuild(std::move(group_options), gen.layout, my_rank);
   if (!built.ok()) {
     return built.WithContext("building generation " + std::to_string(gen.generation));
@@ -138,13 +137,11 @@ Status GenerationBuilder::RollBackIfNeeded(const proto::NewGeneration& gen) {
 
 Status GenerationBuilder::BroadcastScalars(const proto::NewGeneration& gen) {
   // The scalars (step, data cursor, ...) come from the lowest rank that held the state (any rank
-  // after a load from disk: they all read the same).
-  int source = 0;
-  for (size_t r = 0; r < gen.members.size(); ++r) {
-    if (HeldState(gen, gen.members[r].worker_id)) {
-      source = static_cast<int>(r);
-      break;
-    }
+  // after a load from disk: they all read the same); the coordinator names it.
+  const int source = gen.scalars_source;
+  if (source < 0 || source >= gen.layout.world()) {
+    return InvalidArgumentError("the scalars' source rank " + std::to_string(source) +
+                                " is not a rank of the generation");
   }
   std::vector<int64_t> scalars;
   for (const auto& [name, value] : state_->scalars()) scalars.push_back(value);
@@ -191,7 +188,7 @@ bool GenerationBuilder::DeviceToDevice() const {
 
 StatusOr<int64_t> GenerationBuilder::MoveState(const proto::NewGeneration& gen, int my_rank) {
   if (gen.reason == proto::GenerationReason::kResume) return LoadCheckpoint(gen, my_rank);
-  auto planned = PlanStateMove(gen, state_->Spec());
+  auto planned = StateMoveOf(gen, state_->Spec(), options_.worker_id);
   if (!planned.ok() && planned.status().code() == StatusCode::kFailedPrecondition &&
       !gen.checkpoint_dir.empty()) {
     // Some shard died with its only holder: every worker sees the same and loads from disk.
@@ -201,7 +198,8 @@ StatusOr<int64_t> GenerationBuilder::MoveState(const proto::NewGeneration& gen, 
   }
   ELASTRA_ASSIGN_OR_RETURN(StateMove move, std::move(planned));
   const int me = move.WorkerIndex(options_.worker_id);
-  const Coordinates* coords = my_rank >= 0 ? &gen.members[my_rank].coords : nullptr;
+  const Coordinates my_coords = CoordinatesOf(gen.layout, std::max(my_rank, 0));
+  const Coordinates* coords = my_rank >= 0 ? &my_coords : nullptr;
   const auto timeout = options_.collective_timeout * 4;
   if (!move.needs_leavers) {
     if (my_rank < 0) return int64_t{0};  // nothing of ours is needed: just go
@@ -229,8 +227,8 @@ StatusOr<int64_t> GenerationBuilder::MoveState(const proto::NewGeneration& gen, 
 StatusOr<int64_t> GenerationBuilder::LoadCheckpoint(const proto::NewGeneration& gen, int my_rank) {
   if (my_rank < 0) return int64_t{0};
   ELASTRA_ASSIGN_OR_RETURN(int64_t bytes,
-                           LoadNewestCheckpoint(gen, gen.members[my_rank].coords, options_.job,
-                                                groups_->control(), state_));
+                           LoadNewestCheckpoint(gen, CoordinatesOf(gen.layout, my_rank),
+                                                options_.job, groups_->control(), state_));
   commits_->Forget();
   return bytes;
 }

@@ -85,33 +85,24 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
   return CreateGlooCommunicator(go);
 }
 
-NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
-                            const std::vector<std::string>& new_member_ids,
-                            const Status& old_world_health) {
+NcclReusePlan PlanNcclReuse(const proto::NcclReuse& reuse, const Status& old_world_health) {
   NcclReusePlan plan;
   // Released (aborted) worlds are gone.
-  if (old_world_health.code() == StatusCode::kAborted || new_member_ids.empty()) return plan;
-  std::map<std::string, int> old_rank;
-  for (size_t r = 0; r < old_member_ids.size(); ++r) {
-    if (!old_rank.emplace(old_member_ids[r], static_cast<int>(r)).second) return plan;
-  }
-  std::vector<int> old_rank_of_new;  // by new rank
-  std::set<int> kept;
-  for (const std::string& id : new_member_ids) {
-    auto it = old_rank.find(id);
-    if (it == old_rank.end() || !kept.insert(it->second).second) return plan;  // new, or twice
-    old_rank_of_new.push_back(it->second);
-  }
-  for (int r = 0; r < static_cast<int>(old_member_ids.size()); ++r) {
-    if (!kept.count(r)) plan.exclude.push_back(r);
-  }
+  if (old_world_health.code() == StatusCode::kAborted || !reuse.possible) return plan;
+  plan.exclude.assign(reuse.exclude.begin(), reuse.exclude.end());
   if (!old_world_health.ok() && plan.exclude.empty()) {
     plan.exclude.clear();
     return plan;  // a broken world can only be shrunk
   }
   plan.possible = true;
-  plan.renumber = !std::is_sorted(old_rank_of_new.begin(), old_rank_of_new.end());
+  plan.renumber = reuse.renumber;
   return plan;
+}
+
+NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
+                            const std::vector<std::string>& new_member_ids,
+                            const Status& old_world_health) {
+  return PlanNcclReuse(proto::NcclReuseOf(old_member_ids, new_member_ids), old_world_health);
 }
 
 namespace {
@@ -130,9 +121,11 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
       previous->world->backend() == Backend::kNccl) {
     old = static_cast<NcclCommunicator*>(previous->world.get());
   }
+  const proto::NcclReuse& reuse = options.nccl_reuse;
   NcclReusePlan plan;
-  if (old != nullptr && previous->member_ids.size() == static_cast<size_t>(old->size())) {
-    plan = PlanNcclReuse(previous->member_ids, options.member_ids, old->health());
+  if (old != nullptr && previous->generation == reuse.from_generation &&
+      reuse.from_world == old->size()) {
+    plan = PlanNcclReuse(reuse, old->health());
     // An interrupted world is being revoked (NCCL 2.28.7+) or was released (NCCL reported an
     // error on it); wait, bounded, until NCCL has settled. On a timeout or a release the check
     // below fails and every rank starts afresh.
@@ -169,13 +162,15 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
   }
   // `base` numbers the survivors in their old order.
   if (!plan.renumber) {
-    LOG(INFO) << "nccl world of " << options.member_ids.size() << " ranks made from the previous one"
+    LOG(INFO) << "nccl world of " << reuse.from_world - static_cast<int>(exclude.size())
+              << " ranks made from the previous one"
               << (exclude.empty() ? " (reused)" : " by ncclCommShrink");
     return base;
   }
   ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> ordered, base->Split(0, rank));
   base->Abort();  // only the renumbered one is used
-  LOG(INFO) << "nccl world of " << options.member_ids.size() << " ranks made from the previous one"
+  LOG(INFO) << "nccl world of " << reuse.from_world - static_cast<int>(exclude.size())
+            << " ranks made from the previous one"
             << (exclude.empty() ? "" : " by ncclCommShrink") << " and renumbered by ncclCommSplit";
   return std::shared_ptr<NcclCommunicator>(std::move(ordered));
 }
@@ -249,7 +244,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
       return set.status();
     }
     set->control = std::move(shared_control);
-    set->member_ids = options.member_ids;
+    set->generation = options.generation;
     return set;
   }
   if (options.backend != Backend::kGloo) {
@@ -259,7 +254,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
   GroupSet set;
   ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));
   set.control = set.world;
-  set.member_ids = options.member_ids;
+  set.generation = options.generation;
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;

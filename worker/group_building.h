@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/kv_store.h"
+#include "common/messages.h"
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
@@ -23,7 +24,7 @@ namespace elastra {
 struct GroupSet {
   std::shared_ptr<Communicator> world, dp, pp, tp;
   std::shared_ptr<Communicator> control;
-  std::vector<std::string> member_ids;  // the worker id of each world rank
+  uint64_t generation = 0;  // the generation it was built for (GroupOptions::generation)
   // Breaks every call in flight on every communicator and releases them.
   void Abort();
   // Breaks every call in flight without ever waiting on the device, for the worker's I/O thread:
@@ -47,12 +48,15 @@ struct GroupOptions {
   // groups made by ncclCommSplit; `control` is a Gloo world beside them.
   Backend backend = Backend::kGloo;
   int device = -1;
-  // The new generation's worker ids by rank (GroupSet::member_ids).
-  std::vector<std::string> member_ids;
+  // The generation built (GroupSet::generation), and what the coordinator says of making its
+  // NCCL world from an earlier one (NewGeneration::nccl).
+  uint64_t generation = 0;
+  proto::NcclReuse nccl_reuse;
   // NCCL: the previous generation's communicators (not owned; may be null). When every rank
-  // still holds that NCCL world and the new members are among its ranks, the new world is made
-  // from it (ncclCommShrink without the ranks that left, ncclCommSplit when the order changes)
-  // instead of a fresh init; the ranks agree on that over the Gloo control world first.
+  // still holds that NCCL world (built for nccl_reuse.from_generation) and the new members are
+  // among its ranks, the new world is made from it (ncclCommShrink without the ranks that left,
+  // ncclCommSplit when the order changes) instead of a fresh init; the ranks agree on that over
+  // the Gloo control world first.
   GroupSet* previous = nullptr;
 };
 
@@ -66,6 +70,10 @@ struct NcclReusePlan {
   std::vector<int> exclude;
   bool renumber = false;
 };
+// From the coordinator's part (`reuse`: every new member was an old rank, which to exclude, a
+// new order) and the old world's health, which only the worker knows.
+NcclReusePlan PlanNcclReuse(const proto::NcclReuse& reuse, const Status& old_world_health);
+// The same from the worker ids of both worlds, by rank (proto::NcclReuseOf).
 NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
                             const std::vector<std::string>& new_member_ids,
                             const Status& old_world_health);

@@ -66,7 +66,7 @@ Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int ran
     // Only an NCCL world is worth keeping: the next one may be made from it.
     if (nccl) {
       previous_.world = old.world;
-      previous_.member_ids = old.member_ids;
+      previous_.generation = old.generation;
     }
   }
   // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a

@@ -9,52 +9,6 @@
 
 namespace elastra {
 
-int StateMove::WorkerIndex(const std::string& id) const {
-  for (size_t i = 0; i < workers.size(); ++i) {
-    if (workers[i] == id) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& gen, const StateSpec& state) {
-  // First without the leaving workers: when the staying ones hold everything (replicas), the
-  // leavers go at once and the move runs on the new world alone.
-  for (bool with_leavers : {false, true}) {
-    StateMove move;
-    std::map<std::string, int> hosts;
-    std::vector<int> host_of_worker;
-    auto add = [&](const std::string& id, const std::string& host) {
-      move.workers.push_back(id);
-      auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
-      host_of_worker.push_back(it->second);
-    };
-    for (const auto& m : gen.members) add(m.worker_id, m.host);
-    move.new_members = static_cast<int>(gen.members.size());
-    if (with_leavers) {
-      for (const auto& m : gen.prev_members) {
-        if (m.has_state && move.WorkerIndex(m.worker_id) < 0) add(m.worker_id, m.host);
-      }
-    }
-    Placement from;
-    from.layout = gen.prev_layout;
-    for (const auto& m : gen.prev_members) {
-      from.worker_of_rank.push_back(m.has_state ? move.WorkerIndex(m.worker_id) : -1);
-    }
-    Placement to;
-    to.layout = gen.layout;
-    for (int r = 0; r < static_cast<int>(gen.members.size()); ++r) to.worker_of_rank.push_back(r);
-    auto plan = BuildReshardPlan(state, from, to, host_of_worker);
-    if (!plan.ok()) {
-      if (!with_leavers && plan.status().code() == StatusCode::kFailedPrecondition) continue;
-      return plan.status();
-    }
-    move.plan = std::move(plan).value();
-    move.needs_leavers = with_leavers;
-    return move;
-  }
-  return InternalError("unreachable");
-}
-
 namespace {
 
 // After a move: every tensor gets its region in the new layout (none for a leaving worker, which

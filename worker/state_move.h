@@ -1,7 +1,6 @@
-// State moves of a generation change: the reshard plan that takes the training state from where
-// it is (the previous layout, as NewGeneration describes it) to where the new layout wants it,
-// computed identically by every worker of both layouts, and this worker's part of running it over
-// a communicator, through host memory or device to device. Free functions; thread-compatible.
+// State moves of a generation change: this worker's part of running the reshard plan (planned by
+// the coordinator, rebuilt from NewGeneration by StateMoveOf: common/state_move_plan.h) over a
+// communicator, through host memory or device to device. Free functions; thread-compatible.
 #pragma once
 
 #include <chrono>
@@ -10,26 +9,12 @@
 #include <vector>
 
 #include "common/messages.h"
+#include "common/reshard_plan.h"
+#include "common/state_move_plan.h"
 #include "elastra/communicator.h"
 #include "elastra/tensor_collection.h"
-#include "state/reshard_plan.h"
 
 namespace elastra {
-
-// The reshard plan of a generation change, numbered for execution: workers 0..n-1 are the new
-// members by new rank, n.. the previous members that leave alive and still hold state (they
-// hand their shards off before they go).
-struct StateMove {
-  ReshardPlan plan;
-  std::vector<std::string> workers;  // plan worker id -> worker id
-  int new_members = 0;
-  bool needs_leavers = false;  // some transfer is sent by a leaving worker
-  int WorkerIndex(const std::string& id) const;
-};
-
-// kFailedPrecondition when some part of the state has no live holder (it is lost with a failed
-// worker: only a checkpoint can bring it back).
-StatusOr<StateMove> PlanStateMove(const proto::NewGeneration& generation, const StateSpec& state);
 
 // Runs this worker's part of `move` over `comm` (whose rank is this worker's plan index),
 // replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker

@@ -72,10 +72,10 @@ double MemAvailableGb() {
   return 8;
 }
 
-// The NewGeneration every member gets at `n` workers, built as GenerationManager::StartBuild
-// builds it (members and previous members, ids and hosts as the simulation names them): its size
-// and the thread CPU one encoding takes. The core holds n of them at once, and encodes n of them
-// per change.
+// The NewGeneration a member that takes no part in the state move gets at `n` workers, built as
+// GenerationManager::StartBuild addresses it (its own entry in both tables, ids and hosts as the
+// simulation names them): its size and the thread CPU one encoding takes. The core holds n of
+// them at once, and encodes n of them per change.
 struct Prediction {
   size_t frame_bytes = 0;
   double encode_cpu_ms = 0;
@@ -84,15 +84,19 @@ struct Prediction {
 Prediction Predict(int n) {
   proto::NewGeneration ng;
   ng.layout.dp = n;
-  for (int r = 0; r < n; ++r) {
+  {
+    const int r = n - 1;
     proto::Member m;
     m.worker_id = "w" + std::to_string(r);
     m.host = "node" + std::to_string(r / 8);
     m.device = r % 8;
     m.coords = CoordinatesOf(ng.layout, r);
+    m.rank = m.worker = r;
     ng.members.push_back(m);
   }
   ng.prev_layout = ng.layout;
+  ng.move.plan = proto::MovePlan::kMove;
+  ng.move.workers = n;
   ng.prev_members = ng.members;
   ng.kv_prefix = "g9/";
   Prediction p;

@@ -343,74 +343,70 @@ std::string SimJob::KillHost() {
 void SimJob::OnNewGeneration(int w, const Frame& frame) {
   Worker& x = workers_[w];
   const uint64_t generation = FrameGeneration(*frame);
+  // Each recipient's NewGeneration is its own (its entry, its part of the state move): decoded
+  // by each, as the real worker does.
+  auto e = proto::DecodeEnvelope(*frame);
+  if (!e.ok()) return;
+  auto ng = proto::DecodePayload<proto::NewGeneration>(e->payload);
+  if (!ng.ok()) return;
+  if (ng->leave) {
+    // Hands its shards off (the staying workers hold them all: nothing to send) and exits 0.
+    x.state = State::kLeft;
+    ++x.hb_token;
+    const int a = x.host;
+    loop_->After(model_.reap_us, [this, a, id = x.id] {
+      if (!agents_[a].alive) return;
+      coordinator_->Send(agents_[a].client,
+                         proto::MakeFrame(MessageType::kProcessExited,
+                                          proto::ProcessExited{id, 0, 0}, job_, 0,
+                                          "agent-" + agents_[a].name, 0));
+    });
+    return;
+  }
+  int rank = -1;
+  bool has_state = false;
+  for (const auto& m : ng->members) {
+    if (m.worker_id == x.id) {
+      rank = m.rank;
+      has_state = m.has_state;
+    }
+  }
   auto it = builds_.find(generation);
-  Build* b = it != builds_.end() && it->second.frame == frame.get() ? &it->second : nullptr;
-  if (b == nullptr) {
-    auto e = proto::DecodeEnvelope(*frame);
-    if (!e.ok()) return;
-    auto ng = proto::DecodePayload<proto::NewGeneration>(e->payload);
-    if (!ng.ok()) return;
-    if (ng->leave) {
-      // Hands its shards off (the staying workers hold them all: nothing to send) and exits 0.
-      x.state = State::kLeft;
-      ++x.hb_token;
-      const int a = x.host;
-      loop_->After(model_.reap_us, [this, a, id = x.id] {
-        if (!agents_[a].alive) return;
-        coordinator_->Send(agents_[a].client,
-                           proto::MakeFrame(MessageType::kProcessExited,
-                                            proto::ProcessExited{id, 0, 0}, job_, 0,
-                                            "agent-" + agents_[a].name, 0));
-      });
-      return;
-    }
-    if (it == builds_.end()) {
-      // Older builds are over (a generation number is never used twice).
-      builds_.erase(builds_.begin(), builds_.lower_bound(generation > 2 ? generation - 2 : 0));
-      Build& nb = builds_[generation];
-      nb.generation = generation;
-      nb.ng = std::make_shared<const proto::NewGeneration>(std::move(ng).value());
-      const auto& members = nb.ng->members;
-      const int world = static_cast<int>(members.size());
-      std::set<std::string> before;
-      for (const auto& m : nb.ng->prev_members) before.insert(m.worker_id);
-      nb.fresh_nccl = nb.ng->reason == proto::GenerationReason::kStart ||
-                      nb.ng->reason == proto::GenerationReason::kResume;
-      for (int r = 0; r < world; ++r) {
-        nb.rank_of[members[r].worker_id] = r;
-        if (!before.count(members[r].worker_id)) nb.fresh_nccl = true;
-        if (!members[r].has_state) nb.transfer = true;
-      }
-      const int stride = std::max(1, world / std::max(1, model_.rendezvous_sample));
-      for (int r = 0; r < world; r += stride) nb.sample.push_back(r);
-      last_sample_ = static_cast<int>(nb.sample.size());
-      nb.members.assign(world, -1);
-      it = builds_.find(generation);
-    }
-    it->second.frame = frame.get();
-    it->second.keep = frame;
-    b = &it->second;
+  if (it == builds_.end()) {
+    // Older builds are over (a generation number is never used twice).
+    builds_.erase(builds_.begin(), builds_.lower_bound(generation > 2 ? generation - 2 : 0));
+    Build& nb = builds_[generation];
+    nb.generation = generation;
+    nb.world = ng->layout.world();
+    // A fresh NCCL world unless every member was a rank of the last one.
+    nb.fresh_nccl = ng->reason == proto::GenerationReason::kStart ||
+                    ng->reason == proto::GenerationReason::kResume || !ng->nccl.possible;
+    const int stride = std::max(1, nb.world / std::max(1, model_.rendezvous_sample));
+    for (int r = 0; r < nb.world; r += stride) nb.sample.push_back(r);
+    last_sample_ = static_cast<int>(nb.sample.size());
+    nb.members.assign(nb.world, -1);
+    nb.ng = std::make_shared<const proto::NewGeneration>(std::move(ng).value());
+    it = builds_.find(generation);
   }
   if (generation <= x.generation || generation < x.answered_target) return;  // stale
-  Enter(w, *b);
+  Enter(w, it->second, rank, has_state);
 }
 
-void SimJob::Enter(int w, Build& b) {
+void SimJob::Enter(int w, Build& b, int rank, bool has_state) {
   Worker& x = workers_[w];
-  auto r = b.rank_of.find(x.id);
-  if (r == b.rank_of.end()) return;  // not a member (the real worker refuses it)
-  const proto::Member& me = b.ng->members[r->second];
+  if (rank < 0 || rank >= b.world) return;  // not a member (the real worker refuses it)
   x.state = State::kBuilding;
   x.building = b.generation;
-  x.rank = r->second;
+  x.rank = rank;
   x.received_at = loop_->now();
   // A worker that held the state rolls back to the commit of restore_step; one that did not
   // receives the state (and the step) from the others.
   x.step = b.ng->restore_step;
-  if (me.has_state) {
+  if (has_state) {
     std::erase_if(x.commits, [&](int64_t s) { return s > b.ng->restore_step; });
   } else {
     x.commits.clear();
+    b.transfer = true;
   }
   ++b.received;
   b.members[x.rank] = w;
@@ -443,7 +439,7 @@ std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const 
   // "g<G>/world/pair/<rank>/<peer>" for each build peer and reads "pair/<peer>/<rank>" of each.
   // The sampled ranks read only what sampled ranks set: the build peers of this rank's place in
   // the sample (each set too), padded with its own keys to its true number of reads.
-  const int world = static_cast<int>(b.ng->members.size());
+  const int world = b.world;
   const double s = static_cast<double>(b.sample.size());
   const double n = world;
   const double per_rank = model_.every_rank_sets ? 1 : n / s;
@@ -541,7 +537,7 @@ void SimJob::SampleDone(int w, Build& b) {
 }
 
 void SimJob::MaybeFinishRendezvous(Build& b) {
-  const int world = static_cast<int>(b.ng->members.size());
+  const int world = b.world;
   if (b.done || b.samples_done < static_cast<int>(b.sample.size()) || b.received < world ||
       b.setters_done < b.setters) {
     return;
@@ -581,7 +577,7 @@ void SimJob::Ready(int w, uint64_t generation, double rebuild_ms, double transfe
   if (it == builds_.end()) return;
   Build& b = it->second;
   // The first step's collectives need every member.
-  if (++b.ready == static_cast<int>(b.ng->members.size())) StartTraining(b);
+  if (++b.ready == b.world) StartTraining(b);
 }
 
 // ---------------------------------------------------------------------------------------------

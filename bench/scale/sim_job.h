@@ -141,10 +141,10 @@ class SimJob {
   // One generation being built, as its members see it.
   struct Build {
     uint64_t generation = 0;
-    const std::string* frame = nullptr;  // the members' NewGeneration frame
-    Frame keep;                          // keeps `frame` alive
+    // The fields every member's NewGeneration shares (each is addressed to its recipient: its
+    // own entry and its transfers' peers), from the first one decoded.
     std::shared_ptr<const proto::NewGeneration> ng;
-    std::unordered_map<std::string, int> rank_of;
+    int world = 0;
     std::vector<int> sample;  // ranks that run the rendezvous for real
     int samples_done = 0;
     int setters = 0, setters_done = 0;  // every_rank_sets: the ranks not sampled
@@ -179,7 +179,7 @@ class SimJob {
   void Die(int w, int exit_code, int signal, bool reported);
 
   void OnNewGeneration(int w, const Frame& frame);
-  void Enter(int w, Build& b);
+  void Enter(int w, Build& b, int rank, bool has_state);
   void RunOp(int w);
   void OnKvReply(int w, const proto::Envelope& e);
   void SampleDone(int w, Build& b);

@@ -45,8 +45,17 @@ NewGeneration SampleGeneration() {
     m.device = r;
     m.coords = CoordinatesOf(g.layout, r);
     m.has_state = r == 0;
+    m.rank = r;
+    m.worker = r;
     g.members.push_back(m);
   }
+  g.prev_members = {g.members[0]};
+  g.scalars_source = 0;
+  g.move.plan = MovePlan::kMove;
+  g.move.workers = 2;
+  g.move.tensors = 1;
+  g.move.transfers.push_back({0, 0, 1, 0, 4, 0, 8});
+  g.nccl = {4, 2, true, false, {1}};
   g.restore_step = 17;
   g.source_rank = 1;
   g.leave = true;

@@ -38,8 +38,11 @@ TEST_F(CoreTest, FirstGenerationFormsWhenInitialWorkersJoined) {
     EXPECT_EQ(gens[i].identity, "id-" + order[i]);
     EXPECT_EQ(gens[i].envelope.generation, 1u);
     EXPECT_EQ(gens[i].envelope.request_id, 0u);
-    auto g = Payload<proto::NewGeneration>(gens[i]);
-    EXPECT_EQ(g.generation, 1u);
+    auto mine = Payload<proto::NewGeneration>(gens[i]);
+    EXPECT_EQ(mine.generation, 1u);
+    ASSERT_FALSE(mine.members.empty());
+    EXPECT_EQ(mine.members[0].worker_id, order[i]) << "its own entry";
+    auto g = MergedOf(gens);
     EXPECT_EQ(g.layout, (Layout{3, 1, 1}));
     ASSERT_EQ(g.members.size(), 3u);
     for (int rank = 0; rank < 3; ++rank) {
@@ -151,7 +154,7 @@ TEST_F(CoreTest, GrowWithAgentPausesBuildsAndReportsDone) {
   auto gens = OfType(PausedMsg("b", 2, 7, {6, 7}, false), T::kNewGeneration);
   ASSERT_EQ(gens.size(), 4u);
   EXPECT_EQ(core_->state(), proto::JobState::kBuilding);
-  auto g = Payload<proto::NewGeneration>(gens[0]);
+  auto g = MergedOf(gens);
   EXPECT_EQ(g.generation, 2u);
   EXPECT_EQ(g.layout, (Layout{4, 1, 1}));
   ASSERT_EQ(g.members.size(), 4u);
@@ -263,7 +266,7 @@ TEST_F(CoreTest, MissedHeartbeatRecoversFromLargestCommonCommit) {
   PausedMsg("b", 2, 9, {6, 8}, true);
   auto gens = OfType(PausedMsg("a", 2, 9, {4, 6, 8, 9}, true), T::kNewGeneration);
   ASSERT_EQ(gens.size(), 3u);
-  auto g = Payload<proto::NewGeneration>(gens[0]);
+  auto g = MergedOf(gens);
   EXPECT_EQ(g.reason, proto::GenerationReason::kFailure);
   EXPECT_EQ(g.restore_step, 8);
   EXPECT_EQ(g.layout.dp, 3);
@@ -296,7 +299,7 @@ TEST_F(CoreTest, SurvivorsThatDoNotAnswerAreLostAtTheRecoverDeadline) {
   clock_.Advance(Duration(1));
   auto gens = OfType(Tick(), T::kNewGeneration);
   ASSERT_EQ(gens.size(), 1u);
-  auto g = Payload<proto::NewGeneration>(gens[0]);
+  auto g = MergedOf(gens);
   EXPECT_EQ(g.layout.dp, 1);
   EXPECT_EQ(g.members[0].worker_id, "a");
 }
@@ -365,7 +368,7 @@ TEST_F(CoreTest, FailureDuringBuildRecoversWithFreshGeneration) {
   PausedMsg("b", 3, 4, {4}, true);
   auto gens = OfType(PausedMsg("s", 3, -1, {}, true), T::kNewGeneration);
   ASSERT_EQ(gens.size(), 3u);
-  auto g = Payload<proto::NewGeneration>(gens[0]);
+  auto g = MergedOf(gens);
   EXPECT_EQ(g.restore_step, 4);
   EXPECT_FALSE(g.members[2].has_state);
   Ready("a", 3);

@@ -14,6 +14,7 @@
 
 #include "common/codec.h"
 #include "coordinator/coordinator_core.h"
+#include "tests/coordinator/merged_generation.h"
 
 namespace elastra::coordinator::testing {
 
@@ -36,6 +37,17 @@ class CoreTest : public ::testing::Test {
     options_.spawn_timeout = Duration(1000);
     options_.clock = &clock_;
     core_ = std::make_unique<CoordinatorCore>(options_);
+  }
+
+  // The tables of a generation, from every recipient's NewGeneration (merged_generation.h).
+  static proto::NewGeneration MergedOf(const std::vector<Sent>& gens) {
+    std::vector<proto::NewGeneration> all;
+    for (const auto& s : gens) {
+      auto g = proto::DecodePayload<proto::NewGeneration>(s.envelope.payload);
+      EXPECT_TRUE(g.ok()) << g.status();
+      if (g.ok()) all.push_back(*g);
+    }
+    return Merged(all);
   }
 
   static std::vector<Sent> DecodeAll(const std::vector<Outgoing>& out) {

@@ -25,8 +25,9 @@ TEST_F(GenerationManagerTest, TheFirstGenerationFormsAndCommitsWhenEveryMemberIs
   ASSERT_EQ(built.size(), 2u);
   EXPECT_EQ(built[0].second.generation, 1u);
   EXPECT_EQ(built[0].second.layout, (Layout{2, 1, 1}));
-  EXPECT_TRUE(built[0].second.members[0].has_state);  // rank 0's initial state is broadcast
-  EXPECT_FALSE(built[0].second.members[1].has_state);
+  const proto::NewGeneration table = MergedOf(built);
+  EXPECT_TRUE(table.members[0].has_state);  // rank 0's initial state is broadcast
+  EXPECT_FALSE(table.members[1].has_state);
   EXPECT_EQ(generations_.state(), proto::JobState::kForming);
   ASSERT_TRUE(generations_.OnReady("a", proto::GenerationReady{1, 2, 0, 0}).ok());
   EXPECT_TRUE(commits_.empty());
@@ -66,10 +67,11 @@ TEST_F(GenerationManagerTest, TensorParallelGroupsOfTheFirstGenerationAndARecove
   }
   auto first = Sent<proto::NewGeneration>(T::kNewGeneration);
   ASSERT_EQ(first.size(), 4u);
-  ExpectGroupsInsideHosts(first[0].second);
-  EXPECT_TRUE(first[0].second.members[0].has_state) << "the new rank 0 broadcasts";
-  EXPECT_EQ(first[0].second.prev_members[0].worker_id, first[0].second.members[0].worker_id);
-  for (const auto& m : first[0].second.members) {
+  const proto::NewGeneration first_table = MergedOf(first);
+  ExpectGroupsInsideHosts(first_table);
+  EXPECT_TRUE(first_table.members[0].has_state) << "the new rank 0 broadcasts";
+  EXPECT_EQ(first_table.prev_members[0].worker_id, first_table.members[0].worker_id);
+  for (const auto& m : first_table.members) {
     ASSERT_TRUE(generations_.OnReady(m.worker_id, proto::GenerationReady{1, 0, 0, 0}).ok());
   }
   // Four standby workers whose join order mixes the hosts; a collective fails: the recovery takes
@@ -84,7 +86,7 @@ TEST_F(GenerationManagerTest, TensorParallelGroupsOfTheFirstGenerationAndARecove
   }
   auto recovered = Sent<proto::NewGeneration>(T::kNewGeneration);
   ASSERT_EQ(recovered.size(), 8u);
-  const auto& g = recovered[0].second;
+  const proto::NewGeneration g = MergedOf(recovered);
   ExpectGroupsInsideHosts(g);
   for (const auto& m : g.members) {
     EXPECT_EQ(m.has_state, m.worker_id.back() < '2') << m.worker_id;
@@ -105,7 +107,7 @@ TEST_F(GenerationManagerTest, APauseBuildsTheGoalWithStandbyWorkers) {
   ASSERT_TRUE(generations_.OnPaused("b", proto::PausedReport{2, 10, {}, false}).ok());
   auto built = Sent<proto::NewGeneration>(T::kNewGeneration);
   ASSERT_EQ(built.size(), 4u);
-  const proto::NewGeneration& ng = built[0].second;
+  const proto::NewGeneration ng = MergedOf(built);
   EXPECT_EQ(ng.generation, 2u);
   EXPECT_EQ(ng.layout, (Layout{4, 1, 1}));
   EXPECT_EQ(ng.restore_step, 10);

@@ -80,6 +80,31 @@ TEST_F(JournalTest, RoundTrip) {
   EXPECT_EQ(s->ended, JobOutcome::kFinished);
 }
 
+// The state the workers registered comes back after a restart: the coordinator plans state moves
+// with it, and the workers do not join again.
+TEST_F(JournalTest, TheRegisteredStateIsReplayed) {
+  StateSpec spec;
+  spec.num_layers = 2;
+  spec.tensors = {TensorSpec{"w", {8, 16}, 2, {1, 0, true}}, TensorSpec{"b", {16}, 4, {}}};
+  {
+    auto j = Journal::Open(path_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("job", 2, 4).ok());
+    ASSERT_TRUE((*j)->RecordState(spec).ok());
+  }
+  auto j = Journal::Open(path_);
+  ASSERT_TRUE(j.ok()) << j.status();
+  const StateSpec& back = (*j)->state().state;
+  EXPECT_EQ(back.num_layers, 2);
+  ASSERT_EQ(back.tensors.size(), 2u);
+  EXPECT_EQ(back.tensors[0].name, "w");
+  EXPECT_EQ(back.tensors[0].shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(back.tensors[0].element_size, 2u);
+  EXPECT_TRUE(back.tensors[0].rule.zero);
+  EXPECT_EQ(back.tensors[0].rule.layer, 0);
+  EXPECT_EQ(back.tensors[1].element_size, 4u);
+}
+
 TEST_F(JournalTest, RefusesInconsistentRecordsWithoutWriting) {
   auto j = Journal::Create(path_);
   ASSERT_TRUE(j.ok());

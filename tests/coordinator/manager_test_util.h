@@ -13,6 +13,7 @@
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"
 #include "coordinator/resize_manager.h"
+#include "tests/coordinator/merged_generation.h"
 
 namespace elastra::coordinator {
 
@@ -81,6 +82,14 @@ class ManagerTest : public ::testing::Test {
       if (p.ok()) out.emplace_back(o.identity, *p);
     }
     return out;
+  }
+
+  // The tables of a generation, from every recipient's NewGeneration (merged_generation.h).
+  static proto::NewGeneration MergedOf(
+      const std::vector<std::pair<std::string, proto::NewGeneration>>& gens) {
+    std::vector<proto::NewGeneration> all;
+    for (const auto& [id, g] : gens) all.push_back(g);
+    return Merged(all);
   }
 
   // a and b form generation 1 and commit it.

@@ -270,8 +270,8 @@ TEST_F(ResizeManagerTest, AfterAFailureTheJobGrowsBackOnAHostWithFreeSlots) {
   auto gens = Sent<proto::NewGeneration>(T::kNewGeneration);
   ASSERT_EQ(gens.size(), 2u);
   EXPECT_EQ(gens[0].second.reason, proto::GenerationReason::kRegrow);
-  EXPECT_EQ(gens[0].second.members.size(), 2u);
-  for (const auto& m : gens[0].second.members) {
+  EXPECT_EQ(MergedOf(gens).members.size(), 2u);
+  for (const auto& m : MergedOf(gens).members) {
     ASSERT_TRUE(generations_.OnReady(m.worker_id, proto::GenerationReady{3, 0, 0, 0}).ok());
   }
   EXPECT_EQ(generations_.history().back().reason, proto::GenerationReason::kRegrow);
@@ -354,10 +354,8 @@ TEST_F(ResizeManagerTest, ADrainStartsReplacementsElsewhereThenTheHostsWorkersLe
   for (const auto& [to, g] : gens) {
     EXPECT_EQ(g.reason, proto::GenerationReason::kDrain);
     EXPECT_EQ(g.leave, to == "id-a0" || to == "id-a1") << to;
-    if (members.empty()) {
-      for (const auto& m : g.members) members.push_back(m.worker_id);
-    }
   }
+  for (const auto& m : MergedOf(gens).members) members.push_back(m.worker_id);
   EXPECT_EQ(members, (std::vector<std::string>{"b0", spawned["id-agent-n2"][0],
                                                spawned["id-agent-n3"][0]}));
   for (const auto& id : members) {

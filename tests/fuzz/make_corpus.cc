@@ -150,17 +150,24 @@ std::string PayloadOf(MessageType type) {
       NewGeneration g;
       g.generation = 3;
       g.layout = Layout{1, 2, 2};
-      for (int r = 0; r < 4; ++r) {
+      // Addressed to w0: its own entry and the member it sends state to.
+      for (int r : {0, 3}) {
         g.members.push_back({"w" + std::to_string(r), r < 2 ? "a" : "b", r % 2,
-                             CoordinatesOf(g.layout, r), r != 3});
+                             CoordinatesOf(g.layout, r), r != 3, r, r});
       }
       g.restore_step = 20;
       g.source_rank = 1;
       g.kv_prefix = "g3/";
       g.reason = GenerationReason::kFailure;
       g.prev_layout = Layout{2, 1, 1};
-      g.prev_members = {g.members[0], g.members[1]};
+      g.prev_members = {{"w0", "a", 0, CoordinatesOf(g.prev_layout, 0), true, 0, 0}};
       g.checkpoint_dir = "/ckpt/ckpt-000000000010-g000002";
+      g.scalars_source = 0;
+      g.move.plan = MovePlan::kMove;
+      g.move.workers = 4;
+      g.move.tensors = 2;
+      g.move.transfers = {{0, 0, 3, 0, 8, 0, 16}, {1, 0, 3, 0, 1, 4, 12}};
+      g.nccl = {2, 2, false, false, {}};
       return EncodePayload(g);
     }
     case MessageType::kKvSet:
@@ -521,6 +528,9 @@ void JournalSeeds() {
        journal.RecordChangeBegun(2, coordinator::ChangeKind::kPause, {a, b}).ok() &&
        journal.RecordWorkerState("w1", coordinator::JournalWorkerState::kLost).ok() &&
        journal.RecordIds({"w0", "w1", "w2"}).ok();
+  StateSpec spec;
+  spec.tensors = {TensorSpec{"w", {8, 16}, 4, {}}, TensorSpec{"b", {16}, 4, {}}};
+  ok = ok && journal.RecordState(spec).ok();
   const std::string running = *env.GetFile("/state/journal.bin");
   g.generation = 2;
   g.reason = proto::GenerationReason::kResize;

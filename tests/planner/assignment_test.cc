@@ -11,7 +11,7 @@
 
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
-#include "state/reshard_plan.h"
+#include "common/reshard_plan.h"
 
 namespace elastra {
 namespace {

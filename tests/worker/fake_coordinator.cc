@@ -93,15 +93,20 @@ proto::JobStatus FakeCoordinator::DefaultStatus(proto::JobState state) const {
 }
 
 proto::NewGeneration FakeCoordinator::SoloGeneration(const std::string& worker_id,
-                                                     uint64_t generation, int64_t restore_step) {
+                                                     uint64_t generation, int64_t restore_step,
+                                                     const StateSpec& state) {
   proto::Member me;
   me.worker_id = worker_id;
   me.host = "fakehost";
   me.has_state = true;
   proto::NewGeneration g;
   g.generation = generation;
-  g.members = {me};
-  g.prev_members = {me};
+  // Addressed as the coordinator addresses it: the state move planned from the (one-row) tables.
+  const Layout solo;
+  const MoveAddresser moves(state, solo, {me}, solo, {me},
+                            PlanStateMove(state, solo, {me}, solo, {me}), proto::MovePlan::kMove);
+  moves.Address(worker_id, &g);
+  g.scalars_source = moves.ScalarsSource();
   g.restore_step = restore_step;
   g.source_rank = 0;
   g.kv_prefix = "g" + std::to_string(generation) + "/";
@@ -228,6 +233,7 @@ void FakeCoordinator::Handle(const std::string& identity, proto::Envelope e) {
       if (std::find(joined_.begin(), joined_.end(), join->worker_id) == joined_.end()) {
         joined_.push_back(join->worker_id);
       }
+      joined_state_ = join->state;
       proto::JoinReply reply;
       reply.worker_id = join->worker_id;
       reply.generation = generation_;
@@ -240,7 +246,7 @@ void FakeCoordinator::Handle(const std::string& identity, proto::Envelope e) {
         g.type = MessageType::kNewGeneration;
         g.job = options_.job;
         g.sender = "coordinator";
-        g.payload = proto::EncodePayload(SoloGeneration(join->worker_id, 1, 0));
+        g.payload = proto::EncodePayload(SoloGeneration(join->worker_id, 1, 0, join->state));
         SendFrame(identity, g);
       }
       return;

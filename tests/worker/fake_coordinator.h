@@ -27,6 +27,7 @@
 #include "common/codec.h"
 #include "common/keys.h"
 #include "common/messages.h"
+#include "common/state_move_plan.h"
 #include "elastra/worker.h"
 
 namespace elastra::testing {
@@ -78,8 +79,14 @@ class FakeCoordinator {
   }
   // A NewGeneration of one member (dp=1) holding the state: the first generation when
   // `generation` is 1, a recovery to `restore_step` otherwise.
+  // `state`: the tensors the worker registered (its JoinRequest's), for the state move's plan.
   static proto::NewGeneration SoloGeneration(const std::string& worker_id, uint64_t generation,
-                                             int64_t restore_step);
+                                             int64_t restore_step, const StateSpec& state);
+  // The tensors the last JoinRequest registered.
+  StateSpec JoinedState() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return joined_state_;
+  }
 
   // Waits (up to `bound`, a bound on a broken test, not a timing assumption) until the
   // `nth` (1-based) message of `type` arrived, heard or not as `heard` says (nullopt: either).
@@ -112,6 +119,7 @@ class FakeCoordinator {
   std::thread thread_;
 
   mutable std::mutex mu_;
+  StateSpec joined_state_;
   std::condition_variable cv_;
   bool stop_ = false;
   bool silent_ = false;

@@ -259,7 +259,7 @@ TEST_F(WorkerFence, PartitionDuringARecoveryRecoversThroughTheCoordinator) {
   fake_->SetGeneration(2);
   fake_->SetStatus(std::nullopt);
   fake_->Push("w0", MessageType::kNewGeneration,
-              FakeCoordinator::SoloGeneration("w0", 2, fenced_at));
+              FakeCoordinator::SoloGeneration("w0", 2, fenced_at, fake_->JoinedState()));
   ASSERT_TRUE(
       fake_->WaitUntil([&](const auto&) { return trainer_->last_counted() >= fenced_at + 3; }));
   trainer_->Stop();

@@ -1,0 +1,283 @@
+// The state move of a generation change, planned once and addressed: see state_move_plan.h.
+#include "common/state_move_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace elastra {
+
+int StateMove::WorkerIndex(const std::string& id) const {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i] == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
+                                  const std::vector<proto::Member>& members,
+                                  const Layout& prev_layout,
+                                  const std::vector<proto::Member>& prev_members) {
+  for (bool with_leavers : {false, true}) {
+    StateMove move;
+    std::map<std::string, int> hosts;
+    std::unordered_map<std::string, int> index;
+    std::vector<int> host_of_worker;
+    auto add = [&](const std::string& id, const std::string& host) {
+      index.emplace(id, static_cast<int>(move.workers.size()));
+      move.workers.push_back(id);
+      auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
+      host_of_worker.push_back(it->second);
+    };
+    for (const auto& m : members) add(m.worker_id, m.host);
+    move.new_members = static_cast<int>(members.size());
+    if (with_leavers) {
+      for (const auto& m : prev_members) {
+        if (m.has_state && !index.count(m.worker_id)) add(m.worker_id, m.host);
+      }
+    }
+    Placement from;
+    from.layout = prev_layout;
+    for (const auto& m : prev_members) {
+      auto it = index.find(m.worker_id);
+      from.worker_of_rank.push_back(m.has_state && it != index.end() ? it->second : -1);
+    }
+    Placement to;
+    to.layout = layout;
+    for (int r = 0; r < static_cast<int>(members.size()); ++r) to.worker_of_rank.push_back(r);
+    auto plan = BuildReshardPlan(state, from, to, host_of_worker);
+    if (!plan.ok()) {
+      if (!with_leavers && plan.status().code() == StatusCode::kFailedPrecondition) continue;
+      return plan.status();
+    }
+    move.plan = std::move(plan).value();
+    move.needs_leavers = with_leavers;
+    return move;
+  }
+  return InternalError("unreachable");
+}
+
+std::vector<Transfer> LocalCopies(const StateSpec& state, const Layout& from,
+                                  const Coordinates* from_coords, const Layout& to,
+                                  const Coordinates& to_coords, int worker) {
+  std::vector<Transfer> copies;
+  for (size_t ti = 0; ti < state.tensors.size(); ++ti) {
+    const TensorSpec& t = state.tensors[ti];
+    const Region need = LocalRegion(t, state.num_layers, to, to_coords);
+    if (need.empty() || from_coords == nullptr) continue;
+    const std::vector<Rect> own = LocalRegion(t, state.num_layers, from, *from_coords).Pieces();
+    const int64_t esize = static_cast<int64_t>(t.element_size);
+    for (const Rect& piece : need.Pieces()) {
+      for (const Rect& o : own) {
+        const Rect keep = Intersect(piece, o);
+        if (!keep.empty()) {
+          copies.push_back({static_cast<int>(ti), worker, worker, keep, keep.volume() * esize});
+        }
+      }
+    }
+  }
+  return copies;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The coordinator's side.
+
+MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
+                             std::vector<proto::Member> members, Layout prev_layout,
+                             std::vector<proto::Member> prev_members, StatusOr<StateMove> planned,
+                             proto::MovePlan plan_kind)
+    : state_(state),
+      layout_(layout),
+      prev_layout_(prev_layout),
+      members_(std::move(members)),
+      prev_members_(std::move(prev_members)),
+      planned_(std::move(planned)),
+      plan_kind_(plan_kind) {
+  for (size_t r = 0; r < members_.size(); ++r) {
+    members_[r].rank = static_cast<int32_t>(r);
+    members_[r].worker = static_cast<int32_t>(r);
+    new_rank_.emplace(members_[r].worker_id, static_cast<int>(r));
+  }
+  const StateMove* move = planned_.ok() ? &*planned_ : nullptr;
+  if (move != nullptr) {
+    for (size_t w = 0; w < move->workers.size(); ++w) {
+      plan_index_.emplace(move->workers[w], static_cast<int>(w));
+    }
+    old_rank_of_worker_.assign(move->workers.size(), -1);
+    const auto& from = move->plan.from.worker_of_rank;
+    for (size_t r = 0; r < from.size(); ++r) {
+      if (from[r] >= 0) old_rank_of_worker_[from[r]] = static_cast<int>(r);
+    }
+    transfers_of_worker_.resize(move->workers.size());
+    const auto& transfers = move->plan.transfers;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      transfers_of_worker_[transfers[i].src].push_back(static_cast<int>(i));
+      if (transfers[i].dst != transfers[i].src) {
+        transfers_of_worker_[transfers[i].dst].push_back(static_cast<int>(i));
+      }
+    }
+  }
+  for (size_t r = 0; r < prev_members_.size(); ++r) {
+    proto::Member& m = prev_members_[r];
+    m.rank = static_cast<int32_t>(r);
+    old_rank_.emplace(m.worker_id, static_cast<int>(r));
+    if (move != nullptr && m.has_state) {
+      auto it = plan_index_.find(m.worker_id);
+      m.worker = it != plan_index_.end() ? it->second : -1;
+    }
+  }
+}
+
+int32_t MoveAddresser::ScalarsSource() const {
+  std::unordered_map<std::string, bool> held;
+  for (const auto& m : prev_members_) {
+    if (m.has_state) held[m.worker_id] = true;
+  }
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (held.count(members_[r].worker_id)) return static_cast<int32_t>(r);
+  }
+  return 0;
+}
+
+void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) const {
+  std::vector<int> new_ranks, old_ranks;
+  if (auto it = new_rank_.find(id); it != new_rank_.end()) new_ranks.push_back(it->second);
+  if (auto it = old_rank_.find(id); it != old_rank_.end()) old_ranks.push_back(it->second);
+  proto::StateMovePart& part = gen->move;
+  part = proto::StateMovePart{};
+  part.plan = plan_kind_;
+  part.tensors = static_cast<int32_t>(state_.tensors.size());
+  if (plan_kind_ != proto::MovePlan::kNone && !planned_.ok()) {
+    const bool lost = planned_.status().code() == StatusCode::kFailedPrecondition;
+    part.plan = lost ? proto::MovePlan::kLost : proto::MovePlan::kInvalid;
+    part.error = std::string(planned_.status().message());
+  } else if (plan_kind_ == proto::MovePlan::kMove) {
+    const StateMove& move = *planned_;
+    part.needs_leavers = move.needs_leavers;
+    part.workers = static_cast<int32_t>(move.workers.size());
+    auto it = plan_index_.find(id);
+    const int me = it != plan_index_.end() ? it->second : -1;
+    // A leaver whose shards the staying workers hold anyway takes no part.
+    if (me >= 0 && (me < move.new_members || move.needs_leavers)) {
+      for (int i : transfers_of_worker_[me]) {
+        const Transfer& t = move.plan.transfers[i];
+        part.transfers.push_back({t.tensor, t.src, t.dst, t.rect.row_begin, t.rect.row_end,
+                                  t.rect.col_begin, t.rect.col_end});
+        if (t.src == me) {
+          new_ranks.push_back(t.dst);  // a new member's plan index is its new rank
+        } else {
+          old_ranks.push_back(old_rank_of_worker_[t.src]);
+        }
+      }
+    }
+  }
+  auto table = [](std::vector<int>& ranks, const std::vector<proto::Member>& all) {
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    std::vector<proto::Member> out;
+    out.reserve(ranks.size());
+    for (int r : ranks) {
+      if (r >= 0 && r < static_cast<int>(all.size())) out.push_back(all[r]);
+    }
+    return out;
+  };
+  gen->members = table(new_ranks, members_);
+  gen->prev_members = table(old_ranks, prev_members_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker's side.
+
+StatusOr<StateMove> StateMoveOf(const proto::NewGeneration& gen, const StateSpec& state,
+                                const std::string& worker_id) {
+  const proto::StateMovePart& part = gen.move;
+  switch (part.plan) {
+    case proto::MovePlan::kNone:
+      return InvalidArgumentError("the coordinator planned no state move for generation " +
+                                  std::to_string(gen.generation));
+    case proto::MovePlan::kLost: return FailedPreconditionError(part.error);
+    case proto::MovePlan::kInvalid: return InvalidArgumentError(part.error);
+    case proto::MovePlan::kMove: break;
+  }
+  if (part.tensors != static_cast<int32_t>(state.tensors.size())) {
+    return InvalidArgumentError("the coordinator planned the state move for " +
+                                std::to_string(part.tensors) + " tensors, this worker has " +
+                                std::to_string(state.tensors.size()));
+  }
+  const int world = gen.layout.world();
+  const int prev_world = gen.prev_layout.world();
+  if (part.workers < world || part.workers > world + prev_world) {
+    return InvalidArgumentError("a state move of " + std::to_string(part.workers) +
+                                " workers for a generation of " + std::to_string(world));
+  }
+  StateMove move;
+  move.new_members = world;
+  move.needs_leavers = part.needs_leavers;
+  move.workers.assign(part.workers, "");
+  ReshardPlan& plan = move.plan;
+  plan.state = state;
+  plan.from.layout = gen.prev_layout;
+  plan.from.worker_of_rank.assign(prev_world, -1);
+  plan.to.layout = gen.layout;
+  plan.to.worker_of_rank.assign(world, -1);
+  plan.host_of_worker.assign(part.workers, -1);
+  std::map<std::string, int> hosts;
+  auto place = [&](const proto::Member& m, int worker) -> Status {
+    if (worker < 0 || worker >= part.workers) {
+      return InvalidArgumentError("member " + m.worker_id + " has plan index " +
+                                  std::to_string(worker));
+    }
+    move.workers[worker] = m.worker_id;
+    plan.host_of_worker[worker] =
+        hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second;
+    return OkStatus();
+  };
+  std::vector<int> old_rank_of_worker(part.workers, -1);
+  int me = -1, my_new_rank = -1, my_old_rank = -1;
+  for (const auto& m : gen.members) {
+    if (m.rank < 0 || m.rank >= world) return InvalidArgumentError("member rank out of range");
+    ELASTRA_RETURN_IF_ERROR(place(m, m.rank));
+    plan.to.worker_of_rank[m.rank] = m.rank;
+    if (m.worker_id == worker_id) me = my_new_rank = m.rank;
+  }
+  for (const auto& m : gen.prev_members) {
+    if (m.rank < 0 || m.rank >= prev_world) {
+      return InvalidArgumentError("previous member rank out of range");
+    }
+    if (!m.has_state || m.worker < 0) continue;
+    ELASTRA_RETURN_IF_ERROR(place(m, m.worker));
+    plan.from.worker_of_rank[m.rank] = m.worker;
+    old_rank_of_worker[m.worker] = m.rank;
+    if (m.worker_id == worker_id) {
+      me = m.worker;
+      my_old_rank = m.rank;
+    }
+  }
+  if (me < 0) return move;  // takes no part: nothing to copy, send or receive
+  Coordinates from_coords;
+  if (my_old_rank >= 0) from_coords = CoordinatesOf(gen.prev_layout, my_old_rank);
+  if (my_new_rank >= 0) {
+    plan.copies = LocalCopies(state, gen.prev_layout, my_old_rank >= 0 ? &from_coords : nullptr,
+                              gen.layout, CoordinatesOf(gen.layout, my_new_rank), me);
+  }
+  for (const Transfer& c : plan.copies) plan.bytes_local += c.bytes;
+  for (const proto::MoveTransfer& w : part.transfers) {
+    if (w.tensor < 0 || w.tensor >= static_cast<int32_t>(state.tensors.size()) || w.src < 0 ||
+        w.src >= part.workers || w.dst < 0 || w.dst >= part.workers || w.src == w.dst ||
+        (w.src != me && w.dst != me) || w.dst >= world || plan.to.worker_of_rank[w.dst] != w.dst ||
+        old_rank_of_worker[w.src] < 0) {
+      return InvalidArgumentError("a transfer of the state move names unknown workers");
+    }
+    Transfer t;
+    t.tensor = w.tensor;
+    t.src = w.src;
+    t.dst = w.dst;
+    t.rect = Rect{w.row_begin, w.row_end, w.col_begin, w.col_end};
+    t.bytes = t.rect.volume() * static_cast<int64_t>(state.tensors[w.tensor].element_size);
+    plan.bytes_moved += t.bytes;
+    plan.transfers.push_back(t);
+  }
+  return move;
+}
+
+}  // namespace elastra
