@@ -515,9 +515,6 @@ int Main(int argc, char** argv) {
       at_max("grow.bytes", grow ? static_cast<double>(grow->cost.change_bytes()) : -1);
   const double change_kv_cpu = at_max("rendezvous.cpu", grow ? grow->cost.kv_cpu_ms_all : -1);
   const double change_kv_bytes = at_max("rendezvous.bytes", grow ? grow->cost.kv_bytes_all : -1);
-  const double hb_cpu_per_s = at_max(
-      "heartbeats.cpu_per_s", hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1);
-  const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
   // Heartbeats per second at max_workers: the workers' at the period the core uses for that size
   // (ScaledHeartbeats; the scenario's options), the agents' (one per host) at their 200 ms.
   coordinator::CoordinatorOptions sized;
@@ -527,6 +524,15 @@ int Main(int argc, char** argv) {
   const double hb_period_s = static_cast<double>(sized.heartbeat_interval.count()) / 1000;
   const double hb_rate =
       max_workers / hb_period_s + static_cast<double>(max_workers) / p.job.host_size / 0.2;
+  // The core's share: measured at max_workers when it ran; else the CPU per message of the largest
+  // run's heartbeat window (heartbeats, agent messages and ticks) times that rate. The period
+  // differs between sizes, so the CPU per second does not follow one power of N.
+  const double hb_cpu_per_msg_ms =
+      hb && hb->cost.msgs_in > 0 ? hb->cost.cpu_ms / static_cast<double>(hb->cost.msgs_in) : -1;
+  const double hb_cpu_per_s =
+      measured_max ? (hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1)
+                   : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
+  const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
 
   CurveFigures curve;
   if (f.curve) {
@@ -577,6 +583,7 @@ int Main(int argc, char** argv) {
   out["heartbeat_total_fraction"] = hb_core_fraction + std::max(0.0, hb_zmq_fraction);
   out["curve_us_per_msg"] = curve.curve_us();
   out["heartbeat_period_ms"] = sized.heartbeat_interval.count();
+  out["heartbeat_core_us_per_msg"] = hb_cpu_per_msg_ms * 1000;
   out["heartbeat_timeout_ms"] = sized.heartbeat_timeout.count();
   out["exponents"] = exponents;
   out["ok"] = all_ok;
