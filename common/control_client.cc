@@ -289,6 +289,9 @@ class ControlClient::Impl {
   }
 
   void SetHeartbeatStep(int64_t step) { heartbeat_step_.store(step); }
+  void SetHeartbeatInterval(std::chrono::milliseconds interval) {
+    if (interval.count() > 0 && heartbeat_ms_.load() > 0) heartbeat_ms_.store(interval.count());
+  }
   void SetHeartbeatTraining(int64_t samples, std::vector<proto::TrainingMetric> metrics) {
     std::lock_guard<std::mutex> lock(mu_);
     heartbeat_samples_ = samples;
@@ -371,7 +374,8 @@ class ControlClient::Impl {
         zmq_setsockopt(dealer_, ZMQ_LINGER, &linger, sizeof(linger));
         return;
       }
-      if (options_.heartbeat_interval.count() > 0 && SteadyClock::now() >= next_heartbeat) {
+      const std::chrono::milliseconds heartbeat_interval(heartbeat_ms_.load());
+      if (heartbeat_interval.count() > 0 && SteadyClock::now() >= next_heartbeat) {
         proto::Heartbeat hb;
         hb.step = heartbeat_step_.load();
         {
@@ -382,10 +386,10 @@ class ControlClient::Impl {
         std::string frame = proto::MakeFrame(proto::MessageType::kHeartbeat, hb, options_.job, 0,
                                              options_.sender, 0);
         zmq_send(dealer_, frame.data(), frame.size(), ZMQ_DONTWAIT);
-        next_heartbeat = SteadyClock::now() + options_.heartbeat_interval;
+        next_heartbeat = SteadyClock::now() + heartbeat_interval;
       }
       long wait_ms = 100;
-      if (options_.heartbeat_interval.count() > 0) {
+      if (heartbeat_interval.count() > 0) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat -
                                                                           SteadyClock::now());
         wait_ms = std::max<long>(0, std::min<long>(wait_ms, left.count()));
@@ -503,6 +507,7 @@ class ControlClient::Impl {
   std::thread io_thread_;
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<int64_t> heartbeat_step_{-1};
+  std::atomic<int64_t> heartbeat_ms_{options_.heartbeat_interval.count()};  // 0: none
   int64_t heartbeat_samples_ = 0;                         // guarded by mu_
   std::vector<proto::TrainingMetric> heartbeat_metrics_;  // guarded by mu_
 
@@ -579,6 +584,9 @@ void ControlClient::SetPushObserver(std::function<void(const proto::Envelope&)> 
 }
 
 void ControlClient::SetHeartbeatStep(int64_t step) { impl_->SetHeartbeatStep(step); }
+void ControlClient::SetHeartbeatInterval(std::chrono::milliseconds interval) {
+  impl_->SetHeartbeatInterval(interval);
+}
 void ControlClient::SetHeartbeatTraining(int64_t samples,
                                          std::vector<proto::TrainingMetric> metrics) {
   impl_->SetHeartbeatTraining(samples, std::move(metrics));

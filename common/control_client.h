@@ -132,6 +132,10 @@ class ControlClient {
   void SetPushObserver(std::function<void(const proto::Envelope&)> observer);
 
   void SetHeartbeatStep(int64_t step);
+  // Heartbeats are sent every `interval` from the next one on (the coordinator's JoinReply may ask
+  // for a longer period than ControlClientOptions::heartbeat_interval: docs/scale.md). Ignored
+  // when the client sends no heartbeats or `interval` is not positive.
+  void SetHeartbeatInterval(std::chrono::milliseconds interval);
   // What the next heartbeats carry of the training loop's numbers (Heartbeat::samples, metrics).
   void SetHeartbeatTraining(int64_t samples, std::vector<proto::TrainingMetric> metrics);
 

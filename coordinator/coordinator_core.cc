@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_core.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/codec.h"
 #include "common/keys.h"
@@ -12,15 +13,32 @@ namespace {
 
 // The options with every default filled in and every bound applied.
 CoordinatorOptions Normalized(CoordinatorOptions o) {
-  if (o.recover_timeout.count() <= 0) o.recover_timeout = o.heartbeat_timeout;
   if (o.initial_workers < 1) o.initial_workers = 1;
   if (o.max_workers < 1) o.max_workers = 1;
+  o = ScaledHeartbeats(o);
+  if (o.recover_timeout.count() <= 0) o.recover_timeout = o.heartbeat_timeout;
   if (o.clock == nullptr) o.clock = SystemClock::Get();
   if (o.env == nullptr) o.env = checkpoint::Env::Default();
   return o;
 }
 
 }  // namespace
+
+CoordinatorOptions ScaledHeartbeats(CoordinatorOptions o) {
+  const int64_t most = std::max(o.initial_workers, o.max_workers);
+  if (o.max_heartbeats_per_second <= 0 || o.heartbeat_interval.count() <= 0) return o;
+  // The period at which `most` workers send max_heartbeats_per_second, rounded up to 10 ms.
+  const int64_t needed_ms = (most * 1000 / o.max_heartbeats_per_second + 9) / 10 * 10;
+  if (needed_ms <= o.heartbeat_interval.count()) return o;
+  const double factor = static_cast<double>(needed_ms) / o.heartbeat_interval.count();
+  auto scale = [factor](std::chrono::milliseconds d) {
+    return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(d.count() * factor)));
+  };
+  o.heartbeat_interval = std::chrono::milliseconds(needed_ms);
+  o.heartbeat_timeout = scale(o.heartbeat_timeout);
+  if (o.recover_timeout.count() > 0) o.recover_timeout = scale(o.recover_timeout);
+  return o;
+}
 
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
     : options_(Normalized(options)),

@@ -47,6 +47,10 @@
 
 namespace elastra::coordinator {
 
+// `o` with the heartbeat period (and timeouts) grown for its size: see
+// CoordinatorOptions::max_heartbeats_per_second. The core applies it to the options it is given.
+CoordinatorOptions ScaledHeartbeats(CoordinatorOptions o);
+
 class CoordinatorCore {
  public:
   explicit CoordinatorCore(const CoordinatorOptions& options);
@@ -67,6 +71,8 @@ class CoordinatorCore {
   const Layout& layout() const { return generations_.layout(); }
   const Membership& membership() const { return membership_; }
   const HostTable& hosts() const { return hosts_; }
+  // The options in force: defaults filled in, heartbeats scaled (ScaledHeartbeats).
+  const CoordinatorOptions& options() const { return options_; }
   // The size the job returns to (docs/hosts.md, "Placement and the target size").
   int target_workers() const { return resizes_.target(); }
   const std::vector<HistoryEntry>& history() const { return generations_.history(); }

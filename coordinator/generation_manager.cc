@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 #include "common/logging.h"
 #include "common/state_move_plan.h"
@@ -94,6 +95,9 @@ bool GenerationManager::FailureIsCurrent(uint64_t generation) const {
 }
 
 void GenerationManager::MaybeFinishJob() {
+  // Called on every member's Leave: O(1) until the last one. A worker still a member is either a
+  // committed member that has not finished or part of a change in flight; neither ends the job.
+  if (membership_->MemberCount() > 0) return;
   bool all = !members_.empty();
   for (const auto& id : members_) {
     const WorkerInfo* m = membership_->Find(id);
@@ -118,6 +122,8 @@ void GenerationManager::Tick() {
 
 void GenerationManager::MaybeFormFirstGeneration() {
   if (job_state_ != proto::JobState::kForming || reconf_.phase() != Phase::kIdle) return;
+  // Called on every join: O(1) until enough workers joined (the usable ones are a subset).
+  if (membership_->StandbyCount() < static_cast<size_t>(options_->initial_workers)) return;
   auto standby = hosts_->UsableStandby();
   if (standby.size() < static_cast<size_t>(options_->initial_workers)) return;
   standby.resize(options_->initial_workers);
@@ -164,9 +170,7 @@ void GenerationManager::BeginPause(const SizeGoal& goal) {
   proto::PauseRequest pause;
   pause.target_generation = target;
   pause.reason = goal.reason;
-  for (const auto& id : members) {
-    outbox_->Push(id, proto::MessageType::kPauseRequest, pause, generation_);
-  }
+  outbox_->PushAll(members, proto::MessageType::kPauseRequest, pause, generation_);
   pause_request_ = pause;
   LOG(INFO) << "pausing generation " << generation_ << " for generation " << target << " ("
             << proto::ToString(goal.reason) << ")";
@@ -177,8 +181,7 @@ void GenerationManager::OnReachable(const std::string& id) {
   if ((phase != Phase::kPausing && phase != Phase::kRecovering) || !reconf_.IsParticipant(id)) {
     return;
   }
-  const auto silent = reconf_.Unanswered();
-  if (std::find(silent.begin(), silent.end(), id) == silent.end()) return;
+  if (reconf_.HasAnswered(id)) return;
   LOG(INFO) << "worker " << id << " reached again: its " << PhaseName(phase)
             << " request is sent again";
   if (phase == Phase::kPausing) {
@@ -223,13 +226,11 @@ void GenerationManager::FinishPause(int64_t step) {
   // state in place.
   plan.members =
       layouts_->Assign(plan.layout, candidates, HostNames(candidates), layout_, members_);
-  for (const auto& id : plan.members) {
-    plan.has_state.push_back(std::find(old.begin(), old.end(), id) != old.end());
-  }
+  const std::unordered_set<std::string> old_set(old.begin(), old.end());
+  const std::unordered_set<std::string> new_set(plan.members.begin(), plan.members.end());
+  for (const auto& id : plan.members) plan.has_state.push_back(old_set.count(id) > 0);
   for (const auto& id : old) {
-    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end()) {
-      plan.leaving.push_back(id);
-    }
+    if (!new_set.count(id)) plan.leaving.push_back(id);
   }
   plan.restore_step = step;
   plan.source_rank = 0;
@@ -307,9 +308,7 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
   proto::RecoverRequest recover;
   recover.target_generation = target;
   recover.lost = lost;
-  for (const auto& id : survivors) {
-    outbox_->Push(id, proto::MessageType::kRecoverRequest, recover, generation_);
-  }
+  outbox_->PushAll(survivors, proto::MessageType::kRecoverRequest, recover, generation_);
   recover_request_ = recover;
   LOG(WARNING) << "recovering into generation " << target << ": " << why;
 }
@@ -351,11 +350,9 @@ void GenerationManager::FinishRecovery() {
     plan.reason = proto::GenerationReason::kFailure;
     plan.prev_layout = layout_;
     plan.prev_members = members_;
-    for (const auto& id : members_) {
-      plan.prev_has_state.push_back(std::find(recovery->with_state.begin(),
-                                              recovery->with_state.end(),
-                                              id) != recovery->with_state.end());
-    }
+    const std::unordered_set<std::string> with_state(recovery->with_state.begin(),
+                                                     recovery->with_state.end());
+    for (const auto& id : members_) plan.prev_has_state.push_back(with_state.count(id) > 0);
   }
   for (const auto& id : standby) {
     if (plan.members.size() >= static_cast<size_t>(options_->max_workers)) break;
@@ -415,9 +412,10 @@ std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
 void GenerationManager::StartBuild(GenerationPlan plan) {
   // Members not in the plan that still hold the member state (aborted survivors that did not
   // answer were marked lost already) are not part of the new generation.
+  std::unordered_set<std::string> staying(plan.members.begin(), plan.members.end());
+  staying.insert(plan.leaving.begin(), plan.leaving.end());
   for (const auto& id : membership_->Members()) {
-    if (std::find(plan.members.begin(), plan.members.end(), id) == plan.members.end() &&
-        std::find(plan.leaving.begin(), plan.leaving.end(), id) == plan.leaving.end()) {
+    if (!staying.count(id)) {
       membership_->SetState(id, WorkerState::kLost);
       journal_->WorkerState(id, JournalWorkerState::kLost);
       health_->Forget(id);

@@ -1,22 +1,34 @@
 #include "coordinator/health.h"
 
+#include <algorithm>
+
 namespace elastra::coordinator {
 
-void HealthMonitor::Beat(const std::string& id) { last_[id] = clock_->Now(); }
+void HealthMonitor::Beat(const std::string& id) {
+  const TimePoint now = clock_->Now();
+  auto [it, added] = last_.try_emplace(id, now);
+  if (!added) {
+    if (it->second == now) return;  // the queued beat of this instant stands for this one
+    it->second = now;
+  }
+  beats_.emplace_back(now, id);
+}
 
 void HealthMonitor::Forget(const std::string& id) { last_.erase(id); }
 
 std::vector<std::string> HealthMonitor::TakeExpired() {
   std::vector<std::string> expired;
   const TimePoint now = clock_->Now();
-  for (auto it = last_.begin(); it != last_.end();) {
-    if (now - it->second > timeout_) {
-      expired.push_back(it->first);
-      it = last_.erase(it);
-    } else {
-      ++it;
+  while (!beats_.empty() && now - beats_.front().first > timeout_) {
+    const auto& [at, id] = beats_.front();
+    auto it = last_.find(id);
+    if (it != last_.end() && it->second == at) {  // its last beat: not superseded, not forgotten
+      expired.push_back(id);
+      last_.erase(it);
     }
+    beats_.pop_front();
   }
+  std::sort(expired.begin(), expired.end());
   return expired;
 }
 

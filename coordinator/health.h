@@ -1,9 +1,14 @@
 // HealthMonitor: heartbeat deadlines, as Ray's GCS health-check manager keeps them. Time comes from
-// an injected Clock so tests step it. Thread-compatible.
+// an injected monotonic Clock so tests step it. A beat costs O(1) (a hash and a queue append) and
+// TakeExpired O(beats since the last call), not O(watched): the beats wait in a queue in time order,
+// and one that a later beat of the same id superseded is dropped when it reaches the front
+// (docs/scale.md). Thread-compatible.
 #pragma once
 
-#include <map>
+#include <deque>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -21,7 +26,7 @@ class HealthMonitor {
   void Forget(const std::string& id);
   bool Watching(const std::string& id) const { return last_.count(id) > 0; }
 
-  // The ids whose last beat is older than the timeout; they are no longer watched.
+  // The ids whose last beat is older than the timeout, sorted; they are no longer watched.
   std::vector<std::string> TakeExpired();
 
   // Milliseconds since the last beat of `id`, -1 when not watched.
@@ -32,7 +37,8 @@ class HealthMonitor {
  private:
   Clock* clock_;
   Duration timeout_;
-  std::map<std::string, TimePoint> last_;
+  std::unordered_map<std::string, TimePoint> last_;
+  std::deque<std::pair<TimePoint, std::string>> beats_;  // in time order; some superseded
 };
 
 }  // namespace elastra::coordinator

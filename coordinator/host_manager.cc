@@ -102,7 +102,7 @@ void HostManager::OnJoined(WorkerInfo* w) {
     LOG(WARNING) << "worker " << w->id << " joined with host name '" << w->host
                  << "' but was started by the agent of host " << host->name << "; counting it on "
                  << host->name;
-    w->host = host->name;
+    membership_->SetHost(w->id, host->name);
   }
   host->failed_starts = 0;
 }
@@ -178,7 +178,7 @@ std::vector<std::string> HostManager::LoseHostsOf(const std::vector<std::string>
 
 void HostManager::LoseHost(HostInfo* host, const std::string& why) {
   host->state = proto::HostState::kLost;
-  host->spawns.clear();
+  hosts_->ClearSpawns(host);
   std::vector<std::string> lost;
   for (const auto& id : hosts_->WorkersOn(host->name)) {
     const WorkerInfo* w = membership_->Find(id);
@@ -196,7 +196,7 @@ void HostManager::LoseHost(HostInfo* host, const std::string& why) {
 
 void HostManager::FinishDrain(HostInfo* host) {
   if (host == nullptr) return;
-  host->spawns.clear();
+  hosts_->ClearSpawns(host);
   const proto::Shutdown shutdown{0, "host drained"};
   for (const auto& id : hosts_->WorkersOn(host->name)) {
     const WorkerInfo* w = membership_->Find(id);

@@ -26,9 +26,18 @@ StatusOr<HostInfo*> HostTable::Register(const proto::AgentRegister& request,
                               host->agent + "; give each agent its own host name (--name)");
   }
   if (host == nullptr) {
+    by_name_[request.host] = hosts_.size();
     hosts_.emplace_back();
     host = &hosts_.back();
     host->name = request.host;
+  }
+  const size_t position = by_name_.at(request.host);
+  if (host->agent != agent) {
+    if (auto old = by_agent_.find(host->agent); old != by_agent_.end()) {
+      old->second.erase(position);
+      if (old->second.empty()) by_agent_.erase(old);
+    }
+    by_agent_[agent].insert(position);
   }
   host->address = request.address;
   host->slots = request.max_workers;
@@ -41,10 +50,8 @@ StatusOr<HostInfo*> HostTable::Register(const proto::AgentRegister& request,
 }
 
 HostInfo* HostTable::Find(const std::string& name) {
-  for (auto& h : hosts_) {
-    if (h.name == name) return &h;
-  }
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &hosts_[it->second];
 }
 
 const HostInfo* HostTable::Find(const std::string& name) const {
@@ -53,10 +60,9 @@ const HostInfo* HostTable::Find(const std::string& name) const {
 
 HostInfo* HostTable::FindByAgent(const std::string& agent) {
   if (agent.empty()) return nullptr;
-  for (auto it = hosts_.rbegin(); it != hosts_.rend(); ++it) {
-    if (it->agent == agent) return &*it;
-  }
-  return nullptr;
+  auto it = by_agent_.find(agent);
+  if (it == by_agent_.end() || it->second.empty()) return nullptr;
+  return &hosts_[*it->second.rbegin()];  // the latest of its hosts in registration order
 }
 
 const HostInfo* HostTable::FindByAgent(const std::string& agent) const {
@@ -65,8 +71,7 @@ const HostInfo* HostTable::FindByAgent(const std::string& agent) const {
 
 std::vector<std::string> HostTable::WorkersOn(const std::string& host) const {
   std::vector<std::string> out;
-  for (const WorkerInfo* w : membership_->All()) {
-    if (w->host != host) continue;
+  for (const WorkerInfo* w : membership_->On(host)) {
     if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby ||
         w->state == WorkerState::kLeaving) {
       out.push_back(w->id);
@@ -151,40 +156,48 @@ std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placeme
 }
 
 void HostTable::AddSpawn(HostInfo* host, const std::string& id, TimePoint deadline) {
+  TakeSpawn(id);  // asked again: only the latest request counts
   host->spawns[id] = deadline;
+  spawn_host_[id] = host;
+  spawn_deadlines_.emplace(deadline, id);
 }
 
 HostInfo* HostTable::TakeSpawn(const std::string& id) {
-  for (auto& h : hosts_) {
-    if (h.spawns.erase(id) > 0) return &h;
+  auto it = spawn_host_.find(id);
+  if (it == spawn_host_.end()) return nullptr;
+  HostInfo* host = it->second;
+  spawn_host_.erase(it);
+  auto spawn = host->spawns.find(id);
+  if (spawn != host->spawns.end()) {
+    spawn_deadlines_.erase({spawn->second, id});
+    host->spawns.erase(spawn);
   }
-  return nullptr;
+  return host;
 }
 
 const HostInfo* HostTable::SpawnHost(const std::string& id) const {
-  for (const auto& h : hosts_) {
-    if (h.spawns.count(id) > 0) return &h;
-  }
-  return nullptr;
+  auto it = spawn_host_.find(id);
+  return it == spawn_host_.end() ? nullptr : it->second;
 }
 
-int HostTable::Outstanding() const {
-  int n = 0;
-  for (const auto& h : hosts_) n += static_cast<int>(h.spawns.size());
-  return n;
+void HostTable::ClearSpawns(HostInfo* host) {
+  for (const auto& [id, deadline] : host->spawns) {
+    spawn_host_.erase(id);
+    spawn_deadlines_.erase({deadline, id});
+  }
+  host->spawns.clear();
 }
 
 std::vector<std::pair<std::string, HostInfo*>> HostTable::TakeExpiredSpawns(TimePoint now) {
   std::vector<std::pair<std::string, HostInfo*>> out;
-  for (auto& h : hosts_) {
-    for (auto it = h.spawns.begin(); it != h.spawns.end();) {
-      if (now >= it->second) {
-        out.emplace_back(it->first, &h);
-        it = h.spawns.erase(it);
-      } else {
-        ++it;
-      }
+  while (!spawn_deadlines_.empty() && now >= spawn_deadlines_.begin()->first) {
+    const std::string id = spawn_deadlines_.begin()->second;
+    HostInfo* host = TakeSpawn(id);
+    if (host == nullptr) {
+      spawn_deadlines_.erase(spawn_deadlines_.begin());  // not reached: indexes agree
+      continue;
     }
+    out.emplace_back(id, host);
   }
   return out;
 }

@@ -3,13 +3,16 @@
 // agent's heartbeats, the workers asked of the agent that have not joined yet, and the starts that
 // failed there. It answers where new workers may start. Shared state, like Membership: the
 // managers read and change it; it sends nothing. Time is passed in (the core's injected Clock).
-// Thread-compatible (owned by the coordinator's loop).
+// A host is found by name, by agent and by the worker asked of it in O(1); what concerns one host
+// costs O(its workers) (docs/scale.md). Thread-compatible (owned by the coordinator's loop).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,7 +38,8 @@ struct HostInfo {
   // needs them.
   bool heartbeats = false;
   TimePoint last_heartbeat{};  // of its agent: its last heartbeat or registration
-  std::map<std::string, TimePoint> spawns;  // worker ids asked of the agent -> deadline to join
+  // Worker ids asked of the agent -> deadline to join. Changed by HostTable only (AddSpawn, ...).
+  std::map<std::string, TimePoint> spawns;
   int failed_starts = 0;        // workers in a row that exited (or never came) before joining
   TimePoint no_starts_until{};  // after a failed start, no new worker starts here before this
 };
@@ -103,14 +107,20 @@ class HostTable {
   HostInfo* TakeSpawn(const std::string& id);
   // The host worker `id` was asked of and has not joined yet, or nullptr.
   const HostInfo* SpawnHost(const std::string& id) const;
-  // Spawns on their way, on every host.
-  int Outstanding() const;
+  // Spawns on their way, on every host. O(1).
+  int Outstanding() const { return static_cast<int>(spawn_host_.size()); }
+  // Forgets every spawn on its way to `host` (lost, drained).
+  void ClearSpawns(HostInfo* host);
   // Spawns past their deadline: forgotten (their slots are free again), with their hosts.
   std::vector<std::pair<std::string, HostInfo*>> TakeExpiredSpawns(TimePoint now);
 
  private:
   const Membership* membership_;
   std::deque<HostInfo> hosts_;  // a deque: registering a host keeps pointers to the others
+  std::unordered_map<std::string, size_t> by_name_;            // index in hosts_
+  std::unordered_map<std::string, std::set<size_t>> by_agent_;  // the hosts each agent holds
+  std::unordered_map<std::string, HostInfo*> spawn_host_;       // spawn id -> its host
+  std::set<std::pair<TimePoint, std::string>> spawn_deadlines_;  // (deadline, spawn id)
 };
 
 }  // namespace elastra::coordinator

@@ -14,7 +14,7 @@ namespace {
 using nlohmann::json;
 
 // Bounds on what a record may hold (a record within them is at most a few MiB).
-constexpr size_t kMaxWorkers = 4096;
+constexpr size_t kMaxWorkers = 1 << 16;  // the CLI's most workers in a job (launch/cli.h)
 constexpr size_t kMaxString = 4096;
 constexpr size_t kMaxHistory = 1 << 20;
 constexpr size_t kMaxCheckpoints = 1 << 16;
@@ -136,8 +136,73 @@ void EraseStandby(JournalState* s, const std::string& id) {
                    s->standby.end());
 }
 
+// A join or worker record, read whole before it changes anything: these come once per worker and
+// are applied in place (the other records copy the state, O(workers x generations): docs/scale.md).
+struct WorkerRecord {
+  bool join = false;
+  JournalWorker worker;  // join
+  std::string id;        // worker
+  JournalWorkerState state = JournalWorkerState::kRemoved;
+};
+
+bool IsWorkerRecord(const json& r) {
+  if (!r.is_object()) return false;
+  auto t = r.find("t");
+  return t != r.end() && t->is_string() && (*t == "join" || *t == "worker");
+}
+
+StatusOr<WorkerRecord> ReadWorkerRecord(const json& r, const JournalState& state) {
+  try {
+    WorkerRecord w;
+    w.join = Str(r, "t") == "join";
+    if (state.empty()) throw BadRecord{"the first record is not a job record"};
+    if (w.join) {
+      w.worker = WorkerFrom(Field(r, "worker"));
+      if (state.standby.size() >= kMaxWorkers && !state.seen_ids.count(w.worker.id)) {
+        throw BadRecord{"too many standby workers"};
+      }
+    } else {
+      w.id = Str(r, "id");
+      w.state = EnumFrom<JournalWorkerState>(r, "state", "worker state");
+      if (w.state != JournalWorkerState::kRemoved && !state.worker_states.count(w.id) &&
+          state.worker_states.size() >= kMaxHistory) {
+        throw BadRecord{"too many worker states"};
+      }
+    }
+    return w;
+  } catch (const BadRecord& b) {
+    return CorruptError(b.why);
+  } catch (const std::exception& ex) {
+    return CorruptError(ex.what());
+  }
+}
+
+void ApplyWorkerRecord(const WorkerRecord& w, JournalState* s) {
+  if (w.join) {
+    // Only a worker seen before can be on the standby list (a retried join).
+    if (s->seen_ids.count(w.worker.id)) EraseStandby(s, w.worker.id);
+    s->worker_states.erase(w.worker.id);
+    s->seen_ids.insert(w.worker.id);
+    s->standby.push_back(w.worker);
+  } else {
+    EraseStandby(s, w.id);
+    if (w.state == JournalWorkerState::kRemoved) {
+      s->worker_states.erase(w.id);
+    } else {
+      s->worker_states[w.id] = w.state;
+    }
+  }
+  ++s->records;
+}
+
 // Applies one decoded record. The state is changed only when the whole record is valid.
 Status ApplyRecord(const json& r, JournalState* state) {
+  if (IsWorkerRecord(r)) {
+    auto w = ReadWorkerRecord(r, *state);
+    if (!w.ok()) return w.status();
+    ApplyWorkerRecord(*w, state);
+    return OkStatus();
+  }
   try {
     if (!r.is_object()) throw BadRecord{"record is not an object"};
     const std::string type = Str(r, "t");
@@ -503,9 +568,19 @@ Status Journal::Append(const std::string& payload) {
                                 " bytes is over the limit");
   }
   json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  JournalState next = state_;
-  Status applied = ApplyRecord(r, &next);
-  if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
+  // A join or worker record is read first and applied in place once written; any other record is
+  // applied to a copy of the state.
+  std::optional<WorkerRecord> worker;
+  JournalState next;
+  if (IsWorkerRecord(r)) {
+    auto w = ReadWorkerRecord(r, state_);
+    if (!w.ok()) return InvalidArgumentError("journal record refused: " + w.status().message());
+    worker = std::move(w).value();
+  } else {
+    next = state_;
+    Status applied = ApplyRecord(r, &next);
+    if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
+  }
   const std::string frame = Frame(payload);
   Status s = file_->Append(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(frame.data()), frame.size()));
@@ -516,7 +591,11 @@ Status Journal::Append(const std::string& payload) {
     return s.WithContext("appending to the journal");
   }
   size_ += frame.size();
-  state_ = std::move(next);
+  if (worker) {
+    ApplyWorkerRecord(*worker, &state_);
+  } else {
+    state_ = std::move(next);
+  }
   return OkStatus();
 }
 

@@ -143,7 +143,7 @@ class Journal {
  public:
   static constexpr uint32_t kMagic = 0x3152'4A45;  // "EJR1" in file order
   static constexpr uint32_t kHeaderBytes = 12;
-  static constexpr uint32_t kMaxRecordBytes = 4u << 20;
+  static constexpr uint32_t kMaxRecordBytes = 16u << 20;  // a change of 65536 workers fits
 
   // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.

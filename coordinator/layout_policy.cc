@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
@@ -154,10 +155,12 @@ std::vector<std::string> LayoutPolicy::Assign(
   if (state_.tensors.empty()) return by_hosts();
   CurrentPlacement placement;
   placement.layout = current;
+  std::unordered_map<std::string, int> index;  // candidate -> its position
+  for (size_t i = 0; i < candidates.size(); ++i) index.emplace(candidates[i], static_cast<int>(i));
   for (const auto& id : current_members) {
-    auto it = std::find(candidates.begin(), candidates.end(), id);
-    if (it == candidates.end()) return by_hosts();
-    placement.worker_of_rank.push_back(static_cast<int>(it - candidates.begin()));
+    auto it = index.find(id);
+    if (it == index.end()) return by_hosts();
+    placement.worker_of_rank.push_back(it->second);
   }
   // Exact bytes kept, from the registered state's region math.
   PlannerOptions options;

@@ -6,6 +6,24 @@
 
 namespace elastra::coordinator {
 
+void Membership::Index(const WorkerInfo& w) {
+  by_order_[w.join_order] = w.id;
+  if (w.state == WorkerState::kStandby) standby_[w.join_order] = w.id;
+  if (w.state == WorkerState::kMember) members_.emplace(w.rank, w.id);
+  by_host_[w.host][w.join_order] = w.id;
+}
+
+void Membership::Unindex(const WorkerInfo& w) {
+  by_order_.erase(w.join_order);
+  standby_.erase(w.join_order);
+  members_.erase({w.rank, w.id});
+  auto host = by_host_.find(w.host);
+  if (host != by_host_.end()) {
+    host->second.erase(w.join_order);
+    if (host->second.empty()) by_host_.erase(host);
+  }
+}
+
 Status Membership::Join(const proto::JoinRequest& request, const std::string& identity,
                         TimePoint now) {
   if (request.worker_id.empty()) return InvalidArgumentError("join without a worker id");
@@ -33,7 +51,13 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
     info.join_order = next_join_order_++;
   }
   ever_seen_.insert(info.id);
-  workers_[info.id] = info;
+  if (it != workers_.end()) {
+    Unindex(it->second);
+    it->second = std::move(info);
+  } else {
+    it = workers_.emplace(info.id, std::move(info)).first;
+  }
+  Index(it->second);
   return OkStatus();
 }
 
@@ -48,60 +72,81 @@ const WorkerInfo* Membership::Find(const std::string& id) const {
 }
 
 std::vector<std::string> Membership::Members() const {
-  std::vector<const WorkerInfo*> m;
-  for (const auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kMember) m.push_back(&w);
-  }
-  std::sort(m.begin(), m.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
   std::vector<std::string> out;
-  for (auto* w : m) out.push_back(w->id);
+  out.reserve(members_.size());
+  for (const auto& [rank, id] : members_) out.push_back(id);
   return out;
 }
 
 std::vector<std::string> Membership::Standby() const {
-  std::vector<const WorkerInfo*> s;
-  for (const auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kStandby) s.push_back(&w);
-  }
-  std::sort(s.begin(), s.end(), [](auto* a, auto* b) { return a->join_order < b->join_order; });
   std::vector<std::string> out;
-  for (auto* w : s) out.push_back(w->id);
+  out.reserve(standby_.size());
+  for (const auto& [order, id] : standby_) out.push_back(id);
   return out;
 }
 
 std::vector<const WorkerInfo*> Membership::All() const {
   std::vector<const WorkerInfo*> all;
-  for (const auto& [id, w] : workers_) all.push_back(&w);
-  std::sort(all.begin(), all.end(),
-            [](auto* a, auto* b) { return a->join_order < b->join_order; });
+  all.reserve(by_order_.size());
+  for (const auto& [order, id] : by_order_) all.push_back(&workers_.at(id));
   return all;
+}
+
+std::vector<const WorkerInfo*> Membership::On(const std::string& host) const {
+  std::vector<const WorkerInfo*> out;
+  auto it = by_host_.find(host);
+  if (it == by_host_.end()) return out;
+  for (const auto& [order, id] : it->second) out.push_back(&workers_.at(id));
+  return out;
 }
 
 void Membership::AssignRanks(const std::vector<std::string>& ordered) {
   for (size_t r = 0; r < ordered.size(); ++r) {
     auto it = workers_.find(ordered[r]);
     if (it == workers_.end()) continue;
+    Unindex(it->second);
     it->second.rank = static_cast<int>(r);
     it->second.state = WorkerState::kMember;
+    Index(it->second);
   }
 }
 
 void Membership::SetState(const std::string& id, WorkerState state) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
+  Unindex(it->second);
   it->second.state = state;
   if (state != WorkerState::kMember) it->second.rank = -1;
+  Index(it->second);
 }
 
-void Membership::Remove(const std::string& id) { workers_.erase(id); }
+void Membership::SetFinished(const std::string& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Unindex(it->second);
+  it->second.state = WorkerState::kFinished;
+  Index(it->second);
+}
+
+void Membership::SetHost(const std::string& id, const std::string& host) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.host == host) return;
+  Unindex(it->second);
+  it->second.host = host;
+  Index(it->second);
+}
+
+void Membership::Remove(const std::string& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Unindex(it->second);
+  workers_.erase(it);
+}
 
 std::string Membership::NextWorkerId() {
   for (;;) {
     std::string id = "w" + std::to_string(next_worker_number_++);
-    if (!ever_seen_.count(id)) {
-      ever_seen_.insert(id);
-      return id;
-    }
+    if (ever_seen_.insert(id).second) return id;
   }
 }
 

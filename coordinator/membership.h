@@ -1,12 +1,19 @@
 // Membership: every worker the coordinator knows, its host, state and rank, and the mapping from
 // worker id to the ROUTER identity of its latest message (the hosts and their agents are in
-// HostTable). Thread-compatible (owned by the coordinator's loop).
+// HostTable). Indexed so that what a single message needs costs O(1) or O(log N) (docs/scale.md):
+// a worker by id (a hash), the standby workers by join order, the members by rank, the workers of
+// a host; a list of N workers costs O(N), never a sort. A worker's state, rank and host change only
+// through the methods below (they keep the indexes); the other fields of the WorkerInfo that Find
+// returns are the caller's to change. Thread-compatible (owned by the coordinator's loop).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -19,12 +26,12 @@ using proto::WorkerState;  // standby, member, leaving, lost, finished (common/m
 
 struct WorkerInfo {
   std::string id;
-  std::string host;
+  std::string host;  // changed by Membership::SetHost only
   int32_t device = -1;
   int64_t pid = 0;
   std::string identity;  // ROUTER identity of the latest message
-  WorkerState state = WorkerState::kStandby;
-  int rank = -1;
+  WorkerState state = WorkerState::kStandby;  // changed by Membership only (SetState, ...)
+  int rank = -1;                              // changed by Membership only (AssignRanks, ...)
   int64_t step = -1;
   uint64_t join_order = 0;
   TimePoint last_heartbeat{};
@@ -41,16 +48,26 @@ class Membership {
   WorkerInfo* Find(const std::string& id);
   const WorkerInfo* Find(const std::string& id) const;
 
-  // Members ordered by rank; standby workers ordered by join order.
+  // Members ordered by rank; standby workers ordered by join order. O(result).
   std::vector<std::string> Members() const;
   std::vector<std::string> Standby() const;
-  // Every known worker, ordered by join order (for status).
+  size_t MemberCount() const { return members_.size(); }
+  size_t StandbyCount() const { return standby_.size(); }
+  // Every known worker, ordered by join order (for status). O(N).
   std::vector<const WorkerInfo*> All() const;
+  // The workers (any state) that joined with host name `host` or were moved there, by join order.
+  // O(workers of that host).
+  std::vector<const WorkerInfo*> On(const std::string& host) const;
 
   // Makes `ordered` the members with ranks 0..n-1. Members not listed keep their state; callers
   // move them with SetState.
   void AssignRanks(const std::vector<std::string>& ordered);
+  // A state other than kMember takes the rank away.
   void SetState(const std::string& id, WorkerState state);
+  // A member finished training: kFinished, keeping its rank for status.
+  void SetFinished(const std::string& id);
+  // The worker runs on `host` (its agent's host, whatever name it joined with).
+  void SetHost(const std::string& id, const std::string& host);
   void Remove(const std::string& id);
 
   // A fresh worker id "w<k>", k counting up over the job's life and skipping every id this job has
@@ -60,8 +77,16 @@ class Membership {
   void MarkSeen(const std::string& id) { ever_seen_.insert(id); }
 
  private:
-  std::map<std::string, WorkerInfo> workers_;
-  std::set<std::string> ever_seen_;
+  // The indexes of `w` (added after, removed before any change of its state, rank or host).
+  void Index(const WorkerInfo& w);
+  void Unindex(const WorkerInfo& w);
+
+  std::unordered_map<std::string, WorkerInfo> workers_;  // node-based: pointers stay valid
+  std::map<uint64_t, std::string> by_order_;              // every worker, by join order
+  std::map<uint64_t, std::string> standby_;               // standby workers, by join order
+  std::set<std::pair<int, std::string>> members_;         // members, by rank (then id)
+  std::unordered_map<std::string, std::map<uint64_t, std::string>> by_host_;  // by join order
+  std::unordered_set<std::string> ever_seen_;
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;
 };

@@ -33,6 +33,12 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat_interval{200};
   // A worker silent for this long is lost (detection well under 2 s).
   std::chrono::milliseconds heartbeat_timeout{1500};
+  // The workers' heartbeats the coordinator budgets for per second (docs/scale.md, "Heartbeats").
+  // When the most workers the job may have (the larger of initial_workers and max_workers) would
+  // send more at heartbeat_interval, the interval grows to workers / this rate, and
+  // heartbeat_timeout (and a recover_timeout given) grow by the same factor: failure detection
+  // takes longer in proportion. 0: no bound.
+  int max_heartbeats_per_second = 40000;
   // How long a grow waits for the extra workers to join before it fails.
   std::chrono::milliseconds spawn_timeout{60000};
   // How long survivors have to answer a RecoverRequest; 0 means heartbeat_timeout.

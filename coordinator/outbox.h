@@ -49,6 +49,17 @@ class Outbox {
     if (w == nullptr || w->identity.empty()) return;
     out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
   }
+  // The same push to each of `worker_ids` (as Push), encoded once.
+  template <class T>
+  void PushAll(const std::vector<std::string>& worker_ids, proto::MessageType type,
+               const T& payload, uint64_t generation) {
+    const std::string frame = proto::MakeFrame(type, payload, job_, generation, kSender, 0);
+    for (const auto& id : worker_ids) {
+      const WorkerInfo* w = membership_->Find(id);
+      if (w == nullptr || w->identity.empty()) continue;
+      out_.push_back({w->identity, frame});
+    }
+  }
   // A HeartbeatAck{committed generation} to `identity`. Every heartbeat gets one, so the frame is
   // encoded once per generation and reused.
   void SendHeartbeatAck(const std::string& identity);

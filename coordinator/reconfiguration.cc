@@ -27,6 +27,7 @@ void Reconfiguration::BeginPause(uint64_t target, std::vector<std::string> parti
   phase_ = Phase::kPausing;
   target_ = target;
   participants_ = std::move(participants);
+  participant_set_.insert(participants_.begin(), participants_.end());
   requested_ = clock_->Now();
 }
 
@@ -36,6 +37,7 @@ void Reconfiguration::BeginRecover(uint64_t target, std::vector<std::string> par
   phase_ = Phase::kRecovering;
   target_ = target;
   participants_ = std::move(participants);
+  participant_set_.insert(participants_.begin(), participants_.end());
   requested_ = clock_->Now();
   deadline_ = deadline;
   recovering_ = true;
@@ -45,6 +47,8 @@ void Reconfiguration::BeginBuild(GenerationPlan plan) {
   phase_ = Phase::kBuilding;
   target_ = plan.generation;
   plan_ = std::move(plan);
+  plan_members_.clear();
+  plan_members_.insert(plan_.members.begin(), plan_.members.end());
   ready_.clear();
 }
 
@@ -52,9 +56,11 @@ void Reconfiguration::Reset() {
   phase_ = Phase::kIdle;
   target_ = 0;
   participants_.clear();
+  participant_set_.clear();
   paused_.clear();
   ready_.clear();
   plan_ = GenerationPlan();
+  plan_members_.clear();
   any_paused_ = false;
   recovering_ = false;
   requested_ = first_paused_ = last_paused_ = last_ready_ = TimePoint{};
@@ -82,7 +88,7 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
     return StaleGenerationError("generation " + std::to_string(ready.generation) +
                                 " is not being built");
   }
-  if (std::find(plan_.members.begin(), plan_.members.end(), id) == plan_.members.end()) {
+  if (!plan_members_.count(id)) {
     return NotFoundError(id + " is not a member of generation " +
                          std::to_string(plan_.generation));
   }
@@ -91,19 +97,10 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
   return OkStatus();
 }
 
-bool Reconfiguration::AllPaused() const {
-  for (const auto& id : participants_) {
-    if (!paused_.count(id)) return false;
-  }
-  return true;
-}
+bool Reconfiguration::AllPaused() const { return paused_.size() == participant_set_.size(); }
 
 bool Reconfiguration::AllReady() const {
-  if (phase_ != Phase::kBuilding) return false;
-  for (const auto& id : plan_.members) {
-    if (!ready_.count(id)) return false;
-  }
-  return true;
+  return phase_ == Phase::kBuilding && ready_.size() == plan_members_.size();
 }
 
 std::vector<std::string> Reconfiguration::Answered() const {
@@ -123,10 +120,11 @@ std::vector<std::string> Reconfiguration::Unanswered() const {
 }
 
 bool Reconfiguration::IsParticipant(const std::string& id) const {
-  return std::find(participants_.begin(), participants_.end(), id) != participants_.end();
+  return participant_set_.count(id) > 0;
 }
 
 void Reconfiguration::DropParticipant(const std::string& id) {
+  if (!participant_set_.erase(id)) return;
   participants_.erase(std::remove(participants_.begin(), participants_.end(), id),
                       participants_.end());
   paused_.erase(id);

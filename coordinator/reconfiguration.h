@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -76,8 +78,11 @@ class Reconfiguration {
   // kStaleGeneration when not building this generation, kNotFound when `id` is not a member.
   Status RecordReady(const std::string& id, const proto::GenerationReady& ready);
 
+  // O(1): counted as the reports come.
   bool AllPaused() const;
   bool AllReady() const;
+  // Whether participant `id` answered. O(1).
+  bool HasAnswered(const std::string& id) const { return paused_.count(id) > 0; }
   // Participants that answered / did not answer, by old rank.
   std::vector<std::string> Answered() const;
   std::vector<std::string> Unanswered() const;
@@ -101,9 +106,11 @@ class Reconfiguration {
   Phase phase_ = Phase::kIdle;
   uint64_t target_ = 0;
   std::vector<std::string> participants_;
-  std::map<std::string, proto::PausedReport> paused_;
-  std::map<std::string, proto::GenerationReady> ready_;
+  std::unordered_set<std::string> participant_set_;  // participants_, for O(1) lookups
+  std::unordered_map<std::string, proto::PausedReport> paused_;  // of participants only
+  std::unordered_map<std::string, proto::GenerationReady> ready_;  // of plan members only
   GenerationPlan plan_;
+  std::unordered_set<std::string> plan_members_;  // plan_.members
   TimePoint deadline_{};
   TimePoint requested_{};
   TimePoint first_paused_{};

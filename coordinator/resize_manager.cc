@@ -313,8 +313,9 @@ void ResizeManager::MaybeRegrow() {
       generations_->job_over() || generations_->generation() == 0) {
     return;
   }
+  // Called on every agent registration and commit: O(1) while the job is at its target.
+  if (membership_->MemberCount() >= static_cast<size_t>(target())) return;
   const auto members = membership_->Members();
-  if (members.size() >= static_cast<size_t>(target())) return;
   for (const auto& id : generations_->members()) {
     const WorkerInfo* w = membership_->Find(id);
     if (w != nullptr && w->state == WorkerState::kFinished) return;  // the job is ending

@@ -31,8 +31,7 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
   }
   const WorkerInfo* existing = membership_->Find(req->worker_id);
   bool known_standby = existing != nullptr && existing->state == WorkerState::kStandby;
-  if (!known_standby &&
-      membership_->Standby().size() >= static_cast<size_t>(options_->max_workers)) {
+  if (!known_standby && membership_->StandbyCount() >= static_cast<size_t>(options_->max_workers)) {
     outbox_->SendError(identity, e.request_id,
                        ResourceExhaustedError("already " + std::to_string(options_->max_workers) +
                                               " standby workers (max_workers)"));
@@ -86,7 +85,7 @@ void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& 
   }
   if (req->reason == proto::LeaveReason::kFinished) {
     journal_->WorkerState(e.sender, JournalWorkerState::kFinished);
-    w->state = WorkerState::kFinished;  // keeps its rank for status
+    membership_->SetFinished(e.sender);  // keeps its rank for status
     generations_->MaybeFinishJob();
     return;
   }

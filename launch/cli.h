@@ -14,6 +14,12 @@
 
 namespace elastra::launch {
 
+// The most workers one job may have on the command line (--workers, --max-workers): within what
+// the coordinator's control plane is measured at (docs/scale.md: 16,384 simulated workers) with
+// room above it; a layout's own bound (kMaxWorld) is higher. The per-machine flags (--nproc,
+// --slots) keep their own bound of 4096 processes on one host.
+inline constexpr int kMaxJobWorkers = 1 << 16;
+
 // A flag value that our own conversion refused. The message is the whole sentence and names the
 // flag ("--workers must be between 1 and 4096, got 0").
 class FlagError : public CLI::ParseError {

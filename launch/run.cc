@@ -282,7 +282,7 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
                   "Keys, coordinator.json, journal and status.json of the job")
       ->type_name("DIR")
       ->capture_default_str();
-  AddIntFlag(run, "--max-workers", &o->max_workers, 1, 4096, "M",
+  AddIntFlag(run, "--max-workers", &o->max_workers, 1, kMaxJobWorkers, "M",
              "Most workers a resize may ask for (at least --nproc)")
       ->capture_default_str();
   run->add_option("--job", o->job, "The job's name")->type_name("NAME")->capture_default_str();
@@ -308,9 +308,10 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
       ->capture_default_str();
-  AddIntFlag(coordinator, "--workers", &o->workers, 1, 4096, "N", "Workers the job starts with")
+  AddIntFlag(coordinator, "--workers", &o->workers, 1, kMaxJobWorkers, "N",
+             "Workers the job starts with")
       ->capture_default_str();
-  AddIntFlag(coordinator, "--max-workers", &o->max_workers, 1, 4096, "M",
+  AddIntFlag(coordinator, "--max-workers", &o->max_workers, 1, kMaxJobWorkers, "M",
              "Most workers a resize may ask for")
       ->capture_default_str();
   coordinator->add_option("--bind", o->bind, "Address to listen on")

@@ -19,7 +19,7 @@
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"
 #include "state/device_copy.h"
-#include "state/reshard_plan.h"
+#include "common/reshard_plan.h"
 
 namespace elastra::reshard_internal {
 

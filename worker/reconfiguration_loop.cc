@@ -138,6 +138,9 @@ void ReconfigurationLoop::TakeLease(const proto::JoinReply& reply) {
       LeaseFor(milliseconds(reply.heartbeat_timeout_ms), milliseconds(reply.heartbeat_interval_ms),
                options_.heartbeat_interval);
   channel_->client().SetLease(lease);
+  // A large job's coordinator asks for a longer period than this worker's own (docs/scale.md).
+  channel_->client().SetHeartbeatInterval(
+      std::max(milliseconds(reply.heartbeat_interval_ms), options_.heartbeat_interval));
   LOG(DEBUG) << "lease " << lease.count() << " ms (heartbeat timeout " << reply.heartbeat_timeout_ms
              << " ms, interval " << reply.heartbeat_interval_ms << " ms)";
 }

@@ -184,6 +184,10 @@ std::vector<Series> AllSeries() {
                    auto* e = ev(r, name);
                    return e && e->ok ? e->cost.change_cpu_ms() : -1;
                  }});
+    s.push_back({name + ".own_cpu", [=](const ScaleRun& r) {
+                   auto* e = ev(r, name);
+                   return e && e->ok ? e->cost.change_own_cpu_ms() : -1;
+                 }});
     s.push_back({name + ".bytes", [=](const ScaleRun& r) {
                    auto* e = ev(r, name);
                    return e && e->ok ? static_cast<double>(e->cost.change_bytes()) : -1;
@@ -237,17 +241,19 @@ double TimeWithRendezvous(const EventResult& e) {
 
 void PrintTable(const std::vector<ScaleRun>& runs) {
   std::printf(
-      "\n%6s  %-16s %-3s %8s %9s %7s %10s %10s %9s %8s %9s %9s  %11s %8s %9s %6s\n", "N",
-      "event", "ok", "time_s", "+rdv_s*", "busy_s", "cpu_ms", "chg_cpu_ms", "longest", "chg_msgs",
+      "\n%6s  %-16s %-3s %8s %9s %7s %10s %10s %9s %9s %8s %9s %9s  %11s %8s %9s %6s\n", "N",
+      "event", "ok", "time_s", "+rdv_s*", "busy_s", "cpu_ms", "chg_cpu_ms", "own_ms", "longest",
+      "chg_msgs",
       "bytes_in", "bytes_out", "kv_cpu_ms*", "kv_msgs*", "kv_bytes*", "fsync");
   for (const auto& run : runs) {
     for (const auto& e : run.events) {
       const Cost& c = e.cost;
       std::printf(
-          "%6d  %-16s %-3s %8.2f %9.1f %7.2f %10.1f %10.1f %9.1f %8s %9s %9s  %11.1f %8s %9s %6s\n",
+          "%6d  %-16s %-3s %8.2f %9.1f %7.2f %10.1f %10.1f %9.1f %9.1f %8s %9s %9s  %11.1f %8s %9s "
+          "%6s\n",
           run.n, e.name.c_str(), e.ok ? "yes" : "NO", e.time_s, TimeWithRendezvous(e),
           c.busy_ms / 1000, c.cpu_ms,
-                  c.change_cpu_ms(), c.longest_call_ms,
+                  c.change_cpu_ms(), c.change_own_cpu_ms(), c.longest_call_ms,
                   Count(static_cast<double>(c.change_msgs())).c_str(),
                   Bytes(static_cast<double>(c.bytes_in)).c_str(),
                   Bytes(static_cast<double>(c.bytes_out)).c_str(), c.kv_cpu_ms_all,
@@ -263,7 +269,9 @@ void PrintTable(const std::vector<ScaleRun>& runs) {
       "    send (a lower bound of the time with every rank's rendezvous).\n"
       "  busy_s: simulated seconds the coordinator's thread was busy (its CPU and modelled fsyncs).\n"
       "  cpu_ms: the coordinator thread's CPU, all of it; chg_cpu_ms: less heartbeats, agent\n"
-      "    registrations and ticks that sent nothing. longest: the longest single Handle/Tick.\n"
+      "    registrations and ticks that sent nothing. own_ms: chg_cpu_ms less the encoding of the\n"
+      "    NewGeneration frames (encoded again and timed): the coordinator's bookkeeping.\n"
+      "    longest: the longest single Handle/Tick.\n"
       "  * the Gloo rendezvous on the coordinator's key-value store, run by a sample of the ranks and\n"
       "    scaled to all of them (docs/scale.md); not in cpu_ms, bytes or msgs.\n");
 }
@@ -511,10 +519,24 @@ int Main(int argc, char** argv) {
       at_max("grow.bytes", grow ? static_cast<double>(grow->cost.change_bytes()) : -1);
   const double change_kv_cpu = at_max("rendezvous.cpu", grow ? grow->cost.kv_cpu_ms_all : -1);
   const double change_kv_bytes = at_max("rendezvous.bytes", grow ? grow->cost.kv_bytes_all : -1);
-  const double hb_cpu_per_s = at_max(
-      "heartbeats.cpu_per_s", hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1);
+  // Heartbeats per second at max_workers: the workers' at the period the core uses for that size
+  // (ScaledHeartbeats; the scenario's options), the agents' (one per host) at their 200 ms.
+  coordinator::CoordinatorOptions sized;
+  sized.initial_workers = max_workers;
+  sized.max_workers = max_workers + p.job.host_size * 8;
+  sized = coordinator::ScaledHeartbeats(sized);
+  const double hb_period_s = static_cast<double>(sized.heartbeat_interval.count()) / 1000;
+  const double hb_rate =
+      max_workers / hb_period_s + static_cast<double>(max_workers) / p.job.host_size / 0.2;
+  // The core's share: measured at max_workers when it ran; else the CPU per message of the largest
+  // run's heartbeat window (heartbeats, agent messages and ticks) times that rate. The period
+  // differs between sizes, so the CPU per second does not follow one power of N.
+  const double hb_cpu_per_msg_ms =
+      hb && hb->cost.msgs_in > 0 ? hb->cost.cpu_ms / static_cast<double>(hb->cost.msgs_in) : -1;
+  const double hb_cpu_per_s =
+      measured_max ? (hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1)
+                   : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
   const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
-  const double hb_rate = max_workers / 0.2;  // heartbeats per second at the default 200 ms
 
   CurveFigures curve;
   if (f.curve) {
@@ -530,10 +552,11 @@ int Main(int argc, char** argv) {
   const double hb_curve_fraction = curve.curve_us() > 0 ? hb_rate * curve.curve_us() / 1e6 : -1;
   const double hb_zmq_fraction = curve.zmq_curve_us > 0 ? hb_rate * curve.zmq_curve_us / 1e6 : -1;
   std::printf(
-      "heartbeats at %d workers: core %.4f of a core%s, CURVE %.4f, libzmq receive with CURVE "
-      "%.4f (%.0f heartbeats/s)\n",
-      max_workers, hb_core_fraction, measured_max ? "" : " (extrapolated)", hb_curve_fraction,
-      hb_zmq_fraction, hb_rate);
+      "heartbeats at %d workers (period %.0f ms, timeout %lld ms): core %.4f of a core%s, CURVE "
+      "%.4f, libzmq receive with CURVE %.4f (%.0f heartbeats/s with the agents')\n",
+      max_workers, hb_period_s * 1000, static_cast<long long>(sized.heartbeat_timeout.count()),
+      hb_core_fraction, measured_max ? "" : " (extrapolated)", hb_curve_fraction, hb_zmq_fraction,
+      hb_rate);
 
   Json out;
   out["bench"] = "scale";
@@ -549,6 +572,9 @@ int Main(int argc, char** argv) {
   out["change_cpu_ms"] = change_core_cpu + std::max(0.0, change_kv_cpu);
   out["change_bytes"] = change_core_bytes + std::max(0.0, change_kv_bytes);
   out["change_core_cpu_ms"] = change_core_cpu;
+  out["change_own_cpu_ms"] = at_max("grow.own_cpu", grow ? grow->cost.change_own_cpu_ms() : -1);
+  out["change_new_generation_encode_ms"] =
+      at_max("grow.cpu", grow ? grow->cost.new_generation_encode_ms : -1);
   out["change_core_bytes"] = change_core_bytes;
   out["change_kv_cpu_ms"] = change_kv_cpu;
   out["change_kv_bytes"] = change_kv_bytes;
@@ -560,6 +586,9 @@ int Main(int argc, char** argv) {
   out["heartbeat_zmq_fraction"] = hb_zmq_fraction;
   out["heartbeat_total_fraction"] = hb_core_fraction + std::max(0.0, hb_zmq_fraction);
   out["curve_us_per_msg"] = curve.curve_us();
+  out["heartbeat_period_ms"] = sized.heartbeat_interval.count();
+  out["heartbeat_core_us_per_msg"] = hb_cpu_per_msg_ms * 1000;
+  out["heartbeat_timeout_ms"] = sized.heartbeat_timeout.count();
   out["exponents"] = exponents;
   out["ok"] = all_ok;
   out["wall_s"] = std::round(elapsed() * 10) / 10;

@@ -90,7 +90,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   coordinator::CoordinatorOptions options;
   options.job = "scale";
   options.initial_workers = n;
-  options.max_workers = n + 64;  // the grow's extra host; the CLI's 4096 cap does not apply here
+  options.max_workers = n + 64;  // the grow's extra host
   options.state_dir = state_dir;
   SimCoordinator coordinator(&loop, options, p.net, p.server, &meter, &env);
   SimJob job(&loop, &coordinator, p.job, options.job);
@@ -179,7 +179,9 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     const uint64_t g = coordinator.core().generation();
     meter.Measure(&hb.cost);
     const SimTime t0 = loop.now();
-    loop.RunFor(static_cast<SimTime>(p.heartbeat_periods) * options.heartbeat_interval.count() * kMs);
+    // The period in force: a large job's is longer than the default (ScaledHeartbeats).
+    const auto period = coordinator.core().options().heartbeat_interval;
+    loop.RunFor(static_cast<SimTime>(p.heartbeat_periods) * period.count() * kMs);
     meter.Measure(&scratch);
     hb.window_s = static_cast<double>(loop.now() - t0) / kSec;
     hb.time_s = hb.window_s;

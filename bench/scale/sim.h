@@ -9,6 +9,7 @@
 // Not thread-safe: a simulation runs on one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -143,9 +144,18 @@ struct Cost {
   double kv_msgs_all = 0, kv_bytes_all = 0;
   // Control-plane messages by type handled (not the rendezvous').
   std::map<proto::MessageType, TypeCost> by_type;
+  // The NewGeneration frames the core sent, and the part of cpu_ms that encoding them took: each
+  // batch's frames are encoded again on the same thread and held together, as the core held them
+  // (SimCoordinator::Emit). The rest of cpu_ms is the coordinator's own bookkeeping of the change.
+  uint64_t new_generation_frames = 0, new_generation_bytes = 0;
+  double new_generation_encode_ms = 0;
 
   // What the change itself costs: everything but the steady-state background.
   double change_cpu_ms() const { return cpu_ms - background_cpu_ms; }
+  // ... less the encoding of its NewGeneration frames.
+  double change_own_cpu_ms() const {
+    return std::max(0.0, change_cpu_ms() - new_generation_encode_ms);
+  }
   uint64_t change_bytes() const {
     return bytes_in + bytes_out - background_bytes_in - background_bytes_out;
   }
@@ -286,6 +296,8 @@ class SimCoordinator {
   // Sends what a call answered, leaving at `at`. `weight` counts rendezvous replies.
   void Emit(std::vector<coordinator::Outgoing> out, SimTime at, bool kv, double weight,
             Cost* cost, bool background);
+  // Books the CPU that encoding the NewGeneration frames of `out` took (Cost).
+  void MeasureNewGenerationEncoding(const std::vector<coordinator::Outgoing>& out, Cost* cost);
   std::string IdentityOf(int client);
   int ClientOf(const std::string& identity) const;
 

@@ -34,5 +34,27 @@ TEST(HealthMonitorTest, ForgottenWorkersNeverExpire) {
   EXPECT_TRUE(h.TakeExpired().empty());
 }
 
+
+// A beat costs O(1): the superseded beats wait in the queue and are dropped when they reach its
+// front; only the last beat of each id counts, and the expired come sorted.
+TEST(HealthMonitorTest, OnlyTheLastBeatCountsAndExpiredAreSorted) {
+  FakeClock clock;
+  HealthMonitor h(&clock, Duration(100));
+  for (int i = 0; i < 10; ++i) {
+    h.Beat("c");
+    h.Beat("b");
+    h.Beat("a");
+    clock.Advance(Duration(30));
+  }
+  h.Beat("c");  // c keeps beating; a and b stop
+  clock.Advance(Duration(90));
+  EXPECT_EQ(h.TakeExpired(), (std::vector<std::string>{"a", "b"}));
+  h.Forget("c");
+  h.Beat("c");  // watched again
+  clock.Advance(Duration(101));
+  EXPECT_EQ(h.TakeExpired(), (std::vector<std::string>{"c"}));
+  EXPECT_TRUE(h.TakeExpired().empty());
+}
+
 }  // namespace
 }  // namespace elastra::coordinator

@@ -187,5 +187,41 @@ TEST_F(HostTableTest, SpawnsAreTakenWhenTheyJoinOrExpireAtTheirDeadline) {
   EXPECT_EQ(hosts_.Outstanding(), 0);
 }
 
+
+// The indexes behind Find, FindByAgent and the spawns: an agent moving to another host name, a
+// spawn asked again of another host, and ClearSpawns keep them consistent.
+TEST_F(HostTableTest, LookupsByNameAgentAndSpawnFollowChanges) {
+  HostInfo* a = Register("a", 4, "agent-1");
+  HostInfo* b = Register("b", 4, "agent-2");
+  EXPECT_EQ(hosts_.Find("b"), b);
+  EXPECT_EQ(hosts_.FindByAgent("agent-2"), b);
+  // agent-1 falls silent and agent-2 registers host a too: the latest of its hosts answers.
+  clock_.Advance(kTimeout + Duration(1));
+  Register("a", 4, "agent-2");
+  EXPECT_EQ(hosts_.FindByAgent("agent-2"), b);  // b was registered after a
+  EXPECT_EQ(hosts_.FindByAgent("agent-1"), nullptr);
+  EXPECT_EQ(a->agent, "agent-2");
+  hosts_.AddSpawn(a, "w1", clock_.Now() + Duration(100));
+  hosts_.AddSpawn(b, "w1", clock_.Now() + Duration(300));  // asked again, elsewhere
+  EXPECT_EQ(hosts_.Outstanding(), 1);
+  EXPECT_EQ(hosts_.SpawnHost("w1"), b);
+  EXPECT_TRUE(a->spawns.empty());
+  hosts_.AddSpawn(b, "w2", clock_.Now() + Duration(50));
+  hosts_.ClearSpawns(b);
+  EXPECT_EQ(hosts_.Outstanding(), 0);
+  clock_.Advance(Duration(1000));
+  EXPECT_TRUE(hosts_.TakeExpiredSpawns(clock_.Now()).empty());
+  // Thousands of hosts and workers: WorkersOn and FreeSlots see only their own host's.
+  for (int i = 0; i < 2000; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    Register(name, 8);
+    for (int k = 0; k < 3; ++k) Join(name + "-" + std::to_string(k), name, WorkerState::kStandby);
+  }
+  EXPECT_EQ(hosts_.WorkersOn("n1234"),
+            (std::vector<std::string>{"n1234-0", "n1234-1", "n1234-2"}));
+  EXPECT_EQ(hosts_.FreeSlots(*hosts_.Find("n1999")), 5);
+  EXPECT_EQ(hosts_.UsableStandby().size(), 6000u);
+}
+
 }  // namespace
 }  // namespace elastra::coordinator

@@ -400,6 +400,41 @@ TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
   EXPECT_EQ(warnings.size(), 1u);
 }
 
+// A job of 10,000 workers: their joins and state changes are applied in place, a generation of all
+// of them is journaled (more than the 4,096 a record once held) and replays the same.
+TEST_F(JournalTest, TenThousandWorkersJoinCommitAndReplay) {
+  constexpr int kN = 10000;
+  JournalGeneration g;
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->RecordJob("big", kN, kN).ok());
+    for (int i = 0; i < kN; ++i) ASSERT_TRUE((*j)->RecordJoin(W("w" + std::to_string(i))).ok());
+    ASSERT_TRUE((*j)->RecordJoin(W("w7")).ok());  // a retried join: still one standby entry
+    EXPECT_EQ((*j)->state().standby.size(), static_cast<size_t>(kN));
+    g.generation = 1;
+    g.reason = proto::GenerationReason::kStart;
+    g.layout.dp = kN;
+    g.members = (*j)->state().standby;
+    ASSERT_TRUE((*j)->RecordCommit(g).ok());
+    EXPECT_TRUE((*j)->state().standby.empty());
+    ASSERT_TRUE((*j)->RecordWorkerState("w5", JournalWorkerState::kLost).ok());
+    // A refused worker record changes nothing.
+    EXPECT_FALSE((*j)->RecordWorkerState("w6", static_cast<JournalWorkerState>(9)).ok());
+    EXPECT_EQ((*j)->state().records, static_cast<uint64_t>(kN + 4));
+  }
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(s->records, static_cast<uint64_t>(kN + 4));
+  ASSERT_NE(s->current(), nullptr);
+  EXPECT_EQ(s->current()->members.size(), static_cast<size_t>(kN));
+  EXPECT_EQ(s->worker_states.at("w5"), JournalWorkerState::kLost);
+  EXPECT_EQ(s->worker_states.count("w6"), 0u);
+  EXPECT_EQ(s->seen_ids.size(), static_cast<size_t>(kN));
+}
+
 TEST_F(JournalTest, MissingFileIsNotFound) {
   auto s = Journal::Replay(dir_ + "/nothing.bin", nullptr);
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);

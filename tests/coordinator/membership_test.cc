@@ -59,5 +59,62 @@ TEST(MembershipTest, FreshWorkerIdsCountUpAndSkipIdsInUse) {
   EXPECT_EQ(m.NextWorkerId(), "w5");
 }
 
+
+// The indexes (standby by join order, members by rank, workers by host) follow every change of
+// state, rank and host, and agree with a plain scan of All().
+TEST(MembershipTest, IndexesFollowStatesRanksAndHosts) {
+  Membership m;
+  for (int i = 0; i < 6; ++i) {
+    proto::JoinRequest r{"w" + std::to_string(i), i < 3 ? "h0" : "h1", 0, 1};
+    ASSERT_TRUE(m.Join(r, "id", TimePoint{}).ok());
+  }
+  EXPECT_EQ(m.StandbyCount(), 6u);
+  m.AssignRanks({"w4", "w1", "w2"});
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w4", "w1", "w2"}));
+  EXPECT_EQ(m.MemberCount(), 3u);
+  EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0", "w3", "w5"}));
+  // A new order of the same members replaces the ranks.
+  m.AssignRanks({"w2", "w4", "w1"});
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w2", "w4", "w1"}));
+  m.SetFinished("w4");
+  EXPECT_EQ(m.Find("w4")->rank, 1);  // kept for status
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w2", "w1"}));
+  m.SetHost("w0", "h1");
+  std::vector<std::string> on_h1;
+  for (const WorkerInfo* w : m.On("h1")) on_h1.push_back(w->id);
+  EXPECT_EQ(on_h1, (std::vector<std::string>{"w0", "w3", "w4", "w5"}));  // by join order
+  EXPECT_EQ(m.Find("w0")->host, "h1");
+  m.Remove("w3");
+  m.SetState("w5", WorkerState::kLost);
+  EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0"}));
+  EXPECT_EQ(m.StandbyCount(), 1u);
+  // A lost worker joining again is standby at the back of the queue.
+  ASSERT_TRUE(m.Join(proto::JoinRequest{"w5", "h2", 0, 1}, "id2", TimePoint{}).ok());
+  EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0", "w5"}));
+  EXPECT_TRUE(m.On("h1").size() == 2u);  // w0, w4: w5 moved to h2 with its new join
+  std::vector<std::string> all;
+  for (const WorkerInfo* w : m.All()) all.push_back(w->id);
+  EXPECT_EQ(all, (std::vector<std::string>{"w0", "w1", "w2", "w4", "w5"}));
+}
+
+// Thousands of workers: the lists stay exact (the indexes are what the coordinator's O(1) join
+// relies on).
+TEST(MembershipTest, ManyWorkers) {
+  Membership m;
+  constexpr int kN = 20000;
+  std::vector<std::string> ranks;
+  for (int i = 0; i < kN; ++i) {
+    const std::string id = "w" + std::to_string(i);
+    ASSERT_TRUE(m.Join(proto::JoinRequest{id, "h" + std::to_string(i / 8), 0, 1}, id,
+                       TimePoint{}).ok());
+    if (i % 2 == 0) ranks.insert(ranks.begin() + (ranks.size() / 2), id);
+  }
+  m.AssignRanks(ranks);
+  EXPECT_EQ(m.Members(), ranks);
+  EXPECT_EQ(m.StandbyCount(), static_cast<size_t>(kN / 2));
+  EXPECT_EQ(m.Standby().front(), "w1");
+  EXPECT_EQ(m.On("h7").size(), 8u);
+}
+
 }  // namespace
 }  // namespace elastra::coordinator

@@ -81,6 +81,10 @@ TEST(LaunchCli, BadUsageExitsTwoNamingWhatIsWrong) {
       {{"resize", "--workers", "2", "--layout", "dp=2,xp=1"},
        "--layout 'dp=2,xp=1' is not a layout like dp=2,pp=1,tp=2"},
       {{"coordinator", "--workers", "many"}, "--workers must be an integer, got 'many'"},
+      // A job may be larger than one machine's 4096 processes (docs/scale.md), up to 65536.
+      {{"coordinator", "--workers", "65537"}, "--workers must be between 1 and 65536, got 65537"},
+      {{"run", "--nproc", "2", "--max-workers", "70000", "--", "/bin/true"},
+       "--max-workers must be between 1 and 65536"},
       {{"resize", "--workers"}, "--workers"},
       {{"drain"}, "elastra drain: --host is required"},
       {{"drain", "--host", "a", "--timeout", "0"}, "--timeout must be between 1 and 86400"},

@@ -1,0 +1,124 @@
+// The coordinator core with many workers (docs/scale.md): the bookkeeping of a join, a pause and a
+// recovery goes through indexes, and the heartbeat period grows with the job. What is checked is
+// behaviour at sizes where a scan per message would show; timings are bench_scale's.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status_json.h"
+#include "tests/coordinator/core_test_fixture.h"
+
+namespace elastra::coordinator::testing {
+namespace {
+
+class CoordinatorScaleTest : public CoreTest {
+ protected:
+  static std::vector<std::string> Ids(int n, int from = 0) {
+    std::vector<std::string> ids;
+    for (int i = from; i < from + n; ++i) ids.push_back("w" + std::to_string(i));
+    return ids;
+  }
+};
+
+// 1,000 joins (the NewGeneration broadcast, O(N^2) bytes today, bounds the size here): each answered with its JoinReply alone; the last one forms the first generation
+// with ranks in join order.
+TEST_F(CoordinatorScaleTest, AJoinStormFormsTheFirstGenerationInJoinOrder) {
+  constexpr int kN = 1000;
+  Make(kN, kN);
+  const auto ids = Ids(kN);
+  for (int i = 0; i + 1 < kN; ++i) {
+    auto sent = Join(ids[i]);
+    ASSERT_EQ(sent.size(), 1u);
+    ASSERT_EQ(sent[0].envelope.type, T::kJoinReply);
+  }
+  EXPECT_EQ(core_->membership().StandbyCount(), static_cast<size_t>(kN - 1));
+  auto last = Join(ids.back());
+  EXPECT_EQ(OfType(last, T::kJoinReply).size(), 1u);
+  EXPECT_EQ(OfType(last, T::kNewGeneration).size(), static_cast<size_t>(kN));  // one per member
+  EXPECT_EQ(core_->membership().Members(), ids);
+  EXPECT_EQ(core_->membership().StandbyCount(), 0u);
+}
+
+// A planned shrink and a failure with 600 members: who pauses, who leaves and who is awaited is
+// decided by the indexes (Reconfiguration counts the answers).
+TEST_F(CoordinatorScaleTest, APauseAndARecoveryWithManyMembers) {
+  constexpr int kN = 600;
+  const auto ids = Ids(kN);
+  Make(kN, kN);
+  for (const auto& id : ids) Join(id);
+  for (const auto& id : ids) Ready(id, 1);
+  ASSERT_EQ(core_->generation(), 1u);
+  // Shrink by 8: the 8 highest ranks leave.
+  auto accepted = Admin(T::kResize, proto::ResizeRequest{kN - 8, false, {}, true});
+  ASSERT_FALSE(OfType(accepted, T::kResizeReply).empty());
+  EXPECT_EQ(OfType(accepted, T::kPauseRequest).size(), static_cast<size_t>(kN));
+  std::vector<Sent> built;
+  for (int i = 0; i < kN; ++i) {
+    auto sent = PausedMsg(ids[i], 2, 10, {10}, false);
+    if (i + 1 < kN) {
+      ASSERT_TRUE(OfType(sent, T::kNewGeneration).empty()) << "after " << i + 1 << " answers";
+    } else {
+      built = sent;
+    }
+  }
+  ASSERT_EQ(OfType(built, T::kNewGeneration).size(), static_cast<size_t>(kN));
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(core_->membership().Find(ids[i])->state,
+              i < kN - 8 ? WorkerState::kMember : WorkerState::kLeaving);
+  }
+  for (int i = 0; i < kN - 8; ++i) Ready(ids[i], 2);
+  ASSERT_EQ(core_->generation(), 2u);
+  EXPECT_EQ(core_->membership().MemberCount(), static_cast<size_t>(kN - 8));
+  // Three members die: the survivors are asked to recover; the generation forms without them.
+  for (const auto& id : {ids[5], ids[100], ids[400]}) {
+    Admin(T::kProcessExited, proto::ProcessExited{id, 9, 9});
+  }
+  EXPECT_EQ(core_->state(), proto::JobState::kRecovering);
+  std::vector<std::string> survivors;
+  for (int i = 0; i < kN - 8; ++i) {
+    if (i != 5 && i != 100 && i != 400) survivors.push_back(ids[i]);
+  }
+  for (const auto& id : survivors) PausedMsg(id, 3, 11, {10}, false);
+  EXPECT_EQ(core_->state(), proto::JobState::kBuilding);
+  for (const auto& id : survivors) Ready(id, 3);
+  EXPECT_EQ(core_->generation(), 3u);
+  EXPECT_EQ(core_->membership().Members().size(), survivors.size());
+}
+
+// The heartbeat period grows with the most workers the job may have, and the timeout with it
+// (CoordinatorOptions::max_heartbeats_per_second): a silent worker is lost after the longer
+// timeout, not the configured one.
+TEST_F(CoordinatorScaleTest, TheHeartbeatPeriodGrowsWithTheJob) {
+  CoordinatorOptions small;
+  small.max_workers = 64;
+  EXPECT_EQ(ScaledHeartbeats(small).heartbeat_interval, small.heartbeat_interval);
+  CoordinatorOptions large;
+  large.initial_workers = 16384;
+  large.max_workers = 1;
+  large.heartbeat_interval = Duration(200);
+  large.heartbeat_timeout = Duration(1500);
+  const CoordinatorOptions scaled = ScaledHeartbeats(large);
+  EXPECT_EQ(scaled.heartbeat_interval, Duration(410));  // 16384 / 40000 s, up to 10 ms
+  EXPECT_EQ(scaled.heartbeat_timeout, Duration(3075));  // x 2.05
+  EXPECT_EQ(scaled.recover_timeout, Duration(0));       // 0 stays "the heartbeat timeout"
+  large.max_heartbeats_per_second = 0;
+  EXPECT_EQ(ScaledHeartbeats(large).heartbeat_interval, Duration(200));
+
+  Make(2, 16384);
+  auto reply = Payload<proto::JoinReply>(OfType(Join("a"), T::kJoinReply).at(0));
+  EXPECT_EQ(reply.heartbeat_interval_ms, 410);
+  EXPECT_EQ(reply.heartbeat_timeout_ms, 3075);
+  Join("b");
+  for (const auto& id : {"a", "b"}) Ready(id, 1);
+  ASSERT_EQ(core_->generation(), 1u);
+  clock_.Advance(Duration(3000));
+  Beat({"a"});
+  EXPECT_TRUE(OfType(Tick(), T::kRecoverRequest).empty());  // past 1.5 s, within 3.075 s
+  clock_.Advance(Duration(100));
+  auto sent = Tick();
+  EXPECT_EQ(OfType(sent, T::kRecoverRequest).size(), 1u);  // b is lost; a recovers
+  EXPECT_EQ(core_->membership().Find("b")->state, WorkerState::kLost);
+}
+
+}  // namespace
+}  // namespace elastra::coordinator::testing
