@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "common/host_memory.h"
+#include "common/reshard_plan.h"
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"
 #include "state/device_copy.h"
-#include "common/reshard_plan.h"
 
 namespace elastra::reshard_internal {
 
