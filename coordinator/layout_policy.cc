@@ -57,7 +57,11 @@ Status CheckState(const StateSpec& state) {
         return InvalidArgumentError("tensor '" + t.name + "': dimension of " + std::to_string(d) +
                                     " elements (at most 2^40)");
       }
-      elements *= d;  // at most 2 dimensions of at most 2^40 each: no overflow
+      // Stop before the product passes 2^48 (two dimensions of 2^40 would overflow int64_t).
+      if (d > 0 && elements > kMaxTensorElements / d) {
+        return InvalidArgumentError("tensor '" + t.name + "': more than 2^48 elements");
+      }
+      elements *= d;
     }
     if (elements > kMaxTensorElements || t.element_size > kMaxElementSize) {
       return InvalidArgumentError("tensor '" + t.name + "': " + std::to_string(elements) +

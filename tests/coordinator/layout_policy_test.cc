@@ -41,6 +41,22 @@ TEST(LayoutPolicyTest, ValidateChecksTheRegisteredState) {
   EXPECT_FALSE(policy.Validate(Layout{1, 3, 1}).ok());
 }
 
+// A join's state with dimensions each under the 2^40 cap whose product overflows int64_t (the
+// coordinator_core fuzz target found it: 68719476800 x 8589934592 under UBSan) is refused.
+TEST(LayoutPolicyTest, CheckStateRefusesShapesWhoseProductOverflows) {
+  StateSpec state;
+  state.num_layers = 2;
+  state.tensors.push_back(
+      TensorSpec{"w", {int64_t{68719476800}, int64_t{8589934592}}, 4, ShardingRule{0, 1, false}});
+  Status s = CheckState(state);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("more than 2^48 elements"), std::string::npos) << s;
+  state.tensors[0].shape = {int64_t{1} << 24, int64_t{1} << 24};  // exactly 2^48: allowed
+  EXPECT_TRUE(CheckState(state).ok()) << CheckState(state);
+  state.tensors[0].shape = {(int64_t{1} << 24) + 1, int64_t{1} << 24};
+  EXPECT_FALSE(CheckState(state).ok());
+}
+
 TEST(LayoutPolicyTest, DefaultKeepsPipelineAndTensorDegreesWhenTheyFit) {
   LayoutPolicy policy;
   EXPECT_EQ(policy.Default(4, Layout{1, 2, 1}), (Layout{2, 2, 1}));
