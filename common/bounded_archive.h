@@ -12,7 +12,10 @@
 
 namespace elastra::proto {
 
-// No decoded container may claim more elements than this, whatever the frame size.
+// No decoded container may claim more elements than this, whatever the frame size: an element
+// takes at least one byte of the frame but may take far more memory once decoded. A string's
+// length is bounded by the bytes left alone (a byte of frame is a byte of memory), so a payload
+// or a blob may fill the frame.
 inline constexpr uint64_t kMaxDecodedElements = 1u << 20;
 
 class BoundedInputArchive
@@ -38,11 +41,26 @@ class BoundedInputArchive
   void loadSize(T& size) {
     uint64_t raw = 0;
     loadBinary(&raw, sizeof(raw));
-    if (raw > size_ - pos_ || raw > kMaxDecodedElements) {
+    if (raw > size_ - pos_) {
       throw cereal::Exception("length " + std::to_string(raw) + " exceeds the " +
                               std::to_string(size_ - pos_) + " bytes left in the frame");
     }
+    if (raw > kMaxDecodedElements) {
+      throw cereal::Exception("length " + std::to_string(raw) + " exceeds the limit of " +
+                              std::to_string(kMaxDecodedElements) + " elements");
+    }
     size = static_cast<T>(raw);
+  }
+
+  // A string's length tag: bounded by the bytes left only (see kMaxDecodedElements).
+  size_t LoadStringSize() {
+    uint64_t raw = 0;
+    loadBinary(&raw, sizeof(raw));
+    if (raw > size_ - pos_) {
+      throw cereal::Exception("string of " + std::to_string(raw) + " bytes exceeds the " +
+                              std::to_string(size_ - pos_) + " bytes left in the frame");
+    }
+    return static_cast<size_t>(raw);
   }
 
   size_t remaining() const { return size_ - pos_; }
@@ -67,6 +85,13 @@ inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, bool& b) {
   ar.loadBinary(&v, sizeof(v));
   if (v > 1) throw cereal::Exception("bool byte " + std::to_string(v) + " is neither 0 nor 1");
   b = v == 1;
+}
+
+// Preferred to cereal's template for std::string: the same encoding (a 64-bit length, then the
+// bytes), without the container cap.
+inline void CEREAL_LOAD_FUNCTION_NAME(BoundedInputArchive& ar, std::string& s) {
+  s.resize(ar.LoadStringSize());
+  ar.loadBinary(s.data(), s.size());
 }
 
 template <class T>

@@ -346,9 +346,14 @@ void SimJob::OnNewGeneration(int w, const Frame& frame) {
   // Each recipient's NewGeneration is its own (its entry, its part of the state move): decoded
   // by each, as the real worker does.
   auto e = proto::DecodeEnvelope(*frame);
-  if (!e.ok()) return;
-  auto ng = proto::DecodePayload<proto::NewGeneration>(e->payload);
-  if (!ng.ok()) return;
+  StatusOr<proto::NewGeneration> ng =
+      e.ok() ? proto::DecodePayload<proto::NewGeneration>(e->payload)
+             : StatusOr<proto::NewGeneration>(e.status());
+  if (!ng.ok()) {
+    // The real worker refuses the message and the generation cannot form: a failure to report.
+    if (build_failures_++ == 0) first_build_error_ = "NewGeneration: " + ng.status().ToString();
+    return;
+  }
   if (ng->leave) {
     // Hands its shards off (the staying workers hold them all: nothing to send) and exits 0.
     x.state = State::kLeft;

@@ -175,6 +175,31 @@ TEST(CodecTest, HugeClaimedLengthInTinyFrameIsCorruptWithoutAllocating) {
   EXPECT_EQ(many.status().code(), StatusCode::kCorrupt);
 }
 
+TEST(CodecTest, APayloadOverAMillionBytesDecodes) {
+  // Rank 0's first NewGeneration at 2,048 workers and 16 tensors lists 32,768 transfers: a 1.5 MB
+  // payload, a string longer than the element cap of containers. It must decode (a byte of frame
+  // is a byte of memory); only the frame bound applies.
+  NewGeneration ng;
+  ng.generation = 1;
+  ng.move.plan = MovePlan::kMove;
+  for (int32_t i = 0; i < 40000; ++i) ng.move.transfers.push_back({i % 16, 0, i / 16, 0, 8, 0, 8});
+  const std::string frame = MakeFrame(MessageType::kNewGeneration, ng, "job", 1, "coordinator", 7);
+  ASSERT_GT(frame.size(), kMaxDecodedElements);
+  auto env = DecodeEnvelope(frame);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  auto back = DecodePayload<NewGeneration>(env->payload);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->move.transfers.size(), ng.move.transfers.size());
+  EXPECT_EQ(back->move.transfers.back().dst, 39999 / 16);
+  // A container is still capped by its element count, whatever bytes are left: 2^20 + 1 empty
+  // strings (8 bytes each in the frame, 32 bytes each once decoded).
+  const uint64_t count = kMaxDecodedElements + 1;
+  std::string payload = U64(1) + U64(count) + std::string(count * 8, '\0');
+  auto many = DecodePayload<RecoverRequest>(payload);
+  EXPECT_EQ(many.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(many.status().message().find("elements"), std::string::npos) << many.status().ToString();
+}
+
 TEST(CodecTest, OversizedFrameIsRefused) {
   std::string frame(kMaxFrameBytes + 1, 'x');
   EXPECT_EQ(DecodeEnvelope(frame).status().code(), StatusCode::kInvalidArgument);
