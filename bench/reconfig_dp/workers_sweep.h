@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-// The sweep: runs `self` --sweep-rank for every rank of every size, `reps` times each side;
-// prints the table and one JSON line. 0 on success.
-int RunWorkersSweep(const std::string& self, int iters, int reps);
+// The sweep: runs `self` --sweep-rank for every rank of every size up to `max_workers`, `reps`
+// times each side; prints the table and one JSON line. 0 on success.
+int RunWorkersSweep(const std::string& self, int iters, int reps, int max_workers);
 
 // One rank of one side ("ours" or "raw") of one size, over the store in `dir`: writes a byte to
 // `ready_fd`, starts when a byte arrives on `go_fd`, and writes its figures to dir/result_<rank>.
