@@ -24,6 +24,10 @@
 // tp: of the change back to dp=2, which moves the bytes); with --hosts, a "hosts" object with the
 // figures across hosts, their ratios to raw Gloo across the same hosts ("downtime_vs_raw") and to
 // the loopback run ("grow_downtime_vs_loopback", "shrink_downtime_vs_loopback").
+//
+// With --workers-sweep [--iters K] [--reps R] [--max-workers M], instead: the worker's own Gloo world at 2, 4, 8, 16 and 32
+// processes, ours beside raw Gloo's full mesh (workers_sweep.cc): pairs and sockets per worker,
+// build time, and the per-step agreement allreduce's median latency.
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -51,6 +55,7 @@
 #include "common/keys.h"
 #include "elastra/worker.h"
 #include "testbed/namespace_cluster.h"
+#include "workers_sweep.h"
 
 namespace {
 
@@ -441,6 +446,20 @@ int main(int argc, char** argv) {
     if (a == "--raw-rank" && i + 6 < argc) {
       return RunRawRank(argv[i + 1], argv[i + 2], std::atoi(argv[i + 3]), std::atoi(argv[i + 4]),
                         std::strtoull(argv[i + 5], nullptr, 10), argv[i + 6]);
+    }
+    if (a == "--sweep-rank" && i + 7 < argc) {
+      return RunSweepRank(argv[i + 1], argv[i + 2], std::atoi(argv[i + 3]), std::atoi(argv[i + 4]),
+                          std::atoi(argv[i + 5]), std::atoi(argv[i + 6]), std::atoi(argv[i + 7]));
+    }
+    if (a == "--workers-sweep") {
+      int iters = 300, sweep_reps = 3, max_workers = 32;
+      for (int j = i + 1; j + 1 < argc; j += 2) {
+        if (std::string(argv[j]) == "--iters") iters = std::atoi(argv[j + 1]);
+        if (std::string(argv[j]) == "--reps") sweep_reps = std::atoi(argv[j + 1]);
+        if (std::string(argv[j]) == "--max-workers") max_workers = std::atoi(argv[j + 1]);
+      }
+      return RunWorkersSweep(std::filesystem::canonical("/proc/self/exe").string(),
+                             std::max(1, iters), std::max(1, sweep_reps), max_workers);
     }
     if (a == "--state-mb" && i + 1 < argc) state_mb = std::strtoull(argv[++i], nullptr, 10);
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);

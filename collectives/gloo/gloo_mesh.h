@@ -8,7 +8,7 @@
 // 2 ceil(log2 n) peers, symmetric, holding the ring neighbours and every partner of the binomial
 // tree, the dissemination barrier and recursive doubling (gloo_algorithms.h). Its rendezvous is one
 // store call per rank (KeyValueStore::SetAndGet): it sets a key per peer (its address for that
-// pair, 39 bytes) and reads each peer's key for it. O(1) store messages and O(log n) bytes per rank.
+// pair, 39 bytes) and reads each peer's key for it. O(1) store messages, O(log n) bytes a rank.
 //
 // Other pairs are connected on demand by both ends (EnsurePairs): each publishes its address for
 // the pair under a key naming both ranks, reads the other's, and connects; so state moves connect
