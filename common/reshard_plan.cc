@@ -2,8 +2,12 @@
 #include "common/reshard_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <queue>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace elastra {
 namespace {
@@ -213,11 +217,28 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
                 parts = static_cast<int>(std::min<int64_t>(
                     pool.size(), (bytes + options.split_bytes - 1) / options.split_bytes));
               }
+              // Each part from the least-loaded sender of the pool (ties: the first in pool
+              // order): a heap of (bytes sent, place in the pool), O(pool + parts log pool)
+              // where a scan per part was O(parts x pool), quadratic at thousands of replicas.
+              using Load = std::pair<int64_t, size_t>;
+              std::priority_queue<Load, std::vector<Load>, std::greater<Load>> senders;
+              if (parts > 1) {
+                std::vector<Load> loads;
+                loads.reserve(pool.size());
+                for (size_t i = 0; i < pool.size(); ++i) loads.push_back({sent[pool[i]], i});
+                senders = decltype(senders)(std::greater<Load>(), std::move(loads));
+              }
               for (const Rect& part : SplitRect(y, parts)) {
-                // Least-loaded sender of the pool (ties: lowest worker id).
                 int src = pool[0];
-                for (int w : pool) {
-                  if (sent[w] < sent[src]) src = w;
+                size_t at = 0;  // src's place in the pool, when parts > 1
+                if (parts > 1) {
+                  at = senders.top().second;
+                  src = pool[at];
+                  senders.pop();
+                } else {
+                  for (int w : pool) {
+                    if (sent[w] < sent[src]) src = w;
+                  }
                 }
                 const int64_t pb = part.volume() * esize;
                 plan.transfers.push_back({static_cast<int>(ti), src, dst, part, pb});
@@ -225,6 +246,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
                 if (host_of_worker[src] == host_of_worker[dst]) plan.bytes_same_host += pb;
                 sent[src] += pb;
                 received[dst] += pb;
+                if (parts > 1) senders.push({sent[src], at});
               }
             }
           }

@@ -28,6 +28,12 @@ void HostManager::OnAgentRegister(const std::string& identity, const proto::Enve
   const HostInfo* before = hosts_->Find(req->host);
   const bool known = before != nullptr && before->agent == e.sender;
   const bool was_lost = before != nullptr && before->state == proto::HostState::kLost;
+  // An agent registers again every 2 s. When nothing the other managers decide on changed (the
+  // same agent, host up, the same slots and GPUs), they are not told: at 2,048 hosts that is
+  // 1,000 registrations a second, and a grow waiting for its workers looked at the whole job on
+  // each (docs/scale.md). Time-based changes (a backoff ending) come from Tick.
+  const bool unchanged = known && before->state == proto::HostState::kUp &&
+                         before->slots == req->max_workers && before->gpus == req->gpus;
   auto host = hosts_->Register(*req, e.sender, identity, clock_->Now(), options_->heartbeat_timeout);
   if (!host.ok()) {
     outbox_->SendError(identity, e.request_id, host.status());
@@ -52,7 +58,7 @@ void HostManager::OnAgentRegister(const std::string& identity, const proto::Enve
               << " (agent " << e.sender << ", " << req->max_workers << " slots, " << req->gpus
               << " GPUs" << (req->address.empty() ? "" : ", address " + req->address) << ")";
   }
-  Notify();
+  if (!unchanged) Notify();
 }
 
 bool HostManager::OnAgentHeartbeat(const std::string& sender) {

@@ -7,17 +7,12 @@
 
 #include "common/codec.h"
 #include "common/logging.h"
+#include "coordinator/journal_records.h"
 
 namespace elastra::coordinator {
 namespace {
 
 using nlohmann::json;
-
-// Bounds on what a record may hold (a record within them is at most a few MiB).
-constexpr size_t kMaxWorkers = 1 << 16;  // the CLI's most workers in a job (launch/cli.h)
-constexpr size_t kMaxString = 4096;
-constexpr size_t kMaxHistory = 1 << 20;
-constexpr size_t kMaxCheckpoints = 1 << 16;
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> t{};
@@ -38,312 +33,20 @@ uint32_t GetU32(const uint8_t* p) {
   return v;
 }
 
-// ---- JSON <-> structs, with bounds. Throwing helpers; ApplyRecord turns throws into kCorrupt. --
-
-struct BadRecord {
-  std::string why;
-};
-
-const json& Field(const json& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end()) throw BadRecord{std::string("missing field '") + name + "'"};
-  return *it;
-}
-
-std::string Str(const json& j, const char* name) {
-  const json& v = Field(j, name);
-  if (!v.is_string()) throw BadRecord{std::string("field '") + name + "' is not a string"};
-  std::string s = v.get<std::string>();
-  if (s.size() > kMaxString) throw BadRecord{std::string("field '") + name + "' is too long"};
-  return s;
-}
-
-int64_t Int(const json& j, const char* name, int64_t lo, int64_t hi) {
-  const json& v = Field(j, name);
-  if (!v.is_number_integer())
-    throw BadRecord{std::string("field '") + name + "' is not an integer"};
-  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                  ? INT64_MAX
-                  : v.get<int64_t>();
-  if (x < lo || x > hi) throw BadRecord{std::string("field '") + name + "' is out of range"};
-  return x;
-}
-
-double Num(const json& j, const char* name) {
-  const json& v = Field(j, name);
-  if (!v.is_number()) throw BadRecord{std::string("field '") + name + "' is not a number"};
-  return v.get<double>();
-}
-
-const json& Array(const json& j, const char* name, size_t max) {
-  const json& v = Field(j, name);
-  if (!v.is_array()) throw BadRecord{std::string("field '") + name + "' is not an array"};
-  if (v.size() > max) throw BadRecord{std::string("field '") + name + "' is too long"};
-  return v;
-}
-
-json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
-Layout LayoutFrom(const json& j) {
-  if (!j.is_object()) throw BadRecord{"layout is not an object"};
-  Layout l;
-  l.dp = static_cast<int>(Int(j, "dp", 0, 1 << 20));
-  l.pp = static_cast<int>(Int(j, "pp", 1, 1 << 20));
-  l.tp = static_cast<int>(Int(j, "tp", 1, 1 << 20));
-  // Bounded degrees can still multiply past int: world() is trusted only within kMaxWorld.
-  if (static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
-    throw BadRecord{"layout " + l.ToString() + " has more than " + std::to_string(kMaxWorld) +
-                    " ranks"};
-  }
-  return l;
-}
-
-json WorkerJson(const JournalWorker& w) {
-  return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
-}
-JournalWorker WorkerFrom(const json& j) {
-  if (!j.is_object()) throw BadRecord{"worker is not an object"};
-  JournalWorker w;
-  w.id = Str(j, "id");
-  if (w.id.empty()) throw BadRecord{"empty worker id"};
-  w.host = Str(j, "host");
-  w.device = static_cast<int32_t>(Int(j, "device", -1, INT32_MAX));
-  w.pid = Int(j, "pid", 0, INT64_MAX);
-  return w;
-}
-std::vector<JournalWorker> WorkersFrom(const json& j, const char* name) {
-  std::vector<JournalWorker> out;
-  for (const auto& w : Array(j, name, kMaxWorkers)) out.push_back(WorkerFrom(w));
-  return out;
-}
-json WorkersJson(const std::vector<JournalWorker>& ws) {
-  json a = json::array();
-  for (const auto& w : ws) a.push_back(WorkerJson(w));
-  return a;
-}
-
-// The enum named `name`, or a BadRecord naming the field and the unknown name.
-template <class E>
-E EnumFrom(const json& j, const char* field, const char* what) {
-  const std::string name = Str(j, field);
-  E v{};
-  if (!FromString(name, &v)) throw BadRecord{std::string("unknown ") + what + " '" + name + "'"};
-  return v;
-}
-
-void EraseStandby(JournalState* s, const std::string& id) {
-  s->standby.erase(std::remove_if(s->standby.begin(), s->standby.end(),
-                                  [&](const JournalWorker& w) { return w.id == id; }),
-                   s->standby.end());
-}
-
-// A join or worker record, read whole before it changes anything: these come once per worker and
-// are applied in place (the other records copy the state, O(workers x generations): docs/scale.md).
-struct WorkerRecord {
-  bool join = false;
-  JournalWorker worker;  // join
-  std::string id;        // worker
-  JournalWorkerState state = JournalWorkerState::kRemoved;
-};
-
-bool IsWorkerRecord(const json& r) {
-  if (!r.is_object()) return false;
-  auto t = r.find("t");
-  return t != r.end() && t->is_string() && (*t == "join" || *t == "worker");
-}
-
-StatusOr<WorkerRecord> ReadWorkerRecord(const json& r, const JournalState& state) {
-  try {
-    WorkerRecord w;
-    w.join = Str(r, "t") == "join";
-    if (state.empty()) throw BadRecord{"the first record is not a job record"};
-    if (w.join) {
-      w.worker = WorkerFrom(Field(r, "worker"));
-      if (state.standby.size() >= kMaxWorkers && !state.seen_ids.count(w.worker.id)) {
-        throw BadRecord{"too many standby workers"};
-      }
-    } else {
-      w.id = Str(r, "id");
-      w.state = EnumFrom<JournalWorkerState>(r, "state", "worker state");
-      if (w.state != JournalWorkerState::kRemoved && !state.worker_states.count(w.id) &&
-          state.worker_states.size() >= kMaxHistory) {
-        throw BadRecord{"too many worker states"};
-      }
-    }
-    return w;
-  } catch (const BadRecord& b) {
-    return CorruptError(b.why);
-  } catch (const std::exception& ex) {
-    return CorruptError(ex.what());
-  }
-}
-
-void ApplyWorkerRecord(const WorkerRecord& w, JournalState* s) {
-  if (w.join) {
-    // Only a worker seen before can be on the standby list (a retried join).
-    if (s->seen_ids.count(w.worker.id)) EraseStandby(s, w.worker.id);
-    s->worker_states.erase(w.worker.id);
-    s->seen_ids.insert(w.worker.id);
-    s->standby.push_back(w.worker);
-  } else {
-    EraseStandby(s, w.id);
-    if (w.state == JournalWorkerState::kRemoved) {
-      s->worker_states.erase(w.id);
-    } else {
-      s->worker_states[w.id] = w.state;
-    }
-  }
-  ++s->records;
-}
-
-// Applies one decoded record. The state is changed only when the whole record is valid.
-Status ApplyRecord(const json& r, JournalState* state) {
-  if (IsWorkerRecord(r)) {
-    auto w = ReadWorkerRecord(r, *state);
-    if (!w.ok()) return w.status();
-    ApplyWorkerRecord(*w, state);
-    return OkStatus();
-  }
-  try {
-    if (!r.is_object()) throw BadRecord{"record is not an object"};
-    const std::string type = Str(r, "t");
-    JournalState s = *state;
-    if (s.empty() && type != "job") throw BadRecord{"the first record is not a job record"};
-    if (type == "job") {
-      if (!s.empty()) throw BadRecord{"a second job record"};
-      const int64_t version = Int(r, "version", 0, INT32_MAX);
-      if (version != 1) throw BadRecord{"unknown journal version " + std::to_string(version)};
-      s.job = Str(r, "job");
-      s.initial_workers = static_cast<int32_t>(Int(r, "initial_workers", 0, 1 << 20));
-      s.max_workers = static_cast<int32_t>(Int(r, "max_workers", 0, 1 << 20));
-      s.target_workers = s.initial_workers;
-      if (r.contains("bind")) s.bind = Str(r, "bind");  // absent in older journals
-    } else if (type == "join") {
-      JournalWorker w = WorkerFrom(Field(r, "worker"));
-      EraseStandby(&s, w.id);
-      s.worker_states.erase(w.id);
-      s.seen_ids.insert(w.id);
-      if (s.standby.size() >= kMaxWorkers) throw BadRecord{"too many standby workers"};
-      s.standby.push_back(w);
-    } else if (type == "worker") {
-      const std::string id = Str(r, "id");
-      const auto st = EnumFrom<JournalWorkerState>(r, "state", "worker state");
-      EraseStandby(&s, id);
-      if (st == JournalWorkerState::kRemoved) {
-        s.worker_states.erase(id);
-      } else {
-        if (s.worker_states.size() >= kMaxHistory) throw BadRecord{"too many worker states"};
-        s.worker_states[id] = st;
-      }
-    } else if (type == "ids") {
-      for (const auto& id : Array(r, "ids", kMaxWorkers)) {
-        if (!id.is_string() || id.get<std::string>().size() > kMaxString) {
-          throw BadRecord{"a worker id is not a short string"};
-        }
-        s.seen_ids.insert(id.get<std::string>());
-      }
-      if (s.seen_ids.size() > kMaxHistory) throw BadRecord{"too many worker ids"};
-    } else if (type == "begin") {
-      const uint64_t target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
-      const auto kind = EnumFrom<ChangeKind>(r, "kind", "change kind");
-      s.change_in_flight = true;
-      s.change_target = target;
-      s.change_kind = kind;
-      s.change_workers = WorkersFrom(r, "workers");
-      s.highest_generation = std::max(s.highest_generation, target);
-      for (const auto& w : s.change_workers) s.seen_ids.insert(w.id);
-    } else if (type == "commit") {
-      JournalGeneration g;
-      g.generation = static_cast<uint64_t>(Int(r, "generation", 1, INT64_MAX));
-      if (s.current() != nullptr && g.generation <= s.current()->generation) {
-        throw BadRecord{"generation " + std::to_string(g.generation) +
-                        " committed after generation " + std::to_string(s.current()->generation)};
-      }
-      const std::string reason = Str(r, "reason");
-      if (!proto::FromString(reason, &g.reason)) {
-        throw BadRecord{"unknown generation reason '" + reason + "'"};
-      }
-      g.layout = LayoutFrom(Field(r, "layout"));
-      g.members = WorkersFrom(r, "members");
-      if (g.members.empty()) throw BadRecord{"a generation without members"};
-      if (static_cast<size_t>(g.layout.world()) != g.members.size()) {
-        throw BadRecord{"layout " + g.layout.ToString() + " does not match " +
-                        std::to_string(g.members.size()) + " members"};
-      }
-      g.downtime_ms = Num(r, "downtime_ms");
-      g.agreement_ms = Num(r, "agreement_ms");
-      g.rebuild_ms = Num(r, "rebuild_ms");
-      g.transfer_ms = Num(r, "transfer_ms");
-      if (s.history.size() >= kMaxHistory) throw BadRecord{"too many generations"};
-      for (const auto& m : g.members) {
-        EraseStandby(&s, m.id);
-        s.worker_states.erase(m.id);
-        s.seen_ids.insert(m.id);
-      }
-      s.highest_generation = std::max(s.highest_generation, g.generation);
-      s.history.push_back(std::move(g));
-      s.change_in_flight = false;
-      s.change_target = 0;
-      s.change_kind = ChangeKind::kPause;
-      s.change_workers.clear();
-    } else if (type == "checkpoint") {
-      JournalCheckpoint c;
-      c.step = Int(r, "step", 0, INT64_MAX);
-      c.generation = static_cast<uint64_t>(Int(r, "generation", 0, INT64_MAX));
-      c.dir = Str(r, "dir");
-      if (s.checkpoints.size() >= kMaxCheckpoints) s.checkpoints.erase(s.checkpoints.begin());
-      s.checkpoints.push_back(std::move(c));
-    } else if (type == "resize") {
-      JournalResize z;
-      z.workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
-      z.has_layout = Field(r, "has_layout").is_boolean() && Field(r, "has_layout").get<bool>();
-      z.layout = LayoutFrom(Field(r, "layout"));
-      s.resize = z;
-      s.target_workers = z.workers;
-    } else if (type == "target") {
-      s.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
-    } else if (type == "state") {
-      // The StateSpec as the wire encodes it, in hex: it came in one frame.
-      const json& v = Field(r, "spec");
-      if (!v.is_string() || v.get_ref<const std::string&>().size() > 2 * proto::kMaxFrameBytes) {
-        throw BadRecord{"field 'spec' is not a string of at most 2 frames of hex"};
-      }
-      const std::string& hex = v.get_ref<const std::string&>();
-      std::string bytes;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-        auto nibble = [](char c) -> int {
-          if (c >= '0' && c <= '9') return c - '0';
-          if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-          throw BadRecord{"field 'spec' is not hex"};
-        };
-        bytes.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
-      }
-      auto spec = proto::DecodePayload<StateSpec>(bytes);
-      if (hex.size() % 2 != 0 || !spec.ok()) throw BadRecord{"field 'spec' is no state"};
-      s.state = std::move(spec).value();
-    } else if (type == "resize_end") {
-      s.resize.reset();
-    } else if (type == "resize_refused" || type == "host_lost") {
-      // An event only: the job did not change.
-    } else if (type == "end") {
-      s.ended = EnumFrom<JobOutcome>(r, "outcome", "outcome");
-      s.end_reason = Str(r, "reason");
-      s.change_in_flight = false;
-      s.resize.reset();
-    } else {
-      throw BadRecord{"unknown record type '" + type + "'"};
-    }
-    ++s.records;
-    *state = std::move(s);
-    return OkStatus();
-  } catch (const BadRecord& b) {
-    return CorruptError(b.why);
-  } catch (const std::exception& ex) {
-    return CorruptError(ex.what());
-  }
-}
-
 // JSON text of a record; bytes that are not UTF-8 (a worker id from the wire) are replaced.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// The record's JSON text, and the record as replay will read it back. Dump replaces bytes that
+// are not UTF-8, so such a record is read back from its text; any other reads back as built.
+std::string DumpForReplay(json* r) {
+  try {
+    return r->dump(-1, ' ', false, json::error_handler_t::strict);
+  } catch (const json::type_error&) {
+    std::string text = Dump(*r);
+    *r = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    return text;
+  }
+}
 
 std::string Frame(const std::string& payload) {
   std::string out(Journal::kHeaderBytes, '\0');
@@ -376,26 +79,34 @@ Status CopyFile(checkpoint::Env* env, const std::string& from, const std::string
 
 const char* ToString(JournalWorkerState v) {
   switch (v) {
-    case JournalWorkerState::kFinished: return "finished";
-    case JournalWorkerState::kLost: return "lost";
-    case JournalWorkerState::kRemoved: return "removed";
+    case JournalWorkerState::kFinished:
+      return "finished";
+    case JournalWorkerState::kLost:
+      return "lost";
+    case JournalWorkerState::kRemoved:
+      return "removed";
   }
   return "unknown";
 }
 
 const char* ToString(ChangeKind v) {
   switch (v) {
-    case ChangeKind::kPause: return "pause";
-    case ChangeKind::kRecover: return "recover";
-    case ChangeKind::kBuild: return "build";
+    case ChangeKind::kPause:
+      return "pause";
+    case ChangeKind::kRecover:
+      return "recover";
+    case ChangeKind::kBuild:
+      return "build";
   }
   return "unknown";
 }
 
 const char* ToString(JobOutcome v) {
   switch (v) {
-    case JobOutcome::kFinished: return "finished";
-    case JobOutcome::kFailed: return "failed";
+    case JobOutcome::kFinished:
+      return "finished";
+    case JobOutcome::kFailed:
+      return "failed";
   }
   return "unknown";
 }
@@ -496,11 +207,12 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
       warn("record is not JSON");
       break;
     }
-    Status applied = ApplyRecord(r, &state);
-    if (!applied.ok()) {
-      warn("inconsistent record (" + applied.message() + ")");
+    auto record = ReadJournalRecord(r, state);
+    if (!record.ok()) {
+      warn("inconsistent record (" + record.status().message() + ")");
       break;
     }
+    ApplyJournalRecord(std::move(record).value(), &state);
     offset += kHeaderBytes + length;
   }
   if (consistent_bytes != nullptr) *consistent_bytes = offset;
@@ -548,8 +260,8 @@ StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, checkp
     }
   }
   env->SyncDir(checkpoint::DirName(path)).IgnoreError();
-  return std::unique_ptr<Journal>(new Journal(path, env, std::move(file).value(), good,
-                                              std::move(state), std::move(warnings)));
+  return std::unique_ptr<Journal>(
+      new Journal(path, env, std::move(file).value(), good, std::move(state), std::move(warnings)));
 }
 
 StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, checkpoint::Env* env) {
@@ -562,24 +274,16 @@ StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, chec
       new Journal(path, env, std::move(file).value(), 0, JournalState{}, {}));
 }
 
-Status Journal::Append(const std::string& payload) {
+Status Journal::Append(json r) {
+  const std::string payload = DumpForReplay(&r);
   if (payload.size() > kMaxRecordBytes) {
     return InvalidArgumentError("journal record of " + std::to_string(payload.size()) +
                                 " bytes is over the limit");
   }
-  json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  // A join or worker record is read first and applied in place once written; any other record is
-  // applied to a copy of the state.
-  std::optional<WorkerRecord> worker;
-  JournalState next;
-  if (IsWorkerRecord(r)) {
-    auto w = ReadWorkerRecord(r, state_);
-    if (!w.ok()) return InvalidArgumentError("journal record refused: " + w.status().message());
-    worker = std::move(w).value();
-  } else {
-    next = state_;
-    Status applied = ApplyRecord(r, &next);
-    if (!applied.ok()) return InvalidArgumentError("journal record refused: " + applied.message());
+  // Read and checked before the write, applied in place after it: the state is never copied.
+  auto record = ReadJournalRecord(r, state_);
+  if (!record.ok()) {
+    return InvalidArgumentError("journal record refused: " + record.status().message());
   }
   const std::string frame = Frame(payload);
   Status s = file_->Append(
@@ -591,42 +295,38 @@ Status Journal::Append(const std::string& payload) {
     return s.WithContext("appending to the journal");
   }
   size_ += frame.size();
-  if (worker) {
-    ApplyWorkerRecord(*worker, &state_);
-  } else {
-    state_ = std::move(next);
-  }
+  ApplyJournalRecord(std::move(record).value(), &state_);
   return OkStatus();
 }
 
 Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
                           const std::string& bind) {
-  return Append(Dump(json{{"t", "job"},
-                          {"version", 1},
-                          {"job", job},
-                          {"initial_workers", initial_workers},
-                          {"max_workers", max_workers},
-                          {"bind", bind}}));
+  return Append(json{{"t", "job"},
+                     {"version", 1},
+                     {"job", job},
+                     {"initial_workers", initial_workers},
+                     {"max_workers", max_workers},
+                     {"bind", bind}});
 }
 
 Status Journal::RecordJoin(const JournalWorker& worker) {
-  return Append(Dump(json{{"t", "join"}, {"worker", WorkerJson(worker)}}));
+  return Append(json{{"t", "join"}, {"worker", WorkerJson(worker)}});
 }
 
 Status Journal::RecordWorkerState(const std::string& id, JournalWorkerState state) {
-  return Append(Dump(json{{"t", "worker"}, {"id", id}, {"state", ToString(state)}}));
+  return Append(json{{"t", "worker"}, {"id", id}, {"state", ToString(state)}});
 }
 
 Status Journal::RecordIds(const std::vector<std::string>& ids) {
-  return Append(Dump(json{{"t", "ids"}, {"ids", ids}}));
+  return Append(json{{"t", "ids"}, {"ids", ids}});
 }
 
 Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<JournalWorker>& workers) {
-  return Append(Dump(json{{"t", "begin"},
-                          {"target", target},
-                          {"kind", ToString(kind)},
-                          {"workers", WorkersJson(workers)}}));
+  return Append(json{{"t", "begin"},
+                     {"target", target},
+                     {"kind", ToString(kind)},
+                     {"workers", WorkersJson(workers)}});
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
@@ -643,7 +343,7 @@ Status Journal::RecordCommit(const JournalGeneration& g) {
     r["reached_step"] = g.reached_step;
     r["restore_step"] = g.restore_step;
   }
-  return Append(Dump(r));
+  return Append(std::move(r));
 }
 
 Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
@@ -651,29 +351,29 @@ Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::s
   json r = {{"t", "checkpoint"}, {"step", step}, {"generation", generation}, {"dir", dir}};
   if (bytes >= 0) r["bytes"] = bytes;
   if (seconds >= 0) r["seconds"] = seconds;
-  return Append(Dump(r));
+  return Append(std::move(r));
 }
 
 Status Journal::RecordHostLost(const std::string& host, const std::string& why,
                                const std::vector<std::string>& workers) {
-  return Append(Dump(json{{"t", "host_lost"}, {"host", host}, {"why", why}, {"workers", workers}}));
+  return Append(json{{"t", "host_lost"}, {"host", host}, {"why", why}, {"workers", workers}});
 }
 
 Status Journal::RecordResize(const JournalResize& z) {
-  return Append(Dump(json{{"t", "resize"},
-                          {"workers", z.workers},
-                          {"has_layout", z.has_layout},
-                          {"layout", LayoutJson(z.layout)}}));
+  return Append(json{{"t", "resize"},
+                     {"workers", z.workers},
+                     {"has_layout", z.has_layout},
+                     {"layout", LayoutJson(z.layout)}});
 }
 
-Status Journal::RecordResizeEnd() { return Append(Dump(json{{"t", "resize_end"}})); }
+Status Journal::RecordResizeEnd() { return Append(json{{"t", "resize_end"}}); }
 
 Status Journal::RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                                     const std::string& why) {
   json r = {{"t", "resize_refused"}, {"workers", workers}, {"error", why}};
   if (layout != nullptr) r["layout"] = LayoutJson(*layout);
   if (!host.empty()) r["host"] = host;
-  return Append(Dump(r));
+  return Append(std::move(r));
 }
 
 Status Journal::RecordState(const StateSpec& state) {
@@ -683,15 +383,15 @@ Status Journal::RecordState(const StateSpec& state) {
     hex.push_back(kHex[c >> 4]);
     hex.push_back(kHex[c & 15]);
   }
-  return Append(Dump(json{{"t", "state"}, {"spec", hex}}));
+  return Append(json{{"t", "state"}, {"spec", hex}});
 }
 
 Status Journal::RecordTarget(int32_t workers) {
-  return Append(Dump(json{{"t", "target"}, {"workers", workers}}));
+  return Append(json{{"t", "target"}, {"workers", workers}});
 }
 
 Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason) {
-  return Append(Dump(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}}));
+  return Append(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}});
 }
 
 }  // namespace elastra::coordinator

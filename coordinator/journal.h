@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -148,8 +149,8 @@ class Journal {
   // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.
   // `env` is not owned and must outlive the journal.
-  static StatusOr<std::unique_ptr<Journal>> Open(
-      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
+  static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path,
+                                                 checkpoint::Env* env = checkpoint::Env::Default());
   // Opens `path` as a new, empty journal: an older file there is replaced.
   static StatusOr<std::unique_ptr<Journal>> Create(
       const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
@@ -206,7 +207,8 @@ class Journal {
  private:
   Journal(std::string path, checkpoint::Env* env, std::unique_ptr<checkpoint::WritableFile> file,
           uint64_t size, JournalState state, std::vector<std::string> warnings);
-  Status Append(const std::string& payload);
+  // Appends the record `r` (built by a Record* function), fsyncs it and applies it to state_.
+  Status Append(nlohmann::json r);
 
   std::string path_;
   checkpoint::Env* env_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
@@ -166,11 +167,25 @@ std::vector<std::string> LayoutPolicy::Assign(
     if (it == index.end()) return by_hosts();
     placement.worker_of_rank.push_back(it->second);
   }
-  // Exact bytes kept, from the registered state's region math.
+  // Exact bytes kept, from the registered state's region math. What a rank holds depends on its
+  // pipeline and tensor coordinates, and on its data-parallel one only for ZeRO-sharded tensors:
+  // without ZeRO the bytes are computed once per class of pairs (at most pp x tp x pp' x tp'),
+  // not once per pair of ranks (millions at thousands of workers).
   PlannerOptions options;
   const StateSpec& state = state_;
-  options.kept_bytes = [&state, current](int from_rank, const Layout& to, int to_rank) {
+  const bool zero = std::any_of(state.tensors.begin(), state.tensors.end(),
+                                [](const TensorSpec& t) { return t.rule.zero; });
+  auto by_class = std::make_shared<std::unordered_map<uint64_t, int64_t>>();
+  options.kept_bytes = [&state, current, zero, by_class](int from_rank, const Layout& to,
+                                                         int to_rank) {
     const Coordinates a = CoordinatesOf(current, from_rank), b = CoordinatesOf(to, to_rank);
+    // Without ZeRO the class of a pair is its two (pp, tp) positions.
+    const uint64_t key = (static_cast<uint64_t>(a.pp_rank * current.tp + a.tp_rank) << 32) |
+                         static_cast<uint64_t>(b.pp_rank * to.tp + b.tp_rank);
+    if (!zero) {
+      auto it = by_class->find(key);
+      if (it != by_class->end()) return it->second;
+    }
     int64_t kept = 0;
     for (const auto& t : state.tensors) {
       const Region ra = LocalRegion(t, state.num_layers, current, a);
@@ -182,6 +197,7 @@ std::vector<std::string> LayoutPolicy::Assign(
         }
       }
     }
+    if (!zero) by_class->emplace(key, kept);
     return kept;
   };
   bool exact = false;

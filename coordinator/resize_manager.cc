@@ -313,24 +313,26 @@ void ResizeManager::MaybeRegrow() {
       generations_->job_over() || generations_->generation() == 0) {
     return;
   }
-  // Called on every agent registration and commit: O(1) while the job is at its target.
-  if (membership_->MemberCount() >= static_cast<size_t>(target())) return;
-  const auto members = membership_->Members();
+  // Called on every agent registration (each agent every 2 s) and commit: O(1) while the job is
+  // at its target, O(hosts) while it is below and nothing can join (a host lost for good), and
+  // O(workers) only when a regrow starts.
+  const int members = static_cast<int>(membership_->MemberCount());
+  if (members >= target()) return;
+  const int standby = static_cast<int>(hosts_->UsableStandby().size());
+  const int free = hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/true);
+  const int room = members + standby + free + hosts_->Outstanding();
+  const int want = std::min(target(), room);
+  if (want <= members) return;
   for (const auto& id : generations_->members()) {
     const WorkerInfo* w = membership_->Find(id);
     if (w != nullptr && w->state == WorkerState::kFinished) return;  // the job is ending
   }
-  const int standby = static_cast<int>(hosts_->UsableStandby().size());
-  const int free = hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/true);
-  const int room = static_cast<int>(members.size()) + standby + free + hosts_->Outstanding();
-  const int want = std::min(target(), room);
-  if (want <= static_cast<int>(members.size())) return;
   Pending p;
   p.reason = GenerationReason::kRegrow;
   p.workers = want;
   p.received = clock_->Now();
   pending_ = p;
-  LOG(INFO) << "regrowing from " << members.size() << " to " << want << " workers (target "
+  LOG(INFO) << "regrowing from " << members << " to " << want << " workers (target "
             << target() << "; " << standby << " standby, " << free << " free slots)";
   Continue();
 }

@@ -473,5 +473,39 @@ TEST(ReshardSchedule, PairwisePartnersMeetEveryWorkerOnceInRoundOrder) {
   EXPECT_EQ(PairwisePartners(2, 5), (std::vector<int>{3, 0, 1, 4}));  // k = 1, 2, 3, 6
 }
 
+TEST(ReshardSchedule, EachPartOfASplitTransferComesFromTheLeastLoadedReplica) {
+  // One replicated tensor held by 6 workers, each on its own host, grown to dp=9: the 3 new
+  // workers each take it in parts from the 6 replicas. Every part must come from the replica that
+  // has sent the least so far, the first in the old rank order among equals.
+  StateSpec state;
+  state.num_layers = 1;
+  state.tensors.push_back(Tensor("w", {96, 8}, 4, ShardingRule{-1, -1, false}));
+  state.tensors.push_back(Tensor("b", {40}, 4, ShardingRule{-1, -1, false}));
+  const int n = 9;
+  std::vector<int> hosts(n);
+  std::iota(hosts.begin(), hosts.end(), 0);
+  // Old rank r on worker 5 - r: the pool order (old ranks) differs from worker ids.
+  const Placement from{Layout{6, 1, 1}, {5, 4, 3, 2, 1, 0}};
+  const Placement to{Layout{9, 1, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
+  ReshardPlanOptions options;
+  options.split_bytes = 100;
+  auto plan = BuildReshardPlan(state, from, to, hosts, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> sent(n, 0);
+  int split = 0;
+  for (const Transfer& t : plan->transfers) {
+    int best = -1;
+    for (int w : from.worker_of_rank) {
+      if (best < 0 || sent[w] < sent[best]) best = w;
+    }
+    EXPECT_EQ(t.src, best) << "tensor " << t.tensor << " to worker " << t.dst;
+    sent[t.src] += t.bytes;
+    ++split;
+  }
+  EXPECT_GT(split, 3 * 2);  // the tensors were split into parts
+  const auto [lo, hi] = std::minmax_element(sent.begin(), sent.begin() + 6);
+  EXPECT_LE(*hi - *lo, 96 * 8 * 4 / 6 + 4 * 8);  // balanced within about one part
+}
+
 }  // namespace
 }  // namespace elastra

@@ -1,0 +1,350 @@
+#include "coordinator/journal_records.h"
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+#include "common/codec.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using nlohmann::json;
+
+// ---- JSON <-> structs, with bounds. Throwing helpers; ReadJournalRecord turns throws into
+// kCorrupt. ----
+
+struct BadRecord {
+  std::string why;
+};
+
+const json& Field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end()) throw BadRecord{std::string("missing field '") + name + "'"};
+  return *it;
+}
+
+std::string Str(const json& j, const char* name) {
+  const json& v = Field(j, name);
+  if (!v.is_string()) throw BadRecord{std::string("field '") + name + "' is not a string"};
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() > kJournalMaxString) {
+    throw BadRecord{std::string("field '") + name + "' is too long"};
+  }
+  return s;
+}
+
+int64_t Int(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json& v = Field(j, name);
+  if (!v.is_number_integer()) {
+    throw BadRecord{std::string("field '") + name + "' is not an integer"};
+  }
+  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? INT64_MAX
+                  : v.get<int64_t>();
+  if (x < lo || x > hi) throw BadRecord{std::string("field '") + name + "' is out of range"};
+  return x;
+}
+
+double Num(const json& j, const char* name) {
+  const json& v = Field(j, name);
+  if (!v.is_number()) throw BadRecord{std::string("field '") + name + "' is not a number"};
+  return v.get<double>();
+}
+
+const json& Array(const json& j, const char* name, size_t max) {
+  const json& v = Field(j, name);
+  if (!v.is_array()) throw BadRecord{std::string("field '") + name + "' is not an array"};
+  if (v.size() > max) throw BadRecord{std::string("field '") + name + "' is too long"};
+  return v;
+}
+
+Layout LayoutFrom(const json& j) {
+  if (!j.is_object()) throw BadRecord{"layout is not an object"};
+  Layout l;
+  l.dp = static_cast<int>(Int(j, "dp", 0, 1 << 20));
+  l.pp = static_cast<int>(Int(j, "pp", 1, 1 << 20));
+  l.tp = static_cast<int>(Int(j, "tp", 1, 1 << 20));
+  // Bounded degrees can still multiply past int: world() is trusted only within kMaxWorld.
+  if (static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
+    throw BadRecord{"layout " + l.ToString() + " has more than " + std::to_string(kMaxWorld) +
+                    " ranks"};
+  }
+  return l;
+}
+
+JournalWorker WorkerFrom(const json& j) {
+  if (!j.is_object()) throw BadRecord{"worker is not an object"};
+  JournalWorker w;
+  w.id = Str(j, "id");
+  if (w.id.empty()) throw BadRecord{"empty worker id"};
+  w.host = Str(j, "host");
+  w.device = static_cast<int32_t>(Int(j, "device", -1, INT32_MAX));
+  w.pid = Int(j, "pid", 0, INT64_MAX);
+  return w;
+}
+
+std::vector<JournalWorker> WorkersFrom(const json& j, const char* name) {
+  const json& a = Array(j, name, kJournalMaxWorkers);
+  std::vector<JournalWorker> out;
+  out.reserve(a.size());
+  for (const auto& w : a) out.push_back(WorkerFrom(w));
+  return out;
+}
+
+// The enum named `name`, or a BadRecord naming the field and the unknown name.
+template <class E>
+E EnumFrom(const json& j, const char* field, const char* what) {
+  const std::string name = Str(j, field);
+  E v{};
+  if (!FromString(name, &v)) throw BadRecord{std::string("unknown ") + what + " '" + name + "'"};
+  return v;
+}
+
+StateSpec StateFrom(const json& r) {
+  // The StateSpec as the wire encodes it, in hex: it came in one frame.
+  const json& v = Field(r, "spec");
+  if (!v.is_string() || v.get_ref<const std::string&>().size() > 2 * proto::kMaxFrameBytes) {
+    throw BadRecord{"field 'spec' is not a string of at most 2 frames of hex"};
+  }
+  const std::string& hex = v.get_ref<const std::string&>();
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw BadRecord{"field 'spec' is not hex"};
+  };
+  std::string bytes;
+  bytes.reserve(hex.size() / 2);
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+  }
+  auto spec = proto::DecodePayload<StateSpec>(bytes);
+  if (hex.size() % 2 != 0 || !spec.ok()) throw BadRecord{"field 'spec' is no state"};
+  return std::move(spec).value();
+}
+
+// Removes the workers `ids` from the standby list in one pass.
+template <class Ids>
+void EraseStandby(JournalState* s, const Ids& ids) {
+  if (s->standby.empty()) return;
+  std::unordered_set<std::string_view> gone;
+  for (const auto& id : ids) gone.insert(id);
+  std::erase_if(s->standby, [&](const JournalWorker& w) { return gone.count(w.id) > 0; });
+}
+
+void EraseStandby(JournalState* s, const std::string& id) {
+  std::erase_if(s->standby, [&](const JournalWorker& w) { return w.id == id; });
+}
+
+JournalRecord Read(const json& r, const JournalState& s) {
+  if (!r.is_object()) throw BadRecord{"record is not an object"};
+  const std::string type = Str(r, "t");
+  if (s.empty() && type != "job") throw BadRecord{"the first record is not a job record"};
+  JournalRecord rec;
+  if (type == "job") {
+    if (!s.empty()) throw BadRecord{"a second job record"};
+    const int64_t version = Int(r, "version", 0, INT32_MAX);
+    if (version != 1) throw BadRecord{"unknown journal version " + std::to_string(version)};
+    rec.type = JournalRecordType::kJob;
+    rec.job = Str(r, "job");
+    rec.initial_workers = static_cast<int32_t>(Int(r, "initial_workers", 0, 1 << 20));
+    rec.max_workers = static_cast<int32_t>(Int(r, "max_workers", 0, 1 << 20));
+    rec.has_bind = r.contains("bind");  // absent in older journals
+    if (rec.has_bind) rec.bind = Str(r, "bind");
+  } else if (type == "join") {
+    rec.type = JournalRecordType::kJoin;
+    rec.worker = WorkerFrom(Field(r, "worker"));
+    if (s.standby.size() >= kJournalMaxWorkers && !s.seen_ids.count(rec.worker.id)) {
+      throw BadRecord{"too many standby workers"};
+    }
+  } else if (type == "worker") {
+    rec.type = JournalRecordType::kWorker;
+    rec.id = Str(r, "id");
+    rec.worker_state = EnumFrom<JournalWorkerState>(r, "state", "worker state");
+    if (rec.worker_state != JournalWorkerState::kRemoved && !s.worker_states.count(rec.id) &&
+        s.worker_states.size() >= kJournalMaxHistory) {
+      throw BadRecord{"too many worker states"};
+    }
+  } else if (type == "ids") {
+    rec.type = JournalRecordType::kIds;
+    std::unordered_set<std::string_view> fresh;
+    for (const auto& id : Array(r, "ids", kJournalMaxWorkers)) {
+      if (!id.is_string() || id.get_ref<const std::string&>().size() > kJournalMaxString) {
+        throw BadRecord{"a worker id is not a short string"};
+      }
+      const std::string& v = id.get_ref<const std::string&>();
+      if (!s.seen_ids.count(v)) fresh.insert(v);
+      rec.ids.push_back(v);
+    }
+    if (s.seen_ids.size() + fresh.size() > kJournalMaxHistory) {
+      throw BadRecord{"too many worker ids"};
+    }
+  } else if (type == "begin") {
+    rec.type = JournalRecordType::kBegin;
+    rec.target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
+    rec.kind = EnumFrom<ChangeKind>(r, "kind", "change kind");
+    rec.workers = WorkersFrom(r, "workers");
+  } else if (type == "commit") {
+    rec.type = JournalRecordType::kCommit;
+    JournalGeneration& g = rec.generation;
+    g.generation = static_cast<uint64_t>(Int(r, "generation", 1, INT64_MAX));
+    if (s.current() != nullptr && g.generation <= s.current()->generation) {
+      throw BadRecord{"generation " + std::to_string(g.generation) +
+                      " committed after generation " + std::to_string(s.current()->generation)};
+    }
+    const std::string reason = Str(r, "reason");
+    if (!proto::FromString(reason, &g.reason)) {
+      throw BadRecord{"unknown generation reason '" + reason + "'"};
+    }
+    g.layout = LayoutFrom(Field(r, "layout"));
+    g.members = WorkersFrom(r, "members");
+    if (g.members.empty()) throw BadRecord{"a generation without members"};
+    if (static_cast<size_t>(g.layout.world()) != g.members.size()) {
+      throw BadRecord{"layout " + g.layout.ToString() + " does not match " +
+                      std::to_string(g.members.size()) + " members"};
+    }
+    g.downtime_ms = Num(r, "downtime_ms");
+    g.agreement_ms = Num(r, "agreement_ms");
+    g.rebuild_ms = Num(r, "rebuild_ms");
+    g.transfer_ms = Num(r, "transfer_ms");
+    if (s.history.size() >= kJournalMaxHistory) throw BadRecord{"too many generations"};
+  } else if (type == "checkpoint") {
+    rec.type = JournalRecordType::kCheckpoint;
+    rec.checkpoint.step = Int(r, "step", 0, INT64_MAX);
+    rec.checkpoint.generation = static_cast<uint64_t>(Int(r, "generation", 0, INT64_MAX));
+    rec.checkpoint.dir = Str(r, "dir");
+  } else if (type == "resize") {
+    rec.type = JournalRecordType::kResize;
+    rec.resize.workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
+    rec.resize.has_layout =
+        Field(r, "has_layout").is_boolean() && Field(r, "has_layout").get<bool>();
+    rec.resize.layout = LayoutFrom(Field(r, "layout"));
+  } else if (type == "target") {
+    rec.type = JournalRecordType::kTarget;
+    rec.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
+  } else if (type == "state") {
+    rec.type = JournalRecordType::kState;
+    rec.state = StateFrom(r);
+  } else if (type == "resize_end") {
+    rec.type = JournalRecordType::kResizeEnd;
+  } else if (type == "resize_refused" || type == "host_lost") {
+    rec.type = JournalRecordType::kEvent;  // an event only: the job did not change
+  } else if (type == "end") {
+    rec.type = JournalRecordType::kEnd;
+    rec.outcome = EnumFrom<JobOutcome>(r, "outcome", "outcome");
+    rec.reason = Str(r, "reason");
+  } else {
+    throw BadRecord{"unknown record type '" + type + "'"};
+  }
+  return rec;
+}
+
+}  // namespace
+
+StatusOr<JournalRecord> ReadJournalRecord(const json& r, const JournalState& state) {
+  try {
+    return Read(r, state);
+  } catch (const BadRecord& b) {
+    return CorruptError(b.why);
+  } catch (const std::exception& ex) {
+    return CorruptError(ex.what());
+  }
+}
+
+void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
+  switch (rec.type) {
+    case JournalRecordType::kJob:
+      s->job = std::move(rec.job);
+      s->initial_workers = rec.initial_workers;
+      s->max_workers = rec.max_workers;
+      s->target_workers = rec.initial_workers;
+      if (rec.has_bind) s->bind = std::move(rec.bind);
+      break;
+    case JournalRecordType::kJoin:
+      // Only a worker seen before can be on the standby list (a retried join).
+      if (s->seen_ids.count(rec.worker.id)) EraseStandby(s, rec.worker.id);
+      s->worker_states.erase(rec.worker.id);
+      s->seen_ids.insert(rec.worker.id);
+      s->standby.push_back(std::move(rec.worker));
+      break;
+    case JournalRecordType::kWorker:
+      EraseStandby(s, rec.id);
+      if (rec.worker_state == JournalWorkerState::kRemoved) {
+        s->worker_states.erase(rec.id);
+      } else {
+        s->worker_states[rec.id] = rec.worker_state;
+      }
+      break;
+    case JournalRecordType::kIds:
+      for (auto& id : rec.ids) s->seen_ids.insert(std::move(id));
+      break;
+    case JournalRecordType::kBegin:
+      s->change_in_flight = true;
+      s->change_target = rec.target;
+      s->change_kind = rec.kind;
+      s->highest_generation = std::max(s->highest_generation, rec.target);
+      for (const auto& w : rec.workers) s->seen_ids.insert(w.id);
+      s->change_workers = std::move(rec.workers);
+      break;
+    case JournalRecordType::kCommit: {
+      JournalGeneration& g = rec.generation;
+      std::vector<std::string_view> ids;
+      ids.reserve(g.members.size());
+      for (const auto& m : g.members) {
+        ids.push_back(m.id);
+        s->worker_states.erase(m.id);
+        s->seen_ids.insert(m.id);
+      }
+      EraseStandby(s, ids);
+      s->highest_generation = std::max(s->highest_generation, g.generation);
+      s->history.push_back(std::move(g));
+      s->change_in_flight = false;
+      s->change_target = 0;
+      s->change_kind = ChangeKind::kPause;
+      s->change_workers.clear();
+      break;
+    }
+    case JournalRecordType::kCheckpoint:
+      if (s->checkpoints.size() >= kJournalMaxCheckpoints) {
+        s->checkpoints.erase(s->checkpoints.begin());
+      }
+      s->checkpoints.push_back(std::move(rec.checkpoint));
+      break;
+    case JournalRecordType::kResize:
+      s->target_workers = rec.resize.workers;
+      s->resize = rec.resize;
+      break;
+    case JournalRecordType::kResizeEnd:
+      s->resize.reset();
+      break;
+    case JournalRecordType::kTarget:
+      s->target_workers = rec.target_workers;
+      break;
+    case JournalRecordType::kState:
+      s->state = std::move(rec.state);
+      break;
+    case JournalRecordType::kEvent:
+      break;
+    case JournalRecordType::kEnd:
+      s->ended = rec.outcome;
+      s->end_reason = std::move(rec.reason);
+      s->change_in_flight = false;
+      s->resize.reset();
+      break;
+  }
+  ++s->records;
+}
+
+json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
+
+json WorkerJson(const JournalWorker& w) {
+  return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
+}
+
+json WorkersJson(const std::vector<JournalWorker>& ws) {
+  json a = json::array();
+  for (const auto& w : ws) a.push_back(WorkerJson(w));
+  return a;
+}
+
+}  // namespace elastra::coordinator

@@ -1,0 +1,87 @@
+// The journal's records as JSON (coordinator/journal.h has the file format): building them,
+// reading one into a typed record checked against the state it follows, and applying it.
+//
+// A record is read whole and checked before anything changes (ReadJournalRecord), then applied in
+// place (ApplyJournalRecord, which cannot fail), so an append costs the size of its record and
+// never a copy of the state: the state holds every committed generation's members, O(workers x
+// generations) (docs/scale.md). Replay and Append use the same two steps, so a journal replays
+// to the state its writer held.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "coordinator/journal.h"
+#include "elastra/status.h"
+
+namespace elastra::coordinator {
+
+// Bounds on what a record may hold (a record within them is at most a few MiB).
+inline constexpr size_t kJournalMaxWorkers = 1 << 16;  // the CLI's most (launch/cli.h)
+inline constexpr size_t kJournalMaxString = 4096;
+inline constexpr size_t kJournalMaxHistory = 1 << 20;
+inline constexpr size_t kJournalMaxCheckpoints = 1 << 16;
+
+enum class JournalRecordType : uint8_t {
+  kJob,
+  kJoin,
+  kWorker,
+  kIds,
+  kBegin,
+  kCommit,
+  kCheckpoint,
+  kResize,
+  kResizeEnd,
+  kTarget,
+  kState,
+  kEvent,
+  kEnd,
+};
+
+// One record, read and checked. Only the fields of its type are set.
+struct JournalRecord {
+  JournalRecordType type = JournalRecordType::kEvent;
+  // job
+  std::string job, bind;
+  bool has_bind = false;
+  int32_t initial_workers = 0, max_workers = 0;
+  // join
+  JournalWorker worker;
+  // worker
+  std::string id;
+  JournalWorkerState worker_state = JournalWorkerState::kRemoved;
+  // ids
+  std::vector<std::string> ids;
+  // begin
+  uint64_t target = 0;
+  ChangeKind kind = ChangeKind::kPause;
+  std::vector<JournalWorker> workers;
+  // commit
+  JournalGeneration generation;
+  // checkpoint
+  JournalCheckpoint checkpoint;
+  // resize
+  JournalResize resize;
+  // target
+  int32_t target_workers = 0;
+  // state
+  StateSpec state;
+  // end
+  JobOutcome outcome = JobOutcome::kFinished;
+  std::string reason;
+};
+
+// `r` read as the record that follows `state`: kCorrupt naming what is wrong when it is not one
+// (a missing or out-of-range field, an unknown type, a generation committed out of order, a
+// bound passed). `state` is not changed.
+StatusOr<JournalRecord> ReadJournalRecord(const nlohmann::json& r, const JournalState& state);
+// Applies a record ReadJournalRecord accepted against this same state.
+void ApplyJournalRecord(JournalRecord record, JournalState* state);
+
+nlohmann::json LayoutJson(const Layout& layout);
+nlohmann::json WorkersJson(const std::vector<JournalWorker>& workers);
+nlohmann::json WorkerJson(const JournalWorker& worker);
+
+}  // namespace elastra::coordinator
