@@ -176,6 +176,17 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
       if (need.empty()) continue;
       const int dst = to.worker_of_rank[b];
       const int own_rank = from_rank_of_worker[dst];
+      if (own_rank >= 0 && from_region[own_rank].box == need.box &&
+          from_region[own_rank].flat_begin == need.flat_begin &&
+          from_region[own_rank].flat_end == need.flat_end) {
+        // It holds exactly what it needs (most ranks of most changes): its pieces stay in place,
+        // as the general case below would find piece by piece.
+        for (const Rect& keep : need.Pieces()) {
+          plan.copies.push_back({static_cast<int>(ti), dst, dst, keep, keep.volume() * esize});
+          plan.bytes_local += keep.volume() * esize;
+        }
+        continue;
+      }
       std::vector<Rect> own;
       if (own_rank >= 0) own = from_region[own_rank].Pieces();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <span>
 
@@ -285,6 +286,54 @@ Status Journal::Append(json r) {
   if (!record.ok()) {
     return InvalidArgumentError("journal record refused: " + record.status().message());
   }
+  return Write(payload, std::move(record).value());
+}
+
+Status Journal::AppendChange(JournalRecord&& record) {
+  // A timing that is not a number is not known (-1): JSON has no text for it, and the commit
+  // must not be refused for it.
+  for (double* x : {&record.generation.downtime_ms, &record.generation.agreement_ms,
+                    &record.generation.rebuild_ms, &record.generation.transfer_ms}) {
+    if (!std::isfinite(*x)) *x = -1;
+  }
+  std::string text;
+  if (!WriteChangeRecordText(record, &text)) {
+    // A string to escape: the JSON library writes it.
+    if (record.type == JournalRecordType::kBegin) {
+      return Append(json{{"t", "begin"},
+                         {"target", record.target},
+                         {"kind", ToString(record.kind)},
+                         {"workers", WorkersJson(record.workers)}});
+    }
+    const JournalGeneration& g = record.generation;
+    json r = {{"t", "commit"},
+              {"generation", g.generation},
+              {"reason", proto::ToString(g.reason)},
+              {"layout", LayoutJson(g.layout)},
+              {"members", WorkersJson(g.members)},
+              {"downtime_ms", g.downtime_ms},
+              {"agreement_ms", g.agreement_ms},
+              {"rebuild_ms", g.rebuild_ms},
+              {"transfer_ms", g.transfer_ms}};
+    if (g.reached_step >= 0 && g.restore_step >= 0) {
+      r["reached_step"] = g.reached_step;
+      r["restore_step"] = g.restore_step;
+    }
+    return Append(std::move(r));
+  }
+  if (text.size() > kMaxRecordBytes) {
+    return InvalidArgumentError("journal record of " + std::to_string(text.size()) +
+                                " bytes is over the limit");
+  }
+  Status checked = CheckChangeRecord(record, state_);
+  if (!checked.ok()) return InvalidArgumentError("journal record refused: " + checked.message());
+  // The state holds what replay reads back, and replay does not read these two.
+  record.generation.reached_step = -1;
+  record.generation.restore_step = -1;
+  return Write(text, std::move(record));
+}
+
+Status Journal::Write(const std::string& payload, JournalRecord&& record) {
   const std::string frame = Frame(payload);
   Status s = file_->Append(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(frame.data()), frame.size()));
@@ -295,7 +344,7 @@ Status Journal::Append(json r) {
     return s.WithContext("appending to the journal");
   }
   size_ += frame.size();
-  ApplyJournalRecord(std::move(record).value(), &state_);
+  ApplyJournalRecord(std::move(record), &state_);
   return OkStatus();
 }
 
@@ -323,27 +372,19 @@ Status Journal::RecordIds(const std::vector<std::string>& ids) {
 
 Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<JournalWorker>& workers) {
-  return Append(json{{"t", "begin"},
-                     {"target", target},
-                     {"kind", ToString(kind)},
-                     {"workers", WorkersJson(workers)}});
+  JournalRecord record;
+  record.type = JournalRecordType::kBegin;
+  record.target = target;
+  record.kind = kind;
+  record.workers = workers;
+  return AppendChange(std::move(record));
 }
 
 Status Journal::RecordCommit(const JournalGeneration& g) {
-  json r = {{"t", "commit"},
-            {"generation", g.generation},
-            {"reason", proto::ToString(g.reason)},
-            {"layout", LayoutJson(g.layout)},
-            {"members", WorkersJson(g.members)},
-            {"downtime_ms", g.downtime_ms},
-            {"agreement_ms", g.agreement_ms},
-            {"rebuild_ms", g.rebuild_ms},
-            {"transfer_ms", g.transfer_ms}};
-  if (g.reached_step >= 0 && g.restore_step >= 0) {
-    r["reached_step"] = g.reached_step;
-    r["restore_step"] = g.restore_step;
-  }
-  return Append(std::move(r));
+  JournalRecord record;
+  record.type = JournalRecordType::kCommit;
+  record.generation = g;
+  return AppendChange(std::move(record));
 }
 
 Status Journal::RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,

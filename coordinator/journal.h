@@ -140,6 +140,8 @@ struct JournalState {
   const JournalGeneration* current() const { return history.empty() ? nullptr : &history.back(); }
 };
 
+struct JournalRecord;  // journal_records.h
+
 class Journal {
  public:
   static constexpr uint32_t kMagic = 0x3152'4A45;  // "EJR1" in file order
@@ -209,6 +211,10 @@ class Journal {
           uint64_t size, JournalState state, std::vector<std::string> warnings);
   // Appends the record `r` (built by a Record* function), fsyncs it and applies it to state_.
   Status Append(nlohmann::json r);
+  // A begin or commit record: written from typed values when it can be (journal_records.h).
+  Status AppendChange(JournalRecord&& record);
+  // Writes `payload`, the text of `record` (already checked), fsyncs it and applies the record.
+  Status Write(const std::string& payload, JournalRecord&& record);
 
   std::string path_;
   checkpoint::Env* env_;

@@ -1,6 +1,8 @@
 #include "coordinator/journal_records.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <unordered_set>
 #include <utility>
 
@@ -48,7 +50,9 @@ int64_t Int(const json& j, const char* name, int64_t lo, int64_t hi) {
 
 double Num(const json& j, const char* name) {
   const json& v = Field(j, name);
-  if (!v.is_number()) throw BadRecord{std::string("field '") + name + "' is not a number"};
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    throw BadRecord{std::string("field '") + name + "' is not a finite number"};
+  }
   return v.get<double>();
 }
 
@@ -333,6 +337,132 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       break;
   }
   ++s->records;
+}
+
+namespace {
+
+// A string JSON carries as is: printable ASCII without quote or backslash.
+bool Plain(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') return false;
+  }
+  return true;
+}
+
+bool PutWorkers(const std::vector<JournalWorker>& ws, std::string* out) {
+  out->push_back('[');
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const JournalWorker& w = ws[i];
+    if (!Plain(w.id) || !Plain(w.host)) return false;
+    if (i > 0) out->push_back(',');
+    *out += "{\"device\":";
+    *out += std::to_string(w.device);
+    *out += ",\"host\":\"";
+    *out += w.host;
+    *out += "\",\"id\":\"";
+    *out += w.id;
+    *out += "\",\"pid\":";
+    *out += std::to_string(w.pid);
+    out->push_back('}');
+  }
+  out->push_back(']');
+  return true;
+}
+
+bool PutNumber(const char* name, double v, std::string* out) {
+  if (!std::isfinite(v)) return false;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), ",\"%s\":%.17g", name, v);
+  *out += buf;
+  return true;
+}
+
+Status CheckWorkers(const std::vector<JournalWorker>& ws) {
+  if (ws.size() > kJournalMaxWorkers) return CorruptError("too many workers in one record");
+  for (const JournalWorker& w : ws) {
+    if (w.id.empty()) return CorruptError("empty worker id");
+    if (w.id.size() > kJournalMaxString || w.host.size() > kJournalMaxString) {
+      return CorruptError("worker " + w.id.substr(0, 64) + ": a field is too long");
+    }
+    if (w.device < -1 || w.pid < 0) {
+      return CorruptError("worker " + w.id + ": device or pid out of range");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+bool WriteChangeRecordText(const JournalRecord& rec, std::string* out) {
+  std::string text;
+  if (rec.type == JournalRecordType::kBegin) {
+    text = "{\"kind\":\"";
+    text += ToString(rec.kind);
+    text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec.target) + ",\"workers\":";
+    if (!PutWorkers(rec.workers, &text)) return false;
+    text.push_back('}');
+  } else if (rec.type == JournalRecordType::kCommit) {
+    const JournalGeneration& g = rec.generation;
+    text = "{\"generation\":" + std::to_string(g.generation);
+    text += ",\"layout\":{\"dp\":" + std::to_string(g.layout.dp) +
+            ",\"pp\":" + std::to_string(g.layout.pp) + ",\"tp\":" + std::to_string(g.layout.tp) +
+            "},\"members\":";
+    if (!PutWorkers(g.members, &text)) return false;
+    text += ",\"reason\":\"";
+    text += proto::ToString(g.reason);
+    text += "\",\"t\":\"commit\"";
+    if (!PutNumber("downtime_ms", g.downtime_ms, &text) ||
+        !PutNumber("agreement_ms", g.agreement_ms, &text) ||
+        !PutNumber("rebuild_ms", g.rebuild_ms, &text) ||
+        !PutNumber("transfer_ms", g.transfer_ms, &text)) {
+      return false;
+    }
+    if (g.reached_step >= 0 && g.restore_step >= 0) {
+      text += ",\"reached_step\":" + std::to_string(g.reached_step) +
+              ",\"restore_step\":" + std::to_string(g.restore_step);
+    }
+    text.push_back('}');
+  } else {
+    return false;
+  }
+  *out = std::move(text);
+  return true;
+}
+
+Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
+  if (s.empty()) return CorruptError("the first record is not a job record");
+  constexpr uint64_t kMaxId = static_cast<uint64_t>(INT64_MAX);
+  if (rec.type == JournalRecordType::kBegin) {
+    ChangeKind kind;
+    if (!FromString(ToString(rec.kind), &kind)) return CorruptError("unknown change kind");
+    if (rec.target < 1 || rec.target > kMaxId) return CorruptError("field 'target' is out of range");
+    return CheckWorkers(rec.workers);
+  }
+  if (rec.type != JournalRecordType::kCommit) return InvalidArgumentError("not a change record");
+  const JournalGeneration& g = rec.generation;
+  if (g.generation < 1 || g.generation > kMaxId) {
+    return CorruptError("field 'generation' is out of range");
+  }
+  if (s.current() != nullptr && g.generation <= s.current()->generation) {
+    return CorruptError("generation " + std::to_string(g.generation) +
+                        " committed after generation " + std::to_string(s.current()->generation));
+  }
+  proto::GenerationReason reason;
+  if (!proto::FromString(proto::ToString(g.reason), &reason)) {
+    return CorruptError("unknown generation reason");
+  }
+  const Layout& l = g.layout;
+  if (l.dp < 0 || l.dp > (1 << 20) || l.pp < 1 || l.pp > (1 << 20) || l.tp < 1 ||
+      l.tp > (1 << 20) || static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
+    return CorruptError("layout " + l.ToString() + " is out of range");
+  }
+  if (g.members.empty()) return CorruptError("a generation without members");
+  if (static_cast<size_t>(l.world()) != g.members.size()) {
+    return CorruptError("layout " + l.ToString() + " does not match " +
+                        std::to_string(g.members.size()) + " members");
+  }
+  if (s.history.size() >= kJournalMaxHistory) return CorruptError("too many generations");
+  return CheckWorkers(g.members);
 }
 
 json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }

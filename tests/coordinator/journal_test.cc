@@ -3,6 +3,8 @@
 #include "coordinator/journal.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -433,6 +435,87 @@ TEST_F(JournalTest, TenThousandWorkersJoinCommitAndReplay) {
   EXPECT_EQ(s->worker_states.at("w5"), JournalWorkerState::kLost);
   EXPECT_EQ(s->worker_states.count("w6"), 0u);
   EXPECT_EQ(s->seen_ids.size(), static_cast<size_t>(kN));
+}
+
+// A begin or commit record is written from typed values unless a string needs escaping; either
+// way it replays to the state its writer held, and the typed path refuses what replay would
+// refuse. A timing that is not a number is written as not known (-1).
+TEST_F(JournalTest, ChangeRecordsReplayWhicheverWayTheyWereWritten) {
+  const std::string odd = std::string("w\"q\\") + '\x01' + "\xff";  // quote, backslash, bytes
+  auto j = Journal::Create(path_);
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->RecordJob("job", 2, 2).ok());
+  JournalWorker plain = W("w0");
+  plain.device = 3;
+  plain.pid = 77;
+  JournalWorker escaped = W(odd);
+  ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kBuild, {plain, escaped}).ok());
+  JournalGeneration g;
+  g.generation = 1;
+  g.reason = proto::GenerationReason::kStart;
+  g.layout.dp = 1;
+  g.members = {plain};
+  g.downtime_ms = 12.25;
+  g.rebuild_ms = 1.0 / 3;
+  g.reached_step = 9;
+  g.restore_step = 5;
+  ASSERT_TRUE((*j)->RecordCommit(g).ok());  // typed text
+  g.generation = 2;
+  g.layout.dp = 2;
+  g.members = {plain, escaped};
+  ASSERT_TRUE((*j)->RecordCommit(g).ok());  // through the JSON library
+  g.generation = 3;
+  g.members = {plain, W("w1")};
+  g.transfer_ms = std::nan("");
+  ASSERT_TRUE((*j)->RecordCommit(g).ok());
+  // Refused as replay would refuse them, and nothing written.
+  const uint64_t size = FileSize();
+  JournalGeneration bad = g;
+  bad.transfer_ms = 0;
+  bad.generation = 3;  // not after 3
+  EXPECT_FALSE((*j)->RecordCommit(bad).ok());
+  bad.generation = 4;
+  bad.layout.dp = 3;  // 3 ranks, 2 members
+  EXPECT_FALSE((*j)->RecordCommit(bad).ok());
+  bad.layout.dp = 2;
+  bad.members[1].pid = -1;
+  EXPECT_FALSE((*j)->RecordCommit(bad).ok());
+  bad.members[1] = W("");
+  EXPECT_FALSE((*j)->RecordCommit(bad).ok());
+  EXPECT_FALSE((*j)->RecordChangeBegun(0, ChangeKind::kBuild, {plain}).ok());
+  EXPECT_FALSE((*j)->RecordChangeBegun(5, static_cast<ChangeKind>(9), {plain}).ok());
+  EXPECT_EQ(FileSize(), size);
+  const JournalState written = (*j)->state();
+
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(s->records, written.records);
+  ASSERT_EQ(s->history.size(), 3u);
+  ASSERT_EQ(written.history.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const JournalGeneration &a = s->history[i], &b = written.history[i];
+    EXPECT_EQ(a.generation, b.generation);
+    ASSERT_EQ(a.members.size(), b.members.size());
+    for (size_t m = 0; m < a.members.size(); ++m) {
+      EXPECT_EQ(a.members[m].id, b.members[m].id) << i;
+      EXPECT_EQ(a.members[m].host, b.members[m].host);
+      EXPECT_EQ(a.members[m].device, b.members[m].device);
+      EXPECT_EQ(a.members[m].pid, b.members[m].pid);
+    }
+    EXPECT_EQ(a.downtime_ms, b.downtime_ms);  // exactly: 17 digits round-trip
+    EXPECT_EQ(a.rebuild_ms, b.rebuild_ms);
+    EXPECT_EQ(a.reached_step, b.reached_step);
+  }
+  EXPECT_EQ(s->history[0].members[0].device, 3);
+  EXPECT_EQ(s->history[0].members[0].pid, 77);
+  EXPECT_EQ(s->history[0].rebuild_ms, 1.0 / 3);
+  EXPECT_EQ(s->history[2].transfer_ms, -1);
+  // The id that is not UTF-8 comes back as the JSON library wrote it, in both states alike.
+  EXPECT_NE(s->history[1].members[1].id, odd);
+  EXPECT_EQ(s->seen_ids, written.seen_ids);
+  EXPECT_FALSE(s->change_in_flight);
 }
 
 TEST_F(JournalTest, MissingFileIsNotFound) {
