@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -52,7 +53,7 @@ class TrainingMetrics {
   Clock* clock_;
   const Membership* membership_;
   TimePoint start_;
-  std::map<std::string, Reported> reported_;
+  std::unordered_map<std::string, Reported> reported_;  // by worker id: O(1) per heartbeat
   int64_t samples_ = 0;
   // Time running: the state now, and since when it is being integrated.
   proto::JobState state_ = proto::JobState::kForming;
