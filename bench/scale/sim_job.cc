@@ -589,10 +589,9 @@ void SimJob::Ready(int w, uint64_t generation, double rebuild_ms, double transfe
 // Training, pausing, failing.
 
 SimTime SimJob::AgreementUs(int world) const {
-  // The per-step pause agreement, an 8-byte allreduce on the Gloo control world: a direct
-  // exchange up to 5 ranks, else recursive doubling: ceil(log2 N) rounds, two more when N is not
-  // a power of two (docs/collectives.md).
-  if (world <= 5) return 2 * model_.hop_us;
+  // The per-step pause agreement, an 8-byte allreduce on the Gloo control world: recursive
+  // doubling at every size, floor(log2 N) rounds, two more when N is not a power of two
+  // (docs/collectives.md).
   int rounds = 0;
   while ((1 << rounds) < world) ++rounds;
   if ((world & (world - 1)) != 0) rounds += 1;  // floor(log2 N) rounds plus fold and unfold

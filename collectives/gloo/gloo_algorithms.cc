@@ -48,33 +48,6 @@ void ReduceInto(DataType type, ReduceOp op, void* acc_bytes, const void* x_bytes
   });
 }
 
-void DirectAllreduce(Call& call, uint64_t slot, void* data, size_t count, DataType type,
-                     ReduceOp op) {
-  const int n = call.size();
-  const int rank = call.rank();
-  const size_t bytes = count * DataTypeSize(type);
-  std::vector<char> parts(bytes * n);
-  std::memcpy(parts.data() + rank * bytes, data, bytes);
-  auto* mine = call.NewBuffer(parts.data() + rank * bytes, bytes);
-  std::vector<gloo::transport::UnboundBuffer*> ins(n, nullptr);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    ins[p] = call.NewBuffer(parts.data() + p * bytes, bytes);
-    ins[p]->recv(p, slot);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p != rank) mine->send(p, slot);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    call.WaitRecv(ins[p]);
-    call.WaitSend(mine);
-  }
-  // Rank order on every rank: the same result bits everywhere.
-  std::memcpy(data, parts.data(), bytes);
-  for (int p = 1; p < n; ++p) ReduceInto(type, op, data, parts.data() + p * bytes, count);
-}
-
 void RecursiveDoublingAllreduce(Call& call, uint64_t slot, void* data, size_t count,
                                 DataType type, ReduceOp op) {
   const int n = call.size();

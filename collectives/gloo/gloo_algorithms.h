@@ -21,11 +21,6 @@ namespace elastra {
 // acc[e] = op(acc[e], x[e]) for e in [0, count).
 void ReduceInto(DataType type, ReduceOp op, void* acc, const void* x, size_t count);
 
-// Every rank sends its `count` elements to every other rank and reduces all parts in rank order:
-// the same bits on every rank, 2(n-1) messages per rank in one round. For small buffers.
-void DirectAllreduce(Call& call, uint64_t slot, void* data, size_t count, DataType type,
-                     ReduceOp op);
-
 // Recursive doubling (Thakur, Rabenseifner and Gropp 2005) for small buffers: with p the largest
 // power of two <= n, ranks p..n-1 first fold their part into rank r - p and get the result back
 // at the end; ranks below p exchange and reduce with rank r XOR 2^k in round k. ceil(log2 n)

@@ -20,6 +20,8 @@
 // gloo timeout from a lost peer (both are gloo::IoException in this gloo).
 #include "collectives/gloo/gloo_communicator.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -51,12 +53,14 @@ using Clock = std::chrono::steady_clock;
 // Collectives: slot (0x41, n) for the n-th collective call; all ranks call them in one order.
 constexpr uint8_t kPointToPointSlotPrefix = 0x40;
 constexpr uint8_t kCollectiveSlotPrefix = 0x41;
-// Allreduces of at most this many bytes per rank are latency-bound: DirectAllreduce (one round)
-// in groups of at most kDirectAllreduceRanks, where every pair is a build pair anyway
-// (BuildPeers holds all others up to 5 ranks), else RecursiveDoublingAllreduce (ceil(log2 n)
-// rounds over build pairs). Larger ones take the ring (bandwidth-optimal).
+// Allreduces of at most this many bytes per rank are latency-bound: RecursiveDoublingAllreduce
+// (ceil(log2 n) rounds over build pairs, one partner at a time), at every size. Larger ones take
+// the ring (bandwidth-optimal). The one-round all-to-all this used up to 5 ranks cost more: each
+// rank posted 2(n-1) transfers at once while n-1 peers' arrived, and each post holds a pair's
+// mutex that gloo's loop thread polls for (see CreateDevice). At 4 processes on 2 cores, loop
+// threads SCHED_BATCH in both runs: 540-1070 us of CPU per agreement per rank and a median of
+// 0.5-4 ms, against 100-170 us and 0.37-0.39 ms for recursive doubling.
 constexpr size_t kSmallAllreduceBytes = 64u << 10;
-constexpr int kDirectAllreduceRanks = 5;
 // Pairs closed at once when a broken communicator closes its connections (see ClosePairs).
 constexpr int kClosingThreads = 16;
 
@@ -77,6 +81,54 @@ void IgnoreSigpipeOnce() {
   });
 }
 
+// A gloo tcp device, its event loop thread running SCHED_BATCH (the thread that creates the device
+// sets that policy on itself, and the loop thread inherits it).
+//
+// Why. That loop reads every pair's socket, and it busy-polls while a caller's thread holds a
+// pair's mutex: it try_locks the pair and, failing, goes straight back to a level-triggered
+// epoll_wait, which returns at once for the same unread bytes. A caller posts every send and
+// receive under the pair's mutex with a write to the peer's socket; on one host that write wakes
+// the peer's loop thread (a synchronous wakeup, which the scheduler may place on the writer's
+// CPU), and a woken thread preempts the writer while it still holds the mutex. Loop threads then
+// spun until the scheduler took them off (perf sched: two loop threads on both cores for 3.6 ms
+// each): ~600 epoll_wait and 1.4 ms of CPU per 16-byte agreement at 4 processes on 2 cores, a
+// median agreement of 4 ms, one time slice (gloo 0.0~git20220518 of Debian 12). A SCHED_BATCH
+// thread never preempts the running thread when it wakes: it waits for it to block (a caller does
+// right after posting) or to end its slice. Its weight is unchanged, so it gets the same CPU share
+// under load. Raw Gloo's own allreduce suffers the same (figures in docs/collectives.md).
+// When the policy cannot be set the device is made anyway, with a warning.
+std::shared_ptr<gloo::transport::Device> CreateDevice(const std::string& hostname) {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::exception_ptr error;
+  auto make = [&] {
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = hostname;
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  try {
+    std::thread maker([&] {
+      sched_param param{};  // priority 0, the only one SCHED_BATCH takes
+      if (const int rc = pthread_setschedparam(pthread_self(), SCHED_BATCH, &param); rc != 0) {
+        LOG(WARNING) << "gloo device on " << hostname
+                     << ": its loop thread keeps the default policy (SCHED_BATCH: "
+                     << std::strerror(rc) << ")";
+      }
+      make();
+    });
+    maker.join();
+  } catch (const std::system_error& e) {
+    LOG(WARNING) << "gloo device on " << hostname << ": made on the caller's thread (" << e.what()
+                 << ")";
+    make();
+  }
+  if (error) std::rethrow_exception(error);
+  return device;
+}
+
 // One gloo tcp device per bind address, shared by every context of the process while any of them
 // holds it. Each tcp::Device owns an epoll loop thread, and in this gloo that loop only "ticks"
 // every 10 ms when idle: a device's destructor joins the thread (up to 10 ms), so a device per
@@ -92,18 +144,14 @@ std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostnam
   std::lock_guard<std::mutex> lock(mu);
   std::weak_ptr<gloo::transport::Device>& slot = (*devices)[hostname];
   if (std::shared_ptr<gloo::transport::Device> device = slot.lock()) return device;
-  gloo::transport::tcp::attr attr;
-  attr.hostname = hostname;
-  std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+  std::shared_ptr<gloo::transport::Device> device = CreateDevice(hostname);
   slot = device;
   return device;
 }
 
 std::shared_ptr<gloo::transport::Device> OwnOrSharedDevice(const GlooOptions& options) {
   if (!options.own_device) return SharedDevice(options.hostname);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = options.hostname;
-  return gloo::transport::tcp::CreateDevice(attr);
+  return CreateDevice(options.hostname);
 }
 
 bool ValidType(DataType type) {
@@ -164,11 +212,7 @@ class GlooCommunicator : public Communicator {
     const size_t elem = DataTypeSize(type);
     if (count * elem <= kSmallAllreduceBytes) {
       return RunCollective("Allreduce", timeout, [&](Call& call, uint64_t slot) {
-        if (size_ <= kDirectAllreduceRanks) {
-          DirectAllreduce(call, slot, data, count, type, op);
-        } else {
-          RecursiveDoublingAllreduce(call, slot, data, count, type, op);
-        }
+        RecursiveDoublingAllreduce(call, slot, data, count, type, op);
       });
     }
     // Blocks of count / n elements (some empty when count < n: empty messages).

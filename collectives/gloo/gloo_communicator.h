@@ -29,8 +29,12 @@
 // Only this communicator's own connections are closed: another communicator on the same device
 // (the next generation) is untouched. Destroying the communicator after Abort() is safe while
 // such a call is still unwinding: the destructor waits for it.
-// Process-wide side effect: the first Create sets SIGPIPE to SIG_IGN if it was SIG_DFL (gloo
-// writes without MSG_NOSIGNAL, so a dead peer would otherwise kill this process).
+// Process-wide side effects: the first Create sets SIGPIPE to SIG_IGN if it was SIG_DFL (gloo
+// writes without MSG_NOSIGNAL, so a dead peer would otherwise kill this process); the event loop
+// thread of each gloo device (one per bind address, shared by the process's communicators) runs
+// SCHED_BATCH, so that a loop thread woken by a message never preempts the thread that is
+// posting on a pair (gloo's loop busy-polls while a pair's mutex is held; the caller's threads
+// keep their policy).
 #pragma once
 
 #include <chrono>

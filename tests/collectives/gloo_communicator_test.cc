@@ -1,11 +1,16 @@
 // Functional tests of the Gloo backend with ranks as threads over InMemoryKeyValueStore.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -291,6 +296,44 @@ TEST(GlooConnect, MissingPeerTimesOut) {
   options.connect_timeout = milliseconds(300);
   auto comm = CreateGlooCommunicator(options);
   EXPECT_EQ(comm.status().code(), StatusCode::kTimedOut) << comm.status();
+}
+
+// The ids of this process's threads.
+std::set<pid_t> Threads() {
+  std::set<pid_t> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    ids.insert(static_cast<pid_t>(std::stoi(entry.path().filename().string())));
+  }
+  return ids;
+}
+
+// gloo's device loop busy-polls while a caller holds a pair's mutex, so the backend runs it
+// SCHED_BATCH: woken by a peer, it never preempts that caller (gloo_communicator.cc,
+// CreateDevice). The caller's own thread keeps its policy.
+TEST(GlooDevice, LoopThreadRunsSchedBatchAndTheCallerKeepsItsPolicy) {
+  const int caller_policy = sched_getscheduler(0);
+  ASSERT_NE(caller_policy, SCHED_BATCH);
+  const std::set<pid_t> before = Threads();
+  InMemoryKeyValueStore store;
+  GlooOptions options;
+  options.store = &store;
+  options.prefix = "batch/";
+  options.own_device = true;  // a device of its own: its loop thread is new
+  auto comm = CreateGlooCommunicator(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  int64_t one = 1;
+  ASSERT_TRUE((*comm)->Allreduce(&one, 1, DataType::kInt64, ReduceOp::kSum).ok());
+  int alive = 0;
+  for (pid_t id : Threads()) {
+    if (before.count(id) > 0) continue;
+    // The thread that made the device (SCHED_BATCH as well) has been joined; the loop is alive.
+    const int policy = sched_getscheduler(id);
+    if (policy == -1) continue;
+    ++alive;
+    EXPECT_EQ(policy, SCHED_BATCH) << "thread " << id;
+  }
+  EXPECT_GE(alive, 1) << "no new thread: where is the device's loop?";
+  EXPECT_EQ(sched_getscheduler(0), caller_policy);
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST(GlooMeshTest, ExchangeRoundACycleOfNonPeers) {
 // Recursive doubling: the same bits on every rank, for sizes that are not powers of two too;
 // exact inputs give the reference sum; a NaN under max gives the same bits everywhere.
 TEST(GlooMeshTest, RecursiveDoublingAllreduceSameBitsEverywhere) {
-  for (int n : {3, 5, 6, 7, 12, 16}) {
+  for (int n : {2, 3, 4, 5, 6, 7, 12, 16}) {
     SCOPED_TRACE("n " + std::to_string(n));
     InMemoryKeyValueStore store;
     constexpr size_t kCount = 257;
