@@ -5,6 +5,7 @@
 
 #include "common/codec.h"
 #include "common/logging.h"
+#include "common/mesh_peers.h"
 
 namespace elastra::scale {
 
@@ -16,18 +17,6 @@ namespace {
 // tcp::Address without its zeros).
 constexpr size_t kGlooAddressBytes = 39;
 
-// collectives/gloo/gloo_mesh.h BuildPeers: {rank +- 2^k mod size : 2^k < size}, ascending.
-std::vector<int> BuildPeers(int rank, int size) {
-  std::vector<int> peers;
-  for (int64_t d = 1; d < size; d <<= 1) {
-    peers.push_back(static_cast<int>((rank + d) % size));
-    peers.push_back(static_cast<int>(((rank - d) % size + size) % size));
-  }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  std::erase(peers, rank);
-  return peers;
-}
 // CoordinatorStore's slice of a blocking get or wait (worker/coordinator_store.h).
 constexpr int64_t kKvSliceMs = 200;
 // ReconfigurationLoop::Join waits this long for the JoinReply, then the worker gives up.

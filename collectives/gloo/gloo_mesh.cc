@@ -62,18 +62,6 @@ std::vector<char> Expand(const std::string& value, const std::string& key) {
 
 }  // namespace
 
-std::vector<int> BuildPeers(int rank, int size) {
-  std::vector<int> peers;
-  for (int64_t d = 1; d < size; d <<= 1) {
-    peers.push_back(static_cast<int>((rank + d) % size));
-    peers.push_back(static_cast<int>(((rank - d) % size + size) % size));
-  }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  std::erase(peers, rank);
-  return peers;
-}
-
 MeshContext::MeshContext(int rank, int size, std::shared_ptr<gloo::transport::Device> device,
                          KeyValueStore* store, std::string prefix)
     : gloo::Context(rank, size),

@@ -36,11 +36,9 @@
 #include <gloo/transport/device.h>
 
 #include "collectives/kv_store.h"
+#include "common/mesh_peers.h"
 
 namespace elastra {
-
-// {rank +- 2^k mod size : 2^k < size} without `rank`, ascending.
-std::vector<int> BuildPeers(int rank, int size);
 
 class MeshContext : public gloo::Context {
  public:
