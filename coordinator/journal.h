@@ -17,7 +17,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
-#include <set>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,7 +118,7 @@ struct JournalState {
   // Workers that joined and hold no rank (by join order).
   std::vector<JournalWorker> standby;
   // Every worker id the job has used or handed out (a restarted coordinator never reuses one).
-  std::set<std::string> seen_ids;
+  std::unordered_set<std::string> seen_ids;
   std::vector<JournalCheckpoint> checkpoints;  // oldest first
   // A change of generation begun and not committed: its target and the workers asked.
   bool change_in_flight = false;
