@@ -42,7 +42,13 @@ ASAN_TESTS ?= .
 # processes are built with TSan too (the worker's I/O thread against its training thread, the
 # state moves' per-peer threads). Not here: tests/gpu, the namespace cluster, mpirun and the
 # Slurm tests (they need root, a GPU or MPI), and the job tests not named below (docs/hardening.md).
-TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|EmbeddedTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|Ranks/GlooSizes|GlooArguments|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|GlooMeshTest|GroupManager|ReshardProperty|ReshardExecutor|KvStoreTest|KvServiceTest)\.|^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack|KillDuringReconfigurationRecovers|LayoutChangesOfEveryDimensionMatchReference)$$
+# Single-threaded, and over 30 s (its limit) under TSan on a loaded machine: it copies 16 MiB
+# values up to the store's byte bound, every byte through TSan's shadow memory.
+TSAN_EXCLUDE ?= ^KvStoreTest\.BoundsTotalBytes$$
+TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|EmbeddedTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|Ranks/GlooSizes|GlooArguments|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|GlooMeshTest|GroupManager|ReshardProperty|ReshardExecutor|KvStoreTest|KvServiceTest)\.
+# The whole jobs run one at a time: each is 5 or 6 TSan processes; with two at once, on two cores
+# that other builds loaded too, a coordinator answered nothing for 7 s (a worker gave up connecting).
+TSAN_JOB_TESTS ?= ^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack|KillDuringReconfigurationRecovers|LayoutChangesOfEveryDimensionMatchReference)$$
 
 TSAN_TARGETS ?= coordinator_server_test lease_test fencing_test coordinator_http_server_test \
   coordinator_embedded_test push_inbox_test checkpoint_test disk_checkpoints_test \
@@ -101,8 +107,11 @@ test-tsan: deps
 	  >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
 	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)'; \
-	  rc=$$?; reports=$$(ls $(TSAN_REPORTS)); \
+	@cd $(TSAN_BUILD) && \
+	  $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)' -E '$(TSAN_EXCLUDE)'; \
+	  rc=$$?; \
+	  $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 1 -R '$(TSAN_JOB_TESTS)' || rc=1; \
+	  reports=$$(ls $(TSAN_REPORTS)); \
 	  if [ -n "$$reports" ]; then cat $(TSAN_REPORTS)/*; \
 	    echo "ThreadSanitizer: $$(echo $$reports | wc -w) report file(s) in $(TSAN_REPORTS)"; exit 1; fi; \
 	  exit $$rc
