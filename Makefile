@@ -19,21 +19,41 @@ SANITIZERS := $(CURDIR)/tests/sanitizers
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
   LSAN_OPTIONS=suppressions=$(SANITIZERS)/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SANITIZERS)/ubsan.supp
-TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZERS)/tsan.supp
+# Every TSan report goes to a file of TSAN_REPORTS (report.PID), whichever process made it: a race
+# in a job's worker ends only that worker (halt_on_error), which the job may survive, so
+# make test-tsan fails on any report file even when every test passed. The heartbeat deadline of
+# the jobs' coordinators is 10 s instead of 1.5 s: under TSan on a loaded 2-core machine the
+# coordinator's loop stalled past 1.1 s while it built a generation, and every worker was
+# declared lost (a killed worker is still seen at once, through its agent).
+TSAN_REPORTS = $(abspath $(TSAN_BUILD))/tsan-reports
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZERS)/tsan.supp:log_path=$(TSAN_REPORTS)/report \
+  ELASTRA_HEARTBEAT_TIMEOUT_MS=10000
 # What ASan builds and runs: everything, every test (a target list and a ctest -R regex narrow
 # them; .ci/run names the subset it runs and why).
 ASAN_TARGETS ?= all
 ASAN_TESTS ?= .
-# What TSan runs: the multi-threaded unit tests (the control client and the coordinator server in
-# ServerTest; the worker's push inbox; the checkpoint writer's background thread and the loader's
-# threads; Gloo communicators, their abort and failure paths and the group manager's interrupt;
-# the key-value store's waits) and two whole jobs, whose elastra and worker processes are built
-# with TSan too (the worker's I/O thread against its training thread).
-TSAN_TESTS ?= ^(ServerTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|Ranks|GroupManager|KvStoreTest|KvServiceTest)\.|^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack)$$
+# What TSan runs: the multi-threaded tests (the control client and the coordinator server in
+# ServerTest, the lease of the control client's I/O thread, a worker's I/O thread against its
+# training thread facing a scripted coordinator (WorkerFence), the coordinator's HTTP server and
+# its embedded start; the worker's push inbox; the checkpoint writer's background thread and the
+# loader's threads; Gloo communicators of ranks as threads, their abort and failure paths, the
+# sparse mesh's on-demand connections and the group manager's interrupt; the reshard executor's
+# per-peer threads; the key-value store's waits) and four whole jobs, whose elastra and worker
+# processes are built with TSan too (the worker's I/O thread against its training thread, the
+# state moves' per-peer threads). Not here: tests/gpu, the namespace cluster, mpirun and the
+# Slurm tests (they need root, a GPU or MPI), and the job tests not named below (docs/hardening.md).
+# Single-threaded, and over 30 s (its limit) under TSan on a loaded machine: it copies 16 MiB
+# values up to the store's byte bound, every byte through TSan's shadow memory.
+TSAN_EXCLUDE ?= ^KvStoreTest\.BoundsTotalBytes$$
+TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|EmbeddedTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|Ranks/GlooSizes|GlooArguments|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|GlooMeshTest|GroupManager|ReshardProperty|ReshardExecutor|KvStoreTest|KvServiceTest)\.
+# The whole jobs run one at a time: each is 5 or 6 TSan processes; with two at once, on two cores
+# that other builds loaded too, a coordinator answered nothing for 7 s (a worker gave up connecting).
+TSAN_JOB_TESTS ?= ^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack|KillDuringReconfigurationRecovers|LayoutChangesOfEveryDimensionMatchReference)$$
 
-TSAN_TARGETS ?= coordinator_server_test push_inbox_test checkpoint_test disk_checkpoints_test \
-  gloo_communicator_test gloo_errors_test gloo_failure_test group_manager_test \
-  coordinator_kv_store_test coordinator_kv_service_test elastic_job_test
+TSAN_TARGETS ?= coordinator_server_test lease_test fencing_test coordinator_http_server_test \
+  coordinator_embedded_test push_inbox_test checkpoint_test disk_checkpoints_test \
+  gloo_communicator_test gloo_errors_test gloo_failure_test gloo_mesh_test group_manager_test \
+  reshard_test coordinator_kv_store_test coordinator_kv_service_test elastic_job_test
 
 .PHONY: all deps configure build demo test bench clean fuzz fuzz-corpus test-asan test-tsan soak
 
@@ -86,7 +106,15 @@ test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SAN_FLAGS) -DELASTRA_SANITIZE=thread $(CMAKE_FLAGS) \
 	  >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)'
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@cd $(TSAN_BUILD) && \
+	  $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)' -E '$(TSAN_EXCLUDE)'; \
+	  rc=$$?; \
+	  $(TSAN_ENV) ctest --output-on-failure --timeout 600 -j 1 -R '$(TSAN_JOB_TESTS)' || rc=1; \
+	  reports=$$(ls $(TSAN_REPORTS)); \
+	  if [ -n "$$reports" ]; then cat $(TSAN_REPORTS)/*; \
+	    echo "ThreadSanitizer: $$(echo $$reports | wc -w) report file(s) in $(TSAN_REPORTS)"; exit 1; fi; \
+	  exit $$rc
 
 bench: build
 	@for b in $(BUILD)/bench/*/bench_*; do echo "== $$b"; $$b; done

@@ -278,7 +278,14 @@ std::optional<int> HostAgent::Outcome() {
   auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                               milliseconds(2000));
   if (!st.ok() && watch_ != nullptr && watch_->restarting()) return std::nullopt;
-  return st.ok() && st->status.state == proto::JobState::kFinished ? 0 : 1;
+  if (st.ok()) return st->status.state == proto::JobState::kFinished ? 0 : 1;
+  // No answer: the coordinator may have ended the job and gone while its Shutdown was still on
+  // the way (under ThreadSanitizer it came 2 s late, after the workers had exited). What came
+  // meanwhile decides.
+  HandlePushes();
+  if (workers_.live() > 0) return std::nullopt;
+  if (exit_code_) return exit_code_;
+  return 1;
 }
 
 void HostAgent::Spawn(const std::string& id) {

@@ -65,15 +65,15 @@ void RecursiveDoublingAllreduce(Call& call, uint64_t slot, void* data, size_t co
     call.WaitRecv(mine);
     return;
   }
-  std::vector<char> incoming(bytes);
-  auto* in = call.NewBuffer(incoming.data(), bytes);
+  char* incoming = call.Scratch(bytes);
+  auto* in = call.NewBuffer(incoming, bytes);
   // acc = op(lower rank's part, higher rank's part), the same on both sides of a pair.
   auto combine = [&](bool mine_is_lower) {
     if (mine_is_lower) {
-      ReduceInto(type, op, data, incoming.data(), count);
+      ReduceInto(type, op, data, incoming, count);
     } else {
-      ReduceInto(type, op, incoming.data(), data, count);
-      std::memcpy(data, incoming.data(), bytes);
+      ReduceInto(type, op, incoming, data, count);
+      std::memcpy(data, incoming, bytes);
     }
   };
   const bool has_folded = rank + p < n;
@@ -104,10 +104,10 @@ void RingReduceScatter(Call& call, uint64_t slot, void* data, const std::vector<
   const size_t elem = DataTypeSize(type);
   size_t largest = 0;
   for (int b = 0; b < n; ++b) largest = std::max(largest, begin[b + 1] - begin[b]);
-  std::vector<char> incoming(largest * elem);
+  char* incoming = call.Scratch(largest * elem);
   auto* bytes = static_cast<char*>(data);
   auto* whole = call.NewBuffer(data, begin[n] * elem);
-  auto* in = call.NewBuffer(incoming.data(), incoming.size());
+  auto* in = call.NewBuffer(incoming, largest * elem);
   const int right = Wrap(rank + 1, n);
   const int left = Wrap(rank - 1, n);
   // Step s: send block rank - s - 1 (reduced into at step s - 1), receive block rank - s - 2 and
@@ -119,7 +119,7 @@ void RingReduceScatter(Call& call, uint64_t slot, void* data, const std::vector<
     in->recv(left, slot, 0, in_count * elem);
     whole->send(right, slot, begin[out] * elem, (begin[out + 1] - begin[out]) * elem);
     call.WaitRecv(in);
-    ReduceInto(type, op, bytes + begin[into] * elem, incoming.data(), in_count);
+    ReduceInto(type, op, bytes + begin[into] * elem, incoming, in_count);
     call.WaitSend(whole);
   }
 }

@@ -2,6 +2,9 @@
 #include "collectives/gloo/gloo_call.h"
 
 #include <algorithm>
+#include <exception>
+
+#include "common/logging.h"
 
 namespace elastra {
 
@@ -45,11 +48,30 @@ void WaitSet::LeaveWait() {
   --waits_in_flight_;
 }
 
-Call::Call(gloo::Context& context, WaitSet& waits, Clock::time_point deadline)
-    : context_(context), waits_(waits), deadline_(deadline) {}
+Call::Call(gloo::Context& context, WaitSet& waits, Clock::time_point deadline,
+           std::function<void()> on_failure)
+    : context_(context),
+      waits_(waits),
+      deadline_(deadline),
+      on_failure_(std::move(on_failure)),
+      uncaught_at_start_(std::uncaught_exceptions()) {}
 
 Call::~Call() {
+  if (on_failure_ && !buffers_.empty() && std::uncaught_exceptions() > uncaught_at_start_) {
+    try {
+      on_failure_();
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "gloo: closing the pairs of a failed call: " << e.what();
+    } catch (...) {
+      LOG(WARNING) << "gloo: closing the pairs of a failed call failed";
+    }
+  }
   for (const auto& buf : buffers_) waits_.Remove(buf.get());
+}
+
+char* Call::Scratch(size_t bytes) {
+  scratch_.push_back(std::unique_ptr<char[]>(new char[std::max<size_t>(bytes, 1)]));
+  return scratch_.back().get();
 }
 
 gloo::transport::UnboundBuffer* Call::NewBuffer(void* ptr, size_t bytes) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -55,12 +56,19 @@ class WaitSet {
 // The buffers and waits of one call on one context. Not thread-safe: one thread drives a call.
 // Waits throw CallInterrupted when the WaitSet was interrupted, and gloo::IoException when a
 // pair failed or the deadline passed (gloo's own timeout, which also closes the context's pairs).
+//
+// A call that fails may leave transfers posted: gloo's device thread may still write a send's
+// bytes from, or a receive's bytes into, the memory of its buffers. So a call left by an exception
+// runs `on_failure` in its destructor, which must close the context's pairs (after which gloo
+// touches none of their buffers), before the buffers and the call's scratch memory go; its
+// caller must keep the memory it gave NewBuffer until the call is destroyed.
 class Call {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Call(gloo::Context& context, WaitSet& waits, Clock::time_point deadline);
-  ~Call();  // unregisters and destroys the call's buffers (gloo then no longer touches them)
+  Call(gloo::Context& context, WaitSet& waits, Clock::time_point deadline,
+       std::function<void()> on_failure = {});
+  ~Call();  // on_failure when unwinding; unregisters and destroys the call's buffers
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -71,6 +79,10 @@ class Call {
   // A buffer over `bytes` bytes at `ptr`, owned by the call and registered with its WaitSet.
   // `ptr` may be null when `bytes` is 0 (a message that carries only its arrival).
   gloo::transport::UnboundBuffer* NewBuffer(void* ptr, size_t bytes);
+
+  // `bytes` bytes of scratch memory (uninitialized) that live as long as the call: transfers
+  // into or out of it may outlive the algorithm that posted them when the call fails.
+  char* Scratch(size_t bytes);
 
   // Wait until one posted recv (send) of `buf` completes, at most until the deadline.
   void WaitRecv(gloo::transport::UnboundBuffer* buf);
@@ -84,6 +96,10 @@ class Call {
   gloo::Context& context_;
   WaitSet& waits_;
   const Clock::time_point deadline_;
+  const std::function<void()> on_failure_;
+  const int uncaught_at_start_;
+  // Destroyed after buffers_ (members go in reverse order).
+  std::vector<std::unique_ptr<char[]>> scratch_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers_;
 };
 

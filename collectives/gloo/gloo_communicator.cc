@@ -396,7 +396,8 @@ class GlooCommunicator : public Communicator {
     }
     Status result;
     try {
-      Call call(*context_, waits_, deadline);
+      // A failed call closes the pairs before its buffers and scratch memory go (gloo_call.h).
+      Call call(*context_, waits_, deadline, [this] { CloseOnce(); });
       body(call);
     } catch (...) {
       result = StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
@@ -423,7 +424,8 @@ class GlooCommunicator : public Communicator {
     return result;
   }
 
-  // Leaves the context. The last to leave a broken communicator closes its pairs first.
+  // Leaves the context. The last to leave a broken communicator closes its pairs first (a call
+  // that failed closed them already, before it returned).
   void Leave() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -432,12 +434,33 @@ class GlooCommunicator : public Communicator {
         idle_.notify_all();
         return;
       }
-      closed_ = true;
       ++in_flight_;  // holds the context while closing
     }
-    ClosePairs();
+    CloseOnce();
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
+    idle_.notify_all();
+  }
+
+  // Closes the pairs (ClosePairs) the first time; a later caller waits until that is done, so
+  // that on return gloo touches no buffer of this context any more. The caller is inside the
+  // context (in_flight_), which the closing needs.
+  void CloseOnce() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (closed_) {
+        idle_.wait(lock, [&] { return pairs_closed_; });
+        return;
+      }
+      closed_ = true;
+    }
+    // No pair is created from here on (EnsurePairs throws), so the pairs listed stay all of them.
+    context_->InterruptConnects();
+    ClosePairs();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pairs_closed_ = true;
+    }
     idle_.notify_all();
   }
 
@@ -447,11 +470,8 @@ class GlooCommunicator : public Communicator {
   // up to 10 ms when idle). Closes on several threads share the ticks; one after another
   // (gloo::Context::closeConnections) they took up to 10 ms per peer.
   void ClosePairs() {
-    std::vector<gloo::transport::Pair*> pairs;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      if (gloo::transport::Pair* pair = context_->getPair(peer).get()) pairs.push_back(pair);
-    }
+    // Listed under the context's lock: a lazy connect on another thread may have created one.
+    const std::vector<gloo::transport::Pair*> pairs = context_->ExistingPairs();
     const int stride =
         std::max(1, std::min(static_cast<int>(pairs.size()), kClosingThreads));
     std::vector<std::thread> closers;
@@ -486,7 +506,8 @@ class GlooCommunicator : public Communicator {
   std::condition_variable idle_;
   int in_flight_ = 0;                 // guarded by mu_: calls (and a closing) inside the context
   bool aborted_ = false;              // guarded by mu_
-  bool closed_ = false;               // guarded by mu_: the pairs were closed
+  bool closed_ = false;               // guarded by mu_: the pairs are being closed or were
+  bool pairs_closed_ = false;         // guarded by mu_: the pairs were closed
   uint32_t collective_sequence_ = 0;  // guarded by mu_: slots of collectives, in call order
   Status broken_;                     // guarded by mu_; OK while healthy
 };

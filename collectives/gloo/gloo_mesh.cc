@@ -76,6 +76,8 @@ MeshContext::~MeshContext() = default;
 
 std::vector<char> MeshContext::CreatePair(int peer, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
+  // ExistingPairs() after InterruptConnects() must list every pair there will be.
+  if (interrupted_) throw CallInterrupted();
   // The pair keeps the transport context's timeout as its own, and gloo waits 5 times that for a
   // connection: a fifth of what is left makes the connect end at the caller's deadline.
   transportContext_->setTimeout(std::max(std::chrono::milliseconds(1), timeout / 5));
@@ -218,6 +220,18 @@ void MeshContext::InterruptConnects() {
   }
   // A hard close wakes a Pair::connect blocked on it; pairs live as long as the context.
   for (gloo::transport::Pair* pair : connecting) pair->close();
+}
+
+std::vector<gloo::transport::Pair*> MeshContext::ExistingPairs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<gloo::transport::Pair*> pairs;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    if (gloo::transport::Pair* pair = transportContext_->getPair(peer).get()) {
+      pairs.push_back(pair);
+    }
+  }
+  return pairs;
 }
 
 int MeshContext::connected_pairs() const {

@@ -34,6 +34,7 @@
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/pair.h>
 
 #include "collectives/kv_store.h"
 #include "common/mesh_peers.h"
@@ -64,6 +65,9 @@ class MeshContext : public gloo::Context {
 
   // Connected pairs (for tests and benchmarks: the peers this rank holds a socket to).
   int connected_pairs() const;
+
+  // Every pair created so far (connected or not). After InterruptConnects() no pair is created.
+  std::vector<gloo::transport::Pair*> ExistingPairs() const;
 
  private:
   enum class PairState { kNone, kConnecting, kConnected, kFailed };
