@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <span>
 
@@ -36,6 +35,13 @@ uint32_t GetU32(const uint8_t* p) {
 
 // JSON text of a record; bytes that are not UTF-8 (a worker id from the wire) are replaced.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// kInvalidArgument for a record's text over the journal's bound.
+Status CheckRecordSize(const std::string& payload) {
+  if (payload.size() <= Journal::kMaxRecordBytes) return OkStatus();
+  return InvalidArgumentError("journal record of " + std::to_string(payload.size()) +
+                              " bytes is over the limit");
+}
 
 // The record's JSON text, and the record as replay will read it back. Dump replaces bytes that
 // are not UTF-8, so such a record is read back from its text; any other reads back as built.
@@ -277,10 +283,7 @@ StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, chec
 
 Status Journal::Append(json r) {
   const std::string payload = DumpForReplay(&r);
-  if (payload.size() > kMaxRecordBytes) {
-    return InvalidArgumentError("journal record of " + std::to_string(payload.size()) +
-                                " bytes is over the limit");
-  }
+  ELASTRA_RETURN_IF_ERROR(CheckRecordSize(payload));
   // Read and checked before the write, applied in place after it: the state is never copied.
   auto record = ReadJournalRecord(r, state_);
   if (!record.ok()) {
@@ -290,41 +293,8 @@ Status Journal::Append(json r) {
 }
 
 Status Journal::AppendChange(JournalRecord&& record) {
-  // A timing that is not a number is not known (-1): JSON has no text for it, and the commit
-  // must not be refused for it.
-  for (double* x : {&record.generation.downtime_ms, &record.generation.agreement_ms,
-                    &record.generation.rebuild_ms, &record.generation.transfer_ms}) {
-    if (!std::isfinite(*x)) *x = -1;
-  }
-  std::string text;
-  if (!WriteChangeRecordText(record, &text)) {
-    // A string to escape: the JSON library writes it.
-    if (record.type == JournalRecordType::kBegin) {
-      return Append(json{{"t", "begin"},
-                         {"target", record.target},
-                         {"kind", ToString(record.kind)},
-                         {"workers", WorkersJson(record.workers)}});
-    }
-    const JournalGeneration& g = record.generation;
-    json r = {{"t", "commit"},
-              {"generation", g.generation},
-              {"reason", proto::ToString(g.reason)},
-              {"layout", LayoutJson(g.layout)},
-              {"members", WorkersJson(g.members)},
-              {"downtime_ms", g.downtime_ms},
-              {"agreement_ms", g.agreement_ms},
-              {"rebuild_ms", g.rebuild_ms},
-              {"transfer_ms", g.transfer_ms}};
-    if (g.reached_step >= 0 && g.restore_step >= 0) {
-      r["reached_step"] = g.reached_step;
-      r["restore_step"] = g.restore_step;
-    }
-    return Append(std::move(r));
-  }
-  if (text.size() > kMaxRecordBytes) {
-    return InvalidArgumentError("journal record of " + std::to_string(text.size()) +
-                                " bytes is over the limit");
-  }
+  const std::string text = ChangeRecordText(&record);
+  ELASTRA_RETURN_IF_ERROR(CheckRecordSize(text));
   Status checked = CheckChangeRecord(record, state_);
   if (!checked.ok()) return InvalidArgumentError("journal record refused: " + checked.message());
   // The state holds what replay reads back, and replay does not read these two.

@@ -349,32 +349,44 @@ bool Plain(const std::string& s) {
   return true;
 }
 
-bool PutWorkers(const std::vector<JournalWorker>& ws, std::string* out) {
+// Appends `s` as a JSON string. Any other than a plain one is written by the JSON library, which
+// escapes it and replaces bytes that are not UTF-8; `s` becomes what replay will read back.
+void PutString(std::string* s, std::string* out) {
+  if (Plain(*s)) {
+    out->push_back('"');
+    *out += *s;
+    out->push_back('"');
+    return;
+  }
+  const std::string literal = json(*s).dump(-1, ' ', false, json::error_handler_t::replace);
+  *s = json::parse(literal).get<std::string>();
+  *out += literal;
+}
+
+void PutWorkers(std::vector<JournalWorker>* ws, std::string* out) {
   out->push_back('[');
-  for (size_t i = 0; i < ws.size(); ++i) {
-    const JournalWorker& w = ws[i];
-    if (!Plain(w.id) || !Plain(w.host)) return false;
+  for (size_t i = 0; i < ws->size(); ++i) {
+    JournalWorker& w = (*ws)[i];
     if (i > 0) out->push_back(',');
     *out += "{\"device\":";
     *out += std::to_string(w.device);
-    *out += ",\"host\":\"";
-    *out += w.host;
-    *out += "\",\"id\":\"";
-    *out += w.id;
-    *out += "\",\"pid\":";
+    *out += ",\"host\":";
+    PutString(&w.host, out);
+    *out += ",\"id\":";
+    PutString(&w.id, out);
+    *out += ",\"pid\":";
     *out += std::to_string(w.pid);
     out->push_back('}');
   }
   out->push_back(']');
-  return true;
 }
 
-bool PutNumber(const char* name, double v, std::string* out) {
-  if (!std::isfinite(v)) return false;
+// Appends `,"name":v`. A value that is not finite has no JSON text: it becomes -1, not known.
+void PutNumber(const char* name, double* v, std::string* out) {
+  if (!std::isfinite(*v)) *v = -1;
   char buf[64];
-  std::snprintf(buf, sizeof(buf), ",\"%s\":%.17g", name, v);
+  std::snprintf(buf, sizeof(buf), ",\"%s\":%.17g", name, *v);
   *out += buf;
-  return true;
 }
 
 Status CheckWorkers(const std::vector<JournalWorker>& ws) {
@@ -393,40 +405,35 @@ Status CheckWorkers(const std::vector<JournalWorker>& ws) {
 
 }  // namespace
 
-bool WriteChangeRecordText(const JournalRecord& rec, std::string* out) {
+std::string ChangeRecordText(JournalRecord* rec) {
   std::string text;
-  if (rec.type == JournalRecordType::kBegin) {
+  if (rec->type == JournalRecordType::kBegin) {
     text = "{\"kind\":\"";
-    text += ToString(rec.kind);
-    text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec.target) + ",\"workers\":";
-    if (!PutWorkers(rec.workers, &text)) return false;
+    text += ToString(rec->kind);
+    text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec->target) + ",\"workers\":";
+    PutWorkers(&rec->workers, &text);
     text.push_back('}');
-  } else if (rec.type == JournalRecordType::kCommit) {
-    const JournalGeneration& g = rec.generation;
-    text = "{\"generation\":" + std::to_string(g.generation);
-    text += ",\"layout\":{\"dp\":" + std::to_string(g.layout.dp) +
-            ",\"pp\":" + std::to_string(g.layout.pp) + ",\"tp\":" + std::to_string(g.layout.tp) +
-            "},\"members\":";
-    if (!PutWorkers(g.members, &text)) return false;
-    text += ",\"reason\":\"";
-    text += proto::ToString(g.reason);
-    text += "\",\"t\":\"commit\"";
-    if (!PutNumber("downtime_ms", g.downtime_ms, &text) ||
-        !PutNumber("agreement_ms", g.agreement_ms, &text) ||
-        !PutNumber("rebuild_ms", g.rebuild_ms, &text) ||
-        !PutNumber("transfer_ms", g.transfer_ms, &text)) {
-      return false;
-    }
-    if (g.reached_step >= 0 && g.restore_step >= 0) {
-      text += ",\"reached_step\":" + std::to_string(g.reached_step) +
-              ",\"restore_step\":" + std::to_string(g.restore_step);
-    }
-    text.push_back('}');
-  } else {
-    return false;
+    return text;
   }
-  *out = std::move(text);
-  return true;
+  JournalGeneration& g = rec->generation;
+  text = "{\"generation\":" + std::to_string(g.generation);
+  text += ",\"layout\":{\"dp\":" + std::to_string(g.layout.dp) +
+          ",\"pp\":" + std::to_string(g.layout.pp) + ",\"tp\":" + std::to_string(g.layout.tp) +
+          "},\"members\":";
+  PutWorkers(&g.members, &text);
+  text += ",\"reason\":\"";
+  text += proto::ToString(g.reason);
+  text += "\",\"t\":\"commit\"";
+  PutNumber("downtime_ms", &g.downtime_ms, &text);
+  PutNumber("agreement_ms", &g.agreement_ms, &text);
+  PutNumber("rebuild_ms", &g.rebuild_ms, &text);
+  PutNumber("transfer_ms", &g.transfer_ms, &text);
+  if (g.reached_step >= 0 && g.restore_step >= 0) {
+    text += ",\"reached_step\":" + std::to_string(g.reached_step) +
+            ",\"restore_step\":" + std::to_string(g.restore_step);
+  }
+  text.push_back('}');
+  return text;
 }
 
 Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
@@ -435,7 +442,8 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
   if (rec.type == JournalRecordType::kBegin) {
     ChangeKind kind;
     if (!FromString(ToString(rec.kind), &kind)) return CorruptError("unknown change kind");
-    if (rec.target < 1 || rec.target > kMaxId) return CorruptError("field 'target' is out of range");
+    if (rec.target < 1 || rec.target > kMaxId)
+      return CorruptError("field 'target' is out of range");
     return CheckWorkers(rec.workers);
   }
   if (rec.type != JournalRecordType::kCommit) return InvalidArgumentError("not a change record");
@@ -469,12 +477,6 @@ json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp"
 
 json WorkerJson(const JournalWorker& w) {
   return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
-}
-
-json WorkersJson(const std::vector<JournalWorker>& ws) {
-  json a = json::array();
-  for (const auto& w : ws) a.push_back(WorkerJson(w));
-  return a;
 }
 
 }  // namespace elastra::coordinator

@@ -80,18 +80,16 @@ StatusOr<JournalRecord> ReadJournalRecord(const nlohmann::json& r, const Journal
 // Applies a record ReadJournalRecord accepted against this same state.
 void ApplyJournalRecord(JournalRecord record, JournalState* state);
 
-// The two records that list every member, `begin` and `commit`, built from typed values without
-// JSON objects (at 16,384 workers the objects cost tens of ms a record): the record's text into
-// `out`, false (nothing written) when some string or number needs what only the JSON library
-// does (escaping, bytes that are not UTF-8, a number that is not finite); the caller then builds
-// the record as JSON.
-bool WriteChangeRecordText(const JournalRecord& record, std::string* out);
+// The text of a `begin` or `commit` record (the two that list every member), built from typed
+// values without JSON objects (at 16,384 workers the objects cost tens of ms a record). The record
+// is changed to what replay reads back from that text: a string that is not UTF-8 as the JSON
+// library replaces it, a timing that is not a finite number as -1 (not known).
+std::string ChangeRecordText(JournalRecord* record);
 // A `begin` or `commit` record built from typed values, checked against every bound
 // ReadJournalRecord enforces on the same record read from its text, and against `state`.
 Status CheckChangeRecord(const JournalRecord& record, const JournalState& state);
 
 nlohmann::json LayoutJson(const Layout& layout);
-nlohmann::json WorkersJson(const std::vector<JournalWorker>& workers);
 nlohmann::json WorkerJson(const JournalWorker& worker);
 
 }  // namespace elastra::coordinator

@@ -437,9 +437,10 @@ TEST_F(JournalTest, TenThousandWorkersJoinCommitAndReplay) {
   EXPECT_EQ(s->seen_ids.size(), static_cast<size_t>(kN));
 }
 
-// A begin or commit record is written from typed values unless a string needs escaping; either
-// way it replays to the state its writer held, and the typed path refuses what replay would
-// refuse. A timing that is not a number is written as not known (-1).
+// A begin or commit record is written from typed values, a string that needs escaping (or is not
+// UTF-8) as the JSON library writes it; it replays to the state its writer held, and the typed
+// path refuses what replay would refuse. A timing that is not a number is written as not known
+// (-1).
 TEST_F(JournalTest, ChangeRecordsReplayWhicheverWayTheyWereWritten) {
   const std::string odd = std::string("w\"q\\") + '\x01' + "\xff";  // quote, backslash, bytes
   auto j = Journal::Create(path_);
@@ -463,7 +464,7 @@ TEST_F(JournalTest, ChangeRecordsReplayWhicheverWayTheyWereWritten) {
   g.generation = 2;
   g.layout.dp = 2;
   g.members = {plain, escaped};
-  ASSERT_TRUE((*j)->RecordCommit(g).ok());  // through the JSON library
+  ASSERT_TRUE((*j)->RecordCommit(g).ok());  // an id escaped by the JSON library
   g.generation = 3;
   g.members = {plain, W("w1")};
   g.transfer_ms = std::nan("");
