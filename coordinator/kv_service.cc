@@ -111,8 +111,10 @@ void KvService::Block(const std::string& identity, const proto::Envelope& e,
   w.is_get = is_get;
   w.is_get_many = is_get_many;
   w.deadline = clock_->Now() + Duration(std::min(timeout_ms, kMaxTimeoutMs));
-  Status s = store_.AddWaiter(std::move(w));
+  std::vector<KvStore::Completion> done;
+  Status s = store_.AddWaiter(std::move(w), &done);
   if (!s.ok()) outbox_->SendError(identity, e.request_id, s);
+  Answer(done);
 }
 
 void KvService::Tick() {

@@ -1,5 +1,6 @@
 #include "coordinator/kv_store.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace elastra::coordinator {
@@ -17,15 +18,19 @@ std::optional<uint64_t> KeyGeneration(const std::string& key) {
 Status KvStore::Set(const std::string& key, const std::string& value,
                     std::vector<Completion>* done) {
   auto it = data_.find(key);
-  size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
-  size_t next = total_bytes_ - old + key.size() + value.size();
+  const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+  const size_t next = total_bytes_ - old + key.size() + value.size();
   if (next > kMaxTotalBytes) {
     return ResourceExhaustedError("the key-value store is full (" +
                                   std::to_string(kMaxTotalBytes) + " bytes)");
   }
   total_bytes_ = next;
-  data_[key] = value;
-  Complete(done);
+  if (it != data_.end()) {
+    it->second = value;  // a pending waiter misses some key, never one that is present
+    return OkStatus();
+  }
+  data_.emplace(key, value);
+  KeyAppeared(key, done);
   return OkStatus();
 }
 
@@ -55,72 +60,103 @@ StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta,
   return sum;
 }
 
-Status KvStore::AddWaiter(Waiter waiter) {
-  if (waiters_.size() >= kMaxWaiters) {
+Status KvStore::AddWaiter(Waiter waiter, std::vector<Completion>* done) {
+  if (pending_.size() >= kMaxWaiters) {
     return ResourceExhaustedError("too many pending key-value waits");
   }
-  waiters_.push_back(std::move(waiter));
+  const uint64_t id = next_id_++;
+  const size_t missing = IndexMissing(id, waiter);
+  // Among equal deadlines a multimap keeps the order of insertion.
+  auto deadline = deadlines_.emplace(waiter.deadline, id);
+  pending_.emplace(id, Pending{std::move(waiter), missing, deadline});
+  if (missing == 0) {
+    Completion c = Finish(id, OkStatus());
+    if (done != nullptr) done->push_back(std::move(c));
+  }
   return OkStatus();
 }
 
-void KvStore::Complete(std::vector<Completion>* done) {
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    bool all = true;
-    for (const auto& k : it->keys) {
-      if (!data_.count(k)) {
-        all = false;
-        break;
-      }
-    }
-    if (!all) {
-      ++it;
-      continue;
-    }
-    Completion c;
-    c.waiter = std::move(*it);
-    if (c.waiter.is_get && !c.waiter.keys.empty()) c.value = data_[c.waiter.keys[0]];
-    if (c.waiter.is_get_many) {
-      for (const auto& k : c.waiter.keys) c.values.push_back(data_[k]);
-    }
+size_t KvStore::IndexMissing(uint64_t id, const Waiter& waiter) {
+  size_t missing = 0;
+  for (const auto& k : waiter.keys) {
+    if (data_.count(k) == 0 && waiting_for_[k].insert(id).second) ++missing;
+  }
+  return missing;
+}
+
+void KvStore::KeyAppeared(const std::string& key, std::vector<Completion>* done) {
+  auto w = waiting_for_.find(key);
+  if (w == waiting_for_.end()) return;
+  const std::set<uint64_t> ids = std::move(w->second);
+  waiting_for_.erase(w);
+  for (uint64_t id : ids) {  // ascending: the order the waiters were added
+    if (--pending_.at(id).missing > 0) continue;
+    Completion c = Finish(id, OkStatus());
     if (done != nullptr) done->push_back(std::move(c));
-    it = waiters_.erase(it);
   }
 }
 
-std::vector<KvStore::Completion> KvStore::ExpireWaiters() {
-  std::vector<Completion> out;
-  const TimePoint now = clock_->Now();
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (now >= it->deadline) {
-      Completion c;
-      std::string missing;
-      for (const auto& k : it->keys) {
-        if (!data_.count(k)) {
-          missing = k;
-          break;
-        }
-      }
-      c.waiter = std::move(*it);
-      c.status = TimedOutError("key '" + missing + "' did not appear in time");
-      out.push_back(std::move(c));
-      it = waiters_.erase(it);
-    } else {
-      ++it;
+KvStore::Completion KvStore::Finish(uint64_t id, Status status) {
+  auto it = pending_.find(id);
+  Completion c;
+  c.waiter = std::move(it->second.waiter);
+  c.status = std::move(status);
+  deadlines_.erase(it->second.deadline);
+  pending_.erase(it);
+  if (c.status.ok()) {
+    if (c.waiter.is_get && !c.waiter.keys.empty()) c.value = data_.at(c.waiter.keys[0]);
+    if (c.waiter.is_get_many) {
+      c.values.reserve(c.waiter.keys.size());
+      for (const auto& k : c.waiter.keys) c.values.push_back(data_.at(k));
     }
+    return c;
+  }
+  for (const auto& k : c.waiter.keys) {  // a waiter that gives up is indexed under what it missed
+    auto w = waiting_for_.find(k);
+    if (w == waiting_for_.end()) continue;
+    w->second.erase(id);
+    if (w->second.empty()) waiting_for_.erase(w);
+  }
+  return c;
+}
+
+std::vector<KvStore::Completion> KvStore::ExpireWaiters() {
+  const TimePoint now = clock_->Now();
+  std::vector<uint64_t> expired;
+  for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
+    expired.push_back(it->second);
+  }
+  std::sort(expired.begin(), expired.end());
+  std::vector<Completion> out;
+  out.reserve(expired.size());
+  for (uint64_t id : expired) {
+    std::string missing;
+    for (const auto& k : pending_.at(id).waiter.keys) {
+      if (data_.count(k) == 0) {
+        missing = k;
+        break;
+      }
+    }
+    out.push_back(Finish(id, TimedOutError("key '" + missing + "' did not appear in time")));
   }
   return out;
 }
 
 void KvStore::DropGenerationsBefore(uint64_t generation) {
+  bool dropped = false;
   for (auto it = data_.begin(); it != data_.end();) {
     auto g = KeyGeneration(it->first);
     if (g && *g < generation) {
       total_bytes_ -= it->first.size() + it->second.size();
       it = data_.erase(it);
+      dropped = true;
     } else {
       ++it;
     }
   }
+  // A pending waiter that counted a dropped key present misses it again.
+  if (!dropped) return;
+  for (auto& [id, p] : pending_) p.missing += IndexMissing(id, p.waiter);
 }
 
 }  // namespace elastra::coordinator
