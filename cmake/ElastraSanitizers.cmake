@@ -2,7 +2,7 @@
 # the one place where flags are global: a library left uninstrumented hides its memory errors
 # from AddressSanitizer and shows ThreadSanitizer only half of each race.
 #
-#   ELASTRA_SANITIZE=address,undefined   make test-asan (build-asan/), gcc
+#   ELASTRA_SANITIZE=address,undefined   make test-asan (build-asan/), clang
 #   ELASTRA_SANITIZE=thread              make test-tsan (build-tsan/), gcc
 #   ELASTRA_FUZZ=ON                      make fuzz (build-fuzz/), clang: libFuzzer + ASan + UBSan
 if(ELASTRA_FUZZ)

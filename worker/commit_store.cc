@@ -141,7 +141,9 @@ CommitStore::Image CommitStore::CopyShards(Image c,
     // An image's buffers keep their memory from one commit to the next (TakeImage): no fresh
     // pages here unless the shards grew.
     c.tensors[i].resize(sources[i].second);
-    std::memcpy(c.tensors[i].data(), sources[i].first, sources[i].second);
+    if (sources[i].second > 0) {  // an empty shard's pointer may be null
+      std::memcpy(c.tensors[i].data(), sources[i].first, sources[i].second);
+    }
   }
   return c;
 }

@@ -333,7 +333,8 @@ TEST_F(HttpServerTest, StalledClientsAndGarbageNeitherBlockTheApiNorTheCoordinat
   stalled.push_back(Stall(port, ""));
   stalled.push_back(Stall(port, "GET /v1/job HTTP/1.1\r\nHost: x\r\n"));  // headers never end
   stalled.push_back(Stall(port, "POST /v1/resize HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"));
-  stalled.push_back(Stall(port, std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 18)));
+  constexpr char kTlsHello[] = "\x16\x03\x01\x02\x00garbage\r\n\r\n";  // a NUL inside
+  stalled.push_back(Stall(port, std::string(kTlsHello, sizeof(kTlsHello) - 1)));
   for (int fd : stalled) ASSERT_GE(fd, 0);
   EXPECT_EQ(Get("/v1/job", read_).first, 200);
   EXPECT_EQ(client_->Get("/healthz")->status, 200);

@@ -9,11 +9,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+source "$HERE/consumer_flags.sh"
 cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
 names=$(python3 "$HERE/extract_examples.py" "$TMP/examples" "$ROOT/README.md" \
   "$ROOT/include/elastra/worker.h")
 if ! cmake -S "$HERE/examples" -B "$TMP/build" -G Ninja -DCMAKE_PREFIX_PATH="$TMP/prefix" \
-    -DEXAMPLES_DIR="$TMP/examples" > "$TMP/configure.log" 2>&1; then
+    -DEXAMPLES_DIR="$TMP/examples" "${CONSUMER_FLAGS[@]}" > "$TMP/configure.log" 2>&1; then
   cat "$TMP/configure.log"
   exit 1
 fi
