@@ -80,6 +80,9 @@ class Membership {
   // The indexes of `w` (added after, removed before any change of its state, rank or host).
   void Index(const WorkerInfo& w);
   void Unindex(const WorkerInfo& w);
+  // A change of state and rank only: the indexes by state and rank (the join order and host
+  // indexes do not depend on them).
+  void Restate(WorkerInfo& w, WorkerState state, int rank);
 
   std::unordered_map<std::string, WorkerInfo> workers_;  // node-based: pointers stay valid
   std::map<uint64_t, std::string> by_order_;              // every worker, by join order
