@@ -24,6 +24,7 @@ JournalWorker JournalRecorder::RecordOf(const std::string& id) const {
 
 std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::string>& ids) const {
   std::vector<JournalWorker> out;
+  out.reserve(ids.size());
   for (const auto& id : ids) out.push_back(RecordOf(id));
   return out;
 }
