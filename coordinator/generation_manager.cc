@@ -393,12 +393,19 @@ std::vector<std::string> GenerationManager::HostNames(const std::vector<std::str
 std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
                                                         const std::vector<std::string>& ids,
                                                         const std::vector<bool>& has_state) const {
+  return MembersOf(layout, ids, membership_->FindAll(ids), has_state);
+}
+
+std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
+                                                        const std::vector<std::string>& ids,
+                                                        const std::vector<const WorkerInfo*>& infos,
+                                                        const std::vector<bool>& has_state) {
   std::vector<proto::Member> out;
   out.reserve(ids.size());
   for (size_t r = 0; r < ids.size(); ++r) {
     proto::Member m;
     m.worker_id = ids[r];
-    if (const WorkerInfo* w = membership_->Find(ids[r])) {
+    if (const WorkerInfo* w = infos[r]) {
       m.host = w->host;
       m.device = w->device;
     }
@@ -423,7 +430,10 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
       health_->Forget(id);
     }
   }
-  journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members);
+  // Each member looked up once for the journal, the member table and the push (the entries
+  // stay put: Membership never moves a WorkerInfo, and nothing below removes one).
+  const std::vector<const WorkerInfo*> infos = membership_->FindAll(plan.members);
+  journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members, infos);
   membership_->AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
     membership_->SetState(id, WorkerState::kLeaving);
@@ -441,7 +451,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   // The state move is planned here, once, from the full tables; each recipient gets its own
   // entries, those of the workers it trades state with and its transfers: O(1) + O(its
   // transfers) bytes, not the tables (docs/protocol.md).
-  std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, plan.has_state);
+  std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, infos, plan.has_state);
   std::vector<proto::Member> prev = MembersOf(plan.prev_layout, plan.prev_members,
                                               plan.prev_has_state);
   // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
@@ -463,7 +473,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
-  auto push = [&](const std::string& id, bool leave, bool device) {
+  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave, bool device) {
     proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
     moves.Address(id, &mine);
@@ -472,10 +482,12 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     mine.nccl.possible = !leave && reuse.possible;
     mine.nccl.renumber = reuse.renumber;
     if (mine.nccl.possible && device) mine.nccl.exclude = reuse.exclude;
-    outbox_->Push(id, proto::MessageType::kNewGeneration, mine, plan.generation);
+    outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
   };
-  for (size_t r = 0; r < plan.members.size(); ++r) push(plan.members[r], false, on_device[r]);
-  for (const auto& id : plan.leaving) push(id, true, false);
+  for (size_t r = 0; r < plan.members.size(); ++r) {
+    push(plan.members[r], infos[r], false, on_device[r]);
+  }
+  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true, false);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));

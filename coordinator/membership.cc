@@ -80,6 +80,13 @@ const WorkerInfo* Membership::Find(const std::string& id) const {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
+std::vector<const WorkerInfo*> Membership::FindAll(const std::vector<std::string>& ids) const {
+  std::vector<const WorkerInfo*> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) out.push_back(Find(id));
+  return out;
+}
+
 std::vector<std::string> Membership::Members() const {
   std::vector<std::string> out;
   out.reserve(members_.size());

@@ -48,6 +48,10 @@ class Membership {
   WorkerInfo* Find(const std::string& id);
   const WorkerInfo* Find(const std::string& id) const;
 
+  // Find for each of `ids`, in order (nullptr where unknown): one lookup each for callers that
+  // need several fields of a list of workers.
+  std::vector<const WorkerInfo*> FindAll(const std::vector<std::string>& ids) const;
+
   // Members ordered by rank; standby workers ordered by join order. O(result).
   std::vector<std::string> Members() const;
   std::vector<std::string> Standby() const;
