@@ -1,7 +1,7 @@
 // Names of the protocol's enums (common/messages.h): for logs, the status JSON and the journal.
 #include "common/messages.h"
 
-#include <map>
+#include <unordered_map>
 
 namespace elastra::proto {
 namespace {
@@ -25,7 +25,8 @@ NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
   NcclReuse reuse;
   reuse.from_world = static_cast<int32_t>(old_ids.size());
   if (new_ids.empty()) return reuse;
-  std::map<std::string, int> old_rank;
+  std::unordered_map<std::string, int> old_rank;
+  old_rank.reserve(old_ids.size());
   for (size_t r = 0; r < old_ids.size(); ++r) {
     if (!old_rank.emplace(old_ids[r], static_cast<int>(r)).second) return reuse;
   }

@@ -181,6 +181,10 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
           from_region[own_rank].flat_end == need.flat_end) {
         // It holds exactly what it needs (most ranks of most changes): its pieces stay in place,
         // as the general case below would find piece by piece.
+        if (!options.copies) {
+          plan.bytes_local += need.elements() * esize;  // the pieces cover the flat range
+          continue;
+        }
         for (const Rect& keep : need.Pieces()) {
           plan.copies.push_back({static_cast<int>(ti), dst, dst, keep, keep.volume() * esize});
           plan.bytes_local += keep.volume() * esize;
@@ -200,7 +204,9 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
         for (const Rect& o : own) {
           const Rect keep = Intersect(piece, o);
           if (!keep.empty()) {
-            plan.copies.push_back({static_cast<int>(ti), dst, dst, keep, keep.volume() * esize});
+            if (options.copies) {
+              plan.copies.push_back({static_cast<int>(ti), dst, dst, keep, keep.volume() * esize});
+            }
             plan.bytes_local += keep.volume() * esize;
           }
           std::vector<Rect> next;

@@ -57,6 +57,9 @@ struct ReshardPlanOptions {
   // Replica spreading: a rectangle larger than this many bytes is split over the replicas that
   // hold it (by rows, or by columns for a single row) so each sender carries an even share.
   int64_t split_bytes = 256 << 10;
+  // False: `copies` stays empty (bytes_local still counts them). The coordinator addresses the
+  // transfers only; each worker lists its own copies (LocalCopies).
+  bool copies = true;
 };
 
 // Builds the plan. kInvalidArgument when a placement does not match its layout, names a worker

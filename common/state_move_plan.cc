@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 namespace elastra {
@@ -17,12 +18,17 @@ int StateMove::WorkerIndex(const std::string& id) const {
 StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
                                   const std::vector<proto::Member>& members,
                                   const Layout& prev_layout,
-                                  const std::vector<proto::Member>& prev_members) {
+                                  const std::vector<proto::Member>& prev_members,
+                                  const ReshardPlanOptions& options) {
   for (bool with_leavers : {false, true}) {
     StateMove move;
-    std::map<std::string, int> hosts;
+    std::unordered_map<std::string, int> hosts;
     std::unordered_map<std::string, int> index;
     std::vector<int> host_of_worker;
+    const size_t most = members.size() + (with_leavers ? prev_members.size() : 0);
+    index.reserve(most);
+    move.workers.reserve(most);
+    host_of_worker.reserve(most);
     auto add = [&](const std::string& id, const std::string& host) {
       index.emplace(id, static_cast<int>(move.workers.size()));
       move.workers.push_back(id);
@@ -38,14 +44,16 @@ StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
     }
     Placement from;
     from.layout = prev_layout;
+    from.worker_of_rank.reserve(prev_members.size());
     for (const auto& m : prev_members) {
       auto it = index.find(m.worker_id);
       from.worker_of_rank.push_back(m.has_state && it != index.end() ? it->second : -1);
     }
     Placement to;
     to.layout = layout;
-    for (int r = 0; r < static_cast<int>(members.size()); ++r) to.worker_of_rank.push_back(r);
-    auto plan = BuildReshardPlan(state, from, to, host_of_worker);
+    to.worker_of_rank.resize(members.size());
+    std::iota(to.worker_of_rank.begin(), to.worker_of_rank.end(), 0);
+    auto plan = BuildReshardPlan(state, from, to, host_of_worker, options);
     if (!plan.ok()) {
       if (!with_leavers && plan.status().code() == StatusCode::kFailedPrecondition) continue;
       return plan.status();
@@ -93,15 +101,18 @@ MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
       prev_members_(std::move(prev_members)),
       planned_(std::move(planned)),
       plan_kind_(plan_kind) {
+  ranks_.reserve(members_.size() + prev_members_.size());
   for (size_t r = 0; r < members_.size(); ++r) {
     members_[r].rank = static_cast<int32_t>(r);
     members_[r].worker = static_cast<int32_t>(r);
-    new_rank_.emplace(members_[r].worker_id, static_cast<int>(r));
+    Ranks& ranks = ranks_[members_[r].worker_id];
+    if (ranks.new_rank < 0) ranks.new_rank = static_cast<int>(r);
   }
   const StateMove* move = planned_.ok() ? &*planned_ : nullptr;
   if (move != nullptr) {
     for (size_t w = 0; w < move->workers.size(); ++w) {
-      plan_index_.emplace(move->workers[w], static_cast<int>(w));
+      Ranks& ranks = ranks_[move->workers[w]];
+      if (ranks.plan_index < 0) ranks.plan_index = static_cast<int>(w);
     }
     old_rank_of_worker_.assign(move->workers.size(), -1);
     const auto& from = move->plan.from.worker_of_rank;
@@ -120,29 +131,26 @@ MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
   for (size_t r = 0; r < prev_members_.size(); ++r) {
     proto::Member& m = prev_members_[r];
     m.rank = static_cast<int32_t>(r);
-    old_rank_.emplace(m.worker_id, static_cast<int>(r));
-    if (move != nullptr && m.has_state) {
-      auto it = plan_index_.find(m.worker_id);
-      m.worker = it != plan_index_.end() ? it->second : -1;
-    }
+    Ranks& ranks = ranks_[m.worker_id];
+    if (ranks.old_rank < 0) ranks.old_rank = static_cast<int>(r);
+    ranks.held = ranks.held || m.has_state;
+    if (move != nullptr && m.has_state) m.worker = ranks.plan_index;
   }
 }
 
 int32_t MoveAddresser::ScalarsSource() const {
-  std::unordered_map<std::string, bool> held;
-  for (const auto& m : prev_members_) {
-    if (m.has_state) held[m.worker_id] = true;
-  }
   for (size_t r = 0; r < members_.size(); ++r) {
-    if (held.count(members_[r].worker_id)) return static_cast<int32_t>(r);
+    if (ranks_.at(members_[r].worker_id).held) return static_cast<int32_t>(r);
   }
   return 0;
 }
 
 void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) const {
   std::vector<int> new_ranks, old_ranks;
-  if (auto it = new_rank_.find(id); it != new_rank_.end()) new_ranks.push_back(it->second);
-  if (auto it = old_rank_.find(id); it != old_rank_.end()) old_ranks.push_back(it->second);
+  auto found = ranks_.find(id);
+  const Ranks ranks = found != ranks_.end() ? found->second : Ranks{};
+  if (ranks.new_rank >= 0) new_ranks.push_back(ranks.new_rank);
+  if (ranks.old_rank >= 0) old_ranks.push_back(ranks.old_rank);
   proto::StateMovePart& part = gen->move;
   part = proto::StateMovePart{};
   part.plan = plan_kind_;
@@ -155,8 +163,7 @@ void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) co
     const StateMove& move = *planned_;
     part.needs_leavers = move.needs_leavers;
     part.workers = static_cast<int32_t>(move.workers.size());
-    auto it = plan_index_.find(id);
-    const int me = it != plan_index_.end() ? it->second : -1;
+    const int me = ranks.plan_index;
     // A leaver whose shards the staying workers hold anyway takes no part.
     if (me >= 0 && (me < move.new_members || move.needs_leavers)) {
       for (int i : transfers_of_worker_[me]) {

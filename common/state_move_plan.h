@@ -34,11 +34,13 @@ struct StateMove {
 // From the full tables: `members` by new rank, `prev_members` by old rank (has_state false for a
 // rank whose part is lost). First without the leaving workers: when the staying ones hold
 // everything (replicas), the leavers go at once and the move runs on the new world alone.
-// kFailedPrecondition when some part of the state has no live holder.
+// kFailedPrecondition when some part of the state has no live holder. `options` go to
+// BuildReshardPlan (the coordinator lists no copies: each worker lists its own).
 StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
                                   const std::vector<proto::Member>& members,
                                   const Layout& prev_layout,
-                                  const std::vector<proto::Member>& prev_members);
+                                  const std::vector<proto::Member>& prev_members,
+                                  const ReshardPlanOptions& options = {});
 
 // The coordinator's side: addresses each recipient its part of one generation change. O(N) to
 // set up; each Address costs O(1) plus the recipient's transfers.
@@ -65,7 +67,14 @@ class MoveAddresser {
   std::vector<proto::Member> members_, prev_members_;
   StatusOr<StateMove> planned_;
   proto::MovePlan plan_kind_;
-  std::unordered_map<std::string, int> new_rank_, old_rank_, plan_index_;
+  // Each worker's new rank, old rank and plan index (-1 when none): one lookup per recipient.
+  struct Ranks {
+    int new_rank = -1;
+    int old_rank = -1;
+    int plan_index = -1;
+    bool held = false;  // a previous member that holds state
+  };
+  std::unordered_map<std::string, Ranks> ranks_;
   std::vector<int> old_rank_of_worker_;                 // by plan worker, -1 when none
   std::vector<std::vector<int>> transfers_of_worker_;  // indices into plan.transfers, in order
 };

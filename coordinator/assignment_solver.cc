@@ -13,10 +13,12 @@
 
 namespace elastra {
 
-std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
-  const int n = static_cast<int>(a.size());
+namespace {
+
+// The Hungarian algorithm over any n x m cost matrix read through at(i, j).
+template <typename At>
+std::vector<int> Hungarian(int n, int m, const At& at) {
   if (n == 0) return {};
-  const int m = static_cast<int>(a[0].size());
   constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
   std::vector<int64_t> u(n + 1, 0), v(m + 1, 0);
   std::vector<int> p(m + 1, 0), way(m + 1, 0);
@@ -34,7 +36,7 @@ std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
       int j1 = 0;
       for (int j = 1; j <= m; ++j) {
         if (used[j]) continue;
-        const int64_t cur = a[i0 - 1][j - 1] - u[i0] - v[j];
+        const int64_t cur = at(i0 - 1, j - 1) - u[i0] - v[j];
         if (cur < minv[j]) {
           minv[j] = cur;
           way[j] = j0;
@@ -66,6 +68,22 @@ std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
   }
   return assign;
 }
+
+}  // namespace
+
+std::vector<int> SolveAssignment(const std::vector<std::vector<int64_t>>& a) {
+  if (a.empty()) return {};
+  return Hungarian(static_cast<int>(a.size()), static_cast<int>(a[0].size()),
+                   [&a](int i, int j) { return a[i][j]; });
+}
+
+namespace planner_internal {
+
+std::vector<int> SolveAssignmentFlat(const int64_t* cost, int rows, int cols) {
+  return Hungarian(rows, cols, [cost, cols](int i, int j) { return cost[i * cols + j]; });
+}
+
+}  // namespace planner_internal
 
 namespace planner_internal {
 

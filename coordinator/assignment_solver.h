@@ -10,6 +10,9 @@
 
 namespace elastra::planner_internal {
 
+// SolveAssignment over a row-major rows x cols matrix (no vector per row).
+std::vector<int> SolveAssignmentFlat(const int64_t* cost, int rows, int cols);
+
 // Branch and bound over the group each unit goes to, for when units compete for the same
 // workers so that the per-unit bound is not reached. The bound of a partial choice is the
 // assignment problem over every rank and worker with the chosen units' ranks held to their

@@ -199,8 +199,9 @@ void GenerationManager::FinishPause(int64_t step) {
   // The candidates: the current members (less a draining host's), plus usable standby workers up
   // to the size asked for.
   std::vector<std::string> candidates;
+  candidates.reserve(std::max(old.size(), pause_goal_.workers));
   for (const auto& id : old) {
-    const WorkerInfo* w = membership_->Find(id);
+    const WorkerInfo* w = except.empty() ? nullptr : membership_->Find(id);
     if (except.empty() || w == nullptr || w->host != except) candidates.push_back(id);
   }
   for (const auto& id : hosts_->UsableStandby(except)) {
@@ -215,22 +216,19 @@ void GenerationManager::FinishPause(int64_t step) {
   const size_t want = std::min(pause_goal_.workers, candidates.size());
   const bool has_layout =
       pause_goal_.has_layout && static_cast<size_t>(pause_goal_.layout.world()) == want;
-  plan.layout =
-      has_layout
-          ? pause_goal_.layout
-          : layouts_->Choose(
-                HostNames(std::vector<std::string>(
-                    candidates.begin(), candidates.begin() + std::min(want, candidates.size()))),
-                layout_);
+  const std::vector<std::string> hosts = HostNames(candidates);
+  plan.layout = has_layout ? pause_goal_.layout
+                           : layouts_->Choose(std::vector<std::string>(
+                                                  hosts.begin(), hosts.begin() + want),
+                                              layout_);
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
-  plan.members =
-      layouts_->Assign(plan.layout, candidates, HostNames(candidates), layout_, members_);
-  const std::unordered_set<std::string> old_set(old.begin(), old.end());
-  const std::unordered_set<std::string> new_set(plan.members.begin(), plan.members.end());
-  for (const auto& id : plan.members) plan.has_state.push_back(old_set.count(id) > 0);
+  plan.members = layouts_->Assign(plan.layout, candidates, hosts, layout_, members_);
+  std::unordered_set<std::string> old_set(old.begin(), old.end());
+  plan.has_state.reserve(plan.members.size());
+  for (const auto& id : plan.members) plan.has_state.push_back(old_set.erase(id) > 0);
   for (const auto& id : old) {
-    if (!new_set.count(id)) plan.leaving.push_back(id);
+    if (old_set.count(id)) plan.leaving.push_back(id);  // not taken by the new generation
   }
   plan.restore_step = step;
   plan.source_rank = 0;
@@ -384,6 +382,7 @@ void GenerationManager::FinishRecovery() {
 
 std::vector<std::string> GenerationManager::HostNames(const std::vector<std::string>& ids) const {
   std::vector<std::string> hosts;
+  hosts.reserve(ids.size());
   for (const auto& id : ids) {
     const WorkerInfo* w = membership_->Find(id);
     hosts.push_back(w != nullptr ? w->host : id);
@@ -394,11 +393,19 @@ std::vector<std::string> GenerationManager::HostNames(const std::vector<std::str
 std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
                                                         const std::vector<std::string>& ids,
                                                         const std::vector<bool>& has_state) const {
+  return MembersOf(layout, ids, membership_->FindAll(ids), has_state);
+}
+
+std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
+                                                        const std::vector<std::string>& ids,
+                                                        const std::vector<const WorkerInfo*>& infos,
+                                                        const std::vector<bool>& has_state) {
   std::vector<proto::Member> out;
+  out.reserve(ids.size());
   for (size_t r = 0; r < ids.size(); ++r) {
     proto::Member m;
     m.worker_id = ids[r];
-    if (const WorkerInfo* w = membership_->Find(ids[r])) {
+    if (const WorkerInfo* w = infos[r]) {
       m.host = w->host;
       m.device = w->device;
     }
@@ -412,7 +419,9 @@ std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
 void GenerationManager::StartBuild(GenerationPlan plan) {
   // Members not in the plan that still hold the member state (aborted survivors that did not
   // answer were marked lost already) are not part of the new generation.
-  std::unordered_set<std::string> staying(plan.members.begin(), plan.members.end());
+  std::unordered_set<std::string> staying;
+  staying.reserve(plan.members.size() + plan.leaving.size());
+  staying.insert(plan.members.begin(), plan.members.end());
   staying.insert(plan.leaving.begin(), plan.leaving.end());
   for (const auto& id : membership_->Members()) {
     if (!staying.count(id)) {
@@ -421,7 +430,10 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
       health_->Forget(id);
     }
   }
-  journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members);
+  // Each member looked up once for the journal, the member table and the push (the entries
+  // stay put: Membership never moves a WorkerInfo, and nothing below removes one).
+  const std::vector<const WorkerInfo*> infos = membership_->FindAll(plan.members);
+  journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members, infos);
   membership_->AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
     membership_->SetState(id, WorkerState::kLeaving);
@@ -439,13 +451,19 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   // The state move is planned here, once, from the full tables; each recipient gets its own
   // entries, those of the workers it trades state with and its transfers: O(1) + O(its
   // transfers) bytes, not the tables (docs/protocol.md).
-  std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, plan.has_state);
+  std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, infos, plan.has_state);
   std::vector<proto::Member> prev = MembersOf(plan.prev_layout, plan.prev_members,
                                               plan.prev_has_state);
+  // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
+  std::vector<bool> on_device(members.size());
+  for (size_t r = 0; r < members.size(); ++r) on_device[r] = members[r].device >= 0;
   const bool resume = plan.reason == proto::GenerationReason::kResume;
+  ReshardPlanOptions plan_options;
+  plan_options.copies = false;  // each worker lists its own copies
   StatusOr<StateMove> planned =
       resume ? StatusOr<StateMove>(UnavailableError("resumed from disk"))
-             : PlanStateMove(layouts_->state(), plan.layout, members, plan.prev_layout, prev);
+             : PlanStateMove(layouts_->state(), plan.layout, members, plan.prev_layout, prev,
+                             plan_options);
   if (!planned.ok() && !resume) {
     LOG(WARNING) << "state move of generation " << plan.generation << ": " << planned.status();
   }
@@ -455,7 +473,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
-  auto push = [&](const std::string& id, bool leave) {
+  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave, bool device) {
     proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
     moves.Address(id, &mine);
@@ -463,20 +481,20 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     mine.nccl.from_world = reuse.from_world;
     mine.nccl.possible = !leave && reuse.possible;
     mine.nccl.renumber = reuse.renumber;
-    // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
-    const WorkerInfo* w = membership_->Find(id);
-    if (mine.nccl.possible && w != nullptr && w->device >= 0) mine.nccl.exclude = reuse.exclude;
-    outbox_->Push(id, proto::MessageType::kNewGeneration, mine, plan.generation);
+    if (mine.nccl.possible && device) mine.nccl.exclude = reuse.exclude;
+    outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
   };
-  for (const auto& id : plan.members) push(id, false);
-  for (const auto& id : plan.leaving) push(id, true);
+  for (size_t r = 0; r < plan.members.size(); ++r) {
+    push(plan.members[r], infos[r], false, on_device[r]);
+  }
+  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true, false);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));
 }
 
 void GenerationManager::Commit() {
-  const GenerationPlan plan = reconf_.plan();
+  const GenerationPlan& plan = reconf_.plan();  // valid until reconf_.Reset()
   HistoryEntry entry;
   entry.generation = plan.generation;
   entry.reason = plan.reason;
@@ -486,10 +504,10 @@ void GenerationManager::Commit() {
   const bool recovered = plan.reason == proto::GenerationReason::kFailure;
   journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings,
                    recovered ? plan.reached_step : -1, recovered ? plan.restore_step : -1);
-  history_.push_back(entry);
   generation_ = plan.generation;
   layout_ = plan.layout;
   members_ = plan.members;
+  history_.push_back(std::move(entry));
   job_state_ = proto::JobState::kRunning;
   reconf_.Reset();
   LOG(INFO) << "generation " << generation_ << " committed (" << layout_.ToString() << ")";

@@ -145,6 +145,11 @@ class GenerationManager {
   // The wire form of workers `ids` at ranks 0.. of `layout`.
   std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
                                        const std::vector<bool>& has_state) const;
+  // The same with each worker already looked up (infos[r]: Membership::Find(ids[r])).
+  static std::vector<proto::Member> MembersOf(const Layout& layout,
+                                              const std::vector<std::string>& ids,
+                                              const std::vector<const WorkerInfo*>& infos,
+                                              const std::vector<bool>& has_state);
 
   const CoordinatorOptions* options_;
   Clock* clock_;

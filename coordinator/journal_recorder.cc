@@ -12,9 +12,13 @@ void JournalRecorder::LogFailure(const Status& s) {
 }
 
 JournalWorker JournalRecorder::RecordOf(const std::string& id) const {
+  return RecordOf(id, membership_->Find(id));
+}
+
+JournalWorker JournalRecorder::RecordOf(const std::string& id, const WorkerInfo* w) {
   JournalWorker r;
   r.id = id;
-  if (const WorkerInfo* w = membership_->Find(id)) {
+  if (w != nullptr) {
     r.host = w->host;
     r.device = w->device;
     r.pid = w->pid;
@@ -24,6 +28,7 @@ JournalWorker JournalRecorder::RecordOf(const std::string& id) const {
 
 std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::string>& ids) const {
   std::vector<JournalWorker> out;
+  out.reserve(ids.size());
   for (const auto& id : ids) out.push_back(RecordOf(id));
   return out;
 }
@@ -43,6 +48,16 @@ void JournalRecorder::Ids(const std::vector<std::string>& ids) {
 void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<std::string>& workers) {
   if (journal_) LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers)));
+}
+
+void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
+                                  const std::vector<std::string>& workers,
+                                  const std::vector<const WorkerInfo*>& infos) {
+  if (!journal_) return;
+  std::vector<JournalWorker> records;
+  records.reserve(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) records.push_back(RecordOf(workers[i], infos[i]));
+  LogFailure(journal_->RecordChangeBegun(target, kind, records));
 }
 
 void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,

@@ -30,6 +30,9 @@ class JournalRecorder {
   void WorkerState(const std::string& id, JournalWorkerState state);
   void Ids(const std::vector<std::string>& ids);
   void ChangeBegun(uint64_t target, ChangeKind kind, const std::vector<std::string>& workers);
+  // The same with each worker already looked up (infos[i]: Membership::Find(workers[i])).
+  void ChangeBegun(uint64_t target, ChangeKind kind, const std::vector<std::string>& workers,
+                   const std::vector<const WorkerInfo*>& infos);
   // `reached_step`, `restore_step`: of a recovery generation, -1 otherwise (JournalGeneration).
   void Commit(uint64_t generation, proto::GenerationReason reason, const Layout& layout,
               const std::vector<std::string>& members, const ReconfigurationTimings& timings,
@@ -53,6 +56,7 @@ class JournalRecorder {
 
  private:
   JournalWorker RecordOf(const std::string& id) const;
+  static JournalWorker RecordOf(const std::string& id, const WorkerInfo* w);
   std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids) const;
 
   const Membership* membership_;

@@ -11,8 +11,9 @@
 namespace elastra::coordinator {
 
 std::vector<int> HostIndices(const std::vector<std::string>& hosts) {
-  std::map<std::string, int> index;
+  std::unordered_map<std::string, int> index;
   std::vector<int> out;
+  out.reserve(hosts.size());
   for (const auto& h : hosts) {
     auto [it, added] = index.emplace(h, static_cast<int>(index.size()));
     out.push_back(it->second);
@@ -161,6 +162,7 @@ std::vector<std::string> LayoutPolicy::Assign(
   CurrentPlacement placement;
   placement.layout = current;
   std::unordered_map<std::string, int> index;  // candidate -> its position
+  index.reserve(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) index.emplace(candidates[i], static_cast<int>(i));
   for (const auto& id : current_members) {
     auto it = index.find(id);
@@ -175,14 +177,27 @@ std::vector<std::string> LayoutPolicy::Assign(
   const StateSpec& state = state_;
   const bool zero = std::any_of(state.tensors.begin(), state.tensors.end(),
                                 [](const TensorSpec& t) { return t.rule.zero; });
+  // A dense table by class when the classes are few enough (the usual case), else a hash map.
+  const int64_t from_classes = static_cast<int64_t>(current.pp) * current.tp;
+  const int64_t to_classes = static_cast<int64_t>(layout.pp) * layout.tp;
+  constexpr int64_t kDenseClasses = int64_t{1} << 20;
+  const bool dense = from_classes * to_classes <= kDenseClasses;
   auto by_class = std::make_shared<std::unordered_map<uint64_t, int64_t>>();
-  options.kept_bytes = [&state, current, zero, by_class](int from_rank, const Layout& to,
-                                                         int to_rank) {
+  auto dense_class = std::make_shared<std::vector<int64_t>>(
+      !zero && dense ? from_classes * to_classes : 0, int64_t{-1});
+  options.kept_bytes_memoized = !zero;
+  options.kept_bytes = [&state, current, layout, zero, dense, to_classes, by_class, dense_class](
+                           int from_rank, const Layout& to, int to_rank) {
     const Coordinates a = CoordinatesOf(current, from_rank), b = CoordinatesOf(to, to_rank);
     // Without ZeRO the class of a pair is its two (pp, tp) positions.
-    const uint64_t key = (static_cast<uint64_t>(a.pp_rank * current.tp + a.tp_rank) << 32) |
-                         static_cast<uint64_t>(b.pp_rank * to.tp + b.tp_rank);
-    if (!zero) {
+    const int64_t from_class = a.pp_rank * current.tp + a.tp_rank;
+    const int64_t to_class = b.pp_rank * to.tp + b.tp_rank;
+    const uint64_t key = (static_cast<uint64_t>(from_class) << 32) | static_cast<uint64_t>(to_class);
+    int64_t* slot = nullptr;
+    if (!zero && dense && to.pp == layout.pp && to.tp == layout.tp) {
+      slot = &(*dense_class)[from_class * to_classes + to_class];
+      if (*slot >= 0) return *slot;
+    } else if (!zero) {
       auto it = by_class->find(key);
       if (it != by_class->end()) return it->second;
     }
@@ -197,7 +212,11 @@ std::vector<std::string> LayoutPolicy::Assign(
         }
       }
     }
-    if (!zero) by_class->emplace(key, kept);
+    if (slot != nullptr) {
+      *slot = kept;
+    } else if (!zero) {
+      by_class->emplace(key, kept);
+    }
     return kept;
   };
   bool exact = false;

@@ -24,6 +24,15 @@ void Membership::Unindex(const WorkerInfo& w) {
   }
 }
 
+void Membership::Restate(WorkerInfo& w, WorkerState state, int rank) {
+  if (w.state == WorkerState::kStandby) standby_.erase(w.join_order);
+  if (w.state == WorkerState::kMember) members_.erase({w.rank, w.id});
+  w.state = state;
+  w.rank = rank;
+  if (state == WorkerState::kStandby) standby_[w.join_order] = w.id;
+  if (state == WorkerState::kMember) members_.emplace(rank, w.id);
+}
+
 Status Membership::Join(const proto::JoinRequest& request, const std::string& identity,
                         TimePoint now) {
   if (request.worker_id.empty()) return InvalidArgumentError("join without a worker id");
@@ -71,6 +80,13 @@ const WorkerInfo* Membership::Find(const std::string& id) const {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
+std::vector<const WorkerInfo*> Membership::FindAll(const std::vector<std::string>& ids) const {
+  std::vector<const WorkerInfo*> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) out.push_back(Find(id));
+  return out;
+}
+
 std::vector<std::string> Membership::Members() const {
   std::vector<std::string> out;
   out.reserve(members_.size());
@@ -104,28 +120,23 @@ void Membership::AssignRanks(const std::vector<std::string>& ordered) {
   for (size_t r = 0; r < ordered.size(); ++r) {
     auto it = workers_.find(ordered[r]);
     if (it == workers_.end()) continue;
-    Unindex(it->second);
-    it->second.rank = static_cast<int>(r);
-    it->second.state = WorkerState::kMember;
-    Index(it->second);
+    WorkerInfo& w = it->second;
+    const int rank = static_cast<int>(r);
+    if (w.state == WorkerState::kMember && w.rank == rank) continue;  // most of a change's members
+    Restate(w, WorkerState::kMember, rank);
   }
 }
 
 void Membership::SetState(const std::string& id, WorkerState state) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
-  Unindex(it->second);
-  it->second.state = state;
-  if (state != WorkerState::kMember) it->second.rank = -1;
-  Index(it->second);
+  Restate(it->second, state, state == WorkerState::kMember ? it->second.rank : -1);
 }
 
 void Membership::SetFinished(const std::string& id) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
-  Unindex(it->second);
-  it->second.state = WorkerState::kFinished;
-  Index(it->second);
+  Restate(it->second, WorkerState::kFinished, it->second.rank);
 }
 
 void Membership::SetHost(const std::string& id, const std::string& host) {

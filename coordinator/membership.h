@@ -48,6 +48,10 @@ class Membership {
   WorkerInfo* Find(const std::string& id);
   const WorkerInfo* Find(const std::string& id) const;
 
+  // Find for each of `ids`, in order (nullptr where unknown): one lookup each for callers that
+  // need several fields of a list of workers.
+  std::vector<const WorkerInfo*> FindAll(const std::vector<std::string>& ids) const;
+
   // Members ordered by rank; standby workers ordered by join order. O(result).
   std::vector<std::string> Members() const;
   std::vector<std::string> Standby() const;
@@ -80,6 +84,9 @@ class Membership {
   // The indexes of `w` (added after, removed before any change of its state, rank or host).
   void Index(const WorkerInfo& w);
   void Unindex(const WorkerInfo& w);
+  // A change of state and rank only: the indexes by state and rank (the join order and host
+  // indexes do not depend on them).
+  void Restate(WorkerInfo& w, WorkerState state, int rank);
 
   std::unordered_map<std::string, WorkerInfo> workers_;  // node-based: pointers stay valid
   std::map<uint64_t, std::string> by_order_;              // every worker, by join order

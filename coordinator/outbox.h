@@ -45,7 +45,12 @@ class Outbox {
   template <class T>
   void Push(const std::string& worker_id, proto::MessageType type, const T& payload,
             uint64_t generation) {
-    const WorkerInfo* w = membership_->Find(worker_id);
+    PushTo(membership_->Find(worker_id), type, payload, generation);
+  }
+  // Push to a worker already looked up (nullptr: unknown, dropped).
+  template <class T>
+  void PushTo(const WorkerInfo* w, proto::MessageType type, const T& payload,
+              uint64_t generation) {
     if (w == nullptr || w->identity.empty()) return;
     out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
   }

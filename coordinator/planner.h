@@ -89,6 +89,9 @@ struct PlannerOptions {
   // rank or its proportional rank, each host placed exactly (see docs/resharding.md).
   int exact_assignment_max_blocks = 128;
   KeptBytesFn kept_bytes;  // empty: the analytic estimate
+  // kept_bytes answers from its own table (by class of equivalent ranks): the assignment calls
+  // it for every pair instead of memoising each pair of ranks itself.
+  bool kept_bytes_memoized = false;
 };
 
 struct PlanResult {

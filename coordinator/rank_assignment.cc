@@ -173,7 +173,7 @@ class RankAssigner {
       old_rank_[current.worker_of_rank[r]] = static_cast<int>(r);
     }
     const int64_t pairs = static_cast<int64_t>(current.layout.world()) * layout.world();
-    if (pairs <= kDenseMemoPairs) dense_.assign(pairs, -1);
+    if (pairs <= kDenseMemoPairs && !options.kept_bytes_memoized) dense_.assign(pairs, -1);
   }
 
   int tp() const { return layout_.tp; }
@@ -181,6 +181,7 @@ class RankAssigner {
   int64_t Kept(int worker, int rank) {
     const int from = old_rank_[worker];
     if (from < 0) return 0;
+    if (options_.kept_bytes_memoized) return options_.kept_bytes(from, layout_, rank);
     const int64_t key = static_cast<int64_t>(from) * layout_.world() + rank;
     if (!dense_.empty() && dense_[key] >= 0) return dense_[key];
     if (dense_.empty()) {
@@ -208,29 +209,41 @@ class RankAssigner {
     const int cols = static_cast<int>(workers.size());
     CHECK_LE(rows, cols);
     if (rows == 0) return 0;
-    std::vector<std::vector<int64_t>> kept(rows, std::vector<int64_t>(cols));
+    // Row-major rows x cols, reused from call to call (one call per TP group and per group).
+    kept_.resize(static_cast<size_t>(rows) * cols);
     int64_t max_kept = 0;
     for (int i = 0; i < rows; ++i) {
       const int rank = units[i / tp] * tp + i % tp;
       for (int c = 0; c < cols; ++c) {
-        kept[i][c] = Kept(workers[c], rank);
-        max_kept = std::max(max_kept, kept[i][c]);
+        const int64_t k = Kept(workers[c], rank);
+        kept_[i * cols + c] = k;
+        max_kept = std::max(max_kept, k);
       }
     }
     if (max_kept == 0 && !tiebreak && !worker_of_rank) return 0;  // any order will do
     // Kept bytes first; the sum of the ties (each < cols) never outweighs one (shifted) byte.
     const int64_t scale = tiebreak ? static_cast<int64_t>(rows) * cols + 1 : 1;
     const int shift = ShiftToFit(max_kept, scale, rows);
-    std::vector<std::vector<int64_t>> cost(rows, std::vector<int64_t>(cols));
-    for (int i = 0; i < rows; ++i) {
-      for (int c = 0; c < cols; ++c) {
-        cost[i][c] = -(kept[i][c] >> shift) * scale + (tiebreak ? std::abs(i - c) : 0);
+    auto cost = [&](int i, int c) {
+      return -(kept_[i * cols + c] >> shift) * scale + (tiebreak ? std::abs(i - c) : 0);
+    };
+    if (rows == 1) {
+      // One rank: the first column of least cost, the column SolveAssignment picks.
+      int pick = 0;
+      for (int c = 1; c < cols; ++c) {
+        if (cost(0, c) < cost(0, pick)) pick = c;
       }
+      if (worker_of_rank) (*worker_of_rank)[units[0] * tp] = workers[pick];
+      return kept_[pick];
     }
-    const std::vector<int> pick = SolveAssignment(cost);
+    cost_.resize(kept_.size());
+    for (int i = 0; i < rows; ++i) {
+      for (int c = 0; c < cols; ++c) cost_[i * cols + c] = cost(i, c);
+    }
+    const std::vector<int> pick = planner_internal::SolveAssignmentFlat(cost_.data(), rows, cols);
     int64_t total = 0;
     for (int i = 0; i < rows; ++i) {
-      total += kept[i][pick[i]];
+      total += kept_[i * cols + pick[i]];
       if (worker_of_rank) (*worker_of_rank)[units[i / tp] * tp + i % tp] = workers[pick[i]];
     }
     return total;
@@ -263,6 +276,7 @@ class RankAssigner {
   std::vector<int> old_rank_;
   std::vector<int64_t> dense_;
   std::unordered_map<int64_t, int64_t> memo_;
+  std::vector<int64_t> kept_, cost_;  // Place's matrices
 };
 
 // Local search on the group of each unit: moves a unit to a group with a free slot, or swaps

@@ -97,6 +97,25 @@ TEST(MembershipTest, IndexesFollowStatesRanksAndHosts) {
   EXPECT_EQ(all, (std::vector<std::string>{"w0", "w1", "w2", "w4", "w5"}));
 }
 
+TEST(MembershipTest, AGrowKeepsTheRanksOfMembersAndIndexesTheNewOnes) {
+  Membership m;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(m.Join(proto::JoinRequest{"w" + std::to_string(i), "h", 0, 1}, "id", {}).ok());
+  }
+  m.AssignRanks({"w1", "w2"});
+  m.AssignRanks({"w1", "w2", "w4", "w0"});  // the first two keep their ranks
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w1", "w2", "w4", "w0"}));
+  EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w3"}));
+  EXPECT_EQ(m.Find("w4")->rank, 2);
+  m.AssignRanks({"w4", "w2"});  // w2 keeps rank 1; w1 and w0 stay members until moved
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w1", "w4", "w2", "w0"}));  // by rank, id
+  m.SetState("w1", WorkerState::kLeaving);
+  m.SetState("w0", WorkerState::kStandby);
+  EXPECT_EQ(m.Members(), (std::vector<std::string>{"w4", "w2"}));
+  EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0", "w3"}));
+  EXPECT_EQ(m.On("h").size(), 5u);
+}
+
 // Thousands of workers: the lists stay exact (the indexes are what the coordinator's O(1) join
 // relies on).
 TEST(MembershipTest, ManyWorkers) {

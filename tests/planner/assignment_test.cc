@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "coordinator/assignment_solver.h"
 #include "coordinator/planner.h"
 #include "elastra/sharding.h"
 #include "common/reshard_plan.h"
@@ -284,6 +285,55 @@ TEST(Assignment, HeuristicAboveTheExactSizeKeepsProportionalRanks) {
   EXPECT_EQ(heuristic_kept, exact_kept);
   for (int d = 0; d < 4; ++d) {
     for (int t = 0; t < 2; ++t) EXPECT_EQ((*heuristic)[d * 2 + t] / 2 / 2, d) << d << " " << t;
+  }
+}
+
+TEST(Assignment, AMemoisedKeptBytesGivesTheSameAssignment) {
+  // kept_bytes_memoized only stops the assigner's own table: the exact and the heuristic
+  // assignments are the same with it (ranks, bytes kept), for changes with and without ZeRO.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 24; ++trial) {
+    const ModelDescription model = Model(trial % 2 == 1);
+    const StateSpec state = StateOf(model);
+    const Layout from{2 + trial % 3, 1 + trial % 2, trial % 4 < 2 ? 1 : 2};
+    const Layout to{1 + (trial / 3) % 4, 1 + (trial / 2) % 2, trial % 3 == 0 ? 2 : 1};
+    const int workers = std::max(from.world(), to.world()) + 2;
+    std::vector<int> current = Identity(workers);
+    std::shuffle(current.begin(), current.end(), rng);
+    current.resize(from.world());
+    for (int max_blocks : {0, 128}) {
+      PlannerOptions plain = ExactKept(state, from);
+      plain.exact_assignment_max_blocks = max_blocks;
+      PlannerOptions memoised = plain;
+      memoised.kept_bytes_memoized = true;
+      bool exact_a = false, exact_b = false;
+      int64_t kept_a = -1, kept_b = -2;
+      const std::vector<int> hosts = HostsOfSize(workers, 2 + trial % 3);
+      auto a = AssignRanks(model, to, hosts, {from, current}, plain, &exact_a, &kept_a);
+      auto b = AssignRanks(model, to, hosts, {from, current}, memoised, &exact_b, &kept_b);
+      ASSERT_TRUE(a.ok() && b.ok()) << trial;
+      EXPECT_EQ(*a, *b) << trial << " " << max_blocks;
+      EXPECT_EQ(kept_a, kept_b) << trial;
+      EXPECT_EQ(exact_a, exact_b) << trial;
+    }
+  }
+}
+
+TEST(Assignment, TheFlatSolverMatchesTheSolverOverRows) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % 6);
+    const int cols = rows + static_cast<int>(rng() % 4);
+    std::vector<std::vector<int64_t>> cost(rows, std::vector<int64_t>(cols));
+    std::vector<int64_t> flat;
+    for (auto& row : cost) {
+      for (auto& x : row) {
+        x = static_cast<int64_t>(rng() % 5) - 2;  // many ties
+        flat.push_back(x);
+      }
+    }
+    EXPECT_EQ(SolveAssignment(cost), planner_internal::SolveAssignmentFlat(flat.data(), rows, cols))
+        << trial;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/codec.h"
@@ -263,6 +264,43 @@ TEST(StateMovePlan, LostShardsAndRefusedPlansReachTheWorker) {
                            proto::MovePlan::kNone);
   none.Address("w0a", &gen);
   EXPECT_EQ(StateMoveOf(gen, c.state, "w0a").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(StateMovePlan, APlanWithoutCopiesAddressesEveryWorkerTheSameMessage) {
+  // The coordinator plans without listing copies (each worker lists its own): the transfers,
+  // the bytes and every recipient's message are those of the plan with copies.
+  ReshardPlanOptions no_copies;
+  no_copies.copies = false;
+  for (const Change& c : Changes()) {
+    SCOPED_TRACE(c.name);
+    const auto members = Table(c.to, c.members, std::vector<bool>(c.members.size(), true));
+    const auto prev = Table(c.from, c.prev, c.prev_has_state);
+    auto with = PlanStateMove(c.state, c.to, members, c.from, prev);
+    auto without = PlanStateMove(c.state, c.to, members, c.from, prev, no_copies);
+    ASSERT_TRUE(with.ok() && without.ok());
+    EXPECT_FALSE(with->plan.copies.empty());
+    EXPECT_TRUE(without->plan.copies.empty());
+    EXPECT_EQ(with->plan.bytes_local, without->plan.bytes_local);
+    EXPECT_EQ(with->plan.bytes_moved, without->plan.bytes_moved);
+    ASSERT_EQ(with->plan.transfers.size(), without->plan.transfers.size());
+    for (size_t i = 0; i < with->plan.transfers.size(); ++i) {
+      const Transfer &x = with->plan.transfers[i], &y = without->plan.transfers[i];
+      EXPECT_EQ(std::make_tuple(x.tensor, x.src, x.dst, x.bytes),
+                std::make_tuple(y.tensor, y.src, y.dst, y.bytes));
+      EXPECT_EQ(x.rect, y.rect);
+    }
+    const MoveAddresser a(c.state, c.to, members, c.from, prev, with, proto::MovePlan::kMove);
+    const MoveAddresser b(c.state, c.to, members, c.from, prev, without, proto::MovePlan::kMove);
+    EXPECT_EQ(a.ScalarsSource(), b.ScalarsSource());
+    std::vector<std::string> recipients = c.members;
+    recipients.insert(recipients.end(), c.prev.begin(), c.prev.end());
+    for (const std::string& id : recipients) {
+      proto::NewGeneration ga, gb;
+      a.Address(id, &ga);
+      b.Address(id, &gb);
+      EXPECT_EQ(proto::EncodePayload(ga), proto::EncodePayload(gb)) << id;
+    }
+  }
 }
 
 // What a grow by one host costs in bytes: every recipient gets its own entries, and entries
