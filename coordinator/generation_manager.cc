@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/logging.h"
@@ -86,6 +87,23 @@ Status GenerationManager::OnReady(const std::string& id, const proto::Generation
   ELASTRA_RETURN_IF_ERROR(reconf_.RecordReady(id, ready));
   if (reconf_.AllReady()) Commit();
   return OkStatus();
+}
+
+void GenerationManager::NoteBuiltWorkers() {
+  // A worker that reported the generation ready has its shards, and its only commit, in the new
+  // layout (GenerationBuilder::CommitNewLayout): it holds nothing of the committed layout, unless
+  // its part did not change (same layout, same rank).
+  const GenerationPlan& plan = reconf_.plan();
+  std::unordered_map<std::string, size_t> old_rank;
+  if (generation_ != 0 && plan.layout == layout_) {
+    for (size_t r = 0; r < members_.size(); ++r) old_rank.emplace(members_[r], r);
+  }
+  for (size_t r = 0; r < plan.members.size(); ++r) {
+    const std::string& id = plan.members[r];
+    if (!reconf_.IsReady(id)) continue;
+    auto it = old_rank.find(id);
+    if (it == old_rank.end() || it->second != r) off_layout_.insert(id);
+  }
 }
 
 bool GenerationManager::FailureIsCurrent(uint64_t generation) const {
@@ -286,6 +304,7 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
   }
   // A change in flight is aborted. Leaving workers of an aborted shrink stay members.
   if (reconf_.phase() == Phase::kBuilding) {
+    NoteBuiltWorkers();
     for (const auto& id : reconf_.plan().leaving) {
       WorkerInfo* w = membership_->Find(id);
       if (w != nullptr && w->state == WorkerState::kLeaving) {
@@ -332,7 +351,7 @@ void GenerationManager::FinishRecovery() {
     plan.prev_members = {survivors[0]};
     plan.prev_has_state = {true};
   } else {
-    auto recovery = reconf_.PlanRecovery();
+    auto recovery = reconf_.PlanRecovery(off_layout_);
     if (!recovery.ok()) {
       FailJob("cannot recover: " + recovery.status().message());
       return;
@@ -507,6 +526,7 @@ void GenerationManager::Commit() {
   generation_ = plan.generation;
   layout_ = plan.layout;
   members_ = plan.members;
+  off_layout_.clear();
   history_.push_back(std::move(entry));
   job_state_ = proto::JobState::kRunning;
   reconf_.Reset();

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -142,6 +143,9 @@ class GenerationManager {
   void EndJob(const std::string& message);
   // The host of each of `ids` (the id itself for an unknown worker).
   std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
+  // Before a build in flight is abandoned: adds the workers that reported it ready, and whose
+  // part changed in it, to off_layout_.
+  void NoteBuiltWorkers();
   // The wire form of workers `ids` at ranks 0.. of `layout`.
   std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
                                        const std::vector<bool>& has_state) const;
@@ -170,6 +174,10 @@ class GenerationManager {
   uint64_t highest_generation_ = 0;  // highest number handed out
   Layout layout_;
   std::vector<std::string> members_;  // committed generation, by rank
+  // Workers that reported ready for a generation that then failed, and whose part changed in it:
+  // their shards and commits are in that generation's layout, not layout_'s, so a recovery counts
+  // them as holding no state (NoteBuiltWorkers). Cleared at each commit.
+  std::unordered_set<std::string> off_layout_;
   std::vector<HistoryEntry> history_;
   Reconfiguration reconf_;
   SizeGoal pause_goal_;  // of the pause in flight

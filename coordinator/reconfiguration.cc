@@ -149,7 +149,8 @@ StatusOr<int64_t> Reconfiguration::AgreedStep() const {
   return step;
 }
 
-StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery() const {
+StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery(
+    const std::unordered_set<std::string>& off_layout) const {
   RecoveryPlan plan;
   std::set<int64_t> common;
   bool first = true;
@@ -158,7 +159,7 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery() const {
     if (it == paused_.end()) continue;
     plan.reached_step = std::max(plan.reached_step, it->second.step);
     const auto& commits = it->second.commit_steps;
-    if (commits.empty()) {
+    if (commits.empty() || off_layout.count(id) > 0) {
       plan.without_state.push_back(id);
       continue;
     }

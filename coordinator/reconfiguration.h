@@ -52,7 +52,7 @@ struct RecoveryPlan {
   int64_t restore_step = 0;
   int64_t reached_step = -1;  // the furthest step a survivor reported (PausedReport::step)
   std::vector<std::string> with_state;     // survivors holding restore_step, by old rank
-  std::vector<std::string> without_state;  // survivors with no commit at all
+  std::vector<std::string> without_state;  // survivors with no commit of the committed layout
 };
 
 class Reconfiguration {
@@ -81,6 +81,8 @@ class Reconfiguration {
   // O(1): counted as the reports come.
   bool AllPaused() const;
   bool AllReady() const;
+  // Whether plan member `id` reported the generation being built ready. O(1).
+  bool IsReady(const std::string& id) const { return ready_.count(id) > 0; }
   // Whether participant `id` answered. O(1).
   bool HasAnswered(const std::string& id) const { return paused_.count(id) > 0; }
   // Participants that answered / did not answer, by old rank.
@@ -95,8 +97,10 @@ class Reconfiguration {
   // them reported a failure.
   StatusOr<int64_t> AgreedStep() const;
   // Recovering: the largest step every state-holding survivor has a commit of. kAborted when there
-  // is none.
-  StatusOr<RecoveryPlan> PlanRecovery() const;
+  // is none. Survivors in `off_layout` hold no state of the committed layout whatever commits they
+  // report (GenerationManager: they built a generation that then failed).
+  StatusOr<RecoveryPlan> PlanRecovery(
+      const std::unordered_set<std::string>& off_layout = {}) const;
 
   const GenerationPlan& plan() const { return plan_; }
   ReconfigurationTimings Timings() const;

@@ -135,6 +135,38 @@ TEST_F(GenerationManagerTest, DifferentPauseStepsTurnThePauseIntoARecovery) {
   EXPECT_FALSE(generations_.FailureIsCurrent(1)) << "already recovering";
 }
 
+// A worker that built the new generation (its shards and its only commit are in the new layout)
+// before another failed: the recovery counts it as holding nothing of the committed layout, so
+// the other survivor's replica is the source and it does not roll back to a commit it lacks.
+TEST_F(GenerationManagerTest, AWorkerThatBuiltAFailedGenerationHoldsNoStateInTheRecovery) {
+  StartTwo();
+  generations_.BeginPause(SizeGoal{2, true, Layout{1, 2, 1}});
+  ASSERT_TRUE(generations_.OnPaused("a", proto::PausedReport{2, 10, {10}, false}).ok());
+  ASSERT_TRUE(generations_.OnPaused("b", proto::PausedReport{2, 10, {10}, false}).ok());
+  ASSERT_EQ(Sent<proto::NewGeneration>(T::kNewGeneration).size(), 2u);
+  ASSERT_TRUE(generations_.OnReady("a", proto::GenerationReady{2, 0, 0, 0}).ok());
+  generations_.StartRecovery({}, "a collective failed on b");
+  auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
+  ASSERT_EQ(recover.size(), 2u);
+  const uint64_t target = recover[0].second.target_generation;
+  ASSERT_TRUE(generations_.OnPaused("a", proto::PausedReport{target, 10, {10}, true}).ok());
+  ASSERT_TRUE(generations_.OnPaused("b", proto::PausedReport{target, 10, {10}, true}).ok());
+  auto built = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(built.size(), 2u);
+  const proto::NewGeneration ng = MergedOf(built);
+  EXPECT_EQ(ng.reason, proto::GenerationReason::kFailure);
+  EXPECT_EQ(ng.restore_step, 10);
+  EXPECT_EQ(ng.prev_layout, (Layout{2, 1, 1})) << "the committed layout";
+  ASSERT_EQ(ng.prev_members.size(), 2u);
+  for (const auto& m : ng.prev_members) {
+    EXPECT_EQ(m.has_state, m.worker_id == "b") << m.worker_id;
+  }
+  for (const std::string id : {"a", "b"}) {
+    ASSERT_TRUE(generations_.OnReady(id, proto::GenerationReady{target, 0, 0, 0}).ok());
+  }
+  EXPECT_EQ(commits_, (std::vector<uint64_t>{1, target}));
+}
+
 TEST_F(GenerationManagerTest, SilentSurvivorsAreLostAtTheRecoverDeadline) {
   StartTwo();
   EXPECT_FALSE(generations_.FailureIsCurrent(0));
