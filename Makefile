@@ -16,9 +16,8 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 SANITIZERS := $(CURDIR)/tests/sanitizers
 # What every sanitized process gets, children included (the elastra binary, mpirun's ranks).
-# fast_unwind_on_malloc=0: leak reports need whole stacks through libraries built without frame
-# pointers (Open MPI's, tests/sanitizers/lsan.supp); it slowed a job test by about a quarter.
-ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+# (Processes under mpirun get fast_unwind_on_malloc=0 from their tests: testbed/sanitizers.h.)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
   LSAN_OPTIONS=suppressions=$(SANITIZERS)/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SANITIZERS)/ubsan.supp
 # Every TSan report goes to a file of TSAN_REPORTS (report.PID), whichever process made it: a race

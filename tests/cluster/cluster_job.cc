@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "testbed/sanitizers.h"
+
 namespace elastra::testing {
 namespace {
 
@@ -174,6 +176,9 @@ StatusOr<pid_t> ClusterJob::StartMpirun(const std::vector<std::string>& mpirun_a
   std::map<std::string, std::string> env = options_.env;
   env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
   env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  if (testbed::kUnderAddressSanitizer) {
+    env["ASAN_OPTIONS"] = testbed::AsanOptionsWith(testbed::kMpiAsanOptions);
+  }
   return cluster_->Spawn(0, shell, env, mpirun_log());
 }
 

@@ -22,6 +22,7 @@
 #include "common/control_client.h"
 #include "common/keys.h"
 #include "common/messages.h"
+#include "testbed/sanitizers.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {
@@ -44,14 +45,6 @@ std::vector<std::string> Args() {
           "--commit-every", "5"};
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ELASTRA_TEST_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ELASTRA_TEST_UNDER_ASAN 1
-#endif
-#endif
-
 // A heartbeat deadline long enough that the load these clients put on a 2-core machine does not
 // evict a worker: what is tested is that they change nothing, so nothing else may.
 // Under AddressSanitizer (make test-asan) the coordinator's resident memory would also hold the
@@ -60,11 +53,10 @@ std::vector<std::string> Args() {
 // this job and the bound stays on what the coordinator keeps.
 std::vector<std::string> JobEnv() {
   std::vector<std::string> env = {"ELASTRA_HEARTBEAT_TIMEOUT_MS=6000"};
-#ifdef ELASTRA_TEST_UNDER_ASAN
-  const char* options = std::getenv("ASAN_OPTIONS");
-  std::string asan = options != nullptr && *options != '\0' ? std::string(options) + ":" : "";
-  env.push_back("ASAN_OPTIONS=" + asan + "quarantine_size_mb=0:thread_local_quarantine_size_kb=0");
-#endif
+  if (testbed::kUnderAddressSanitizer) {
+    env.push_back("ASAN_OPTIONS=" +
+                  testbed::AsanOptionsWith("quarantine_size_mb=0:thread_local_quarantine_size_kb=0"));
+  }
   return env;
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "examples/log_check.h"
+#include "testbed/sanitizers.h"
 
 namespace elastra {
 namespace {
@@ -72,6 +73,9 @@ class MpirunJob {
       dup2(fileno(stdout), 2);
       setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
       setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+      if (testbed::kUnderAddressSanitizer) {
+        setenv("ASAN_OPTIONS", testbed::AsanOptionsWith(testbed::kMpiAsanOptions).c_str(), 1);
+      }
       // Nothing from the test's own environment may point the job elsewhere.
       unsetenv("ELASTRA_COORDINATOR");
       unsetenv("ELASTRA_STATE_DIR");
