@@ -473,9 +473,6 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   std::vector<proto::Member> members = MembersOf(plan.layout, plan.members, infos, plan.has_state);
   std::vector<proto::Member> prev = MembersOf(plan.prev_layout, plan.prev_members,
                                               plan.prev_has_state);
-  // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
-  std::vector<bool> on_device(members.size());
-  for (size_t r = 0; r < members.size(); ++r) on_device[r] = members[r].device >= 0;
   const bool resume = plan.reason == proto::GenerationReason::kResume;
   ReshardPlanOptions plan_options;
   plan_options.copies = false;  // each worker lists its own copies
@@ -492,7 +489,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
-  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave, bool device) {
+  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave) {
     proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
     moves.Address(id, &mine);
@@ -500,13 +497,12 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     mine.nccl.from_world = reuse.from_world;
     mine.nccl.possible = !leave && reuse.possible;
     mine.nccl.renumber = reuse.renumber;
-    if (mine.nccl.possible && device) mine.nccl.exclude = reuse.exclude;
+    // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
+    if (mine.nccl.possible && w != nullptr && w->device >= 0) mine.nccl.exclude = reuse.exclude;
     outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
   };
-  for (size_t r = 0; r < plan.members.size(); ++r) {
-    push(plan.members[r], infos[r], false, on_device[r]);
-  }
-  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true, false);
+  for (size_t r = 0; r < plan.members.size(); ++r) push(plan.members[r], infos[r], false);
+  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));

@@ -27,9 +27,14 @@ JournalWorker JournalRecorder::RecordOf(const std::string& id, const WorkerInfo*
 }
 
 std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::string>& ids) const {
+  return RecordsOf(ids, membership_->FindAll(ids));
+}
+
+std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::string>& ids,
+                                                      const std::vector<const WorkerInfo*>& infos) {
   std::vector<JournalWorker> out;
   out.reserve(ids.size());
-  for (const auto& id : ids) out.push_back(RecordOf(id));
+  for (size_t i = 0; i < ids.size(); ++i) out.push_back(RecordOf(ids[i], infos[i]));
   return out;
 }
 
@@ -53,11 +58,7 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
 void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<std::string>& workers,
                                   const std::vector<const WorkerInfo*>& infos) {
-  if (!journal_) return;
-  std::vector<JournalWorker> records;
-  records.reserve(workers.size());
-  for (size_t i = 0; i < workers.size(); ++i) records.push_back(RecordOf(workers[i], infos[i]));
-  LogFailure(journal_->RecordChangeBegun(target, kind, records));
+  if (journal_) LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
 }
 
 void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,

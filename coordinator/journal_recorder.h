@@ -58,6 +58,8 @@ class JournalRecorder {
   JournalWorker RecordOf(const std::string& id) const;
   static JournalWorker RecordOf(const std::string& id, const WorkerInfo* w);
   std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids) const;
+  static std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids,
+                                              const std::vector<const WorkerInfo*>& infos);
 
   const Membership* membership_;
   std::unique_ptr<Journal> journal_;
