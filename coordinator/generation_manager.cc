@@ -299,7 +299,7 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
   if (reconf_.phase() == Phase::kRecovering) {
     // Already recovering: the dead simply stop being awaited.
     for (const auto& id : lost) reconf_.DropParticipant(id);
-    if (reconf_.Unanswered().empty()) FinishRecovery();
+    if (reconf_.AllPaused()) FinishRecovery();
     return;
   }
   // A change in flight is aborted. Leaving workers of an aborted shrink stay members.

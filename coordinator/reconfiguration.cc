@@ -1,6 +1,8 @@
 #include "coordinator/reconfiguration.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
 
 namespace elastra::coordinator {
 namespace {
@@ -27,18 +29,17 @@ void Reconfiguration::BeginPause(uint64_t target, std::vector<std::string> parti
   phase_ = Phase::kPausing;
   target_ = target;
   participants_ = std::move(participants);
-  participant_set_.insert(participants_.begin(), participants_.end());
+  participant_index_.Build(&participants_);
+  answers_.assign(participants_.size(), kAwaited);
+  paused_.resize(participants_.size());
+  live_ = participants_.size();
   requested_ = clock_->Now();
 }
 
 void Reconfiguration::BeginRecover(uint64_t target, std::vector<std::string> participants,
                                    TimePoint deadline) {
-  Reset();
+  BeginPause(target, std::move(participants));
   phase_ = Phase::kRecovering;
-  target_ = target;
-  participants_ = std::move(participants);
-  participant_set_.insert(participants_.begin(), participants_.end());
-  requested_ = clock_->Now();
   deadline_ = deadline;
   recovering_ = true;
 }
@@ -46,24 +47,36 @@ void Reconfiguration::BeginRecover(uint64_t target, std::vector<std::string> par
 void Reconfiguration::BeginBuild(GenerationPlan plan) {
   phase_ = Phase::kBuilding;
   target_ = plan.generation;
+  member_index_.Clear();
   plan_ = std::move(plan);
-  plan_members_.clear();
-  plan_members_.insert(plan_.members.begin(), plan_.members.end());
-  ready_.clear();
+  member_index_.Build(&plan_.members);
+  ready_.assign(plan_.members.size(), false);
+  ready_ms_.assign(plan_.members.size(), {0.0, 0.0});
+  ready_count_ = 0;
 }
 
 void Reconfiguration::Reset() {
   phase_ = Phase::kIdle;
   target_ = 0;
+  participant_index_.Clear();
   participants_.clear();
-  participant_set_.clear();
+  answers_.clear();
   paused_.clear();
-  ready_.clear();
+  answered_ = live_ = 0;
+  member_index_.Clear();
   plan_ = GenerationPlan();
-  plan_members_.clear();
+  ready_.clear();
+  ready_ms_.clear();
+  ready_count_ = 0;
   any_paused_ = false;
   recovering_ = false;
   requested_ = first_paused_ = last_paused_ = last_ready_ = TimePoint{};
+}
+
+size_t Reconfiguration::ParticipantIndex(const std::string& id) const {
+  const size_t i = participant_index_.Find(id);
+  if (i == IdIndex::kNone || answers_[i] == kDropped) return IdIndex::kNone;
+  return i;
 }
 
 Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedReport& report) {
@@ -72,14 +85,19 @@ Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedR
     return StaleGenerationError("paused report for generation " +
                                 std::to_string(report.target_generation) + " is not in flight");
   }
-  if (!IsParticipant(id)) return NotFoundError(id + " was not asked to pause");
+  const size_t i = ParticipantIndex(id);
+  if (i == IdIndex::kNone) return NotFoundError(id + " was not asked to pause");
   const TimePoint now = clock_->Now();
   if (!any_paused_) {
     first_paused_ = now;
     any_paused_ = true;
   }
   last_paused_ = now;
-  paused_[id] = report;
+  if (answers_[i] == kAwaited) {
+    answers_[i] = kAnswered;
+    ++answered_;
+  }
+  paused_[i] = report;
   return OkStatus();
 }
 
@@ -88,62 +106,84 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
     return StaleGenerationError("generation " + std::to_string(ready.generation) +
                                 " is not being built");
   }
-  if (!plan_members_.count(id)) {
+  const size_t i = member_index_.Find(id);
+  if (i == IdIndex::kNone) {
     return NotFoundError(id + " is not a member of generation " +
                          std::to_string(plan_.generation));
   }
-  ready_[id] = ready;
+  if (!ready_[i]) {
+    ready_[i] = true;
+    ++ready_count_;
+  }
+  ready_ms_[i] = {ready.rebuild_ms, ready.transfer_ms};
   last_ready_ = clock_->Now();
   return OkStatus();
 }
 
-bool Reconfiguration::AllPaused() const { return paused_.size() == participant_set_.size(); }
+bool Reconfiguration::AllPaused() const { return answered_ == live_; }
 
 bool Reconfiguration::AllReady() const {
-  return phase_ == Phase::kBuilding && ready_.size() == plan_members_.size();
+  return phase_ == Phase::kBuilding && ready_count_ == plan_.members.size();
+}
+
+bool Reconfiguration::IsReady(const std::string& id) const {
+  const size_t i = member_index_.Find(id);
+  return i != IdIndex::kNone && ready_[i];
+}
+
+bool Reconfiguration::HasAnswered(const std::string& id) const {
+  const size_t i = ParticipantIndex(id);
+  return i != IdIndex::kNone && answers_[i] == kAnswered;
 }
 
 std::vector<std::string> Reconfiguration::Answered() const {
   std::vector<std::string> out;
-  for (const auto& id : participants_) {
-    if (paused_.count(id)) out.push_back(id);
+  out.reserve(answered_);
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (answers_[i] == kAnswered) out.push_back(participants_[i]);
   }
   return out;
 }
 
 std::vector<std::string> Reconfiguration::Unanswered() const {
   std::vector<std::string> out;
-  for (const auto& id : participants_) {
-    if (!paused_.count(id)) out.push_back(id);
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (answers_[i] == kAwaited) out.push_back(participants_[i]);
   }
   return out;
 }
 
 bool Reconfiguration::IsParticipant(const std::string& id) const {
-  return participant_set_.count(id) > 0;
+  return ParticipantIndex(id) != IdIndex::kNone;
 }
 
 void Reconfiguration::DropParticipant(const std::string& id) {
-  if (!participant_set_.erase(id)) return;
-  participants_.erase(std::remove(participants_.begin(), participants_.end(), id),
-                      participants_.end());
-  paused_.erase(id);
+  const size_t i = ParticipantIndex(id);
+  if (i == IdIndex::kNone) return;
+  if (answers_[i] == kAnswered) {
+    --answered_;
+    paused_[i] = proto::PausedReport();
+  }
+  answers_[i] = kDropped;
+  --live_;
 }
 
 StatusOr<int64_t> Reconfiguration::AgreedStep() const {
-  if (participants_.empty()) return AbortedError("nobody paused");
+  if (live_ == 0) return AbortedError("nobody paused");
   int64_t step = -1;
   bool first = true;
-  for (const auto& id : participants_) {
-    auto it = paused_.find(id);
-    if (it == paused_.end()) return AbortedError(id + " has not paused");
-    if (it->second.failed) return AbortedError(id + " reported a failure while pausing");
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (answers_[i] == kDropped) continue;
+    const std::string& id = participants_[i];
+    if (answers_[i] != kAnswered) return AbortedError(id + " has not paused");
+    const proto::PausedReport& report = paused_[i];
+    if (report.failed) return AbortedError(id + " reported a failure while pausing");
     if (first) {
-      step = it->second.step;
+      step = report.step;
       first = false;
-    } else if (it->second.step != step) {
+    } else if (report.step != step) {
       return AbortedError("workers paused at different steps (" + std::to_string(step) + " and " +
-                          std::to_string(it->second.step) + ")");
+                          std::to_string(report.step) + ")");
     }
   }
   return step;
@@ -154,11 +194,11 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery(
   RecoveryPlan plan;
   std::set<int64_t> common;
   bool first = true;
-  for (const auto& id : participants_) {
-    auto it = paused_.find(id);
-    if (it == paused_.end()) continue;
-    plan.reached_step = std::max(plan.reached_step, it->second.step);
-    const auto& commits = it->second.commit_steps;
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (answers_[i] != kAnswered) continue;
+    const std::string& id = participants_[i];
+    plan.reached_step = std::max(plan.reached_step, paused_[i].step);
+    const auto& commits = paused_[i].commit_steps;
     if (commits.empty() || off_layout.count(id) > 0) {
       plan.without_state.push_back(id);
       continue;
@@ -192,9 +232,10 @@ ReconfigurationTimings Reconfiguration::Timings() const {
     t.downtime_ms = Ms(first_paused_, last_ready_);
     t.agreement_ms = Ms(requested_, last_paused_);
   }
-  for (const auto& [id, r] : ready_) {
-    t.rebuild_ms = std::max(t.rebuild_ms, r.rebuild_ms);
-    t.transfer_ms = std::max(t.transfer_ms, r.transfer_ms);
+  for (size_t i = 0; i < ready_.size(); ++i) {
+    if (!ready_[i]) continue;
+    t.rebuild_ms = std::max(t.rebuild_ms, ready_ms_[i].first);
+    t.transfer_ms = std::max(t.transfer_ms, ready_ms_[i].second);
   }
   return t;
 }

@@ -3,16 +3,16 @@
 // what they answered, and the timings; CoordinatorCore decides what to send. Thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/messages.h"
+#include "coordinator/id_index.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 
@@ -58,6 +58,9 @@ struct RecoveryPlan {
 class Reconfiguration {
  public:
   explicit Reconfiguration(Clock* clock) : clock_(clock) {}
+  // Not copyable: the indexes point into this object's lists.
+  Reconfiguration(const Reconfiguration&) = delete;
+  Reconfiguration& operator=(const Reconfiguration&) = delete;
 
   Phase phase() const { return phase_; }
   uint64_t target() const { return target_; }
@@ -82,9 +85,9 @@ class Reconfiguration {
   bool AllPaused() const;
   bool AllReady() const;
   // Whether plan member `id` reported the generation being built ready. O(1).
-  bool IsReady(const std::string& id) const { return ready_.count(id) > 0; }
+  bool IsReady(const std::string& id) const;
   // Whether participant `id` answered. O(1).
-  bool HasAnswered(const std::string& id) const { return paused_.count(id) > 0; }
+  bool HasAnswered(const std::string& id) const;
   // Participants that answered / did not answer, by old rank.
   std::vector<std::string> Answered() const;
   std::vector<std::string> Unanswered() const;
@@ -106,15 +109,29 @@ class Reconfiguration {
   ReconfigurationTimings Timings() const;
 
  private:
+  // What a participant did: nothing yet, answered (paused_[i] holds its report), or died.
+  enum Answer : uint8_t { kAwaited, kAnswered, kDropped };
+  // The participant's position in participants_, kNone when `id` is not one (or was dropped).
+  size_t ParticipantIndex(const std::string& id) const;
+
   Clock* clock_;
   Phase phase_ = Phase::kIdle;
   uint64_t target_ = 0;
-  std::vector<std::string> participants_;
-  std::unordered_set<std::string> participant_set_;  // participants_, for O(1) lookups
-  std::unordered_map<std::string, proto::PausedReport> paused_;  // of participants only
-  std::unordered_map<std::string, proto::GenerationReady> ready_;  // of plan members only
+  // One change's workers are indexed by position (IdIndex), their answers kept in vectors
+  // parallel to the lists: no hash node per worker to build and free (docs/scale.md).
+  std::vector<std::string> participants_;  // by old rank; dropped ones stay, marked kDropped
+  IdIndex participant_index_;              // over participants_
+  std::vector<Answer> answers_;            // parallel to participants_
+  std::vector<proto::PausedReport> paused_;  // parallel to participants_: kAnswered ones
+  size_t answered_ = 0;                    // participants kAnswered
+  size_t live_ = 0;                        // participants not kDropped
   GenerationPlan plan_;
-  std::unordered_set<std::string> plan_members_;  // plan_.members
+  IdIndex member_index_;  // over plan_.members
+  // Parallel to plan_.members: whether it reported ready, and its report's rebuild and transfer
+  // times.
+  std::vector<bool> ready_;
+  std::vector<std::pair<double, double>> ready_ms_;
+  size_t ready_count_ = 0;
   TimePoint deadline_{};
   TimePoint requested_{};
   TimePoint first_paused_{};

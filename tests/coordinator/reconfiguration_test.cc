@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace elastra::coordinator {
 namespace {
 
@@ -88,6 +91,81 @@ TEST(ReconfigurationTest, RecoveryWithoutCommonCommitFails) {
   r.BeginRecover(5, {"a"}, clock.Now());
   ASSERT_TRUE(r.RecordPaused("a", Paused(5, 9, {}, true)).ok());
   EXPECT_EQ(r.PlanRecovery().status().code(), StatusCode::kAborted);
+}
+
+TEST(ReconfigurationTest, DroppedParticipantsAreNeitherAwaitedNorListed) {
+  FakeClock clock;
+  Reconfiguration r(&clock);
+  r.BeginRecover(3, {"a", "b", "c", "d"}, clock.Now());
+  ASSERT_TRUE(r.RecordPaused("b", Paused(3, 9, {8}, true)).ok());
+  ASSERT_TRUE(r.RecordPaused("b", Paused(3, 9, {8}, true)).ok());  // again: counted once
+  r.DropParticipant("b");  // answered, then died
+  r.DropParticipant("c");  // died before answering
+  r.DropParticipant("c");
+  r.DropParticipant("zz");  // never asked
+  EXPECT_FALSE(r.IsParticipant("b"));
+  EXPECT_FALSE(r.HasAnswered("b"));
+  EXPECT_EQ(r.RecordPaused("c", Paused(3, 9, {8}, true)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(r.Unanswered(), (std::vector<std::string>{"a", "d"}));
+  EXPECT_TRUE(r.Answered().empty());
+  EXPECT_FALSE(r.AllPaused());
+  ASSERT_TRUE(r.RecordPaused("d", Paused(3, 9, {8}, true)).ok());
+  ASSERT_TRUE(r.RecordPaused("a", Paused(3, 7, {6, 8}, true)).ok());
+  EXPECT_TRUE(r.AllPaused());
+  EXPECT_TRUE(r.HasAnswered("a"));
+  EXPECT_EQ(r.Answered(), (std::vector<std::string>{"a", "d"}));  // by old rank
+  auto plan = r.PlanRecovery();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->restore_step, 8);
+  EXPECT_EQ(plan->reached_step, 9);  // b's report was dropped with it
+  EXPECT_EQ(plan->with_state, (std::vector<std::string>{"a", "d"}));
+
+  r.BeginPause(4, {"a"});
+  r.DropParticipant("a");
+  EXPECT_TRUE(r.AllPaused());
+  EXPECT_EQ(r.AgreedStep().status().code(), StatusCode::kAborted);  // nobody paused
+}
+
+TEST(ReconfigurationTest, ALaterReadyReportReplacesTheFirstAndCountsOnce) {
+  FakeClock clock;
+  Reconfiguration r(&clock);
+  GenerationPlan plan;
+  plan.generation = 7;
+  plan.members = {"a", "b"};
+  r.BeginBuild(plan);
+  EXPECT_EQ(r.RecordReady("c", proto::GenerationReady{7, 1, 1, 0}).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(r.RecordReady("a", proto::GenerationReady{7, 9.0, 9.0, 0}).ok());
+  ASSERT_TRUE(r.RecordReady("a", proto::GenerationReady{7, 1.0, 2.0, 0}).ok());
+  EXPECT_TRUE(r.IsReady("a"));
+  EXPECT_FALSE(r.IsReady("b"));
+  EXPECT_FALSE(r.IsReady("c"));
+  EXPECT_FALSE(r.AllReady());
+  ASSERT_TRUE(r.RecordReady("b", proto::GenerationReady{7, 0.5, 0.5, 0}).ok());
+  EXPECT_TRUE(r.AllReady());
+  EXPECT_DOUBLE_EQ(r.Timings().rebuild_ms, 1.0);
+  EXPECT_DOUBLE_EQ(r.Timings().transfer_ms, 2.0);
+  r.Reset();
+  EXPECT_FALSE(r.IsReady("a"));
+  EXPECT_EQ(r.RecordReady("a", proto::GenerationReady{7, 1, 1, 0}).code(),
+            StatusCode::kStaleGeneration);
+}
+
+TEST(IdIndexTest, FindsEveryIdOfALargeListAndNothingElse) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20000; ++i) ids.push_back("w" + std::to_string(i * 7));
+  IdIndex index;
+  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);  // nothing indexed
+  index.Build(&ids);
+  EXPECT_EQ(index.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(index.Find(ids[i]), i) << ids[i];
+  EXPECT_EQ(index.Find("w1"), IdIndex::kNone);
+  EXPECT_EQ(index.Find(""), IdIndex::kNone);
+  EXPECT_EQ(index.Find("w0 "), IdIndex::kNone);
+  std::vector<std::string> none;
+  index.Build(&none);
+  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);
+  index.Clear();
+  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);
 }
 
 }  // namespace
