@@ -4,6 +4,7 @@
 #include <array>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <utility>
 
 #include "common/codec.h"
 #include "common/logging.h"
@@ -341,19 +342,19 @@ Status Journal::RecordIds(const std::vector<std::string>& ids) {
 }
 
 Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
-                                  const std::vector<JournalWorker>& workers) {
+                                  std::vector<JournalWorker> workers) {
   JournalRecord record;
   record.type = JournalRecordType::kBegin;
   record.target = target;
   record.kind = kind;
-  record.workers = workers;
+  record.workers = std::move(workers);
   return AppendChange(std::move(record));
 }
 
-Status Journal::RecordCommit(const JournalGeneration& g) {
+Status Journal::RecordCommit(JournalGeneration g) {
   JournalRecord record;
   record.type = JournalRecordType::kCommit;
-  record.generation = g;
+  record.generation = std::move(g);
   return AppendChange(std::move(record));
 }
 

@@ -180,9 +180,10 @@ class Journal {
   Status RecordJoin(const JournalWorker& worker);
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
-  Status RecordChangeBegun(uint64_t target, ChangeKind kind,
-                           const std::vector<JournalWorker>& workers);
-  Status RecordCommit(const JournalGeneration& generation);
+  // The two records that list every member take their lists by value: a caller that moves them
+  // in saves a copy of N workers.
+  Status RecordChangeBegun(uint64_t target, ChangeKind kind, std::vector<JournalWorker> workers);
+  Status RecordCommit(JournalGeneration generation);
   // `bytes`: the shard files' total size; `seconds`: the save time (the slowest rank's write
   // plus the commit). Each -1 when not known (then not written).
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,

@@ -77,7 +77,7 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   g.transfer_ms = timings.transfer_ms;
   g.reached_step = reached_step;
   g.restore_step = restore_step;
-  LogFailure(journal_->RecordCommit(g));
+  LogFailure(journal_->RecordCommit(std::move(g)));
 }
 
 void JournalRecorder::Resize(int32_t workers, bool has_layout, const Layout& layout) {
