@@ -181,14 +181,15 @@ void GenerationManager::MaybeFormFirstGeneration() {
 
 void GenerationManager::BeginPause(const SizeGoal& goal) {
   pause_goal_ = goal;
-  const auto members = membership_->Members();
+  auto members = membership_->Members();
+  const std::vector<const WorkerInfo*> infos = membership_->FindAll(members);  // one lookup each
   const uint64_t target = ++highest_generation_;
-  journal_->ChangeBegun(target, ChangeKind::kPause, members);
-  reconf_.BeginPause(target, members);
+  journal_->ChangeBegun(target, ChangeKind::kPause, members, infos);
   proto::PauseRequest pause;
   pause.target_generation = target;
   pause.reason = goal.reason;
-  outbox_->PushAll(members, proto::MessageType::kPauseRequest, pause, generation_);
+  outbox_->PushAll(infos, proto::MessageType::kPauseRequest, pause, generation_);
+  reconf_.BeginPause(target, std::move(members));
   pause_request_ = pause;
   LOG(INFO) << "pausing generation " << generation_ << " for generation " << target << " ("
             << proto::ToString(goal.reason) << ")";

@@ -65,6 +65,16 @@ class Outbox {
       out_.push_back({w->identity, frame});
     }
   }
+  // The same with each worker already looked up (nullptr: unknown, skipped).
+  template <class T>
+  void PushAll(const std::vector<const WorkerInfo*>& workers, proto::MessageType type,
+               const T& payload, uint64_t generation) {
+    const std::string frame = proto::MakeFrame(type, payload, job_, generation, kSender, 0);
+    for (const WorkerInfo* w : workers) {
+      if (w == nullptr || w->identity.empty()) continue;
+      out_.push_back({w->identity, frame});
+    }
+  }
   // A HeartbeatAck{committed generation} to `identity`. Every heartbeat gets one, so the frame is
   // encoded once per generation and reused.
   void SendHeartbeatAck(const std::string& identity);
