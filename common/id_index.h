@@ -1,9 +1,10 @@
 // IdIndex: the position of each worker id in a list of ids, for lists of one change's workers
-// (Reconfiguration's participants and plan members, up to every worker of the job). A flat
-// open-addressing table of positions into the list, not a node per id: building it for 16,384
-// ids is two allocations, dropping it one free, and a lookup hashes the id and compares it with
-// the list's string at the slot (docs/scale.md). The list is not copied: it must outlive the
-// index and not change while indexed. Ids must be distinct. Thread-compatible.
+// (the coordinator's Reconfiguration, a state move's workers: up to every worker of the job). A
+// flat open-addressing table of positions into the list, not a node per id: building it for
+// 16,384 ids is one allocation, dropping it one free, and a lookup hashes the id and compares it
+// with the list's string at the slot (docs/scale.md). The list is not copied: it must outlive the
+// index, and its indexed entries must not change (entries appended after Build are not indexed).
+// Ids must be distinct. Thread-compatible.
 #pragma once
 
 #include <cstddef>
@@ -13,15 +14,16 @@
 #include <string_view>
 #include <vector>
 
-namespace elastra::coordinator {
+namespace elastra {
 
 class IdIndex {
  public:
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
-  // Indexes `ids` (distinct): Find(ids[i]) == i. `ids` must outlive the index unchanged.
+  // Indexes `ids` (distinct): Find(ids[i]) == i. `ids` must outlive the index.
   void Build(const std::vector<std::string>* ids) {
     ids_ = ids;
+    size_ = ids->size();
     size_t capacity = 16;
     while (capacity < 2 * ids->size()) capacity *= 2;
     mask_ = capacity - 1;
@@ -35,6 +37,7 @@ class IdIndex {
   // Indexes nothing; frees the table.
   void Clear() {
     ids_ = nullptr;
+    size_ = 0;
     slots_.clear();
     slots_.shrink_to_fit();
     mask_ = 0;
@@ -50,15 +53,16 @@ class IdIndex {
     }
     return kNone;
   }
-  size_t size() const { return ids_ == nullptr ? 0 : ids_->size(); }
+  size_t size() const { return size_; }  // ids indexed
 
  private:
   static constexpr uint32_t kEmpty = UINT32_MAX;
   static size_t Hash(std::string_view id) { return std::hash<std::string_view>{}(id); }
 
   const std::vector<std::string>* ids_ = nullptr;
+  size_t size_ = 0;
   std::vector<uint32_t> slots_;  // a position in *ids_, or kEmpty; a power of two, at most half full
   size_t mask_ = 0;
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra

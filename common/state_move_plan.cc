@@ -6,6 +6,8 @@
 #include <numeric>
 #include <utility>
 
+#include "common/id_index.h"
+
 namespace elastra {
 
 int StateMove::WorkerIndex(const std::string& id) const {
@@ -23,31 +25,34 @@ StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
   for (bool with_leavers : {false, true}) {
     StateMove move;
     std::unordered_map<std::string, int> hosts;
-    std::unordered_map<std::string, int> index;
     std::vector<int> host_of_worker;
     const size_t most = members.size() + (with_leavers ? prev_members.size() : 0);
-    index.reserve(most);
     move.workers.reserve(most);
     host_of_worker.reserve(most);
     auto add = [&](const std::string& id, const std::string& host) {
-      index.emplace(id, static_cast<int>(move.workers.size()));
       move.workers.push_back(id);
       auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
       host_of_worker.push_back(it->second);
     };
     for (const auto& m : members) add(m.worker_id, m.host);
     move.new_members = static_cast<int>(members.size());
-    if (with_leavers) {
-      for (const auto& m : prev_members) {
-        if (m.has_state && !index.count(m.worker_id)) add(m.worker_id, m.host);
-      }
-    }
+    // The new members by position (the leavers appended below are not indexed): a flat index,
+    // not a hash node per worker (docs/scale.md).
+    IdIndex index;
+    index.Build(&move.workers);
     Placement from;
     from.layout = prev_layout;
     from.worker_of_rank.reserve(prev_members.size());
     for (const auto& m : prev_members) {
-      auto it = index.find(m.worker_id);
-      from.worker_of_rank.push_back(m.has_state && it != index.end() ? it->second : -1);
+      const size_t i = index.Find(m.worker_id);
+      if (i != IdIndex::kNone) {
+        from.worker_of_rank.push_back(m.has_state ? static_cast<int>(i) : -1);
+      } else if (with_leavers && m.has_state) {  // a leaver holding state: it sends its part
+        from.worker_of_rank.push_back(static_cast<int>(move.workers.size()));
+        add(m.worker_id, m.host);
+      } else {
+        from.worker_of_rank.push_back(-1);
+      }
     }
     Placement to;
     to.layout = layout;

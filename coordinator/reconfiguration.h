@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/id_index.h"
 #include "common/messages.h"
-#include "coordinator/id_index.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 
