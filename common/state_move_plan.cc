@@ -106,17 +106,26 @@ MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
       prev_members_(std::move(prev_members)),
       planned_(std::move(planned)),
       plan_kind_(plan_kind) {
-  ranks_.reserve(members_.size() + prev_members_.size());
+  member_ids_.reserve(members_.size());
+  for (const proto::Member& m : members_) member_ids_.push_back(m.worker_id);
+  member_index_.Build(&member_ids_);
+  for (const proto::Member& m : prev_members_) {
+    if (member_index_.Find(m.worker_id) == IdIndex::kNone) other_ids_.push_back(m.worker_id);
+  }
+  other_index_.Build(&other_ids_);
+  ranks_.assign(member_ids_.size() + other_ids_.size(), Ranks{});
   for (size_t r = 0; r < members_.size(); ++r) {
     members_[r].rank = static_cast<int32_t>(r);
     members_[r].worker = static_cast<int32_t>(r);
-    Ranks& ranks = ranks_[members_[r].worker_id];
+    Ranks& ranks = ranks_[Slot(members_[r].worker_id)];
     if (ranks.new_rank < 0) ranks.new_rank = static_cast<int>(r);
   }
   const StateMove* move = planned_.ok() ? &*planned_ : nullptr;
   if (move != nullptr) {
     for (size_t w = 0; w < move->workers.size(); ++w) {
-      Ranks& ranks = ranks_[move->workers[w]];
+      const int slot = Slot(move->workers[w]);  // every plan worker is a member or a previous one
+      if (slot < 0) continue;
+      Ranks& ranks = ranks_[slot];
       if (ranks.plan_index < 0) ranks.plan_index = static_cast<int>(w);
     }
     old_rank_of_worker_.assign(move->workers.size(), -1);
@@ -136,24 +145,32 @@ MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
   for (size_t r = 0; r < prev_members_.size(); ++r) {
     proto::Member& m = prev_members_[r];
     m.rank = static_cast<int32_t>(r);
-    Ranks& ranks = ranks_[m.worker_id];
+    Ranks& ranks = ranks_[Slot(m.worker_id)];
     if (ranks.old_rank < 0) ranks.old_rank = static_cast<int>(r);
     ranks.held = ranks.held || m.has_state;
     if (move != nullptr && m.has_state) m.worker = ranks.plan_index;
   }
 }
 
+int MoveAddresser::Slot(const std::string& id) const {
+  const size_t i = member_index_.Find(id);
+  if (i != IdIndex::kNone) return static_cast<int>(i);
+  const size_t j = other_index_.Find(id);
+  if (j != IdIndex::kNone) return static_cast<int>(member_ids_.size() + j);
+  return -1;
+}
+
 int32_t MoveAddresser::ScalarsSource() const {
   for (size_t r = 0; r < members_.size(); ++r) {
-    if (ranks_.at(members_[r].worker_id).held) return static_cast<int32_t>(r);
+    if (ranks_[Slot(members_[r].worker_id)].held) return static_cast<int32_t>(r);
   }
   return 0;
 }
 
 void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) const {
   std::vector<int> new_ranks, old_ranks;
-  auto found = ranks_.find(id);
-  const Ranks ranks = found != ranks_.end() ? found->second : Ranks{};
+  const int slot = Slot(id);
+  const Ranks ranks = slot >= 0 ? ranks_[slot] : Ranks{};
   if (ranks.new_rank >= 0) new_ranks.push_back(ranks.new_rank);
   if (ranks.old_rank >= 0) old_ranks.push_back(ranks.old_rank);
   proto::StateMovePart& part = gen->move;

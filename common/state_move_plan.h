@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id_index.h"
 #include "common/messages.h"
 #include "common/reshard_plan.h"
 #include "elastra/layout.h"
@@ -52,6 +53,9 @@ class MoveAddresser {
   MoveAddresser(const StateSpec& state, Layout layout, std::vector<proto::Member> members,
                 Layout prev_layout, std::vector<proto::Member> prev_members,
                 StatusOr<StateMove> planned, proto::MovePlan plan_kind);
+  // Not copyable or movable: the indexes point into this object's lists.
+  MoveAddresser(const MoveAddresser&) = delete;
+  MoveAddresser& operator=(const MoveAddresser&) = delete;
 
   // Fills gen->members, gen->prev_members and gen->move for the recipient `id` (a member or a
   // leaving worker).
@@ -74,7 +78,14 @@ class MoveAddresser {
     int plan_index = -1;
     bool held = false;  // a previous member that holds state
   };
-  std::unordered_map<std::string, Ranks> ranks_;
+  // Where `id`'s Ranks are in ranks_: a new member's at its position in member_ids_, a previous
+  // member's that is not a new one after them; -1 for any other id. Flat indexes, not a hash
+  // node per worker (docs/scale.md).
+  int Slot(const std::string& id) const;
+  std::vector<std::string> member_ids_;  // members_' ids, by new rank
+  std::vector<std::string> other_ids_;   // prev_members_' ids that are not members, by old rank
+  IdIndex member_index_, other_index_;
+  std::vector<Ranks> ranks_;  // member_ids_, then other_ids_
   std::vector<int> old_rank_of_worker_;                 // by plan worker, -1 when none
   std::vector<std::vector<int>> transfers_of_worker_;  // indices into plan.transfers, in order
 };
