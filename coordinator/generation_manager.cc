@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "common/id_index.h"
 #include "common/logging.h"
 #include "common/state_move_plan.h"
 
@@ -243,11 +243,18 @@ void GenerationManager::FinishPause(int64_t step) {
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
   plan.members = layouts_->Assign(plan.layout, candidates, hosts, layout_, members_);
-  std::unordered_set<std::string> old_set(old.begin(), old.end());
+  IdIndex old_index;  // a flat index of the old members, not a hash node per member
+  old_index.Build(&old);
+  std::vector<bool> taken(old.size(), false);
   plan.has_state.reserve(plan.members.size());
-  for (const auto& id : plan.members) plan.has_state.push_back(old_set.erase(id) > 0);
-  for (const auto& id : old) {
-    if (old_set.count(id)) plan.leaving.push_back(id);  // not taken by the new generation
+  for (const auto& id : plan.members) {
+    const size_t i = old_index.Find(id);
+    const bool held = i != IdIndex::kNone && !taken[i];
+    if (held) taken[i] = true;
+    plan.has_state.push_back(held);
+  }
+  for (size_t i = 0; i < old.size(); ++i) {
+    if (!taken[i]) plan.leaving.push_back(old[i]);  // not taken by the new generation
   }
   plan.restore_step = step;
   plan.source_rank = 0;
@@ -368,9 +375,11 @@ void GenerationManager::FinishRecovery() {
     plan.reason = proto::GenerationReason::kFailure;
     plan.prev_layout = layout_;
     plan.prev_members = members_;
-    const std::unordered_set<std::string> with_state(recovery->with_state.begin(),
-                                                     recovery->with_state.end());
-    for (const auto& id : members_) plan.prev_has_state.push_back(with_state.count(id) > 0);
+    IdIndex with_state;
+    with_state.Build(&recovery->with_state);
+    for (const auto& id : members_) {
+      plan.prev_has_state.push_back(with_state.Find(id) != IdIndex::kNone);
+    }
   }
   for (const auto& id : standby) {
     if (plan.members.size() >= static_cast<size_t>(options_->max_workers)) break;
@@ -439,12 +448,12 @@ std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
 void GenerationManager::StartBuild(GenerationPlan plan) {
   // Members not in the plan that still hold the member state (aborted survivors that did not
   // answer were marked lost already) are not part of the new generation.
-  std::unordered_set<std::string> staying;
-  staying.reserve(plan.members.size() + plan.leaving.size());
-  staying.insert(plan.members.begin(), plan.members.end());
-  staying.insert(plan.leaving.begin(), plan.leaving.end());
+  // Flat indexes of the two lists, not a hash node per worker (docs/scale.md).
+  IdIndex members_index, leaving_index;
+  members_index.Build(&plan.members);
+  leaving_index.Build(&plan.leaving);
   for (const auto& id : membership_->Members()) {
-    if (!staying.count(id)) {
+    if (members_index.Find(id) == IdIndex::kNone && leaving_index.Find(id) == IdIndex::kNone) {
       membership_->SetState(id, WorkerState::kLost);
       journal_->WorkerState(id, JournalWorkerState::kLost);
       health_->Forget(id);

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
+#include "common/id_index.h"
 #include "common/logging.h"
 
 namespace elastra::coordinator {
@@ -14,8 +15,13 @@ std::vector<int> HostIndices(const std::vector<std::string>& hosts) {
   std::unordered_map<std::string, int> index;
   std::vector<int> out;
   out.reserve(hosts.size());
-  for (const auto& h : hosts) {
-    auto [it, added] = index.emplace(h, static_cast<int>(index.size()));
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    // Workers of a host usually come one after another (ranks by host): no hash for those.
+    if (i > 0 && hosts[i] == hosts[i - 1]) {
+      out.push_back(out.back());
+      continue;
+    }
+    auto [it, added] = index.emplace(hosts[i], static_cast<int>(index.size()));
     out.push_back(it->second);
   }
   return out;
@@ -161,13 +167,13 @@ std::vector<std::string> LayoutPolicy::Assign(
   if (state_.tensors.empty()) return by_hosts();
   CurrentPlacement placement;
   placement.layout = current;
-  std::unordered_map<std::string, int> index;  // candidate -> its position
-  index.reserve(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) index.emplace(candidates[i], static_cast<int>(i));
+  IdIndex index;  // candidate -> its position (a flat index, not a hash node per candidate)
+  index.Build(&candidates);
+  placement.worker_of_rank.reserve(current_members.size());
   for (const auto& id : current_members) {
-    auto it = index.find(id);
-    if (it == index.end()) return by_hosts();
-    placement.worker_of_rank.push_back(it->second);
+    const size_t i = index.Find(id);
+    if (i == IdIndex::kNone) return by_hosts();
+    placement.worker_of_rank.push_back(static_cast<int>(i));
   }
   // Exact bytes kept, from the registered state's region math. What a rank holds depends on its
   // pipeline and tensor coordinates, and on its data-parallel one only for ZeRO-sharded tensors:

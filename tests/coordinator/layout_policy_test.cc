@@ -217,6 +217,8 @@ TEST(LayoutPolicyTest, AShrinkLeavesTheWorkersWhoseStateIsLeastUseful) {
 
 TEST(LayoutPolicyTest, HostIndicesNumberHostsByFirstAppearance) {
   EXPECT_EQ(HostIndices({"b", "a", "b", "c"}), (std::vector<int>{0, 1, 0, 2}));
+  EXPECT_EQ(HostIndices({"b", "b", "a", "a", "b", "c", "c"}),
+            (std::vector<int>{0, 0, 1, 1, 0, 2, 2}));
   EXPECT_TRUE(HostIndices({}).empty());
 }
 
