@@ -37,12 +37,13 @@
 
 #include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
+#include "elastra/host_bytes.h"
 #include "elastra/status.h"
 #include "common/reshard_plan.h"
 
 namespace elastra {
 
-using ShardMap = std::map<std::string, std::vector<uint8_t>>;
+using ShardMap = std::map<std::string, HostBytes>;
 using DeviceShardMap = std::map<std::string, DeviceBuffer>;
 
 struct ReshardExecutorOptions {

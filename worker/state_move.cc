@@ -74,7 +74,7 @@ StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& co
     // Start()): no source, so the whole tensors are dropped rather than uploaded (a whole model
     // need not fit one GPU), and the executor allocates the new shards.
     for (auto& t : state->mutable_tensors()) {
-      if (!t.on_device) std::vector<uint8_t>().swap(t.data);
+      if (!t.on_device) HostBytes().swap(t.data);
     }
   }
   ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());

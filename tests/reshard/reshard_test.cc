@@ -369,11 +369,11 @@ TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
   ASSERT_TRUE(comm.ok());
   ShardMap none;
   EXPECT_EQ(ExecuteReshard(*plan, **comm, &none).code(), StatusCode::kInvalidArgument);
-  ShardMap wrong{{"w", std::vector<uint8_t>(63)}};
+  ShardMap wrong{{"w", HostBytes(63, 0)}};
   EXPECT_EQ(ExecuteReshard(*plan, **comm, &wrong).code(), StatusCode::kInvalidArgument);
-  ShardMap right{{"w", std::vector<uint8_t>(64, 7)}};
+  ShardMap right{{"w", HostBytes(64, 7)}};
   EXPECT_TRUE(ExecuteReshard(*plan, **comm, &right).ok());
-  EXPECT_EQ(right["w"], std::vector<uint8_t>(64, 7));
+  EXPECT_EQ(right["w"], HostBytes(64, 7));
 }
 
 // A joining worker arrives with its tensors whole (as registered before Start()), which the old
@@ -394,8 +394,8 @@ TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
     ASSERT_EQ(comms.size(), 2u);
     std::vector<ShardMap> shards(2);
     shards[0] = ShardsOf(state, plan->from, 0);
-    shards[1]["big"] = std::vector<uint8_t>(64 * 48 * 4, 0xab);  // whole, garbage
-    shards[1]["small"] = std::vector<uint8_t>(8, 0xcd);         // too small to take over
+    shards[1]["big"] = HostBytes(64 * 48 * 4, 0xab);  // whole, garbage
+    shards[1]["small"] = HostBytes(8, 0xcd);         // too small to take over
     const uint8_t* big_memory = shards[1]["big"].data();
     ReshardExecutorOptions options;
     options.batched = batched;
