@@ -57,6 +57,38 @@ TEST(BuildPeersTest, SymmetricBoundedAndHoldingEveryCollectivePartner) {
   }
 }
 
+// Each build peer of a rank finds its pair in exactly one entry of the rank's record, no two peers
+// in the same entry, every entry of every part read by someone; non-peers find none.
+TEST(BuildPeersTest, AddressRecordSlotsCoverEachPeerOnce) {
+  for (int n = 1; n <= 70; ++n) {
+    for (int owner = 0; owner < n; ++owner) {
+      const std::vector<int> peers = BuildPeers(owner, n);
+      const int parts = AddressRecordParts(owner, n);
+      EXPECT_EQ(parts, (static_cast<int>(peers.size()) + kAddressRecordPairs - 1) /
+                           kAddressRecordPairs);
+      std::vector<std::vector<int>> readers(parts);
+      for (int reader = 0; reader < n; ++reader) {
+        const AddressRecordSlot slot = AddressRecordSlotOf(owner, reader, n);
+        if (!IsBuildPeer(owner, reader, n)) {
+          EXPECT_EQ(slot.part, -1) << "n " << n << ": " << owner << " " << reader;
+          continue;
+        }
+        ASSERT_TRUE(slot.part >= 0 && slot.part < parts) << "n " << n;
+        ASSERT_TRUE(slot.entry >= 0 && slot.entry < slot.entries) << "n " << n;
+        EXPECT_EQ(peers[slot.part * kAddressRecordPairs + slot.entry], reader);
+        readers[slot.part].push_back(slot.entry);
+      }
+      for (int part = 0; part < parts; ++part) {
+        std::sort(readers[part].begin(), readers[part].end());
+        std::vector<int> all(std::min(kAddressRecordPairs,
+                                      static_cast<int>(peers.size()) - part * kAddressRecordPairs));
+        for (size_t e = 0; e < all.size(); ++e) all[e] = static_cast<int>(e);
+        EXPECT_EQ(readers[part], all) << "n " << n << " owner " << owner << " part " << part;
+      }
+    }
+  }
+}
+
 // After a build every rank holds exactly its build pairs (<= 2 ceil(log2 n)), and every
 // collective runs over them (a collective using another pair would crash on a null pair).
 TEST(GlooMeshTest, BuildConnectsLogPeersAndCollectivesUseOnlyThem) {
