@@ -57,7 +57,7 @@ std::string HostOf(const sockaddr_storage& ss) {
   return "";
 }
 
-size_t HostBytes(char tag) { return tag == kIpv4 ? 1 + 4 : tag == kIpv6 ? 1 + 24 : 0; }
+size_t HostPartBytes(char tag) { return tag == kIpv4 ? 1 + 4 : tag == kIpv6 ? 1 + 24 : 0; }
 
 uint16_t PortOf(const sockaddr_storage& ss) {
   return ss.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in&>(ss).sin_port
@@ -138,7 +138,7 @@ StatusOr<std::vector<char>> DecodeAddressRecord(std::string_view value, int entr
     return InvalidArgumentError("address record: entry " + std::to_string(entry) + " of " +
                                 std::to_string(entries));
   }
-  const size_t host_bytes = value.empty() ? 0 : HostBytes(value[0]);
+  const size_t host_bytes = value.empty() ? 0 : HostPartBytes(value[0]);
   if (host_bytes == 0) {
     return CorruptError(value.empty() ? "address record is empty"
                                       : "address record has unknown family tag " +
