@@ -47,7 +47,7 @@ inline void PopulatePages(void* p, size_t n) {
 #endif
 }
 
-// Host shards: std::vector buffers, memcpy, nothing to wait for.
+// Host shards: HostBytes buffers (never zero-filled), memcpy, nothing to wait for.
 struct HostMemory {
   using Buffer = HostBytes;
   bool huge_pages = true;
