@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "elastra/host_bytes.h"
 #include "elastra/status.h"
 #include "checkpoint/env.h"
 #include "checkpoint/format.h"
@@ -136,7 +137,7 @@ struct LoadedState {
   uint64_t generation = 0;
   Layout layout;
   std::vector<std::pair<std::string, int64_t>> scalars;
-  std::vector<std::vector<uint8_t>> regions;
+  std::vector<HostBytes> regions;
   // Newer committed checkpoints that were tried and refused, each "DIR: reason".
   std::vector<std::string> skipped;
   // Damage outside the regions of the loaded checkpoint that the load came across (each logged

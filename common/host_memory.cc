@@ -13,8 +13,8 @@ void AdviseHugePages(void* p, size_t n) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-std::vector<uint8_t> NewHostBuffer(size_t n, bool huge) {
-  std::vector<uint8_t> b;
+HostBytes NewHostBuffer(size_t n, bool huge) {
+  HostBytes b;
   b.reserve(n);  // allocates without touching a page
   if (huge) AdviseHugePages(b.data(), n);
   b.resize(n);

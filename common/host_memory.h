@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "elastra/host_bytes.h"
+
 namespace elastra {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
@@ -20,8 +22,8 @@ inline constexpr size_t kHugePageMinBytes = 2 * kHugePageBytes;
 // buffers under kHugePageMinBytes.
 void AdviseHugePages(void* p, size_t n);
 
-// An n-byte, zero-filled vector whose memory asked for huge pages before its first write (when
-// `huge` and n is at least kHugePageMinBytes).
-std::vector<uint8_t> NewHostBuffer(size_t n, bool huge = true);
+// An n-byte buffer, its bytes unset (the caller writes them all), whose memory asked for huge
+// pages before its first write (when `huge` and n is at least kHugePageMinBytes).
+HostBytes NewHostBuffer(size_t n, bool huge = true);
 
 }  // namespace elastra

@@ -1,11 +1,14 @@
 // The pairs of a sparse mesh: the ranks a rank connects to when a Gloo world is built
 // (collectives/gloo/gloo_mesh.h), every partner of its ring, binomial tree, dissemination
-// barrier and recursive doubling. Shared with the scale simulator (bench/scale), which models
-// the same rendezvous without linking Gloo.
+// barrier and recursive doubling; and the keys and sizes of its rendezvous, the address record
+// each rank publishes. Shared with the scale simulator (bench/scale), which models the same
+// rendezvous without linking Gloo.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace elastra {
@@ -21,6 +24,49 @@ inline std::vector<int> BuildPeers(int rank, int size) {
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   std::erase(peers, rank);
   return peers;
+}
+
+// A rank's address record: the listening address of its pair to each build peer, in
+// BuildPeers() order, published in parts of at most kAddressRecordPairs pairs, part k under
+// AddressRecordKey(prefix, rank, k). A peer reads the one part that holds its own pair. The
+// host's address is in every part (the reader of a part needs it), and each key read or written
+// costs its name and two 8-byte lengths on the wire: 4 pairs a part is about the least bytes in
+// all (docs/collectives.md, "No full mesh").
+inline constexpr int kAddressRecordPairs = 4;
+
+inline int AddressRecordParts(int rank, int size) {
+  const int peers = static_cast<int>(BuildPeers(rank, size).size());
+  return (peers + kAddressRecordPairs - 1) / kAddressRecordPairs;
+}
+
+inline std::string AddressRecordKey(const std::string& prefix, int rank, int part) {
+  return prefix + "a/" + std::to_string(rank) + "/" + std::to_string(part);
+}
+
+// Where `owner`'s record holds its pair with `reader`: {part, entry in the part, pairs in the
+// part}; {-1, -1, 0} when `reader` is not a build peer of `owner`.
+struct AddressRecordSlot {
+  int part = -1;
+  int entry = -1;
+  int entries = 0;
+};
+
+inline AddressRecordSlot AddressRecordSlotOf(int owner, int reader, int size) {
+  const std::vector<int> peers = BuildPeers(owner, size);
+  const auto at = std::lower_bound(peers.begin(), peers.end(), reader);
+  if (at == peers.end() || *at != reader) return {};
+  const int index = static_cast<int>(at - peers.begin());
+  const int part = index / kAddressRecordPairs;
+  const int first = part * kAddressRecordPairs;
+  return {part, index - first,
+          std::min(kAddressRecordPairs, static_cast<int>(peers.size()) - first)};
+}
+
+// The bytes of a part of `entries` pairs (collectives/gloo/gloo_mesh.cc encodes it): a family
+// tag, the host's address (IPv4: 4 bytes; IPv6: 16 and its flow label and scope, 8), and a
+// 2-byte port per pair.
+inline size_t AddressRecordBytes(int entries, bool ipv6 = false) {
+  return 1 + (ipv6 ? 24 : 4) + 2 * static_cast<size_t>(entries);
 }
 
 }  // namespace elastra

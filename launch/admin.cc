@@ -27,9 +27,18 @@ using std::chrono::milliseconds;
 
 constexpr char kDefaultStateDir[] = ".elastra";
 
-// Connects with the admin credentials from DIR/coordinator.json; prints why on failure.
+// How long a resize or drain waits to connect and for the coordinator's first answer: its
+// --timeout, at most a minute (a coordinator busy planning for thousands of workers, or on a
+// loaded machine, may take seconds; one that is gone should not hold the command for 10 minutes).
+milliseconds FirstAnswerTimeout(int timeout_s) {
+  return milliseconds(1000 * static_cast<int64_t>(std::min(timeout_s, 60)));
+}
+
+// Connects with the admin credentials from DIR/coordinator.json within `timeout`; prints why on
+// failure.
 std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
-                                            const std::string& state_dir) {
+                                            const std::string& state_dir,
+                                            milliseconds timeout = milliseconds(5000)) {
   auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
   if (!info.ok()) {
     std::fprintf(stderr, "elastra %s: no job found in %s: %s\n", command.c_str(), state_dir.c_str(),
@@ -42,7 +51,7 @@ std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
   o.client_keys = info->admin;
   o.job = info->job;
   o.sender = "admin-" + std::to_string(getpid());
-  o.connect_timeout = milliseconds(5000);
+  o.connect_timeout = timeout;
   auto client = ControlClient::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "elastra %s: %s\n", command.c_str(), client.status().ToString().c_str());
@@ -272,9 +281,10 @@ int ResizeJob(const ResizeOptions& flags) {
     req.layout = *flags.layout;
     req.has_layout = true;
   }
-  auto client = ConnectAdmin("resize", flags.state_dir);
+  auto client = ConnectAdmin("resize", flags.state_dir, FirstAnswerTimeout(flags.timeout_s));
   if (client == nullptr) return 1;
-  auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req, milliseconds(10000));
+  auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req,
+                                                FirstAnswerTimeout(flags.timeout_s));
   if (!first.ok()) {
     std::fprintf(stderr, "elastra resize: refused: %s\n", first.status().message().c_str());
     return 1;
@@ -292,9 +302,10 @@ int DrainHost(const DrainOptions& flags) {
                           flags.timeout_s);
   }
   const proto::DrainRequest req{flags.host, flags.wait};
-  auto client = ConnectAdmin("drain", flags.state_dir);
+  auto client = ConnectAdmin("drain", flags.state_dir, FirstAnswerTimeout(flags.timeout_s));
   if (client == nullptr) return 1;
-  auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req, milliseconds(10000));
+  auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req,
+                                                FirstAnswerTimeout(flags.timeout_s));
   if (!first.ok()) {
     std::fprintf(stderr, "elastra drain: refused: %s\n", first.status().message().c_str());
     return 1;

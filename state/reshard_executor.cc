@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "state/reshard_memory.h"
@@ -24,6 +25,35 @@ using reshard_internal::RectStream;
 using reshard_internal::SecondsSince;
 using reshard_internal::SparePool;
 using reshard_internal::Staging;
+
+}  // namespace
+
+struct ReshardArena::Impl {
+  Staging<HostMemory> staging;
+};
+
+ReshardArena::ReshardArena() : impl_(std::make_unique<Impl>()) {}
+ReshardArena::~ReshardArena() = default;
+int64_t ReshardArena::bytes() const { return impl_->staging.size; }
+void ReshardArena::Release() { impl_->staging = Staging<HostMemory>{}; }
+
+struct ReshardArenaAccess {
+  static Staging<HostMemory>* Of(ReshardArena* arena) {
+    return arena == nullptr ? nullptr : &arena->impl_->staging;
+  }
+};
+
+namespace {
+
+// The staging arena the caller keeps across reshards, or nullptr (host shards only).
+template <class Memory>
+Staging<Memory>* KeptArena(const ReshardExecutorOptions& options) {
+  if constexpr (std::is_same_v<Memory, HostMemory>) {
+    return ReshardArenaAccess::Of(options.arena);
+  } else {
+    return nullptr;
+  }
+}
 
 // One worker's part of a reshard plan. Run() reads as its steps: check the old shards, work out
 // this worker's groups and messages from the plan (reshard_schedule.h), then per group allocate
@@ -45,7 +75,10 @@ class ReshardRun {
         stats_(stats),
         me_(comm.rank()),
         n_(static_cast<int>(plan.host_of_worker.size())),
-        regions_(RegionsOfWorker(plan, me_)) {}
+        regions_(RegionsOfWorker(plan, me_)),
+        arena_(KeptArena<Memory>(options)) {
+    if (arena_ == nullptr) arena_ = &own_arena_;
+  }
 
   Status Run() {
     ELASTRA_RETURN_IF_ERROR(CheckOldShards());
@@ -301,7 +334,7 @@ class ReshardRun {
     }
     uint8_t* arena = nullptr;
     if (arena_bytes > 0) {
-      auto got = arena_.Get(memory_, arena_bytes);
+      auto got = arena_->Get(memory_, arena_bytes);
       if (!got.ok()) return got.status().WithContext("reshard: staging buffer");
       arena = *got;
     }
@@ -574,7 +607,8 @@ class ReshardRun {
   std::vector<TransferGeometry> geometry_;
   std::vector<int> partners_;
   Staging<Memory> send_buf_, recv_buf_;  // the serial schedule's
-  Staging<Memory> arena_;                // the batched schedule's, one group at a time
+  Staging<Memory> own_arena_;            // the batched schedule's, one group at a time,
+  Staging<Memory>* arena_;               // unless the caller keeps one (options.arena)
   SparePool<Memory> spare_;     // old shards no longer read, for new shards
   std::vector<char> in_place_;  // by tensor: see FindInPlace
 };

@@ -32,18 +32,45 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
+#include "elastra/host_bytes.h"
 #include "elastra/status.h"
 #include "common/reshard_plan.h"
 
 namespace elastra {
 
-using ShardMap = std::map<std::string, std::vector<uint8_t>>;
+using ShardMap = std::map<std::string, HostBytes>;
 using DeviceShardMap = std::map<std::string, DeviceBuffer>;
+
+// Host staging memory kept from one reshard to the next. The batched schedule packs a group's
+// strided rectangles into one arena; allocated anew by every reshard, that arena is fresh memory,
+// faulted in page by page inside the downtime (on the test VM, where a fresh page also costs the
+// hypervisor a fault, about a third of the CPU time of a change whose bytes are mostly staged). A
+// worker keeps one for its life (worker/generation_builder.h) and passes it to every host reshard
+// (ReshardExecutorOptions::arena); it holds the largest group's staged bytes seen so far, at most
+// about twice group_bytes. Thread-compatible: one reshard at a time.
+class ReshardArena {
+ public:
+  ReshardArena();
+  ~ReshardArena();
+  ReshardArena(const ReshardArena&) = delete;
+  ReshardArena& operator=(const ReshardArena&) = delete;
+
+  // Bytes held now.
+  int64_t bytes() const;
+  // Gives the memory back (the next reshard allocates again).
+  void Release();
+
+ private:
+  friend struct ReshardArenaAccess;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct ReshardExecutorOptions {
   // Largest single message; also the size of each of the two staging buffers.
@@ -75,6 +102,9 @@ struct ReshardExecutorOptions {
   // old buffer's capacity), and old shards no longer read serve later groups' new shards (when
   // they waste at most a quarter of the new shard's bytes). Off: every new shard is allocated.
   bool reuse_memory = true;
+  // Host reshards: the batched schedule's staging arena, kept by the caller from one reshard to
+  // the next (see ReshardArena). nullptr: this reshard allocates its own and frees it.
+  ReshardArena* arena = nullptr;
   // Per Send/Recv.
   std::chrono::milliseconds timeout{60000};
 };

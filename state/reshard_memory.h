@@ -47,9 +47,9 @@ inline void PopulatePages(void* p, size_t n) {
 #endif
 }
 
-// Host shards: std::vector buffers, memcpy, nothing to wait for.
+// Host shards: HostBytes buffers (never zero-filled), memcpy, nothing to wait for.
 struct HostMemory {
-  using Buffer = std::vector<uint8_t>;
+  using Buffer = HostBytes;
   bool huge_pages = true;
   // Staging buffers are never zero-filled.
   struct Scratch {
@@ -63,9 +63,10 @@ struct HostMemory {
   static constexpr bool kInPlace = true;
   static uint8_t* Data(Buffer& b) { return b.data(); }
   static size_t Capacity(const Buffer& b) { return b.capacity(); }
-  // A new shard: large ones on huge pages (common/host_memory.h), and every page of it put in
-  // place by one madvise(MADV_POPULATE_WRITE) before it is written, where the kernel has it: a
-  // page fault per 4 KiB page costs about half as much again (see docs/resharding.md).
+  // A new shard, its bytes unset (the plan writes every one): large ones on huge pages
+  // (common/host_memory.h), and every page of it put in place by one
+  // madvise(MADV_POPULATE_WRITE) before it is written, where the kernel has it: a page fault per
+  // 4 KiB page costs about half as much again (see docs/resharding.md).
   StatusOr<Buffer> Allocate(size_t n) {
     Buffer b;
     b.reserve(n);  // allocates without touching a page

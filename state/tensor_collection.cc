@@ -161,7 +161,7 @@ Status TensorCollection::MoveToDevice() {
     ELASTRA_RETURN_IF_ERROR(b.CopyFromHost(t.data.data(), t.data.size()));
     t.device_data = std::move(b);
     t.on_device = true;
-    std::vector<uint8_t>().swap(t.data);  // give the host memory back
+    HostBytes().swap(t.data);  // give the host memory back
   }
   return OkStatus();
 }
@@ -169,7 +169,7 @@ Status TensorCollection::MoveToDevice() {
 Status TensorCollection::MoveToHost(bool keep_values) {
   for (auto& t : tensors_) {
     if (!t.on_device) continue;
-    std::vector<uint8_t> host(t.device_data.size(), 0);
+    HostBytes host(t.device_data.size(), 0);
     if (keep_values) ELASTRA_RETURN_IF_ERROR(t.device_data.CopyToHost(host.data(), host.size()));
     t.data = std::move(host);
     t.device_data.Reset();
@@ -186,7 +186,7 @@ Status TensorCollection::CopyToHost(const Tensor& t, void* dst) const {
 
 void TensorCollection::ReleaseShards() {
   for (auto& t : tensors_) {
-    std::vector<uint8_t>().swap(t.data);
+    HostBytes().swap(t.data);
     t.device_data.Reset();
     t.on_device = false;
     t.region = Region{};

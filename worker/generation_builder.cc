@@ -208,14 +208,14 @@ StatusOr<int64_t> GenerationBuilder::MoveState(const proto::NewGeneration& gen, 
       // workers), no host staging.
       return ExecuteDeviceStateMove(move, groups_->world(), coords, state_, timeout);
     }
-    return ExecuteStateMove(move, groups_->control(), coords, state_, timeout);
+    return ExecuteStateMove(move, groups_->control(), coords, state_, timeout, &reshard_arena_);
   }
   // Some shards live only on leaving workers: everyone of the plan meets once more.
   ELASTRA_ASSIGN_OR_RETURN(
       std::unique_ptr<Communicator> handoff,
       ConnectGroup(GroupOptionsFor(gen), "handoff", me, static_cast<int>(move.workers.size())));
   groups_->SetHandoff(handoff.get());
-  auto bytes = ExecuteStateMove(move, *handoff, coords, state_, timeout);
+  auto bytes = ExecuteStateMove(move, *handoff, coords, state_, timeout, &reshard_arena_);
   Status done = bytes.ok() ? handoff->Barrier() : bytes.status();
   groups_->SetHandoff(nullptr);
   if (!done.ok()) return done;

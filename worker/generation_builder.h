@@ -93,6 +93,9 @@ class GenerationBuilder {
   Layout layout_;
   int rank_ = -1;
   Coordinates coords_;
+  // The host state moves' staging memory, kept from one generation to the next: fresh pages
+  // would be faulted in inside the downtime of each.
+  ReshardArena reshard_arena_;
 };
 
 }  // namespace elastra

@@ -40,7 +40,7 @@ Status SetNewRegions(const StateMove& move, const Coordinates* coords, const Sta
 
 StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout, ReshardArena* arena) {
   ELASTRA_RETURN_IF_ERROR(state->MoveToHost());
   auto& tensors = state->mutable_tensors();
   ShardMap shards;
@@ -50,6 +50,7 @@ StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
   }
   ReshardExecutorOptions options;
   options.timeout = timeout;
+  options.arena = arena;
   // Every peer at once: batched through Exchange() (Gloo has it); a communicator without it gets
   // a thread per peer (gloo's Send and Recv may run on several threads), not pairwise rounds.
   options.concurrent_peers = true;
@@ -74,7 +75,7 @@ StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& co
     // Start()): no source, so the whole tensors are dropped rather than uploaded (a whole model
     // need not fit one GPU), and the executor allocates the new shards.
     for (auto& t : state->mutable_tensors()) {
-      if (!t.on_device) std::vector<uint8_t>().swap(t.data);
+      if (!t.on_device) HostBytes().swap(t.data);
     }
   }
   ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());

@@ -11,6 +11,7 @@
 #include "common/messages.h"
 #include "common/reshard_plan.h"
 #include "common/state_move_plan.h"
+#include "state/reshard_executor.h"
 #include "elastra/communicator.h"
 #include "elastra/tensor_collection.h"
 
@@ -20,9 +21,11 @@ namespace elastra {
 // replacing `state`'s local shards with those of the new layout (`coords` in it; a leaving worker
 // passes nullptr and ends holding nothing). Returns the bytes received. The shards move in host
 // memory (device shards are staged there first) over a communicator that takes host buffers.
+// `arena` (may be nullptr) is the worker's staging memory, kept from one move to the next.
 StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout,
+                                   ReshardArena* arena = nullptr);
 
 // The same device to device, for a state on a CUDA device: shards still in host memory go to the
 // device first, then the move runs over `comm` with device pointers (an NCCL communicator) and

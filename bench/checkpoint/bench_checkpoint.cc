@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   // Memory of the same kind as the writer's staging image (huge pages where the kernel gives
   // them, common/host_memory.h): on the test VM a memcpy into 4 KiB pages that sat idle was up to
   // 8x slower than into huge pages, which would compare the pages, not the copies.
-  std::vector<uint8_t> dst = elastra::NewHostBuffer(bytes);
+  elastra::HostBytes dst = elastra::NewHostBuffer(bytes);
   std::memset(dst.data(), 1, bytes);
 
   for (int r = 0; r < reps; ++r) {

@@ -15,7 +15,7 @@
 //
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
 //        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
-//        --no-huge-pages, --no-reuse-memory, --change K (only the K-th change, from 1; for profiling),
+//        --no-huge-pages, --no-reuse-memory, --no-keep-arena, --change K (only the K-th change, from 1; for profiling),
 //        --batched-only (skip the concurrent and serial schedules)
 // Profiling: with BENCH_RESHARD_PERF_CTL=<fifo> (perf record -D -1 --control fifo:<fifo>) and
 // BENCH_RESHARD_PERF_WHAT=batched|raw, perf samples only inside that timed region.
@@ -88,6 +88,10 @@ struct ChangeResult {
 
 ReshardExecutorOptions g_options;
 bool g_batched_only = false;
+// Each rank's staging arena, kept across the changes as a worker keeps its own for its life
+// (worker/generation_builder.h); --no-keep-arena: each reshard allocates its own.
+bool g_keep_arena = true;
+std::vector<std::unique_ptr<ReshardArena>> g_arenas;
 
 // perf's control fifo (perf record --control fifo:PATH), when profiling one timed region.
 class PerfControl {
@@ -208,6 +212,7 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           ReshardExecutorOptions options = g_options;
           options.concurrent_peers = mode == 1;
           options.batched = mode == 2;
+          if (g_keep_arena) options.arena = g_arenas[w].get();
           ShardMap shards = initial[w];
           sync.arrive_and_wait();
           const auto t0 = Clock::now();
@@ -344,6 +349,8 @@ int Main(int argc, char** argv) {
       g_options.huge_pages = false;
     } else if (a == "--no-reuse-memory") {
       g_options.reuse_memory = false;
+    } else if (a == "--no-keep-arena") {
+      g_keep_arena = false;
     } else if (a == "--change") {
       next(&only_change);
     } else if (a == "--batched-only") {
@@ -358,6 +365,7 @@ int Main(int argc, char** argv) {
   }
   PerfControl perf;
   g_perf = &perf;
+  for (int w = 0; w < 64; ++w) g_arenas.push_back(std::make_unique<ReshardArena>());
   ModelDescription model;
   model.layers = layers;
   model.hidden = hidden;

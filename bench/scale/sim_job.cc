@@ -13,10 +13,6 @@ using proto::MessageType;
 
 namespace {
 
-// A rank's address for one pair in the rendezvous (gloo_mesh.cc Compact: gloo's 136-byte
-// tcp::Address without its zeros).
-constexpr size_t kGlooAddressBytes = 39;
-
 // CoordinatorStore's slice of a blocking get or wait (worker/coordinator_store.h).
 constexpr int64_t kKvSliceMs = 200;
 // ReconfigurationLoop::Join waits this long for the JoinReply, then the worker gives up.
@@ -410,7 +406,7 @@ void SimJob::Enter(int w, Build& b, int rank, bool has_state) {
     x.op = 0;
     RunOp(w);
   } else if (model_.every_rank_sets) {
-    // Its own two keys, for real; what it would read is the sampled ranks' part.
+    // Its own keys (its address record), for real; what it would read is the sampled ranks' part.
     ++b.setters;
     x.ops = RendezvousOps(b, x.rank);
     std::erase_if(x.ops, [](const KvOp& op) {
@@ -430,32 +426,39 @@ void SimJob::Enter(int w, Build& b, int rank, bool has_state) {
 
 std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const {
   // CreateGlooCommunicator(prefix "g<G>/world/") -> MeshContext::Build: one KvSetAndGet that sets
-  // "g<G>/world/pair/<rank>/<peer>" for each build peer and reads "pair/<peer>/<rank>" of each.
-  // The sampled ranks read only what sampled ranks set: the build peers of this rank's place in
-  // the sample (each set too), padded with its own keys to its true number of reads.
+  // this rank's address record, "g<G>/world/a/<rank>/<part>" for each of its AddressRecordParts,
+  // and reads, of each build peer's record, the part holding its pair with this rank.
+  // The sampled ranks read only what sampled ranks set: for each build peer of this rank's place
+  // in the sample, the part at that place of the sampled peer's record, padded with its own parts
+  // to its true number of reads.
   const int world = b.world;
   const double s = static_cast<double>(b.sample.size());
   const double n = world;
   const double per_rank = model_.every_rank_sets ? 1 : n / s;
-  const std::string prefix = b.ng->kv_prefix + "world/pair/";
-  auto key = [&](int from, int to) {
-    return prefix + std::to_string(from) + "/" + std::to_string(to);
-  };
+  const std::string prefix = b.ng->kv_prefix + "world/";
   std::vector<KvOp> ops;
-  KvOp op{MessageType::kKvSetAndGet, "", kGlooAddressBytes, "", per_rank};
+  KvOp op{MessageType::kKvSetAndGet, "", 0, "", per_rank};
   const std::vector<int> peers = BuildPeers(rank, world);
-  for (int p : peers) op.set_keys.push_back(key(rank, p));
+  const int parts = AddressRecordParts(rank, world);
+  for (int part = 0; part < parts; ++part) {
+    const int first = part * kAddressRecordPairs;
+    op.set_keys.push_back(AddressRecordKey(prefix, rank, part));
+    op.set_bytes.push_back(AddressRecordBytes(
+        std::min(kAddressRecordPairs, static_cast<int>(peers.size()) - first)));
+  }
   const auto at = std::lower_bound(b.sample.begin(), b.sample.end(), rank);
   if (at != b.sample.end() && *at == rank) {
     const int i = static_cast<int>(at - b.sample.begin());
-    for (int j : BuildPeers(i, static_cast<int>(b.sample.size()))) {
+    const int sample = static_cast<int>(b.sample.size());
+    for (int j : BuildPeers(i, sample)) {
       const int q = b.sample[j];
-      if (!std::binary_search(peers.begin(), peers.end(), q)) op.set_keys.push_back(key(rank, q));
-      op.get_keys.push_back(key(q, rank));
+      const int part = std::min(AddressRecordSlotOf(j, i, sample).part,
+                                AddressRecordParts(q, world) - 1);
+      op.get_keys.push_back(AddressRecordKey(prefix, q, part));
     }
   }
-  for (size_t k = 0; op.get_keys.size() < peers.size() && k < peers.size(); ++k) {
-    op.get_keys.push_back(key(rank, peers[k]));
+  for (int k = 0; op.get_keys.size() < peers.size() && parts > 0; ++k) {
+    op.get_keys.push_back(AddressRecordKey(prefix, rank, k % parts));
   }
   ops.push_back(std::move(op));
   // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
@@ -490,7 +493,10 @@ void SimJob::RunOp(int w) {
     case MessageType::kKvSetAndGet: {
       proto::KvSetAndGetRequest req;
       req.set_keys = op.set_keys;
-      req.set_values.assign(op.set_keys.size(), std::string(op.value_bytes, '\x01'));
+      for (size_t i = 0; i < op.set_keys.size(); ++i) {
+        req.set_values.emplace_back(i < op.set_bytes.size() ? op.set_bytes[i] : op.value_bytes,
+                                    '\x01');
+      }
       req.get_keys = op.get_keys;
       req.timeout_ms = kKvSliceMs;
       SendFrom(w, op.type, req, x.op_request, op.weight);

@@ -7,9 +7,10 @@
 //            FailureReport from the ranks whose collective broke, exit on Shutdown;
 //            worker/generation_builder.cc + group_building.cc: on NewGeneration, the Gloo world's
 //            rendezvous on the coordinator's key-value store (collectives/gloo/gloo_mesh.h: one
-//            KvSetAndGet per rank, setting its compact address, 39 bytes, for each of its
-//            build peers r +- 2^k mod N and reading each peer's for it, then connecting those
-//            2 ceil(log2 N) pairs), NCCL's unique id when NCCL starts afresh, then
+//            KvSetAndGet per rank, setting its address record, the host and a port per build
+//            peer r +- 2^k mod N in parts of 4 pairs, and reading from each peer's record the
+//            part holding its pair, then connecting those 2 ceil(log2 N) pairs), NCCL's unique
+//            id when NCCL starts afresh, then
 //            GenerationReady; leave = true: exit 0.
 //   agent    launch/run.cc: AgentRegister at start and every 2 s, ProcessExited for each exit,
 //            starting workers on SpawnRequest.
@@ -51,7 +52,7 @@ struct JobModel {
   SimTime kv_round_trip_us = 70;  // one key-value request of a rank not sampled, unloaded
   bool nccl = true;            // GPU job: a Gloo control world plus NCCL
   int rendezvous_sample = 32;  // ranks that run the rendezvous for real
-  // Every rank writes its two rendezvous keys for real (the others still read only the sampled
+  // Every rank writes its rendezvous keys for real (the others still read only the sampled
   // ranks' keys), so the store's 256 MiB bound applies as it would: a generation whose keys do
   // not fit fails to build.
   bool every_rank_sets = false;
@@ -103,8 +104,9 @@ class SimJob {
     size_t value_bytes = 0;
     std::string value;  // when not value_bytes of zeros
     double weight = 1;
-    // kKvSetAndGet: the keys set (each with value_bytes) and the keys read.
+    // kKvSetAndGet: the keys set (each with its set_bytes, else value_bytes) and the keys read.
     std::vector<std::string> set_keys, get_keys;
+    std::vector<size_t> set_bytes;
   };
   struct Worker {
     int index = 0;

@@ -1,13 +1,18 @@
 // MeshContext: see gloo_mesh.h.
 #include "collectives/gloo/gloo_mesh.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include <gloo/common/error.h>
 #include <gloo/transport/context.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
 
 #include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_store.h"
@@ -25,42 +30,131 @@ std::chrono::milliseconds Remaining(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-// gloo's tcp address is a sockaddr_storage (128 bytes) and a sequence number (8), mostly zeros:
-// 136 bytes per pair, some 2 ceil(log2 n) of them written and read by every rank through the
-// coordinator. Kept as the sockaddr's first 28 bytes (sockaddr_in6 is the largest) and the last 8
-// when everything between is zero: tag 1, the total size (2 bytes), those 36 bytes; else tag 0
-// and the bytes as they are.
-constexpr size_t kHead = 28;
-constexpr size_t kTail = 8;
+// An address record part: a family tag (kIpv4 or kIpv6), the host (IPv4: sin_addr; IPv6:
+// sin6_addr, sin6_flowinfo, sin6_scope_id), then each pair's port (sin_port / sin6_port), all as
+// the sockaddr holds them. gloo's own address is a sockaddr_storage (128 bytes) and a sequence
+// number (8): 136 bytes a pair, where this takes 2 and the host's once.
+constexpr char kIpv4 = 4;
+constexpr char kIpv6 = 6;
 
-std::string Compact(const std::vector<char>& bytes) {
-  const bool sparse = bytes.size() > kHead + kTail && bytes.size() < 65536 &&
-                      std::all_of(bytes.begin() + kHead, bytes.end() - kTail,
-                                  [](char c) { return c == 0; });
-  if (!sparse) return std::string(1, '\0') + std::string(bytes.begin(), bytes.end());
-  std::string out(1, '\1');
-  out.push_back(static_cast<char>(bytes.size() & 0xff));
-  out.push_back(static_cast<char>(bytes.size() >> 8));
-  out.append(bytes.begin(), bytes.begin() + kHead);
-  out.append(bytes.end() - kTail, bytes.end());
-  return out;
+// The host part of a listening address (its sockaddr with the port zeroed), or "" for a family
+// that is not IP.
+std::string HostOf(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
+    std::string host(1, kIpv4);
+    host.append(reinterpret_cast<const char*>(&in.sin_addr), sizeof(in.sin_addr));
+    return host;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
+    std::string host(1, kIpv6);
+    host.append(reinterpret_cast<const char*>(&in6.sin6_addr), sizeof(in6.sin6_addr));
+    host.append(reinterpret_cast<const char*>(&in6.sin6_flowinfo), sizeof(in6.sin6_flowinfo));
+    host.append(reinterpret_cast<const char*>(&in6.sin6_scope_id), sizeof(in6.sin6_scope_id));
+    return host;
+  }
+  return "";
 }
 
-std::vector<char> Expand(const std::string& value, const std::string& key) {
-  if (!value.empty() && value[0] == '\0') return std::vector<char>(value.begin() + 1, value.end());
-  if (value.size() == 3 + kHead + kTail && value[0] == '\1') {
-    const size_t size = static_cast<uint8_t>(value[1]) | (static_cast<uint8_t>(value[2]) << 8);
-    if (size > kHead + kTail) {
-      std::vector<char> bytes(size, 0);
-      std::copy(value.begin() + 3, value.begin() + 3 + kHead, bytes.begin());
-      std::copy(value.end() - kTail, value.end(), bytes.end() - kTail);
-      return bytes;
-    }
+size_t HostPartBytes(char tag) { return tag == kIpv4 ? 1 + 4 : tag == kIpv6 ? 1 + 24 : 0; }
+
+uint16_t PortOf(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in&>(ss).sin_port
+                                 : reinterpret_cast<const sockaddr_in6&>(ss).sin6_port;
+}
+
+// The sockaddr of `host` (HostOf's bytes) and `port`; the rest zero, as getsockname leaves it.
+sockaddr_storage SockaddrOf(std::string_view host, uint16_t port) {
+  sockaddr_storage ss;
+  std::memset(&ss, 0, sizeof(ss));
+  if (host[0] == kIpv4) {
+    auto& in = reinterpret_cast<sockaddr_in&>(ss);
+    in.sin_family = AF_INET;
+    std::memcpy(&in.sin_addr, host.data() + 1, sizeof(in.sin_addr));
+    in.sin_port = port;
+  } else {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(ss);
+    in6.sin6_family = AF_INET6;
+    const char* at = host.data() + 1;
+    std::memcpy(&in6.sin6_addr, at, sizeof(in6.sin6_addr));
+    at += sizeof(in6.sin6_addr);
+    std::memcpy(&in6.sin6_flowinfo, at, sizeof(in6.sin6_flowinfo));
+    at += sizeof(in6.sin6_flowinfo);
+    std::memcpy(&in6.sin6_scope_id, at, sizeof(in6.sin6_scope_id));
+    in6.sin6_port = port;
   }
-  throw StoreError(CorruptError("rendezvous key '" + key + "' holds no gloo address"));
+  return ss;
+}
+
+size_t SockaddrBytes(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
 }
 
 }  // namespace
+
+StatusOr<std::string> EncodeAddressRecord(const std::vector<std::vector<char>>& addresses) {
+  if (addresses.empty()) return InvalidArgumentError("address record: no addresses");
+  std::string host;
+  std::string ports;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i].size() !=
+        sizeof(sockaddr_storage) + sizeof(gloo::transport::tcp::sequence_number_t)) {
+      return InvalidArgumentError("address record: address " + std::to_string(i) + " has " +
+                                  std::to_string(addresses[i].size()) +
+                                  " bytes, not a gloo tcp address");
+    }
+    const gloo::transport::tcp::Address address(addresses[i]);
+    const sockaddr_storage& ss = address.getSockaddr();
+    if (address.getSeq() != gloo::transport::tcp::Address::kSequenceNumberUnset) {
+      return InvalidArgumentError("address record: " + address.str() + " has sequence number " +
+                                  std::to_string(address.getSeq()) +
+                                  " (pairs sharing one listening socket are not supported)");
+    }
+    const std::string this_host = HostOf(ss);
+    if (this_host.empty()) {
+      return InvalidArgumentError("address record: " + address.str() + " is not IPv4 or IPv6");
+    }
+    // What the record says must be the whole listening address.
+    const uint16_t port = PortOf(ss);
+    const sockaddr_storage again = SockaddrOf(this_host, port);
+    if (std::memcmp(&again, &ss, SockaddrBytes(ss)) != 0) {
+      return InvalidArgumentError("address record: " + address.str() +
+                                  " has fields the record does not keep");
+    }
+    if (i == 0) {
+      host = this_host;
+    } else if (this_host != host) {
+      return InvalidArgumentError("address record: " + address.str() +
+                                  " is on another host than the first pair's");
+    }
+    ports.append(reinterpret_cast<const char*>(&port), sizeof(port));
+  }
+  return host + ports;
+}
+
+StatusOr<std::vector<char>> DecodeAddressRecord(std::string_view value, int entries, int entry) {
+  if (entries < 1 || entry < 0 || entry >= entries) {
+    return InvalidArgumentError("address record: entry " + std::to_string(entry) + " of " +
+                                std::to_string(entries));
+  }
+  const size_t host_bytes = value.empty() ? 0 : HostPartBytes(value[0]);
+  if (host_bytes == 0) {
+    return CorruptError(value.empty() ? "address record is empty"
+                                      : "address record has unknown family tag " +
+                                            std::to_string(static_cast<uint8_t>(value[0])));
+  }
+  const size_t want = host_bytes + 2 * static_cast<size_t>(entries);
+  if (value.size() != want) {
+    return CorruptError("address record of " + std::to_string(entries) + " pairs has " +
+                        std::to_string(value.size()) + " bytes, expected " +
+                        std::to_string(want));
+  }
+  uint16_t port = 0;
+  std::memcpy(&port, value.data() + host_bytes + 2 * static_cast<size_t>(entry), sizeof(port));
+  return gloo::transport::tcp::Address(SockaddrOf(value.substr(0, host_bytes), port)).bytes();
+}
+
 
 MeshContext::MeshContext(int rank, int size, std::shared_ptr<gloo::transport::Device> device,
                          KeyValueStore* store, std::string prefix)
@@ -103,24 +197,55 @@ std::string MeshContext::PairKey(int from, int to) const {
   return prefix_ + "pair/" + std::to_string(from) + "/" + std::to_string(to);
 }
 
+std::vector<char> MeshContext::AddressIn(const std::string& value, const std::string& key,
+                                         int entries, int entry) {
+  StatusOr<std::vector<char>> address = DecodeAddressRecord(value, entries, entry);
+  if (!address.ok()) {
+    throw StoreError(CorruptError("rendezvous key '" + key + "' holds no gloo address: " +
+                                  address.status().message()));
+  }
+  return std::move(address).value();
+}
+
 void MeshContext::Build(Clock::time_point deadline) {
   const std::vector<int> peers = BuildPeers(rank, size);
   if (peers.empty()) return;
-  // One key per pair and direction: this rank's address for each peer, then the peers' for it.
-  std::vector<std::pair<std::string, std::string>> sets;
-  std::vector<std::string> gets;
+  // Every build pair, in BuildPeers() order (the order of this rank's record).
+  std::vector<std::vector<char>> addresses;
   for (int peer : peers) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       state_[peer] = PairState::kConnecting;
     }
-    sets.emplace_back(PairKey(rank, peer), Compact(CreatePair(peer, Remaining(deadline))));
-    gets.push_back(PairKey(peer, rank));
+    addresses.push_back(CreatePair(peer, Remaining(deadline)));
+  }
+  // This rank's record, in parts; then, of each peer's record, the part holding its pair with
+  // this rank.
+  std::vector<std::pair<std::string, std::string>> sets;
+  for (size_t first = 0; first < addresses.size(); first += kAddressRecordPairs) {
+    const size_t last = std::min(addresses.size(), first + kAddressRecordPairs);
+    StatusOr<std::string> part = EncodeAddressRecord(
+        {addresses.begin() + static_cast<std::ptrdiff_t>(first),
+         addresses.begin() + static_cast<std::ptrdiff_t>(last)});
+    if (!part.ok()) throw std::runtime_error("rendezvous: " + part.status().ToString());
+    const int k = static_cast<int>(first) / kAddressRecordPairs;
+    sets.emplace_back(AddressRecordKey(prefix_, rank, k), std::move(part).value());
+  }
+  std::vector<std::string> gets;
+  std::vector<AddressRecordSlot> slots;
+  for (int peer : peers) {
+    slots.push_back(AddressRecordSlotOf(peer, rank, size));
+    gets.push_back(AddressRecordKey(prefix_, peer, slots.back().part));
   }
   StatusOr<std::vector<std::string>> values = store_->SetAndGet(sets, gets, Remaining(deadline));
   if (!values.ok()) throw StoreError(values.status());
-  // Increasing peer order: see the header on why this cannot deadlock.
-  for (size_t i = 0; i < peers.size(); ++i) ConnectPair(peers[i], Expand((*values)[i], gets[i]));
+  // Every address first (a corrupt one fails the build before any connect), then the connects in
+  // increasing peer order: see the header on why this cannot deadlock.
+  std::vector<std::vector<char>> theirs;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    theirs.push_back(AddressIn((*values)[i], gets[i], slots[i].entries, slots[i].entry));
+  }
+  for (size_t i = 0; i < peers.size(); ++i) ConnectPair(peers[i], theirs[i]);
 }
 
 void MeshContext::EnsurePairs(const std::vector<int>& wanted, Clock::time_point deadline) {
@@ -149,7 +274,9 @@ void MeshContext::EnsurePairs(const std::vector<int>& wanted, Clock::time_point 
     // Publish every address first, then wait and connect in increasing order.
     std::vector<std::pair<std::string, std::string>> sets;
     for (int peer : mine) {
-      sets.emplace_back(PairKey(rank, peer), Compact(CreatePair(peer, Remaining(deadline))));
+      StatusOr<std::string> record = EncodeAddressRecord({CreatePair(peer, Remaining(deadline))});
+      if (!record.ok()) throw std::runtime_error("rendezvous: " + record.status().ToString());
+      sets.emplace_back(PairKey(rank, peer), std::move(record).value());
     }
     if (!sets.empty()) {
       StatusOr<std::vector<std::string>> set = store_->SetAndGet(sets, {}, Remaining(deadline));
@@ -177,7 +304,7 @@ void MeshContext::EnsurePairs(const std::vector<int>& wanted, Clock::time_point 
           }
           if (got.status().code() != StatusCode::kTimedOut) throw StoreError(got.status());
         }
-        ConnectPair(peer, Expand(value, key));
+        ConnectPair(peer, AddressIn(value, key, 1, 0));
         continue;
       }
       // Another thread of this rank connects it.

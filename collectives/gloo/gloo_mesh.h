@@ -6,13 +6,21 @@
 // n addresses (O(n^2) store reads and O(n^3) bytes per generation). A MeshContext connects, at
 // build, only the pairs to BuildPeers(rank, size) = {rank +- 2^k mod n : 2^k < n}: at most
 // 2 ceil(log2 n) peers, symmetric, holding the ring neighbours and every partner of the binomial
-// tree, the dissemination barrier and recursive doubling (gloo_algorithms.h). Its rendezvous is one
-// store call per rank (KeyValueStore::SetAndGet): it sets a key per peer (its address for that
-// pair, 39 bytes) and reads each peer's key for it. O(1) store messages, O(log n) bytes a rank.
+// tree, the dissemination barrier and recursive doubling (gloo_algorithms.h).
+//
+// Its rendezvous is one store call per rank (KeyValueStore::SetAndGet) over address records
+// (common/mesh_peers.h). In this gloo (libgloo 0.0~git20220518) every tcp pair listens on a
+// socket of its own, bound to the device's address with a port the kernel picks: a rank's pair
+// addresses differ only in their port, and no peer can derive it. So each rank publishes one
+// record, the host once and a 2-byte port per build peer in BuildPeers() order, in parts of 4
+// pairs (a few keys instead of one per pair), and reads from each peer's record the one part
+// holding its pair: at 16,384 ranks 7 keys set and 27 read of 13 bytes each, where a key per
+// pair set 27 and read 27 of 39 bytes. O(1) store messages, O(log n) bytes a rank.
 //
 // Other pairs are connected on demand by both ends (EnsurePairs): each publishes its address for
-// the pair under a key naming both ranks, reads the other's, and connects; so state moves connect
-// only the peers of their transfer plan. A pair, once connected, stays until the context closes.
+// the pair under a key naming both ranks (a record of one pair), reads the other's, and
+// connects; so state moves connect only the peers of their transfer plan. A pair, once
+// connected, stays until the context closes.
 //
 // Deadlock freedom. gloo's Pair::connect blocks the listening end until the other end connects
 // (the connecting end needs only the peer's listening socket, which exists from the moment its
@@ -30,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gloo/context.h>
@@ -40,6 +49,17 @@
 #include "common/mesh_peers.h"
 
 namespace elastra {
+
+// A part of an address record (common/mesh_peers.h) from gloo tcp addresses (Address::bytes()
+// of the pairs, in order): a family tag, the host's address once, each pair's port.
+// kInvalidArgument when they are not tcp listening addresses of one host differing only in their
+// port (another family, another host, or a sequence number set: a gloo whose pairs share one
+// listening socket, which this encoding does not describe).
+StatusOr<std::string> EncodeAddressRecord(const std::vector<std::vector<char>>& addresses);
+
+// Entry `entry` of a part of `entries` pairs, as the gloo tcp address Pair::connect takes.
+// kCorrupt when `value` is not such a part (empty, another size, an unknown family tag).
+StatusOr<std::vector<char>> DecodeAddressRecord(std::string_view value, int entries, int entry);
 
 class MeshContext : public gloo::Context {
  public:
@@ -72,12 +92,17 @@ class MeshContext : public gloo::Context {
  private:
   enum class PairState { kNone, kConnecting, kConnected, kFailed };
 
-  // Creates the pair to `peer` with connect timeout about `timeout` (gloo waits 5 x the pair's).
+  // Creates the pair to `peer` with connect timeout about `timeout` (gloo waits 5 x the pair's);
+  // returns its address (gloo's bytes).
   std::vector<char> CreatePair(int peer, std::chrono::milliseconds timeout);
   // Connects the created pair to `peer` at `address`; CallInterrupted when interrupted meanwhile.
   void ConnectPair(int peer, const std::vector<char>& address);
-  // The key of `from`'s address for its pair with `to`.
+  // The key of `from`'s address for its pair with `to` (a pair connected on demand).
   std::string PairKey(int from, int to) const;
+  // The gloo address in the value of `key`, entry `entry` of `entries`; throws StoreError
+  // (kCorrupt) when the value is no address record.
+  static std::vector<char> AddressIn(const std::string& value, const std::string& key, int entries,
+                                     int entry);
 
   KeyValueStore* const store_;
   const std::string prefix_;

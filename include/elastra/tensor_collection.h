@@ -28,6 +28,7 @@
 
 #include "elastra/data_type.h"
 #include "elastra/device_buffer.h"
+#include "elastra/host_bytes.h"
 #include "elastra/layout.h"
 #include "elastra/sharding.h"
 #include "elastra/status.h"
@@ -48,7 +49,7 @@ class TensorCollection {
     TensorSpec spec;  // name, global shape, element size, rule
     DataType dtype = DataType::kFloat32;
     Region region;               // what this rank holds (the whole tensor before Start())
-    std::vector<uint8_t> data;   // the local shard, when it is in host memory
+    HostBytes data;              // the local shard, when it is in host memory
     DeviceBuffer device_data;    // the local shard, when it is in device memory (on_device)
     bool on_device = false;
 

@@ -83,7 +83,7 @@ struct State {
   // True when `loaded` holds exactly this state.
   bool Matches(const LoadedState& loaded) const {
     if (loaded.regions.size() != 3) return false;
-    auto same = [](const std::vector<uint8_t>& got, const void* p, size_t n) {
+    auto same = [](const HostBytes& got, const void* p, size_t n) {
       return got.size() == n && std::memcmp(got.data(), p, n) == 0;
     };
     int64_t s = -1, c = -1;

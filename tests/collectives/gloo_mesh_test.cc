@@ -1,15 +1,22 @@
 // The Gloo backend without a full mesh (collectives/gloo/gloo_mesh.h), ranks as threads over real
-// gloo/TCP and the in-memory store: how many pairs a rank connects, pairs connected on demand by
+// gloo/TCP and the in-memory store: how many pairs a rank connects, its rendezvous over address
+// records (the keys and values it sets and reads, corrupt records), pairs connected on demand by
 // Send, Recv and Exchange, recursive-doubling allreduce, and Abort() during an on-demand connect.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include <gloo/transport/tcp/address.h>
 
 #include "collectives/gloo/gloo_mesh.h"
 #include "gloo_test_util.h"
@@ -46,6 +53,38 @@ TEST(BuildPeersTest, SymmetricBoundedAndHoldingEveryCollectivePartner) {
     }
     if (n <= 5) {
       for (int r = 0; r < n; ++r) EXPECT_EQ(static_cast<int>(BuildPeers(r, n).size()), n - 1);
+    }
+  }
+}
+
+// Each build peer of a rank finds its pair in exactly one entry of the rank's record, no two peers
+// in the same entry, every entry of every part read by someone; non-peers find none.
+TEST(BuildPeersTest, AddressRecordSlotsCoverEachPeerOnce) {
+  for (int n = 1; n <= 70; ++n) {
+    for (int owner = 0; owner < n; ++owner) {
+      const std::vector<int> peers = BuildPeers(owner, n);
+      const int parts = AddressRecordParts(owner, n);
+      EXPECT_EQ(parts, (static_cast<int>(peers.size()) + kAddressRecordPairs - 1) /
+                           kAddressRecordPairs);
+      std::vector<std::vector<int>> readers(parts);
+      for (int reader = 0; reader < n; ++reader) {
+        const AddressRecordSlot slot = AddressRecordSlotOf(owner, reader, n);
+        if (!IsBuildPeer(owner, reader, n)) {
+          EXPECT_EQ(slot.part, -1) << "n " << n << ": " << owner << " " << reader;
+          continue;
+        }
+        ASSERT_TRUE(slot.part >= 0 && slot.part < parts) << "n " << n;
+        ASSERT_TRUE(slot.entry >= 0 && slot.entry < slot.entries) << "n " << n;
+        EXPECT_EQ(peers[slot.part * kAddressRecordPairs + slot.entry], reader);
+        readers[slot.part].push_back(slot.entry);
+      }
+      for (int part = 0; part < parts; ++part) {
+        std::sort(readers[part].begin(), readers[part].end());
+        std::vector<int> all(std::min(kAddressRecordPairs,
+                                      static_cast<int>(peers.size()) - part * kAddressRecordPairs));
+        for (size_t e = 0; e < all.size(); ++e) all[e] = static_cast<int>(e);
+        EXPECT_EQ(readers[part], all) << "n " << n << " owner " << owner << " part " << part;
+      }
     }
   }
 }
@@ -88,6 +127,208 @@ TEST(GlooMeshTest, BuildConnectsLogPeersAndCollectivesUseOnlyThem) {
       EXPECT_EQ(GlooConnectedPairs(*comms[r]), static_cast<int>(BuildPeers(r, n).size()));
     }
   }
+}
+
+// The in-memory store, recording each SetAndGet: who set which keys, who read which.
+class RecordingStore : public InMemoryKeyValueStore {
+ public:
+  struct Call {
+    std::vector<std::string> sets, gets;
+  };
+  StatusOr<std::vector<std::string>> SetAndGet(
+      const std::vector<std::pair<std::string, std::string>>& sets,
+      const std::vector<std::string>& gets, milliseconds timeout) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Call call;
+      for (const auto& [key, value] : sets) {
+        call.sets.push_back(key);
+        values_[key] = value;
+      }
+      call.gets = gets;
+      calls_.push_back(std::move(call));
+    }
+    return InMemoryKeyValueStore::SetAndGet(sets, gets, timeout);
+  }
+  std::vector<Call> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  std::string value(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key);
+    return it == values_.end() ? "" : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Call> calls_;
+  std::map<std::string, std::string> values_;
+};
+
+// Every rank's rendezvous is one SetAndGet that sets its address record (the parts of
+// AddressRecordParts, nothing per pair) and reads one part of each build peer's; the build then
+// connects every build pair and the ranks agree on an allreduce over them.
+TEST(GlooMeshTest, BuildRendezvousesOverOneAddressRecordPerRank) {
+  for (int n : {1, 2, 3, 5, 8, 13}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    RecordingStore store;
+    const std::string prefix = "rec" + std::to_string(n) + "/";
+    auto comms = ConnectAll(&store, prefix, n);
+    std::map<std::string, int> setter;  // key -> the rank that set it
+    std::vector<const RecordingStore::Call*> call_of(n, nullptr);
+    const std::vector<RecordingStore::Call> calls = store.calls();
+    for (const auto& call : calls) {
+      ASSERT_FALSE(call.sets.empty());
+      // The first key names its rank: <prefix>a/<rank>/0.
+      const int r = std::stoi(call.sets[0].substr(prefix.size() + 2));
+      ASSERT_TRUE(r >= 0 && r < n) << call.sets[0];
+      ASSERT_EQ(call_of[r], nullptr) << "rank " << r << " called SetAndGet twice";
+      call_of[r] = &call;
+    }
+    for (int r = 0; r < n; ++r) {
+      ASSERT_NE(comms[r], nullptr);
+      const std::vector<int> peers = BuildPeers(r, n);
+      EXPECT_EQ(GlooConnectedPairs(*comms[r]), static_cast<int>(peers.size()));
+      if (peers.empty()) {
+        EXPECT_EQ(call_of[r], nullptr);  // alone: no rendezvous at all
+        continue;
+      }
+      ASSERT_NE(call_of[r], nullptr) << "rank " << r;
+      const RecordingStore::Call& call = *call_of[r];
+      ASSERT_EQ(static_cast<int>(call.sets.size()), AddressRecordParts(r, n));
+      for (int part = 0; part < AddressRecordParts(r, n); ++part) {
+        const std::string key = AddressRecordKey(prefix, r, part);
+        EXPECT_EQ(call.sets[part], key);
+        const int pairs = std::min(kAddressRecordPairs,
+                                   static_cast<int>(peers.size()) - part * kAddressRecordPairs);
+        EXPECT_EQ(store.value(key).size(), AddressRecordBytes(pairs)) << key;
+      }
+      ASSERT_EQ(call.gets.size(), peers.size());
+      for (size_t i = 0; i < peers.size(); ++i) {
+        const AddressRecordSlot slot = AddressRecordSlotOf(peers[i], r, n);
+        ASSERT_GE(slot.part, 0);
+        EXPECT_EQ(call.gets[i], AddressRecordKey(prefix, peers[i], slot.part));
+      }
+    }
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        int64_t v = r + 1;
+        EXPECT_TRUE(comms[r]->Allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum).ok());
+        EXPECT_EQ(v, int64_t{n} * (n + 1) / 2);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+std::vector<char> Ipv4Address(const char* ip, uint16_t port, int64_t seq = -1) {
+  sockaddr_storage ss{};
+  auto& in = reinterpret_cast<sockaddr_in&>(ss);
+  in.sin_family = AF_INET;
+  in.sin_port = htons(port);
+  EXPECT_EQ(inet_pton(AF_INET, ip, &in.sin_addr), 1);
+  return gloo::transport::tcp::Address(ss, seq).bytes();
+}
+
+std::vector<char> Ipv6Address(const char* ip, uint16_t port, uint32_t scope) {
+  sockaddr_storage ss{};
+  auto& in6 = reinterpret_cast<sockaddr_in6&>(ss);
+  in6.sin6_family = AF_INET6;
+  in6.sin6_port = htons(port);
+  in6.sin6_scope_id = scope;
+  EXPECT_EQ(inet_pton(AF_INET6, ip, &in6.sin6_addr), 1);
+  return gloo::transport::tcp::Address(ss).bytes();
+}
+
+// A record part holds the host once and a port per pair; every entry decodes to the very
+// address gloo gave; what the encoding cannot describe is refused, not mangled.
+TEST(AddressRecordTest, RoundTripsAndRefusesWhatItCannotHold) {
+  const std::vector<std::vector<char>> v4 = {Ipv4Address("198.18.0.7", 40001),
+                                             Ipv4Address("198.18.0.7", 33333),
+                                             Ipv4Address("198.18.0.7", 65535)};
+  StatusOr<std::string> part = EncodeAddressRecord(v4);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->size(), AddressRecordBytes(3));
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<std::vector<char>> back = DecodeAddressRecord(*part, 3, i);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, v4[i]) << i;
+  }
+  const std::vector<std::vector<char>> v6 = {Ipv6Address("fe80::1", 50000, 3),
+                                             Ipv6Address("fe80::1", 50001, 3)};
+  part = EncodeAddressRecord(v6);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->size(), AddressRecordBytes(2, /*ipv6=*/true));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(DecodeAddressRecord(*part, 2, i).value(), v6[i]);
+
+  EXPECT_EQ(EncodeAddressRecord({}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeAddressRecord({v4[0], Ipv4Address("198.18.0.8", 40002)}).status().code(),
+            StatusCode::kInvalidArgument);  // two hosts
+  EXPECT_EQ(EncodeAddressRecord({v4[0], v6[0]}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeAddressRecord({Ipv4Address("198.18.0.7", 40001, /*seq=*/5)}).status().code(),
+            StatusCode::kInvalidArgument);  // a shared listener's sequence number
+  EXPECT_EQ(EncodeAddressRecord({std::vector<char>(39, 1)}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(AddressRecordTest, CorruptPartsAreCorruptErrors) {
+  const std::string good = EncodeAddressRecord({Ipv4Address("198.18.0.7", 40001),
+                                                Ipv4Address("198.18.0.7", 40002)})
+                               .value();
+  for (const std::string& bad :
+       {std::string(), std::string(1, '\4'), good.substr(0, good.size() - 1), good + "x",
+        std::string(1, '\9') + good.substr(1), std::string(1, '\6') + good.substr(1)}) {
+    StatusOr<std::vector<char>> got = DecodeAddressRecord(bad, 2, 0);
+    EXPECT_EQ(got.status().code(), StatusCode::kCorrupt) << got.status();
+  }
+  EXPECT_EQ(DecodeAddressRecord(good, 3, 0).status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(DecodeAddressRecord(good, 2, 2).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A peer's record part that is not one (empty, short, long, an unknown family) fails the build at
+// once with an error naming the key: no crash, no wait for the timeout. Rank 1 of 2 is played
+// by the test, which sets its key before rank 0 builds.
+TEST(GlooMeshTest, CorruptAddressRecordFailsTheBuildClearly) {
+  const std::string good = EncodeAddressRecord({Ipv4Address("127.0.0.1", 40001)}).value();
+  int i = 0;
+  for (const std::string& bad : {std::string(), good.substr(0, 3), good + good.substr(5),
+                                 std::string(1, '\7') + good.substr(1)}) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    InMemoryKeyValueStore store;
+    const std::string prefix = "bad" + std::to_string(i++) + "/";
+    ASSERT_TRUE(store.Set(AddressRecordKey(prefix, 1, 0), bad).ok());
+    GlooOptions options;
+    options.store = &store;
+    options.prefix = prefix;
+    options.rank = 0;
+    options.size = 2;
+    options.timeout = kT;
+    options.connect_timeout = std::chrono::minutes(10);  // a wait would show as a hung test
+    auto comm = CreateGlooCommunicator(options);
+    ASSERT_FALSE(comm.ok());
+    EXPECT_EQ(comm.status().code(), StatusCode::kPeerLost) << comm.status();
+    EXPECT_NE(comm.status().message().find("'" + AddressRecordKey(prefix, 1, 0) +
+                                           "' holds no gloo address"),
+              std::string::npos)
+        << comm.status();
+  }
+}
+
+// The same for a pair connected on demand: a corrupt address for it fails the Send at once.
+TEST(GlooMeshTest, CorruptAddressOfAnOnDemandPairFailsTheCall) {
+  constexpr int n = 12;
+  ASSERT_FALSE(IsBuildPeer(0, 6, n));
+  InMemoryKeyValueStore store;
+  auto comms = ConnectAll(&store, "lazybad/", n);
+  for (int r = 0; r < n; ++r) ASSERT_NE(comms[r], nullptr);
+  ASSERT_TRUE(store.Set("lazybad/pair/6/0", "\4junk").ok());
+  int64_t v = 1;
+  Status sent = comms[0]->Send(&v, 8, 6, 1, std::chrono::minutes(10));
+  EXPECT_EQ(sent.code(), StatusCode::kPeerLost) << sent;
+  EXPECT_NE(sent.message().find("'lazybad/pair/6/0' holds no gloo address"), std::string::npos)
+      << sent;
 }
 
 // Rank 0 and rank 6 of 12 are not build peers: a Send/Recv between them connects that one pair,

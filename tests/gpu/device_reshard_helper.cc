@@ -83,7 +83,7 @@ int Run(const std::string& scenario, int rank, int size, const std::string& dir)
     const Region region = LocalRegion(state.tensors[t], state.num_layers, from.layout,
                                       CoordinatesOf(from.layout, from_rank));
     if (region.empty()) continue;
-    std::vector<uint8_t> bytes = MakeShard(static_cast<int>(t), state.tensors[t], region);
+    HostBytes bytes = MakeShard(static_cast<int>(t), state.tensors[t], region);
     auto b = DeviceBuffer::Allocate(0, bytes.size());
     if (!b.ok()) return Fail(rank, b.status().ToString());
     if (!b->CopyFromHost(bytes.data(), bytes.size()).ok()) return Fail(rank, "upload");
@@ -119,8 +119,8 @@ int Run(const std::string& scenario, int rank, int size, const std::string& dir)
       Fail(rank, "missing " + name);
       continue;
     }
-    const std::vector<uint8_t> want = MakeShard(static_cast<int>(t), state.tensors[t], region);
-    std::vector<uint8_t> got(it->second.size());
+    const HostBytes want = MakeShard(static_cast<int>(t), state.tensors[t], region);
+    HostBytes got(it->second.size(), 0);
     if (got.size() != want.size() || !it->second.CopyToHost(got.data(), got.size()).ok() ||
         std::memcmp(got.data(), want.data(), want.size()) != 0) {
       ++failures;

@@ -24,7 +24,7 @@ declare -A allowed=(
 # The layer that implements each public header (include/elastra/). A new public header must be
 # added here.
 declare -A owner=(
-  [status.h]=common [layout.h]=common [sharding.h]=common [data_type.h]=common [config.h]=common
+  [status.h]=common [layout.h]=common [sharding.h]=common [data_type.h]=common [config.h]=common [host_bytes.h]=common
   [communicator.h]=collectives
   [tensor_collection.h]=state [device_buffer.h]=state
   [worker.h]=worker

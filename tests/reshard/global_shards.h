@@ -23,9 +23,9 @@ inline uint8_t GlobalByte(int t, int64_t e, size_t k) {
 }
 
 // The local shard of `tensor` (index t) for `region`, cut from the global tensor.
-inline std::vector<uint8_t> MakeShard(int t, const TensorSpec& tensor, const Region& region) {
+inline HostBytes MakeShard(int t, const TensorSpec& tensor, const Region& region) {
   const size_t es = tensor.element_size;
-  std::vector<uint8_t> out(region.elements() * es);
+  HostBytes out(region.elements() * es, 0);
   const int64_t cols = FullRect(tensor.shape).col_end;
   for (const Rect& p : region.Pieces()) {
     for (int64_t r = p.row_begin; r < p.row_end; ++r) {

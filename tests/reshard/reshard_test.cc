@@ -355,6 +355,58 @@ TEST(ReshardProperty, GptStateThroughEveryDimension) {
   }
 }
 
+// A worker keeps its staging arena from one reshard to the next (ReshardArena), as the
+// generation builder does: through a sequence of layout changes, each worker's shards coming from
+// the change before and its arena holding what the last one packed, every byte is right, the
+// arena keeps memory after a change that staged bytes, and Release() gives it back.
+TEST(ReshardExecutor, AKeptArenaServesASequenceOfChanges) {
+  const StateSpec state = GptState({4, 16, 40, 30, 8, 2, true, true});
+  const std::vector<Layout> seq{{2, 1, 2}, {1, 2, 2}, {4, 1, 1}, {1, 2, 4}, {2, 2, 2}, {1, 1, 8}};
+  constexpr int kWorkers = 8;
+  std::vector<int> hosts(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) hosts[w] = w / 4;
+  std::vector<ReshardArena> arenas(kWorkers);
+  std::vector<ShardMap> shards(kWorkers);
+  Placement first{seq[0], {}};
+  for (int r = 0; r < seq[0].world(); ++r) first.worker_of_rank.push_back(r);
+  for (int w = 0; w < kWorkers; ++w) shards[w] = ShardsOf(state, first, w);
+  int64_t staged = 0;
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    Placement pa{seq[i], {}}, pb{seq[i + 1], {}};
+    for (int r = 0; r < seq[i].world(); ++r) pa.worker_of_rank.push_back(r);
+    for (int r = 0; r < seq[i + 1].world(); ++r) pb.worker_of_rank.push_back(r);
+    auto plan = BuildReshardPlan(state, pa, pb, hosts);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    InMemoryKeyValueStore store;
+    auto comms = ConnectAll(&store, "arena" + std::to_string(i) + "/", kWorkers);
+    ASSERT_EQ(comms.size(), static_cast<size_t>(kWorkers));
+    std::vector<std::thread> threads;
+    std::vector<ReshardExecutorStats> stats(kWorkers);
+    for (int w = 0; w < kWorkers; ++w) {
+      threads.emplace_back([&, w] {
+        ReshardExecutorOptions options;
+        options.direct_min_bytes = 1 << 20;  // everything staged
+        options.arena = &arenas[w];
+        const Status s = ExecuteReshard(*plan, *comms[w], &shards[w], options, &stats[w]);
+        EXPECT_TRUE(s.ok()) << "change " << i << ", worker " << w << ": " << s;
+      });
+    }
+    for (auto& t : threads) t.join();
+    CheckAgainstGlobal(*plan, shards);
+    for (int w = 0; w < kWorkers; ++w) {
+      staged += stats[w].bytes_staged;
+      if (stats[w].bytes_staged > 0) {
+        EXPECT_GT(arenas[w].bytes(), 0) << "change " << i << ", worker " << w;
+      }
+    }
+  }
+  EXPECT_GT(staged, 0);
+  for (auto& arena : arenas) {
+    arena.Release();
+    EXPECT_EQ(arena.bytes(), 0);
+  }
+}
+
 TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
   StateSpec state;
   state.num_layers = 1;
@@ -369,11 +421,11 @@ TEST(ReshardExecutor, RefusesAMissingOrMisSizedShardBeforeCommunicating) {
   ASSERT_TRUE(comm.ok());
   ShardMap none;
   EXPECT_EQ(ExecuteReshard(*plan, **comm, &none).code(), StatusCode::kInvalidArgument);
-  ShardMap wrong{{"w", std::vector<uint8_t>(63)}};
+  ShardMap wrong{{"w", HostBytes(63, 0)}};
   EXPECT_EQ(ExecuteReshard(*plan, **comm, &wrong).code(), StatusCode::kInvalidArgument);
-  ShardMap right{{"w", std::vector<uint8_t>(64, 7)}};
+  ShardMap right{{"w", HostBytes(64, 7)}};
   EXPECT_TRUE(ExecuteReshard(*plan, **comm, &right).ok());
-  EXPECT_EQ(right["w"], std::vector<uint8_t>(64, 7));
+  EXPECT_EQ(right["w"], HostBytes(64, 7));
 }
 
 // A joining worker arrives with its tensors whole (as registered before Start()), which the old
@@ -394,8 +446,8 @@ TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
     ASSERT_EQ(comms.size(), 2u);
     std::vector<ShardMap> shards(2);
     shards[0] = ShardsOf(state, plan->from, 0);
-    shards[1]["big"] = std::vector<uint8_t>(64 * 48 * 4, 0xab);  // whole, garbage
-    shards[1]["small"] = std::vector<uint8_t>(8, 0xcd);         // too small to take over
+    shards[1]["big"] = HostBytes(64 * 48 * 4, 0xab);  // whole, garbage
+    shards[1]["small"] = HostBytes(8, 0xcd);         // too small to take over
     const uint8_t* big_memory = shards[1]["big"].data();
     ReshardExecutorOptions options;
     options.batched = batched;
