@@ -331,6 +331,13 @@ TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
   EXPECT_GE(executed, 10);
 }
 
+// Worker r holds rank r of `layout`.
+Placement IdentityPlacement(const Layout& layout) {
+  Placement p{layout, {}};
+  for (int r = 0; r < layout.world(); ++r) p.worker_of_rank.push_back(r);
+  return p;
+}
+
 TEST(ReshardProperty, GptStateThroughEveryDimension) {
   const StateSpec state = GptState({4, 16, 40, 30, 8, 2, true, true});
   // (dp,pp,tp): (2,1,2) -> (1,2,2) -> (4,1,1) -> (1,2,4), the end-to-end sequence.
@@ -338,10 +345,8 @@ TEST(ReshardProperty, GptStateThroughEveryDimension) {
   std::vector<int> hosts(8);
   for (int w = 0; w < 8; ++w) hosts[w] = w / 4;
   for (size_t i = 0; i + 1 < seq.size(); ++i) {
-    Placement pa{seq[i], {}}, pb{seq[i + 1], {}};
-    for (int r = 0; r < seq[i].world(); ++r) pa.worker_of_rank.push_back(r);
-    for (int r = 0; r < seq[i + 1].world(); ++r) pb.worker_of_rank.push_back(r);
-    auto plan = BuildReshardPlan(state, pa, pb, hosts);
+    auto plan = BuildReshardPlan(state, IdentityPlacement(seq[i]), IdentityPlacement(seq[i + 1]),
+                                 hosts);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->bytes_moved, plan->bytes_lower_bound);
     std::vector<ReshardExecutorStats> stats;
@@ -367,15 +372,11 @@ TEST(ReshardExecutor, AKeptArenaServesASequenceOfChanges) {
   for (int w = 0; w < kWorkers; ++w) hosts[w] = w / 4;
   std::vector<ReshardArena> arenas(kWorkers);
   std::vector<ShardMap> shards(kWorkers);
-  Placement first{seq[0], {}};
-  for (int r = 0; r < seq[0].world(); ++r) first.worker_of_rank.push_back(r);
-  for (int w = 0; w < kWorkers; ++w) shards[w] = ShardsOf(state, first, w);
+  for (int w = 0; w < kWorkers; ++w) shards[w] = ShardsOf(state, IdentityPlacement(seq[0]), w);
   int64_t staged = 0;
   for (size_t i = 0; i + 1 < seq.size(); ++i) {
-    Placement pa{seq[i], {}}, pb{seq[i + 1], {}};
-    for (int r = 0; r < seq[i].world(); ++r) pa.worker_of_rank.push_back(r);
-    for (int r = 0; r < seq[i + 1].world(); ++r) pb.worker_of_rank.push_back(r);
-    auto plan = BuildReshardPlan(state, pa, pb, hosts);
+    auto plan = BuildReshardPlan(state, IdentityPlacement(seq[i]), IdentityPlacement(seq[i + 1]),
+                                 hosts);
     ASSERT_TRUE(plan.ok()) << plan.status();
     InMemoryKeyValueStore store;
     auto comms = ConnectAll(&store, "arena" + std::to_string(i) + "/", kWorkers);
