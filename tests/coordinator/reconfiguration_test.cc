@@ -150,23 +150,5 @@ TEST(ReconfigurationTest, ALaterReadyReportReplacesTheFirstAndCountsOnce) {
             StatusCode::kStaleGeneration);
 }
 
-TEST(IdIndexTest, FindsEveryIdOfALargeListAndNothingElse) {
-  std::vector<std::string> ids;
-  for (int i = 0; i < 20000; ++i) ids.push_back("w" + std::to_string(i * 7));
-  IdIndex index;
-  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);  // nothing indexed
-  index.Build(&ids);
-  EXPECT_EQ(index.size(), ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(index.Find(ids[i]), i) << ids[i];
-  EXPECT_EQ(index.Find("w1"), IdIndex::kNone);
-  EXPECT_EQ(index.Find(""), IdIndex::kNone);
-  EXPECT_EQ(index.Find("w0 "), IdIndex::kNone);
-  std::vector<std::string> none;
-  index.Build(&none);
-  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);
-  index.Clear();
-  EXPECT_EQ(index.Find("w0"), IdIndex::kNone);
-}
-
 }  // namespace
 }  // namespace elastra::coordinator
