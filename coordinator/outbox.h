@@ -58,12 +58,7 @@ class Outbox {
   template <class T>
   void PushAll(const std::vector<std::string>& worker_ids, proto::MessageType type,
                const T& payload, uint64_t generation) {
-    const std::string frame = proto::MakeFrame(type, payload, job_, generation, kSender, 0);
-    for (const auto& id : worker_ids) {
-      const WorkerInfo* w = membership_->Find(id);
-      if (w == nullptr || w->identity.empty()) continue;
-      out_.push_back({w->identity, frame});
-    }
+    PushAll(membership_->FindAll(worker_ids), type, payload, generation);
   }
   // The same with each worker already looked up (nullptr: unknown, skipped).
   template <class T>
