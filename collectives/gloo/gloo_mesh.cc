@@ -57,8 +57,6 @@ std::string HostOf(const sockaddr_storage& ss) {
   return "";
 }
 
-size_t HostPartBytes(char tag) { return tag == kIpv4 ? 1 + 4 : tag == kIpv6 ? 1 + 24 : 0; }
-
 uint16_t PortOf(const sockaddr_storage& ss) {
   return ss.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in&>(ss).sin_port
                                  : reinterpret_cast<const sockaddr_in6&>(ss).sin6_port;
@@ -138,13 +136,14 @@ StatusOr<std::vector<char>> DecodeAddressRecord(std::string_view value, int entr
     return InvalidArgumentError("address record: entry " + std::to_string(entry) + " of " +
                                 std::to_string(entries));
   }
-  const size_t host_bytes = value.empty() ? 0 : HostPartBytes(value[0]);
-  if (host_bytes == 0) {
+  if (value.empty() || (value[0] != kIpv4 && value[0] != kIpv6)) {
     return CorruptError(value.empty() ? "address record is empty"
                                       : "address record has unknown family tag " +
                                             std::to_string(static_cast<uint8_t>(value[0])));
   }
-  const size_t want = host_bytes + 2 * static_cast<size_t>(entries);
+  const bool ipv6 = value[0] == kIpv6;
+  const size_t host_bytes = AddressRecordBytes(0, ipv6);  // the tag and the host
+  const size_t want = AddressRecordBytes(entries, ipv6);
   if (value.size() != want) {
     return CorruptError("address record of " + std::to_string(entries) + " pairs has " +
                         std::to_string(value.size()) + " bytes, expected " +
