@@ -47,7 +47,9 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 5: NewGeneration is addressed to each recipient: its own entries and those of the workers it
 //    trades state with (sparse member tables), its part of the state move the coordinator
 //    planned, the scalars' source and the NCCL world's reuse, not the whole tables twice.
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: NcclReuse carries the number of old ranks excluded; the list itself goes to the new rank 0
+//    only, which broadcasts it over the control world (O(N) bytes a change, not N x excluded).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -364,21 +366,25 @@ struct StateMovePart {
 
 // How the new generation's NCCL world can be made from the previous generation's: possible when
 // every new member was a rank of generation `from_generation` (of `from_world` ranks), then
-// without the old ranks `exclude` (ascending; sent to workers on a device only) and renumbered
-// when the survivors' old order is not the new one. The worker adds what only it knows: whether
-// it still holds that world and in what health (worker/group_building.h).
+// without `excluded` old ranks and renumbered when the survivors' old order is not the new one.
+// The old ranks to exclude (`exclude`, ascending) go to the new rank 0 alone, when it is on a
+// device: ncclCommShrink takes the list on every rank, and the ranks pass it on over their Gloo
+// control world (worker/group_building.h, AgreeNcclReuse), so that a recovery from f failures
+// costs the coordinator O(N + f) bytes, not N x f (docs/scale.md). The worker adds what only it
+// knows: whether it still holds that world and in what health.
 struct NcclReuse {
   uint64_t from_generation = 0;
   int32_t from_world = 0;
   bool possible = false;
   bool renumber = false;
+  int32_t excluded = 0;
   std::vector<int32_t> exclude;
   template <class A> void serialize(A& ar) {
-    ar(from_generation, from_world, possible, renumber, exclude);
+    ar(from_generation, from_world, possible, renumber, excluded, exclude);
   }
 };
 // The reuse of a world of `old_ids` (by old rank) for one of `new_ids` (by new rank), the old
-// world being healthy; exclude is filled.
+// world being healthy; exclude and excluded are filled.
 NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
                       const std::vector<std::string>& new_ids);
 

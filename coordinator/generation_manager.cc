@@ -499,7 +499,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
-  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave) {
+  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave, bool rank0) {
     proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
     moves.Address(id, &mine);
@@ -507,12 +507,16 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     mine.nccl.from_world = reuse.from_world;
     mine.nccl.possible = !leave && reuse.possible;
     mine.nccl.renumber = reuse.renumber;
-    // Only a worker on a device builds NCCL worlds: it alone needs the ranks to exclude.
-    if (mine.nccl.possible && w != nullptr && w->device >= 0) mine.nccl.exclude = reuse.exclude;
+    mine.nccl.excluded = reuse.excluded;
+    // The ranks to exclude go to the new rank 0 alone, and only on a device (only NCCL worlds
+    // need them): it passes them on over the control world (proto::NcclReuse).
+    if (rank0 && mine.nccl.possible && w != nullptr && w->device >= 0) {
+      mine.nccl.exclude = reuse.exclude;
+    }
     outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
   };
-  for (size_t r = 0; r < plan.members.size(); ++r) push(plan.members[r], infos[r], false);
-  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true);
+  for (size_t r = 0; r < plan.members.size(); ++r) push(plan.members[r], infos[r], false, r == 0);
+  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true, false);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));

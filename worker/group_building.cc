@@ -88,15 +88,43 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
 NcclReusePlan PlanNcclReuse(const proto::NcclReuse& reuse, const Status& old_world_health) {
   NcclReusePlan plan;
   // Released (aborted) worlds are gone.
+  plan.excluded = reuse.excluded;
   if (old_world_health.code() == StatusCode::kAborted || !reuse.possible) return plan;
-  plan.exclude.assign(reuse.exclude.begin(), reuse.exclude.end());
-  if (!old_world_health.ok() && plan.exclude.empty()) {
-    plan.exclude.clear();
-    return plan;  // a broken world can only be shrunk
-  }
+  if (!old_world_health.ok() && reuse.excluded == 0) return plan;  // a broken world can only shrink
   plan.possible = true;
+  plan.exclude.assign(reuse.exclude.begin(), reuse.exclude.end());
   plan.renumber = reuse.renumber;
   return plan;
+}
+
+Status AgreeNcclReuse(NcclReusePlan* plan, int rank, int old_world, Communicator& control,
+                      std::chrono::milliseconds timeout) {
+  bool able = plan->possible;
+  if (able && rank == 0) {
+    // The list the others will take: exactly `excluded` old ranks, ascending, in the old world.
+    const std::vector<int>& x = plan->exclude;
+    able = static_cast<int>(x.size()) == plan->excluded;
+    for (size_t i = 0; able && i < x.size(); ++i) {
+      able = x[i] >= 0 && x[i] < old_world && (i == 0 || x[i - 1] < x[i]);
+    }
+    if (!able) LOG(WARNING) << "the nccl ranks to exclude are malformed; starting NCCL afresh";
+  }
+  // One allreduce (max): whether any rank is unable, and the largest and the least `excluded`.
+  int64_t agreed[3] = {able ? 0 : 1, plan->excluded, -static_cast<int64_t>(plan->excluded)};
+  ELASTRA_RETURN_IF_ERROR(control.Allreduce(agreed, 3, DataType::kInt64, ReduceOp::kMax, timeout));
+  if (agreed[0] != 0 || agreed[1] != -agreed[2]) {
+    plan->possible = false;
+    plan->exclude.clear();
+    return OkStatus();
+  }
+  if (plan->excluded > 0) {
+    std::vector<int32_t> list(plan->exclude.begin(), plan->exclude.end());
+    list.resize(plan->excluded);
+    ELASTRA_RETURN_IF_ERROR(
+        control.Broadcast(list.data(), list.size(), DataType::kInt32, /*root=*/0, timeout));
+    plan->exclude.assign(list.begin(), list.end());
+  }
+  return OkStatus();
 }
 
 NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
@@ -143,14 +171,14 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
       plan.possible = false;
     }
   }
-  const std::vector<int>& exclude = plan.exclude;
-  int64_t unable = plan.possible ? 0 : 1;
+  plan.excluded = reuse.excluded;
   // A rank may arrive up to one Quiesce() bound (options.timeout) after the others: the agreement
   // waits that long on top of its own timeout, so that a slow revoke means a fresh init, as
-  // intended, not a failed generation.
-  ELASTRA_RETURN_IF_ERROR(control.Allreduce(&unable, 1, DataType::kInt64, ReduceOp::kMax,
-                                            options.timeout * 2));
-  if (unable != 0) return std::shared_ptr<NcclCommunicator>();
+  // intended, not a failed generation. It also hands every rank the list to exclude.
+  ELASTRA_RETURN_IF_ERROR(
+      AgreeNcclReuse(&plan, rank, reuse.from_world, control, options.timeout * 2));
+  if (!plan.possible) return std::shared_ptr<NcclCommunicator>();
+  const std::vector<int>& exclude = plan.exclude;
 
   std::shared_ptr<NcclCommunicator> base;
   if (exclude.empty()) {

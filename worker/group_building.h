@@ -63,10 +63,13 @@ struct GroupOptions {
 // How a generation's NCCL world can be made from the previous generation's (BuildGroups with
 // backend "nccl"): possible when every new member was a rank of the old world and the old world
 // is still held (not released) and either healthy or has ranks to exclude (a broken world can
-// only be shrunk). `exclude`: old ranks whose workers are not members any more, ascending.
-// `renumber`: the survivors' old order is not the new rank order (one ncclCommSplit fixes it).
+// only be shrunk). `excluded`: how many old ranks' workers are not members any more; `exclude`:
+// those old ranks, ascending (from the coordinator on the new rank 0 only; on every rank after
+// AgreeNcclReuse). `renumber`: the survivors' old order is not the new rank order (one
+// ncclCommSplit fixes it).
 struct NcclReusePlan {
   bool possible = false;
+  int excluded = 0;
   std::vector<int> exclude;
   bool renumber = false;
 };
@@ -77,6 +80,14 @@ NcclReusePlan PlanNcclReuse(const proto::NcclReuse& reuse, const Status& old_wor
 NcclReusePlan PlanNcclReuse(const std::vector<std::string>& old_member_ids,
                             const std::vector<std::string>& new_member_ids,
                             const Status& old_world_health);
+
+// Every rank of the new generation calls this with its plan, over the control world (new ranks):
+// afterwards every rank holds the same plan. Possible only when every rank's plan was and all
+// agree on `excluded`; then `exclude` is the new rank 0's list, broadcast, on every rank. Rank 0's
+// list must hold `excluded` ascending ranks below `old_world`, else no rank reuses the world (a
+// fresh init instead). A failure of the control world itself is returned (kPeerLost, kTimedOut).
+Status AgreeNcclReuse(NcclReusePlan* plan, int rank, int old_world, Communicator& control,
+                      std::chrono::milliseconds timeout);
 
 // Connects the ranks of one group under `options.prefix` + name + "/".
 StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options,
