@@ -49,6 +49,7 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 //    planned, the scalars' source and the NCCL world's reuse, not the whole tables twice.
 // 6: NcclReuse carries the number of old ranks excluded; the list itself goes to the new rank 0
 //    only, which broadcasts it over the control world (O(N) bytes a change, not N x excluded).
+//    PausedReport says in which layout and at which rank its commits are.
 inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
@@ -309,7 +310,15 @@ struct PausedReport {
   int64_t step = -1;                  // state held now: steps [0, step) applied
   std::vector<int64_t> commit_steps;  // in-memory commits held (state after that many steps)
   bool failed = false;                // true when answering a RecoverRequest
-  template <class A> void serialize(A& ar) { ar(target_generation, step, commit_steps, failed); }
+  // Where those commits are: the layout and the worker's rank in it of the generation that made
+  // them (rank -1: not stated). A worker that built a generation which then failed holds its
+  // commits in that generation's layout, not the committed one; the coordinator learns it from
+  // here, so that it knows even after a restart (protocol 6).
+  Layout commits_layout;
+  int32_t commits_rank = -1;
+  template <class A> void serialize(A& ar) {
+    ar(target_generation, step, commit_steps, failed, commits_layout, commits_rank);
+  }
 };
 
 struct Member {

@@ -61,6 +61,7 @@ void GenerationManager::Restore(CommittedJob job) {
   highest_generation_ = job.highest_generation;
   if (job.generation != 0) layout_ = job.layout;
   members_ = std::move(job.members);
+  members_index_stale_ = true;
   history_ = std::move(job.history);
 }
 
@@ -69,6 +70,7 @@ void GenerationManager::Restore(CommittedJob job) {
 
 Status GenerationManager::OnPaused(const std::string& id, const proto::PausedReport& report) {
   ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, report));
+  if (!HoldsCommittedPart(id, report)) off_layout_.insert(id);
   if (!reconf_.AllPaused()) return OkStatus();
   if (reconf_.phase() == Phase::kPausing) {
     auto step = reconf_.AgreedStep();
@@ -104,6 +106,33 @@ void GenerationManager::NoteBuiltWorkers() {
     auto it = old_rank.find(id);
     if (it == old_rank.end() || it->second != r) off_layout_.insert(id);
   }
+}
+
+bool GenerationManager::HoldsCommittedPart(const std::string& id,
+                                           const proto::PausedReport& report) {
+  if (report.commits_rank < 0 || generation_ == 0) return true;
+  const Layout& then = report.commits_layout;
+  const auto rank = static_cast<size_t>(report.commits_rank);
+  if (then == layout_ && rank < members_.size() && members_[rank] == id) return true;
+  if (!IsValidLayout(then) || report.commits_rank >= then.world()) return false;
+  if (members_index_stale_) {
+    members_index_.Build(&members_);
+    members_index_stale_ = false;
+  }
+  const size_t mine = members_index_.Find(id);
+  const StateSpec& state = layouts_->state();
+  if (mine == IdIndex::kNone || state.tensors.empty()) return false;
+  const Coordinates at = CoordinatesOf(then, report.commits_rank);
+  const Coordinates own = CoordinatesOf(layout_, static_cast<int>(mine));
+  for (const TensorSpec& t : state.tensors) {
+    if (!ValidateTensor(t, state.num_layers, then).ok()) return false;
+    const Region a = LocalRegion(t, state.num_layers, then, at);
+    const Region b = LocalRegion(t, state.num_layers, layout_, own);
+    if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool GenerationManager::FailureIsCurrent(uint64_t generation) const {
@@ -536,6 +565,7 @@ void GenerationManager::Commit() {
   generation_ = plan.generation;
   layout_ = plan.layout;
   members_ = plan.members;
+  members_index_stale_ = true;
   off_layout_.clear();
   history_.push_back(std::move(entry));
   job_state_ = proto::JobState::kRunning;

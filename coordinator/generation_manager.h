@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/id_index.h"
 #include "common/messages.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/health.h"
@@ -146,6 +147,11 @@ class GenerationManager {
   // Before a build in flight is abandoned: adds the workers that reported it ready, and whose
   // part changed in it, to off_layout_.
   void NoteBuiltWorkers();
+  // Whether the commits `report` holds are `id`'s part of the committed generation: true when it
+  // does not place them (commits_rank -1), or places them at its own rank of layout_, or where
+  // every registered tensor's region is the same as in its own part (a data-parallel change of
+  // replicated state); false for a place that is not a valid rank of a valid layout.
+  bool HoldsCommittedPart(const std::string& id, const proto::PausedReport& report);
   // The wire form of workers `ids` at ranks 0.. of `layout`.
   std::vector<proto::Member> MembersOf(const Layout& layout, const std::vector<std::string>& ids,
                                        const std::vector<bool>& has_state) const;
@@ -174,10 +180,14 @@ class GenerationManager {
   uint64_t highest_generation_ = 0;  // highest number handed out
   Layout layout_;
   std::vector<std::string> members_;  // committed generation, by rank
-  // Workers that reported ready for a generation that then failed, and whose part changed in it:
-  // their shards and commits are in that generation's layout, not layout_'s, so a recovery counts
-  // them as holding no state (NoteBuiltWorkers). Cleared at each commit.
+  // Workers whose commits hold another part than theirs in the committed generation: they
+  // reported ready for a generation that then failed and whose part changed in it
+  // (NoteBuiltWorkers), or their PausedReport places their commits so (HoldsCommittedPart, which
+  // alone survives a coordinator restart). A recovery counts them as holding no state. Cleared
+  // at each commit.
   std::unordered_set<std::string> off_layout_;
+  IdIndex members_index_;  // members_ by id, built when first needed (HoldsCommittedPart)
+  bool members_index_stale_ = true;
   std::vector<HistoryEntry> history_;
   Reconfiguration reconf_;
   SizeGoal pause_goal_;  // of the pause in flight

@@ -94,6 +94,18 @@ class CommitStore {
 
   // The steps of the commits held, oldest first (one being copied included).
   std::vector<int64_t> steps() const;
+  // Where the commits held are: the layout and this worker's rank in it of the generation whose
+  // shards they hold (rank -1 before the first). Set by the generation builder when it commits a
+  // new layout, just before the commits change; runs on_change. Until they have changed, the
+  // old commits are published with the new place: a coordinator that asks then counts them as
+  // holding nothing of the committed layout, which is never wrong, only cautious.
+  void set_place(const Layout& layout, int rank) {
+    place_layout_ = layout;
+    place_rank_ = rank;
+    Changed();
+  }
+  const Layout& place_layout() const { return place_layout_; }
+  int place_rank() const { return place_rank_; }
   bool empty() const { return commits_.empty() && !pending_.valid(); }
   // The newest commit, or nullptr.
   const Image* newest() {
@@ -122,6 +134,8 @@ class CommitStore {
   std::future<Image> pending_;   // a commit being copied on another thread (CommitInBackground)
   int64_t pending_step_ = 0;
   double last_settle_wait_ms_ = 0;
+  Layout place_layout_;
+  int place_rank_ = -1;
 };
 
 }  // namespace elastra

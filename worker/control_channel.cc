@@ -92,7 +92,8 @@ void ControlChannel::OnPush(const proto::Envelope& e) {
   proto::PausedReport report;
   {
     std::lock_guard<std::mutex> lock(published_mu_);
-    report = proto::PausedReport{req->target_generation, published_step_, published_commits_, true};
+    report = proto::PausedReport{req->target_generation, published_step_, published_commits_,
+                                 true, published_layout_, published_rank_};
   }
   uint64_t answered = answered_by_io_.load();
   while (answered < req->target_generation &&
@@ -101,10 +102,13 @@ void ControlChannel::OnPush(const proto::Envelope& e) {
   client_->Send(MessageType::kPaused, proto::EncodePayload(report), e.generation).IgnoreError();
 }
 
-void ControlChannel::Publish(int64_t step, std::vector<int64_t> commit_steps) {
+void ControlChannel::Publish(int64_t step, std::vector<int64_t> commit_steps,
+                             const Layout& commits_layout, int commits_rank) {
   std::lock_guard<std::mutex> lock(published_mu_);
   published_commits_ = std::move(commit_steps);
   published_step_ = step;
+  published_layout_ = commits_layout;
+  published_rank_ = commits_rank;
 }
 
 void ControlChannel::CancelOnRecovery(uint64_t g) {

@@ -88,9 +88,10 @@ class ControlChannel {
   uint64_t generation() const { return generation_.load(); }
   void set_generation(uint64_t g) { generation_ = g; }
 
-  // Makes the step and the commits held visible to the I/O thread, which answers a
-  // RecoverRequest with them.
-  void Publish(int64_t step, std::vector<int64_t> commit_steps);
+  // Makes the step and the commits held (and where they are: CommitStore::place_layout) visible
+  // to the I/O thread, which answers a RecoverRequest with them.
+  void Publish(int64_t step, std::vector<int64_t> commit_steps, const Layout& commits_layout,
+               int commits_rank);
   // Whether the I/O thread already answered a RecoverRequest for `target` (or a later one).
   bool AnsweredByIo(uint64_t target) const { return answered_by_io_.load() >= target; }
   // Makes the rendezvous of generation `g` give up (kAborted) as soon as a recovery for a later
@@ -113,9 +114,11 @@ class ControlChannel {
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> recover_seen_{0};    // newest RecoverRequest target seen by the I/O thread
   std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered
-  std::mutex published_mu_;                  // guards the two below, read by the I/O thread
+  std::mutex published_mu_;                  // guards the four below, read by the I/O thread
   std::vector<int64_t> published_commits_;
   int64_t published_step_ = 0;
+  Layout published_layout_;
+  int published_rank_ = -1;
   PushInbox inbox_;
 };
 

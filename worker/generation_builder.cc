@@ -156,7 +156,9 @@ Status GenerationBuilder::CommitNewLayout(int64_t bytes_received) {
   // Every member holds a commit of the step it continues from, in the new layout, so a failure
   // right after this rolls back here, not further. A member whose shards did not change (it
   // received nothing and holds the same regions) keeps the commit it made when it paused: the
-  // state is that commit, and copying it again would only add to the downtime.
+  // state is that commit, and copying it again would only add to the downtime. Either way the
+  // commits are this generation's from now on (PausedReport::commits_layout).
+  commits_->set_place(layout_, rank_);
   if (bytes_received != 0 || !commits_->MatchesState()) {
     commits_->Forget();
     return commits_->Commit();

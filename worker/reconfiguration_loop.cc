@@ -108,7 +108,8 @@ StatusOr<StepAction> ReconfigurationLoop::Pause(uint64_t target) {
   // waits for it before the state moves (CommitStore::CommitInBackground).
   ELASTRA_RETURN_IF_ERROR(commits_->CommitInBackground());
   LOG(INFO) << "pausing after step " << step() << " for generation " << target;
-  proto::PausedReport report{target, step(), commits_->steps(), false};
+  proto::PausedReport report{target,           step(), commits_->steps(), false,
+                             commits_->place_layout(), commits_->place_rank()};
   answered_target_ = std::max(answered_target_, target);
   Status s = channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
                                      channel_->generation());
@@ -280,7 +281,8 @@ Status ReconfigurationLoop::AnswerRecovery(const proto::Envelope& e) {
             << commits_->steps().size() << " (newest step "
             << (commits_->empty() ? -1 : commits_->newest()->step) << ")";
   if (channel_->AnsweredByIo(req->target_generation)) return OkStatus();  // answered already
-  proto::PausedReport report{req->target_generation, step(), commits_->steps(), true};
+  proto::PausedReport report{req->target_generation,  step(), commits_->steps(), true,
+                             commits_->place_layout(), commits_->place_rank()};
   return channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
                                  channel_->generation());
 }

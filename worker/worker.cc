@@ -139,7 +139,9 @@ class Worker::Impl {
 
   // Makes the commits held and the step visible to the I/O thread, which answers a
   // RecoverRequest with them (ControlChannel).
-  void PublishCommits() { channel_.Publish(step(), commits_.steps()); }
+  void PublishCommits() {
+    channel_.Publish(step(), commits_.steps(), commits_.place_layout(), commits_.place_rank());
+  }
 
   // Declared in the order they depend on each other: they are destroyed the other way round, so
   // the control channel (whose I/O thread interrupts the groups) goes before the groups, and the

@@ -188,6 +188,84 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   EXPECT_EQ(core->state(), proto::JobState::kPausing);
 }
 
+// A worker that built the generation in flight holds its commits in that generation's layout. A
+// restarted coordinator no longer knows who reported it ready; it learns where each survivor's
+// commits are from the survivor's report, and plans the recovery from the others.
+TEST_F(RestartTest, AfterARestartCommitsOfTheGenerationInFlightHoldNothingCommitted) {
+  const Layout committed{2, 1, 1}, next{1, 2, 1};
+  // Two layers, one tensor each: at pp=2 each worker holds one of them, at dp=2 both.
+  proto::JoinRequest join{"", "", 0, 100, StateSpec{2, {}}, ""};
+  join.state.tensors = {TensorSpec{"l0", {8}, 4, ShardingRule{-1, 0, false}},
+                        TensorSpec{"l1", {8}, 4, ShardingRule{-1, 1, false}}};
+  int w0_new_rank = -1;
+  {
+    auto core = NewCore(2);
+    for (const std::string id : {"w0", "w1"}) {
+      join.worker_id = id;
+      join.host = "host-" + id;
+      Send(*core, id, proto::Role::kWorker, T::kJoin, join, 1);
+    }
+    for (const std::string id : {"w0", "w1"}) {
+      Send(*core, id, proto::Role::kWorker, T::kGenerationReady,
+           proto::GenerationReady{1, 1.0, 0.0, 0});
+    }
+    ASSERT_EQ(core->generation(), 1u);
+    auto out = Send(*core, "admin", proto::Role::kAdmin, T::kResize,
+                    proto::ResizeRequest{2, true, next, false}, 9);
+    auto pauses = OfType(out, T::kPauseRequest);
+    ASSERT_EQ(pauses.size(), 2u);
+    const uint64_t target =
+        proto::DecodePayload<proto::PauseRequest>(pauses[0].payload)->target_generation;
+    std::vector<proto::Envelope> gens;
+    for (int r = 0; r < 2; ++r) {
+      const std::string id = "w" + std::to_string(r);
+      auto o = Send(*core, id, proto::Role::kWorker, T::kPaused,
+                    proto::PausedReport{target, 12, {12}, false, committed, r});
+      for (auto& e : OfType(o, T::kNewGeneration)) gens.push_back(e);
+    }
+    ASSERT_EQ(gens.size(), 2u);
+    for (const auto& e : gens) {
+      auto ng = proto::DecodePayload<proto::NewGeneration>(e.payload);
+      ASSERT_TRUE(ng.ok());
+      EXPECT_EQ(ng->layout, next);
+      for (const auto& m : ng->members) {
+        if (m.worker_id == "w0") w0_new_rank = m.rank;
+      }
+    }
+    ASSERT_GE(w0_new_rank, 0);
+    // w0 built it (its commits are now in the new layout) and said so; then the coordinator dies.
+    Send(*core, "w0", proto::Role::kWorker, T::kGenerationReady,
+         proto::GenerationReady{target, 1, 0, 0});
+  }
+  auto core = NewCore(2);
+  ASSERT_TRUE(core->restored());
+  for (const std::string id : {"w0", "w1"}) {
+    Send(*core, id, proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  }
+  auto recovers = OfType(Decode(core->Tick()), T::kRecoverRequest);
+  ASSERT_EQ(recovers.size(), 2u);
+  const uint64_t target =
+      proto::DecodePayload<proto::RecoverRequest>(recovers[0].payload)->target_generation;
+  std::vector<proto::Envelope> gens;
+  const proto::PausedReport reports[2] = {{target, 12, {12}, true, next, w0_new_rank},
+                                          {target, 12, {12}, true, committed, 1}};
+  for (int r = 0; r < 2; ++r) {
+    auto o = Send(*core, "w" + std::to_string(r), proto::Role::kWorker, T::kPaused, reports[r]);
+    for (auto& e : OfType(o, T::kNewGeneration)) gens.push_back(e);
+  }
+  ASSERT_EQ(gens.size(), 2u);
+  for (const auto& e : gens) {
+    auto ng = proto::DecodePayload<proto::NewGeneration>(e.payload);
+    ASSERT_TRUE(ng.ok());
+    EXPECT_EQ(ng->reason, proto::GenerationReason::kFailure);
+    EXPECT_EQ(ng->prev_layout, committed);
+    for (const auto& m : ng->prev_members) {
+      EXPECT_EQ(m.has_state, m.worker_id == "w1") << m.worker_id << " in the message to "
+                                                   << e.sender;
+    }
+  }
+}
+
 // A member lost right after a restart, before the survivor was heard from: the recover request
 // pushed to the survivor is dropped (no identity yet), and is pushed again with its first
 // message, so the survivor answers within the recover timeout instead of being declared lost.
