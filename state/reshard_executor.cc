@@ -18,6 +18,7 @@ namespace elastra {
 namespace {
 
 using reshard_internal::Clock;
+using reshard_internal::CopyRect;
 using reshard_internal::Counters;
 using reshard_internal::DeviceMemory;
 using reshard_internal::HostMemory;
@@ -198,18 +199,11 @@ class ReshardRun {
         continue;
       }
       if (in_place_[t->tensor]) continue;  // after the sends (CompactInPlace)
-      const Rect& r = t->rect;
-      const int64_t esize = tensors_[t->tensor].element_size;
-      const Region& from = regions_.old_region[t->tensor];
-      const Region& to = regions_.new_region[t->tensor];
-      const uint8_t* src = Memory::Data((*shards_)[tensors_[t->tensor].name]);
-      uint8_t* dst = Memory::Data(fresh[tensors_[t->tensor].name]);
-      const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
-      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
-        ELASTRA_RETURN_IF_ERROR(memory_.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
-                                             src + from.LocalOffset(row, r.col_begin) * esize,
-                                             row_bytes));
-      }
+      const std::string& name = tensors_[t->tensor].name;
+      ELASTRA_RETURN_IF_ERROR(CopyRect(memory_, t->rect, tensors_[t->tensor].element_size,
+                                       Memory::Data((*shards_)[name]),
+                                       regions_.old_region[t->tensor], Memory::Data(fresh[name]),
+                                       regions_.new_region[t->tensor]));
       stats_->bytes_copied += t->bytes;
     }
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());
