@@ -26,6 +26,7 @@ using reshard_internal::RectStream;
 using reshard_internal::SecondsSince;
 using reshard_internal::SparePool;
 using reshard_internal::Staging;
+using reshard_internal::WholeRows;
 
 }  // namespace
 
@@ -510,7 +511,9 @@ class ReshardRun {
   // The in-place tensors of the group: each kept row moved down to its place in the new shard,
   // in the order of the new shard. Both shards list the matrix's elements row-major, so an
   // element's place in the new shard is at most its place in the old, and moving the rows in
-  // ascending order never overwrites a row not yet moved. The buffer then becomes the new shard.
+  // ascending order never overwrites a row not yet moved (rows that follow each other in both
+  // shards move as one segment: memmove handles the overlap within it). The buffer then becomes
+  // the new shard.
   void CompactInPlace(const GroupWork& group, Shards* fresh) {
     const auto t0 = Clock::now();
     struct Segment {
@@ -523,10 +526,12 @@ class ReshardRun {
       const int64_t esize = tensors_[t->tensor].element_size;
       const Region& from = regions_.old_region[t->tensor];
       const Region& to = regions_.new_region[t->tensor];
-      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
+      // One segment per row, or one for the rectangle where it is whole rows in both shards.
+      const int64_t rows = WholeRows(r, from) && WholeRows(r, to) ? r.row_end - r.row_begin : 1;
+      for (int64_t row = r.row_begin; row < r.row_end; row += rows) {
         segments[t->tensor].push_back({to.LocalOffset(row, r.col_begin) * esize,
                                        from.LocalOffset(row, r.col_begin) * esize,
-                                       (r.col_end - r.col_begin) * esize});
+                                       rows * (r.col_end - r.col_begin) * esize});
       }
       stats_->bytes_copied += t->bytes;
     }
