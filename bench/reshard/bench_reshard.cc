@@ -242,10 +242,10 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
             std::printf(
                 "  rank0 rep %d %s: cpu %.4f faults %ld total %.4f alloc %.4f local %.4f "
-                "transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new shards: %lld "
-                "bytes allocated, %lld reused, %lld in place)\n",
-                rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_allocate, st.seconds_local,
-                st.seconds_transfer, static_cast<long long>(st.bytes_sent),
+                "transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new "
+                "shards: %lld bytes allocated, %lld reused, %lld in place)\n",
+                rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_allocate,
+                st.seconds_local, st.seconds_transfer, static_cast<long long>(st.bytes_sent),
                 static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
                 static_cast<long long>(st.messages_sent),
                 static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused),
