@@ -18,6 +18,7 @@ namespace elastra {
 namespace {
 
 using reshard_internal::Clock;
+using reshard_internal::CopyRect;
 using reshard_internal::Counters;
 using reshard_internal::DeviceMemory;
 using reshard_internal::HostMemory;
@@ -25,6 +26,7 @@ using reshard_internal::RectStream;
 using reshard_internal::SecondsSince;
 using reshard_internal::SparePool;
 using reshard_internal::Staging;
+using reshard_internal::WholeRows;
 
 }  // namespace
 
@@ -198,18 +200,11 @@ class ReshardRun {
         continue;
       }
       if (in_place_[t->tensor]) continue;  // after the sends (CompactInPlace)
-      const Rect& r = t->rect;
-      const int64_t esize = tensors_[t->tensor].element_size;
-      const Region& from = regions_.old_region[t->tensor];
-      const Region& to = regions_.new_region[t->tensor];
-      const uint8_t* src = Memory::Data((*shards_)[tensors_[t->tensor].name]);
-      uint8_t* dst = Memory::Data(fresh[tensors_[t->tensor].name]);
-      const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
-      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
-        ELASTRA_RETURN_IF_ERROR(memory_.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
-                                             src + from.LocalOffset(row, r.col_begin) * esize,
-                                             row_bytes));
-      }
+      const std::string& name = tensors_[t->tensor].name;
+      ELASTRA_RETURN_IF_ERROR(CopyRect(memory_, t->rect, tensors_[t->tensor].element_size,
+                                       Memory::Data((*shards_)[name]),
+                                       regions_.old_region[t->tensor], Memory::Data(fresh[name]),
+                                       regions_.new_region[t->tensor]));
       stats_->bytes_copied += t->bytes;
     }
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());
@@ -516,7 +511,9 @@ class ReshardRun {
   // The in-place tensors of the group: each kept row moved down to its place in the new shard,
   // in the order of the new shard. Both shards list the matrix's elements row-major, so an
   // element's place in the new shard is at most its place in the old, and moving the rows in
-  // ascending order never overwrites a row not yet moved. The buffer then becomes the new shard.
+  // ascending order never overwrites a row not yet moved (rows that follow each other in both
+  // shards move as one segment: memmove handles the overlap within it). The buffer then becomes
+  // the new shard.
   void CompactInPlace(const GroupWork& group, Shards* fresh) {
     const auto t0 = Clock::now();
     struct Segment {
@@ -529,10 +526,12 @@ class ReshardRun {
       const int64_t esize = tensors_[t->tensor].element_size;
       const Region& from = regions_.old_region[t->tensor];
       const Region& to = regions_.new_region[t->tensor];
-      for (int64_t row = r.row_begin; row < r.row_end; ++row) {
+      // One segment per row, or one for the rectangle where it is whole rows in both shards.
+      const int64_t rows = WholeRows(r, from) && WholeRows(r, to) ? r.row_end - r.row_begin : 1;
+      for (int64_t row = r.row_begin; row < r.row_end; row += rows) {
         segments[t->tensor].push_back({to.LocalOffset(row, r.col_begin) * esize,
                                        from.LocalOffset(row, r.col_begin) * esize,
-                                       (r.col_end - r.col_begin) * esize});
+                                       rows * (r.col_end - r.col_begin) * esize});
       }
       stats_->bytes_copied += t->bytes;
     }

@@ -126,8 +126,31 @@ struct DeviceMemory {
   Status Wait() { return copier->Wait(); }
 };
 
+// Whether the rows of `r` follow each other in the local buffer of `region`: a rectangle as wide
+// as the region's box is one contiguous run there.
+inline bool WholeRows(const Rect& r, const Region& region) {
+  return r.col_end - r.col_begin == region.box.col_end - region.box.col_begin;
+}
+
+// Copies rectangle `r` from the buffer of region `from` into the buffer of region `to`, row by
+// row, or in one copy where the rectangle is whole rows in both buffers.
+template <class Memory>
+Status CopyRect(Memory& memory, const Rect& r, int64_t esize, const uint8_t* src,
+                const Region& from, uint8_t* dst, const Region& to) {
+  const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
+  const bool whole = WholeRows(r, from) && WholeRows(r, to);
+  const int64_t rows_per_copy = whole ? r.row_end - r.row_begin : 1;
+  for (int64_t row = r.row_begin; row < r.row_end; row += rows_per_copy) {
+    ELASTRA_RETURN_IF_ERROR(memory.Copy(dst + to.LocalOffset(row, r.col_begin) * esize,
+                                        src + from.LocalOffset(row, r.col_begin) * esize,
+                                        rows_per_copy * row_bytes));
+  }
+  return OkStatus();
+}
+
 // Walks the bytes of a list of rectangles row by row, in plan order, as one stream: packs them
-// from (or unpacks them into) local shard buffers.
+// from (or unpacks them into) local shard buffers. A rectangle that is whole rows of its local
+// region is one run of bytes there, copied at once.
 template <class Memory>
 class RectStream {
  public:
@@ -150,18 +173,21 @@ class RectStream {
       const Item& it = items_[item_];
       const Rect& r = it.transfer->rect;
       const int64_t esize = it.transfer->bytes / r.volume();
-      const int64_t row_bytes = (r.col_end - r.col_begin) * esize;
+      // A run: one row, or the whole rectangle where its rows follow each other locally.
+      const bool whole = WholeRows(r, it.region);
+      const int64_t run_bytes = whole ? it.transfer->bytes : (r.col_end - r.col_begin) * esize;
+      const int64_t runs = whole ? 1 : r.row_end - r.row_begin;
       const int64_t row = r.row_begin + row_;
-      const int64_t take = std::min(n, row_bytes - offset_);
+      const int64_t take = std::min(n, run_bytes - offset_);
       uint8_t* local = it.base + it.region.LocalOffset(row, r.col_begin) * esize + offset_;
       ELASTRA_RETURN_IF_ERROR(pack ? memory_->Copy(buffer, local, take)
                                    : memory_->Copy(local, buffer, take));
       buffer += take;
       n -= take;
       offset_ += take;
-      if (offset_ == row_bytes) {
+      if (offset_ == run_bytes) {
         offset_ = 0;
-        if (++row_ == r.row_end - r.row_begin) {
+        if (++row_ == runs) {
           row_ = 0;
           ++item_;
         }
@@ -175,8 +201,8 @@ class RectStream {
   Memory* memory_;
   int64_t total_ = 0;
   size_t item_ = 0;
-  int64_t row_ = 0;
-  int64_t offset_ = 0;
+  int64_t row_ = 0;     // the run in the current rectangle
+  int64_t offset_ = 0;  // bytes of that run already moved
 };
 
 using Clock = std::chrono::steady_clock;
