@@ -351,9 +351,28 @@ Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
   return AppendChange(std::move(record));
 }
 
+namespace {
+
+bool SameWorkers(const std::vector<JournalWorker>& a, const std::vector<JournalWorker>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const JournalWorker& x, const JournalWorker& y) {
+                      return x.id == y.id && x.host == y.host && x.device == y.device &&
+                             x.pid == y.pid;
+                    });
+}
+
+}  // namespace
+
 Status Journal::RecordCommit(JournalGeneration g) {
   JournalRecord record;
   record.type = JournalRecordType::kCommit;
+  // The members the build of this generation began with, as its begin record listed them (the
+  // usual commit): the record refers to that begin instead of listing them again.
+  if (state_.change_in_flight && state_.change_kind == ChangeKind::kBuild &&
+      state_.change_target == g.generation && SameWorkers(g.members, state_.change_workers)) {
+    record.members_begun = true;
+    g.members.clear();
+  }
   record.generation = std::move(g);
   return AppendChange(std::move(record));
 }

@@ -181,7 +181,9 @@ class Journal {
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
   // The two records that list every member take their lists by value: a caller that moves them
-  // in saves a copy of N workers.
+  // in saves a copy of N workers. A commit whose members are the workers of the build begun for
+  // its generation (the same ids, hosts, devices and pids, in the same order) is written with a
+  // reference to that begin record instead of the list (docs/journal.md).
   Status RecordChangeBegun(uint64_t target, ChangeKind kind, std::vector<JournalWorker> workers);
   Status RecordCommit(JournalGeneration generation);
   // `bytes`: the shard files' total size; `seconds`: the save time (the slowest rank's write
