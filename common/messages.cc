@@ -1,7 +1,7 @@
 // Names of the protocol's enums (common/messages.h): for logs, the status JSON and the journal.
 #include "common/messages.h"
 
-#include <unordered_map>
+#include "common/id_index.h"
 
 namespace elastra::proto {
 namespace {
@@ -25,19 +25,18 @@ NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
   NcclReuse reuse;
   reuse.from_world = static_cast<int32_t>(old_ids.size());
   if (new_ids.empty()) return reuse;
-  std::unordered_map<std::string, int> old_rank;
-  old_rank.reserve(old_ids.size());
-  for (size_t r = 0; r < old_ids.size(); ++r) {
-    if (!old_rank.emplace(old_ids[r], static_cast<int>(r)).second) return reuse;
-  }
+  // A flat index of the old ranks, not a hash node per worker (docs/scale.md). An id twice in the
+  // old world makes the reuse impossible.
+  IdIndex old_rank;
+  if (!old_rank.Build(&old_ids)) return reuse;
   std::vector<char> kept(old_ids.size(), 0);
   int last = -1;
   for (const std::string& id : new_ids) {
-    auto it = old_rank.find(id);
-    if (it == old_rank.end() || kept[it->second]) return reuse;  // new, or twice
-    kept[it->second] = 1;
-    reuse.renumber |= it->second < last;
-    last = it->second;
+    const size_t r = old_rank.Find(id);
+    if (r == IdIndex::kNone || kept[r]) return reuse;  // new, or twice
+    kept[r] = 1;
+    reuse.renumber |= static_cast<int>(r) < last;
+    last = static_cast<int>(r);
   }
   for (size_t r = 0; r < old_ids.size(); ++r) {
     if (!kept[r]) reuse.exclude.push_back(static_cast<int32_t>(r));

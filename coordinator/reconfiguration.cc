@@ -79,7 +79,7 @@ size_t Reconfiguration::ParticipantIndex(const std::string& id) const {
   return i;
 }
 
-Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedReport& report) {
+Status Reconfiguration::RecordPaused(const std::string& id, proto::PausedReport report) {
   if ((phase_ != Phase::kPausing && phase_ != Phase::kRecovering) ||
       report.target_generation != target_) {
     return StaleGenerationError("paused report for generation " +
@@ -97,7 +97,7 @@ Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedR
     answers_[i] = kAnswered;
     ++answered_;
   }
-  paused_[i] = report;
+  paused_[i] = std::move(report);
   return OkStatus();
 }
 

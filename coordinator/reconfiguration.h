@@ -77,7 +77,8 @@ class Reconfiguration {
 
   // kStaleGeneration when the report is for another target or we are not pausing/recovering,
   // kNotFound when `id` was not asked.
-  Status RecordPaused(const std::string& id, const proto::PausedReport& report);
+  // The report is kept (taken by value: a caller that moves it in saves a copy per report).
+  Status RecordPaused(const std::string& id, proto::PausedReport report);
   // kStaleGeneration when not building this generation, kNotFound when `id` is not a member.
   Status RecordReady(const std::string& id, const proto::GenerationReady& ready);
 
