@@ -181,8 +181,8 @@ void GenerationManager::MaybeFormFirstGeneration() {
 
 void GenerationManager::BeginPause(const SizeGoal& goal) {
   pause_goal_ = goal;
-  auto members = membership_->Members();
-  const std::vector<const WorkerInfo*> infos = membership_->FindAll(members);  // one lookup each
+  const std::vector<const WorkerInfo*> infos = membership_->MemberInfos();  // no lookup by id
+  std::vector<std::string> members = IdsOf(infos);
   const uint64_t target = ++highest_generation_;
   journal_->ChangeBegun(target, ChangeKind::kPause, members, infos);
   proto::PauseRequest pause;
@@ -322,18 +322,19 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
       }
     }
   }
-  auto survivors = membership_->Members();
-  if (survivors.empty()) {
+  const std::vector<const WorkerInfo*> infos = membership_->MemberInfos();  // no lookup by id
+  if (infos.empty()) {
     FailJob("every member is lost (" + why + ")");
     return;
   }
+  std::vector<std::string> survivors = IdsOf(infos);
   const uint64_t target = ++highest_generation_;
-  journal_->ChangeBegun(target, ChangeKind::kRecover, survivors);
-  reconf_.BeginRecover(target, survivors, clock_->Now() + options_->recover_timeout);
+  journal_->ChangeBegun(target, ChangeKind::kRecover, survivors, infos);
   proto::RecoverRequest recover;
   recover.target_generation = target;
   recover.lost = lost;
-  outbox_->PushAll(survivors, proto::MessageType::kRecoverRequest, recover, generation_);
+  outbox_->PushAll(infos, proto::MessageType::kRecoverRequest, recover, generation_);
+  reconf_.BeginRecover(target, std::move(survivors), clock_->Now() + options_->recover_timeout);
   recover_request_ = recover;
   LOG(WARNING) << "recovering into generation " << target << ": " << why;
 }
@@ -407,6 +408,13 @@ void GenerationManager::FinishRecovery() {
                            : static_cast<int32_t>(source - plan.has_state.begin());
   }
   StartBuild(std::move(plan));
+}
+
+std::vector<std::string> GenerationManager::IdsOf(const std::vector<const WorkerInfo*>& infos) {
+  std::vector<std::string> ids;
+  ids.reserve(infos.size());
+  for (const WorkerInfo* w : infos) ids.push_back(w->id);
+  return ids;
 }
 
 std::vector<std::string> GenerationManager::HostNames(const std::vector<std::string>& ids) const {
