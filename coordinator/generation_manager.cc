@@ -67,8 +67,8 @@ void GenerationManager::Restore(CommittedJob job) {
 // ---------------------------------------------------------------------------------------------
 // What workers report.
 
-Status GenerationManager::OnPaused(const std::string& id, proto::PausedReport report) {
-  ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, std::move(report)));
+Status GenerationManager::OnPaused(const std::string& id, const proto::PausedReport& report) {
+  ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, report));
   if (!reconf_.AllPaused()) return OkStatus();
   if (reconf_.phase() == Phase::kPausing) {
     auto step = reconf_.AgreedStep();

@@ -105,7 +105,7 @@ class GenerationManager {
   // not expected. Once every participant answered: builds the next generation at the agreed step,
   // or recovers when the steps differ or one failed (pausing); builds the recovery generation
   // (recovering).
-  Status OnPaused(const std::string& id, proto::PausedReport report);
+  Status OnPaused(const std::string& id, const proto::PausedReport& report);
   // A GenerationReady from `id`. Reconfiguration's error when it was not expected. Commits the
   // generation once every member is ready.
   Status OnReady(const std::string& id, const proto::GenerationReady& ready);

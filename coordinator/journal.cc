@@ -364,15 +364,21 @@ bool SameWorkers(const std::vector<JournalWorker>& a, const std::vector<JournalW
 }  // namespace
 
 Status Journal::RecordCommit(JournalGeneration g) {
-  JournalRecord record;
-  record.type = JournalRecordType::kCommit;
   // The members the build of this generation began with, as its begin record listed them (the
   // usual commit): the record refers to that begin instead of listing them again.
-  if (state_.change_in_flight && state_.change_kind == ChangeKind::kBuild &&
-      state_.change_target == g.generation && SameWorkers(g.members, state_.change_workers)) {
-    record.members_begun = true;
-    g.members.clear();
-  }
+  const bool begun = state_.change_in_flight && state_.change_kind == ChangeKind::kBuild &&
+                     state_.change_target == g.generation &&
+                     SameWorkers(g.members, state_.change_workers);
+  return AppendCommit(std::move(g), begun);
+}
+
+Status Journal::RecordCommitOfBegun(JournalGeneration g) { return AppendCommit(std::move(g), true); }
+
+Status Journal::AppendCommit(JournalGeneration g, bool members_begun) {
+  JournalRecord record;
+  record.type = JournalRecordType::kCommit;
+  record.members_begun = members_begun;
+  if (members_begun) g.members.clear();
   record.generation = std::move(g);
   return AppendChange(std::move(record));
 }

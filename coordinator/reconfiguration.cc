@@ -62,6 +62,7 @@ void Reconfiguration::Reset() {
   participants_.clear();
   answers_.clear();
   paused_.clear();
+  commit_steps_.clear();
   answered_ = live_ = 0;
   member_index_.Clear();
   plan_ = GenerationPlan();
@@ -79,7 +80,7 @@ size_t Reconfiguration::ParticipantIndex(const std::string& id) const {
   return i;
 }
 
-Status Reconfiguration::RecordPaused(const std::string& id, proto::PausedReport report) {
+Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedReport& report) {
   if ((phase_ != Phase::kPausing && phase_ != Phase::kRecovering) ||
       report.target_generation != target_) {
     return StaleGenerationError("paused report for generation " +
@@ -97,7 +98,10 @@ Status Reconfiguration::RecordPaused(const std::string& id, proto::PausedReport 
     answers_[i] = kAnswered;
     ++answered_;
   }
-  paused_[i] = std::move(report);
+  paused_[i] = Report{report.step, static_cast<uint32_t>(commit_steps_.size()),
+                      static_cast<uint32_t>(report.commit_steps.size()), report.failed};
+  commit_steps_.insert(commit_steps_.end(), report.commit_steps.begin(),
+                       report.commit_steps.end());
   return OkStatus();
 }
 
@@ -162,7 +166,7 @@ void Reconfiguration::DropParticipant(const std::string& id) {
   if (i == IdIndex::kNone) return;
   if (answers_[i] == kAnswered) {
     --answered_;
-    paused_[i] = proto::PausedReport();
+    paused_[i] = Report();
   }
   answers_[i] = kDropped;
   --live_;
@@ -176,7 +180,7 @@ StatusOr<int64_t> Reconfiguration::AgreedStep() const {
     if (answers_[i] == kDropped) continue;
     const std::string& id = participants_[i];
     if (answers_[i] != kAnswered) return AbortedError(id + " has not paused");
-    const proto::PausedReport& report = paused_[i];
+    const Report& report = paused_[i];
     if (report.failed) return AbortedError(id + " reported a failure while pausing");
     if (first) {
       step = report.step;
@@ -198,13 +202,13 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery(
     if (answers_[i] != kAnswered) continue;
     const std::string& id = participants_[i];
     plan.reached_step = std::max(plan.reached_step, paused_[i].step);
-    const auto& commits = paused_[i].commit_steps;
-    if (commits.empty() || off_layout.count(id) > 0) {
+    const int64_t* commits = commit_steps_.data() + paused_[i].commits_at;
+    if (paused_[i].commits == 0 || off_layout.count(id) > 0) {
       plan.without_state.push_back(id);
       continue;
     }
     plan.with_state.push_back(id);
-    std::set<int64_t> mine(commits.begin(), commits.end());
+    std::set<int64_t> mine(commits, commits + paused_[i].commits);
     if (first) {
       common = std::move(mine);
       first = false;

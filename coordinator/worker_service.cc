@@ -126,13 +126,12 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
 void WorkerService::OnPaused(const proto::Envelope& e, WorkerInfo* sender) {
   auto report = outbox_->DecodeOrDrop<proto::PausedReport>(e);
   if (!report) return;
-  const int64_t step = report->step;
-  if (sender == nullptr || !generations_->OnPaused(e.sender, std::move(*report)).ok()) {
+  if (sender == nullptr || !generations_->OnPaused(e.sender, *report).ok()) {
     outbox_->CountStale();
     return;
   }
   // The sender is still known: a report never removes a worker (a recovery marks the lost ones).
-  sender->step = std::max(sender->step, step);
+  sender->step = std::max(sender->step, report->step);
 }
 
 void WorkerService::OnGenerationReady(const proto::Envelope& e, const WorkerInfo* sender) {

@@ -151,6 +151,35 @@ TEST_F(JournalTest, ACommitThatDiffersFromTheBuildBegunListsItsMembers) {
   }
 }
 
+// RecordCommitOfBegun (the coordinator's commit of the build it began) takes the members from the
+// begin record whatever it is given, and is refused, writing nothing, when that build is not the
+// change in flight.
+TEST_F(JournalTest, ACommitOfTheBuildBegunIsRefusedWhenNoSuchBuildIsInFlight) {
+  auto j = Journal::Create(path_);
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->RecordJob("job", 2, 4).ok());
+  const std::vector<JournalWorker> begun = {W("w0"), W("w1")};
+  const uint64_t before = FileSize();
+  EXPECT_EQ((*j)->RecordCommitOfBegun(Generation(1, begun)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kPause, begun).ok());
+  const uint64_t paused = FileSize();
+  EXPECT_GT(paused, before);
+  EXPECT_FALSE((*j)->RecordCommitOfBegun(Generation(1, begun)).ok());
+  ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kBuild, begun).ok());
+  EXPECT_FALSE((*j)->RecordCommitOfBegun(Generation(3, begun)).ok());
+  const uint64_t built = FileSize();
+  JournalGeneration g = Generation(2, begun);
+  g.members = {W("someone else")};
+  ASSERT_TRUE((*j)->RecordCommitOfBegun(g).ok());
+  EXPECT_GT(FileSize(), built);
+  ExpectSameWorkers((*j)->state().current()->members, begun);
+  j->reset();
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->history.size(), 1u);
+  ExpectSameWorkers(s->history[0].members, begun);
+}
+
 TEST_F(JournalTest, ReplayRefusesACommitThatRefersToNoBuildInFlight) {
   const std::string job = Framed(R"({"t":"job","version":1,"job":"j","initial_workers":1,)"
                                  R"("max_workers":2})");
