@@ -527,19 +527,19 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
 }
 
 void GenerationManager::Commit() {
-  const GenerationPlan& plan = reconf_.plan();  // valid until reconf_.Reset()
   HistoryEntry entry;
+  entry.timings = reconf_.Timings();
+  GenerationPlan plan = reconf_.TakePlan();  // its member list becomes members_, not a copy
   entry.generation = plan.generation;
   entry.reason = plan.reason;
   entry.workers = plan.members;
   entry.layout = plan.layout;
-  entry.timings = reconf_.Timings();
   const bool recovered = plan.reason == proto::GenerationReason::kFailure;
   journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings,
                    recovered ? plan.reached_step : -1, recovered ? plan.restore_step : -1);
   generation_ = plan.generation;
   layout_ = plan.layout;
-  members_ = plan.members;
+  members_ = std::move(plan.members);
   off_layout_.clear();
   history_.push_back(std::move(entry));
   job_state_ = proto::JobState::kRunning;

@@ -32,6 +32,7 @@ void Reconfiguration::BeginPause(uint64_t target, std::vector<std::string> parti
   participant_index_.Build(&participants_);
   answers_.assign(participants_.size(), kAwaited);
   paused_.resize(participants_.size());
+  commit_steps_.reserve(2 * participants_.size());  // a report holds one or two commits
   live_ = participants_.size();
   requested_ = clock_->Now();
 }
@@ -53,6 +54,11 @@ void Reconfiguration::BeginBuild(GenerationPlan plan) {
   ready_.assign(plan_.members.size(), false);
   ready_ms_.assign(plan_.members.size(), {0.0, 0.0});
   ready_count_ = 0;
+}
+
+GenerationPlan Reconfiguration::TakePlan() {
+  member_index_.Clear();  // it indexes plan_.members
+  return std::exchange(plan_, GenerationPlan());
 }
 
 void Reconfiguration::Reset() {

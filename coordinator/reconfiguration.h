@@ -106,6 +106,8 @@ class Reconfiguration {
       const std::unordered_set<std::string>& off_layout = {}) const;
 
   const GenerationPlan& plan() const { return plan_; }
+  // Moves the plan out (a commit keeps its lists); IsReady and RecordReady know no member after.
+  GenerationPlan TakePlan();
   ReconfigurationTimings Timings() const;
 
  private:
