@@ -211,7 +211,12 @@ void GenerationManager::OnReachable(const std::string& id) {
 }
 
 void GenerationManager::FinishPause(int64_t step) {
-  const auto old = reconf_.Answered();  // old members by rank
+  // Old members by rank: every participant in the usual pause (not copied), else those that
+  // answered. Used before StartBuild only (Reconfiguration keeps its participants until Reset).
+  std::vector<std::string> some;
+  const bool all = reconf_.answered() == reconf_.participants().size();
+  if (!all) some = reconf_.Answered();
+  const std::vector<std::string>& old = all ? reconf_.participants() : some;
   const std::string& except = pause_goal_.except_host;
   GenerationPlan plan;
   plan.generation = reconf_.target();

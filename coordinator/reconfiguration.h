@@ -90,6 +90,10 @@ class Reconfiguration {
   bool HasAnswered(const std::string& id) const;
   // Participants that answered / did not answer, by old rank.
   std::vector<std::string> Answered() const;
+  // Every participant, by old rank, dropped ones included: Answered() without a copy when
+  // answered() == participants().size() (none dropped, all answered: the usual pause).
+  const std::vector<std::string>& participants() const { return participants_; }
+  size_t answered() const { return answered_; }
   std::vector<std::string> Unanswered() const;
   bool IsParticipant(const std::string& id) const;
   // Forgets a participant that died (recovering).
