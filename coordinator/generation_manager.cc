@@ -211,11 +211,10 @@ void GenerationManager::OnReachable(const std::string& id) {
 }
 
 void GenerationManager::FinishPause(int64_t step) {
-  // Old members by rank: every participant in the usual pause (not copied), else those that
-  // answered. Used before StartBuild only (Reconfiguration keeps its participants until Reset).
-  std::vector<std::string> some;
+  // Old members by rank: in the usual pause every participant answered, read in place (valid
+  // until StartBuild's reconf_.BeginBuild).
   const bool all = reconf_.answered() == reconf_.participants().size();
-  if (!all) some = reconf_.Answered();
+  const std::vector<std::string> some = all ? std::vector<std::string>() : reconf_.Answered();
   const std::vector<std::string>& old = all ? reconf_.participants() : some;
   const std::string& except = pause_goal_.except_host;
   GenerationPlan plan;
@@ -416,9 +415,8 @@ void GenerationManager::FinishRecovery() {
 }
 
 std::vector<std::string> GenerationManager::IdsOf(const std::vector<const WorkerInfo*>& infos) {
-  std::vector<std::string> ids;
-  ids.reserve(infos.size());
-  for (const WorkerInfo* w : infos) ids.push_back(w->id);
+  std::vector<std::string> ids(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) ids[i] = infos[i]->id;
   return ids;
 }
 
