@@ -20,19 +20,26 @@ class IdIndex {
  public:
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
-  // Indexes `ids` (distinct): Find(ids[i]) == i. `ids` must outlive the index.
-  void Build(const std::vector<std::string>* ids) {
+  // Indexes `ids`: Find(ids[i]) == i when the ids are distinct. False when an id is there more
+  // than once (Find then finds its first place). `ids` must outlive the index.
+  bool Build(const std::vector<std::string>* ids) {
     ids_ = ids;
     size_ = ids->size();
     size_t capacity = 16;
     while (capacity < 2 * ids->size()) capacity *= 2;
     mask_ = capacity - 1;
     slots_.assign(capacity, kEmpty);
+    bool distinct = true;
     for (size_t i = 0; i < ids->size(); ++i) {
-      size_t s = Hash((*ids)[i]) & mask_;
-      while (slots_[s] != kEmpty) s = (s + 1) & mask_;
+      const std::string& id = (*ids)[i];
+      size_t s = Hash(id) & mask_;
+      while (slots_[s] != kEmpty) {
+        distinct = distinct && (*ids)[slots_[s]] != id;
+        s = (s + 1) & mask_;
+      }
       slots_[s] = static_cast<uint32_t>(i);
     }
+    return distinct;
   }
   // Indexes nothing; frees the table.
   void Clear() {

@@ -25,20 +25,18 @@ NcclReuse NcclReuseOf(const std::vector<std::string>& old_ids,
   NcclReuse reuse;
   reuse.from_world = static_cast<int32_t>(old_ids.size());
   if (new_ids.empty()) return reuse;
+  // A flat index of the old ranks, not a hash node per worker (docs/scale.md). An id twice in the
+  // old world makes the reuse impossible.
   IdIndex old_rank;
-  old_rank.Build(&old_ids);
-  // An id twice in the old world is found at its first rank only.
-  for (size_t r = 0; r < old_ids.size(); ++r) {
-    if (old_rank.Find(old_ids[r]) != r) return reuse;
-  }
+  if (!old_rank.Build(&old_ids)) return reuse;
   std::vector<char> kept(old_ids.size(), 0);
-  size_t last = 0;
-  for (size_t i = 0; i < new_ids.size(); ++i) {
-    const size_t r = old_rank.Find(new_ids[i]);
+  int last = -1;
+  for (const std::string& id : new_ids) {
+    const size_t r = old_rank.Find(id);
     if (r == IdIndex::kNone || kept[r]) return reuse;  // new, or twice
     kept[r] = 1;
-    reuse.renumber |= i > 0 && r < last;
-    last = r;
+    reuse.renumber |= static_cast<int>(r) < last;
+    last = static_cast<int>(r);
   }
   for (size_t r = 0; r < old_ids.size(); ++r) {
     if (!kept[r]) reuse.exclude.push_back(static_cast<int32_t>(r));

@@ -111,11 +111,14 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
   // generation older than the committed one: such a message is stale (a replay, a worker woken
   // after its eviction) and must not take the pushes of the worker it names away from it.
   const bool stale = e.generation != 0 && e.generation < generations_.generation();
+  // The worker the message names, looked up once for the handlers below.
+  WorkerInfo* sender =
+      e.sender.empty() || e.type == T::kJoin ? nullptr : membership_.Find(e.sender);
   if (!e.sender.empty() && e.type != T::kJoin && !stale) {
-    if (WorkerInfo* w = membership_.Find(e.sender)) {
-      const bool unreachable = w->identity.empty();
-      w->identity = identity;
-      if (unreachable) generations_.OnReachable(w->id);
+    if (sender != nullptr) {
+      const bool unreachable = sender->identity.empty();
+      sender->identity = identity;
+      if (unreachable) generations_.OnReachable(sender->id);
     } else if (HostInfo* h = hosts_.FindByAgent(e.sender)) {
       h->identity = identity;
     }
@@ -128,13 +131,13 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
       workers_.OnLeave(identity, e);
       break;
     case T::kHeartbeat:
-      workers_.OnHeartbeat(identity, e);
+      workers_.OnHeartbeat(identity, e, sender);
       break;
     case T::kPaused:
-      workers_.OnPaused(e);
+      workers_.OnPaused(e, sender);
       break;
     case T::kGenerationReady:
-      workers_.OnGenerationReady(e);
+      workers_.OnGenerationReady(e, sender);
       break;
     case T::kFailureReport:
       workers_.OnFailureReport(e);

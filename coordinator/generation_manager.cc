@@ -210,8 +210,8 @@ void GenerationManager::MaybeFormFirstGeneration() {
 
 void GenerationManager::BeginPause(const SizeGoal& goal) {
   pause_goal_ = goal;
-  auto members = membership_->Members();
-  const std::vector<const WorkerInfo*> infos = membership_->FindAll(members);  // one lookup each
+  const std::vector<const WorkerInfo*> infos = membership_->MemberInfos();  // no lookup by id
+  std::vector<std::string> members = IdsOf(infos);
   const uint64_t target = ++highest_generation_;
   journal_->ChangeBegun(target, ChangeKind::kPause, members, infos);
   proto::PauseRequest pause;
@@ -240,7 +240,11 @@ void GenerationManager::OnReachable(const std::string& id) {
 }
 
 void GenerationManager::FinishPause(int64_t step) {
-  const auto old = reconf_.Answered();  // old members by rank
+  // Old members by rank: in the usual pause every participant answered, read in place (valid
+  // until StartBuild's reconf_.BeginBuild).
+  const bool all = reconf_.answered() == reconf_.participants().size();
+  const std::vector<std::string> some = all ? std::vector<std::string>() : reconf_.Answered();
+  const std::vector<std::string>& old = all ? reconf_.participants() : some;
   const std::string& except = pause_goal_.except_host;
   GenerationPlan plan;
   plan.generation = reconf_.target();
@@ -351,18 +355,19 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
       }
     }
   }
-  auto survivors = membership_->Members();
-  if (survivors.empty()) {
+  const std::vector<const WorkerInfo*> infos = membership_->MemberInfos();  // no lookup by id
+  if (infos.empty()) {
     FailJob("every member is lost (" + why + ")");
     return;
   }
+  std::vector<std::string> survivors = IdsOf(infos);
   const uint64_t target = ++highest_generation_;
-  journal_->ChangeBegun(target, ChangeKind::kRecover, survivors);
-  reconf_.BeginRecover(target, survivors, clock_->Now() + options_->recover_timeout);
+  journal_->ChangeBegun(target, ChangeKind::kRecover, survivors, infos);
   proto::RecoverRequest recover;
   recover.target_generation = target;
   recover.lost = lost;
-  outbox_->PushAll(survivors, proto::MessageType::kRecoverRequest, recover, generation_);
+  outbox_->PushAll(infos, proto::MessageType::kRecoverRequest, recover, generation_);
+  reconf_.BeginRecover(target, std::move(survivors), clock_->Now() + options_->recover_timeout);
   recover_request_ = recover;
   LOG(WARNING) << "recovering into generation " << target << ": " << why;
 }
@@ -436,6 +441,12 @@ void GenerationManager::FinishRecovery() {
                            : static_cast<int32_t>(source - plan.has_state.begin());
   }
   StartBuild(std::move(plan));
+}
+
+std::vector<std::string> GenerationManager::IdsOf(const std::vector<const WorkerInfo*>& infos) {
+  std::vector<std::string> ids(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) ids[i] = infos[i]->id;
+  return ids;
 }
 
 std::vector<std::string> GenerationManager::HostNames(const std::vector<std::string>& ids) const {
@@ -552,19 +563,19 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
 }
 
 void GenerationManager::Commit() {
-  const GenerationPlan& plan = reconf_.plan();  // valid until reconf_.Reset()
   HistoryEntry entry;
+  entry.timings = reconf_.Timings();
+  GenerationPlan plan = reconf_.TakePlan();  // its member list becomes members_, not a copy
   entry.generation = plan.generation;
   entry.reason = plan.reason;
   entry.workers = plan.members;
   entry.layout = plan.layout;
-  entry.timings = reconf_.Timings();
   const bool recovered = plan.reason == proto::GenerationReason::kFailure;
   journal_->Commit(plan.generation, plan.reason, plan.layout, plan.members, entry.timings,
                    recovered ? plan.reached_step : -1, recovered ? plan.restore_step : -1);
   generation_ = plan.generation;
   layout_ = plan.layout;
-  members_ = plan.members;
+  members_ = std::move(plan.members);
   members_index_stale_ = true;
   off_layout_.clear();
   history_.push_back(std::move(entry));

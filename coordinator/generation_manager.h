@@ -142,6 +142,8 @@ class GenerationManager {
   // agent was told already).
   void ShutdownAgents(const proto::Shutdown& shutdown);
   void EndJob(const std::string& message);
+  // The id of each of `infos` (none null).
+  static std::vector<std::string> IdsOf(const std::vector<const WorkerInfo*>& infos);
   // The host of each of `ids` (the id itself for an unknown worker).
   std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
   // Before a build in flight is abandoned: adds the workers that reported it ready, and whose

@@ -69,19 +69,23 @@ const HostInfo* HostTable::FindByAgent(const std::string& agent) const {
   return const_cast<HostTable*>(this)->FindByAgent(agent);
 }
 
+namespace {
+// The states of a worker that holds a slot of its host.
+constexpr std::initializer_list<WorkerState> kOnSlot = {
+    WorkerState::kMember, WorkerState::kStandby, WorkerState::kLeaving};
+}  // namespace
+
 std::vector<std::string> HostTable::WorkersOn(const std::string& host) const {
   std::vector<std::string> out;
   for (const WorkerInfo* w : membership_->On(host)) {
-    if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby ||
-        w->state == WorkerState::kLeaving) {
-      out.push_back(w->id);
-    }
+    if (std::find(kOnSlot.begin(), kOnSlot.end(), w->state) != kOnSlot.end()) out.push_back(w->id);
   }
   return out;
 }
 
 int HostTable::FreeSlots(const HostInfo& host) const {
-  const int used = static_cast<int>(WorkersOn(host.name).size() + host.spawns.size());
+  // Counted, not listed: a resize sums this over every host.
+  const int used = static_cast<int>(membership_->CountOn(host.name, kOnSlot) + host.spawns.size());
   return std::max(0, host.slots - used);
 }
 
@@ -137,7 +141,8 @@ std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placeme
     if (h.name == except || !CanStart(h, now, watched_only)) continue;
     const int free = FreeSlots(h);
     if (free > 0) {
-      candidates.push_back({&h, free, static_cast<int>(WorkersOn(h.name).size() + h.spawns.size())});
+      candidates.push_back(
+          {&h, free, static_cast<int>(membership_->CountOn(h.name, kOnSlot) + h.spawns.size())});
     }
   }
   if (placement == Placement::kFullestFirst) {

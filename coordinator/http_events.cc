@@ -17,15 +17,29 @@ uint32_t LittleEndian32(const unsigned char* p) {
          static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
 
+// The ids of a record's list of workers (`begin`'s workers, an older `commit`'s members).
+std::vector<std::string> IdsOf(const json& r, const char* field) {
+  std::vector<std::string> ids;
+  for (const json& m : r.value(field, json::array())) ids.push_back(m.value("id", ""));
+  return ids;
+}
+
+}  // namespace
+
 // The event a journal record is, or an empty type when it is none.
-JournalEvent EventOf(const json& r) {
+JournalEvent JournalEventReader::EventOf(const json& r) {
   JournalEvent e;
   const std::string t = r.value("t", "");
   json data;
   if (t == "commit") {
     e.type = "generation";
+    // A commit that refers to its build's begin record has the members that record listed.
     json members = json::array();
-    for (const json& m : r.value("members", json::array())) members.push_back(m.value("id", ""));
+    if (!r.contains("begin")) {
+      members = IdsOf(r, "members");
+    } else if (r.value("begin", uint64_t{0}) == build_target_) {
+      members = build_members_;
+    }
     data = {{"generation", r.value("generation", uint64_t{0})},
             {"reason", r.value("reason", "")},
             {"layout", r.value("layout", json::object())},
@@ -76,8 +90,6 @@ JournalEvent EventOf(const json& r) {
   return e;
 }
 
-}  // namespace
-
 std::vector<JournalEvent> JournalEventReader::ReadNew() {
   std::vector<JournalEvent> events;
   std::ifstream in(path_, std::ios::binary);
@@ -95,6 +107,12 @@ std::vector<JournalEvent> JournalEventReader::ReadNew() {
     const json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) break;
     offset_ += Journal::kHeaderBytes + length;
+    if (r.value("t", "") == "begin" && r.value("kind", "") == "build") {
+      // Kept for the commit that follows it, also when that commit is the first event after
+      // `after`.
+      build_target_ = r.value("target", uint64_t{0});
+      build_members_ = IdsOf(r, "workers");
+    }
     if (offset_ <= after_) continue;
     JournalEvent e = EventOf(r);
     if (e.type.empty()) continue;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,15 @@ class JournalEventReader {
   std::vector<JournalEvent> ReadNew();
 
  private:
+  JournalEvent EventOf(const nlohmann::json& record);
+
   std::string path_;
   uint64_t after_;
   uint64_t offset_ = 0;  // the next record's start: a record boundary this reader has seen
+  // The latest `build` begin record read: its target and its workers' ids, for a commit that
+  // refers to it instead of listing its members.
+  uint64_t build_target_ = 0;
+  std::vector<std::string> build_members_;
 };
 
 }  // namespace elastra::coordinator

@@ -351,9 +351,34 @@ Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
   return AppendChange(std::move(record));
 }
 
+namespace {
+
+bool SameWorkers(const std::vector<JournalWorker>& a, const std::vector<JournalWorker>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const JournalWorker& x, const JournalWorker& y) {
+                      return x.id == y.id && x.host == y.host && x.device == y.device &&
+                             x.pid == y.pid;
+                    });
+}
+
+}  // namespace
+
 Status Journal::RecordCommit(JournalGeneration g) {
+  // The members the build of this generation began with, as its begin record listed them (the
+  // usual commit): the record refers to that begin instead of listing them again.
+  const bool begun = state_.change_in_flight && state_.change_kind == ChangeKind::kBuild &&
+                     state_.change_target == g.generation &&
+                     SameWorkers(g.members, state_.change_workers);
+  return AppendCommit(std::move(g), begun);
+}
+
+Status Journal::RecordCommitOfBegun(JournalGeneration g) { return AppendCommit(std::move(g), true); }
+
+Status Journal::AppendCommit(JournalGeneration g, bool members_begun) {
   JournalRecord record;
   record.type = JournalRecordType::kCommit;
+  record.members_begun = members_begun;
+  if (members_begun) g.members.clear();
   record.generation = std::move(g);
   return AppendChange(std::move(record));
 }

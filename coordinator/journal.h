@@ -181,9 +181,15 @@ class Journal {
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
   // The two records that list every member take their lists by value: a caller that moves them
-  // in saves a copy of N workers.
+  // in saves a copy of N workers. A commit whose members are the workers of the build begun for
+  // its generation (the same ids, hosts, devices and pids, in the same order) is written with a
+  // reference to that begin record instead of the list (docs/journal.md).
   Status RecordChangeBegun(uint64_t target, ChangeKind kind, std::vector<JournalWorker> workers);
   Status RecordCommit(JournalGeneration generation);
+  // A commit whose members are the workers of the build begun for its generation, whatever
+  // generation.members holds (the caller knows they are the same): kInvalidArgument when that
+  // build is not the change in flight.
+  Status RecordCommitOfBegun(JournalGeneration generation);
   // `bytes`: the shard files' total size; `seconds`: the save time (the slowest rank's write
   // plus the commit). Each -1 when not known (then not written).
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
@@ -214,6 +220,7 @@ class Journal {
   Status Append(nlohmann::json r);
   // A begin or commit record: written from typed values when it can be (journal_records.h).
   Status AppendChange(JournalRecord&& record);
+  Status AppendCommit(JournalGeneration generation, bool members_begun);
   // Writes `payload`, the text of `record` (already checked), fsyncs it and applies the record.
   Status Write(const std::string& payload, JournalRecord&& record);
 

@@ -1,5 +1,7 @@
 #include "coordinator/journal_recorder.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 
 namespace elastra::coordinator {
@@ -70,13 +72,24 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   g.generation = generation;
   g.reason = reason;
   g.layout = layout;
-  g.members = RecordsOf(members);
   g.downtime_ms = timings.downtime_ms;
   g.agreement_ms = timings.agreement_ms;
   g.rebuild_ms = timings.rebuild_ms;
   g.transfer_ms = timings.transfer_ms;
   g.reached_step = reached_step;
   g.restore_step = restore_step;
+  // The usual commit: the members the build of this generation began with, by rank. Their hosts,
+  // devices and pids are what its begin record listed: a member's change only when it joins
+  // again, which Membership refuses while it is a member. So the ids are compared, not the
+  // records looked up again (16,384 lookups and copies at that size).
+  const JournalState& s = journal_->state();
+  if (s.change_in_flight && s.change_kind == ChangeKind::kBuild && s.change_target == generation &&
+      std::equal(members.begin(), members.end(), s.change_workers.begin(), s.change_workers.end(),
+                 [](const std::string& id, const JournalWorker& w) { return id == w.id; })) {
+    LogFailure(journal_->RecordCommitOfBegun(std::move(g)));
+    return;
+  }
+  g.members = RecordsOf(members);
   LogFailure(journal_->RecordCommit(std::move(g)));
 }
 

@@ -148,6 +148,16 @@ void EraseStandby(JournalState* s, const std::string& id) {
   std::erase_if(s->standby, [&](const JournalWorker& w) { return w.id == id; });
 }
 
+// Why a commit of `generation` cannot take its members from the change in flight in `s` (no
+// build of that generation begun and not committed); nullptr when it can.
+const char* BegunMismatch(const JournalState& s, uint64_t generation) {
+  if (!s.change_in_flight || s.change_kind != ChangeKind::kBuild ||
+      s.change_target != generation) {
+    return "a commit refers to a begin record that is not the build in flight";
+  }
+  return nullptr;
+}
+
 JournalRecord Read(const json& r, const JournalState& s) {
   if (!r.is_object()) throw BadRecord{"record is not an object"};
   const std::string type = Str(r, "t");
@@ -209,11 +219,26 @@ JournalRecord Read(const json& r, const JournalState& s) {
       throw BadRecord{"unknown generation reason '" + reason + "'"};
     }
     g.layout = LayoutFrom(Field(r, "layout"));
-    g.members = WorkersFrom(r, "members");
-    if (g.members.empty()) throw BadRecord{"a generation without members"};
-    if (static_cast<size_t>(g.layout.world()) != g.members.size()) {
+    size_t members = 0;
+    if (r.contains("begin")) {
+      // The members are those of the build begun for this generation (written so since
+      // 2026-12-02: a commit of 16,384 members listed them a second time).
+      if (r.contains("members")) throw BadRecord{"a commit with both 'begin' and 'members'"};
+      if (static_cast<uint64_t>(Int(r, "begin", 1, INT64_MAX)) != g.generation) {
+        throw BadRecord{"the commit of generation " + std::to_string(g.generation) +
+                        " refers to another generation's begin record"};
+      }
+      if (const char* why = BegunMismatch(s, g.generation)) throw BadRecord{why};
+      rec.members_begun = true;
+      members = s.change_workers.size();
+    } else {
+      g.members = WorkersFrom(r, "members");
+      members = g.members.size();
+    }
+    if (members == 0) throw BadRecord{"a generation without members"};
+    if (static_cast<size_t>(g.layout.world()) != members) {
       throw BadRecord{"layout " + g.layout.ToString() + " does not match " +
-                      std::to_string(g.members.size()) + " members"};
+                      std::to_string(members) + " members"};
     }
     g.downtime_ms = Num(r, "downtime_ms");
     g.agreement_ms = Num(r, "agreement_ms");
@@ -300,14 +325,21 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       break;
     case JournalRecordType::kCommit: {
       JournalGeneration& g = rec.generation;
-      std::vector<std::string_view> ids;
-      ids.reserve(g.members.size());
-      for (const auto& m : g.members) {
-        ids.push_back(m.id);
-        s->worker_states.erase(m.id);
-        s->seen_ids.insert(m.id);
+      // Members taken from the begin record were added to seen_ids when it was applied.
+      if (rec.members_begun) g.members = std::move(s->change_workers);
+      // Each pass only when it can change something: at 16,384 members each costs milliseconds.
+      if (!rec.members_begun) {
+        for (const auto& m : g.members) s->seen_ids.insert(m.id);
       }
-      EraseStandby(s, ids);
+      if (!s->worker_states.empty()) {
+        for (const auto& m : g.members) s->worker_states.erase(m.id);
+      }
+      if (!s->standby.empty()) {
+        std::vector<std::string_view> ids;
+        ids.reserve(g.members.size());
+        for (const auto& m : g.members) ids.push_back(m.id);
+        EraseStandby(s, ids);
+      }
       s->highest_generation = std::max(s->highest_generation, g.generation);
       s->history.push_back(std::move(g));
       s->change_in_flight = false;
@@ -427,8 +459,13 @@ std::string ChangeRecordText(JournalRecord* rec) {
   text = "{\"generation\":" + std::to_string(g.generation);
   text += ",\"layout\":{\"dp\":" + std::to_string(g.layout.dp) +
           ",\"pp\":" + std::to_string(g.layout.pp) + ",\"tp\":" + std::to_string(g.layout.tp) +
-          "},\"members\":";
-  PutWorkers(&g.members, &text);
+          "}";
+  if (rec->members_begun) {
+    text += ",\"begin\":" + std::to_string(g.generation);
+  } else {
+    text += ",\"members\":";
+    PutWorkers(&g.members, &text);
+  }
   text += ",\"reason\":\"";
   text += proto::ToString(g.reason);
   text += "\",\"t\":\"commit\"";
@@ -472,10 +509,15 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
       l.tp > (1 << 20) || static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
     return CorruptError("layout " + l.ToString() + " is out of range");
   }
-  if (g.members.empty()) return CorruptError("a generation without members");
-  if (static_cast<size_t>(l.world()) != g.members.size()) {
-    return CorruptError("layout " + l.ToString() + " does not match " +
-                        std::to_string(g.members.size()) + " members");
+  if (rec.members_begun) {
+    if (!g.members.empty()) return CorruptError("a commit with both 'begin' and 'members'");
+    if (const char* why = BegunMismatch(s, g.generation)) return CorruptError(why);
+  }
+  const size_t members = rec.members_begun ? s.change_workers.size() : g.members.size();
+  if (members == 0) return CorruptError("a generation without members");
+  if (static_cast<size_t>(l.world()) != members) {
+    return CorruptError("layout " + l.ToString() + " does not match " + std::to_string(members) +
+                        " members");
   }
   if (s.history.size() >= kJournalMaxHistory) return CorruptError("too many generations");
   return CheckWorkers(g.members);

@@ -60,6 +60,10 @@ struct JournalRecord {
   std::vector<JournalWorker> workers;
   // commit
   JournalGeneration generation;
+  // The commit's members are the workers of the `build` begin record of the same generation, in
+  // flight in the state it follows (a record written with "begin" instead of "members"): Apply
+  // moves them from the state's change_workers, and generation.members stays empty until then.
+  bool members_begun = false;
   // checkpoint
   JournalCheckpoint checkpoint;
   // resize
@@ -83,7 +87,8 @@ void ApplyJournalRecord(JournalRecord record, JournalState* state);
 // The text of a `begin` or `commit` record (the two that list every member), built from typed
 // values without JSON objects (at 16,384 workers the objects cost tens of ms a record). The record
 // is changed to what replay reads back from that text: a string that is not UTF-8 as the JSON
-// library replaces it, a timing that is not a finite number as -1 (not known).
+// library replaces it, a timing that is not a finite number as -1 (not known). A commit with
+// members_begun is written with "begin": its generation in place of its members.
 std::string ChangeRecordText(JournalRecord* record);
 // A `begin` or `commit` record built from typed values, checked against every bound
 // ReadJournalRecord enforces on the same record read from its text, and against `state`.

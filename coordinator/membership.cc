@@ -6,17 +6,19 @@
 
 namespace elastra::coordinator {
 
-void Membership::Index(const WorkerInfo& w) {
-  by_order_[w.join_order] = w.id;
-  if (w.state == WorkerState::kStandby) standby_[w.join_order] = w.id;
-  if (w.state == WorkerState::kMember) members_.emplace(w.rank, w.id);
-  by_host_[w.host][w.join_order] = w.id;
+void Membership::Index(WorkerInfo& w) {
+  by_order_[w.join_order] = &w;
+  if (w.state == WorkerState::kStandby) standby_[w.join_order] = &w;
+  if (w.state == WorkerState::kMember) members_.emplace(w.rank, &w);
+  if (w.state == WorkerState::kFinished) ++finished_;
+  by_host_[w.host][w.join_order] = &w;
 }
 
-void Membership::Unindex(const WorkerInfo& w) {
+void Membership::Unindex(WorkerInfo& w) {
   by_order_.erase(w.join_order);
   standby_.erase(w.join_order);
-  members_.erase({w.rank, w.id});
+  members_.erase({w.rank, &w});
+  if (w.state == WorkerState::kFinished) --finished_;
   auto host = by_host_.find(w.host);
   if (host != by_host_.end()) {
     host->second.erase(w.join_order);
@@ -26,11 +28,13 @@ void Membership::Unindex(const WorkerInfo& w) {
 
 void Membership::Restate(WorkerInfo& w, WorkerState state, int rank) {
   if (w.state == WorkerState::kStandby) standby_.erase(w.join_order);
-  if (w.state == WorkerState::kMember) members_.erase({w.rank, w.id});
+  if (w.state == WorkerState::kMember) members_.erase({w.rank, &w});
+  if (w.state == WorkerState::kFinished) --finished_;
+  if (state == WorkerState::kFinished) ++finished_;
   w.state = state;
   w.rank = rank;
-  if (state == WorkerState::kStandby) standby_[w.join_order] = w.id;
-  if (state == WorkerState::kMember) members_.emplace(rank, w.id);
+  if (state == WorkerState::kStandby) standby_[w.join_order] = &w;
+  if (state == WorkerState::kMember) members_.emplace(rank, &w);
 }
 
 Status Membership::Join(const proto::JoinRequest& request, const std::string& identity,
@@ -90,21 +94,28 @@ std::vector<const WorkerInfo*> Membership::FindAll(const std::vector<std::string
 std::vector<std::string> Membership::Members() const {
   std::vector<std::string> out;
   out.reserve(members_.size());
-  for (const auto& [rank, id] : members_) out.push_back(id);
+  for (const auto& [rank, w] : members_) out.push_back(w->id);
+  return out;
+}
+
+std::vector<const WorkerInfo*> Membership::MemberInfos() const {
+  std::vector<const WorkerInfo*> out;
+  out.reserve(members_.size());
+  for (const auto& [rank, w] : members_) out.push_back(w);
   return out;
 }
 
 std::vector<std::string> Membership::Standby() const {
   std::vector<std::string> out;
   out.reserve(standby_.size());
-  for (const auto& [order, id] : standby_) out.push_back(id);
+  for (const auto& [order, w] : standby_) out.push_back(w->id);
   return out;
 }
 
 std::vector<const WorkerInfo*> Membership::All() const {
   std::vector<const WorkerInfo*> all;
   all.reserve(by_order_.size());
-  for (const auto& [order, id] : by_order_) all.push_back(&workers_.at(id));
+  for (const auto& [order, w] : by_order_) all.push_back(w);
   return all;
 }
 
@@ -112,8 +123,19 @@ std::vector<const WorkerInfo*> Membership::On(const std::string& host) const {
   std::vector<const WorkerInfo*> out;
   auto it = by_host_.find(host);
   if (it == by_host_.end()) return out;
-  for (const auto& [order, id] : it->second) out.push_back(&workers_.at(id));
+  for (const auto& [order, w] : it->second) out.push_back(w);
   return out;
+}
+
+size_t Membership::CountOn(const std::string& host,
+                           std::initializer_list<WorkerState> states) const {
+  auto it = by_host_.find(host);
+  if (it == by_host_.end()) return 0;
+  size_t n = 0;
+  for (const auto& [order, w] : it->second) {
+    n += std::find(states.begin(), states.end(), w->state) != states.end() ? 1 : 0;
+  }
+  return n;
 }
 
 void Membership::AssignRanks(const std::vector<std::string>& ordered) {

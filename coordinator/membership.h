@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -54,14 +55,20 @@ class Membership {
 
   // Members ordered by rank; standby workers ordered by join order. O(result).
   std::vector<std::string> Members() const;
+  // The members ordered by rank, as Find returns them: no lookup by id. O(result).
+  std::vector<const WorkerInfo*> MemberInfos() const;
   std::vector<std::string> Standby() const;
   size_t MemberCount() const { return members_.size(); }
   size_t StandbyCount() const { return standby_.size(); }
+  // Workers in state kFinished. O(1).
+  size_t FinishedCount() const { return finished_; }
   // Every known worker, ordered by join order (for status). O(N).
   std::vector<const WorkerInfo*> All() const;
   // The workers (any state) that joined with host name `host` or were moved there, by join order.
   // O(workers of that host).
   std::vector<const WorkerInfo*> On(const std::string& host) const;
+  // How many of them are in one of `states`, without a list. O(workers of that host).
+  size_t CountOn(const std::string& host, std::initializer_list<WorkerState> states) const;
 
   // Makes `ordered` the members with ranks 0..n-1. Members not listed keep their state; callers
   // move them with SetState.
@@ -82,18 +89,27 @@ class Membership {
 
  private:
   // The indexes of `w` (added after, removed before any change of its state, rank or host).
-  void Index(const WorkerInfo& w);
-  void Unindex(const WorkerInfo& w);
+  void Index(WorkerInfo& w);
+  void Unindex(WorkerInfo& w);
   // A change of state and rank only: the indexes by state and rank (the join order and host
   // indexes do not depend on them).
   void Restate(WorkerInfo& w, WorkerState state, int rank);
 
-  std::unordered_map<std::string, WorkerInfo> workers_;  // node-based: pointers stay valid
-  std::map<uint64_t, std::string> by_order_;              // every worker, by join order
-  std::map<uint64_t, std::string> standby_;               // standby workers, by join order
-  std::set<std::pair<int, std::string>> members_;         // members, by rank (then id)
-  std::unordered_map<std::string, std::map<uint64_t, std::string>> by_host_;  // by join order
+  // The indexes hold pointers into workers_ (node-based: they stay valid until Remove), so that
+  // a list of N workers costs no lookup by id.
+  struct ByRank {
+    bool operator()(const std::pair<int, WorkerInfo*>& a,
+                    const std::pair<int, WorkerInfo*>& b) const {
+      return a.first != b.first ? a.first < b.first : a.second->id < b.second->id;
+    }
+  };
+  std::unordered_map<std::string, WorkerInfo> workers_;
+  std::map<uint64_t, WorkerInfo*> by_order_;              // every worker, by join order
+  std::map<uint64_t, WorkerInfo*> standby_;               // standby workers, by join order
+  std::set<std::pair<int, WorkerInfo*>, ByRank> members_;  // members, by rank (then id)
+  std::unordered_map<std::string, std::map<uint64_t, WorkerInfo*>> by_host_;  // by join order
   std::unordered_set<std::string> ever_seen_;
+  size_t finished_ = 0;  // workers in state kFinished
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;
 };

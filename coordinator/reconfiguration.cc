@@ -32,6 +32,7 @@ void Reconfiguration::BeginPause(uint64_t target, std::vector<std::string> parti
   participant_index_.Build(&participants_);
   answers_.assign(participants_.size(), kAwaited);
   paused_.resize(participants_.size());
+  commit_steps_.reserve(2 * participants_.size());  // a report holds one or two commits
   live_ = participants_.size();
   requested_ = clock_->Now();
 }
@@ -55,6 +56,11 @@ void Reconfiguration::BeginBuild(GenerationPlan plan) {
   ready_count_ = 0;
 }
 
+GenerationPlan Reconfiguration::TakePlan() {
+  member_index_.Clear();  // it indexes plan_.members
+  return std::exchange(plan_, GenerationPlan());
+}
+
 void Reconfiguration::Reset() {
   phase_ = Phase::kIdle;
   target_ = 0;
@@ -62,6 +68,7 @@ void Reconfiguration::Reset() {
   participants_.clear();
   answers_.clear();
   paused_.clear();
+  commit_steps_.clear();
   answered_ = live_ = 0;
   member_index_.Clear();
   plan_ = GenerationPlan();
@@ -97,7 +104,10 @@ Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedR
     answers_[i] = kAnswered;
     ++answered_;
   }
-  paused_[i] = report;
+  paused_[i] = Report{report.step, static_cast<uint32_t>(commit_steps_.size()),
+                      static_cast<uint32_t>(report.commit_steps.size()), report.failed};
+  commit_steps_.insert(commit_steps_.end(), report.commit_steps.begin(),
+                       report.commit_steps.end());
   return OkStatus();
 }
 
@@ -162,7 +172,7 @@ void Reconfiguration::DropParticipant(const std::string& id) {
   if (i == IdIndex::kNone) return;
   if (answers_[i] == kAnswered) {
     --answered_;
-    paused_[i] = proto::PausedReport();
+    paused_[i] = Report();
   }
   answers_[i] = kDropped;
   --live_;
@@ -176,7 +186,7 @@ StatusOr<int64_t> Reconfiguration::AgreedStep() const {
     if (answers_[i] == kDropped) continue;
     const std::string& id = participants_[i];
     if (answers_[i] != kAnswered) return AbortedError(id + " has not paused");
-    const proto::PausedReport& report = paused_[i];
+    const Report& report = paused_[i];
     if (report.failed) return AbortedError(id + " reported a failure while pausing");
     if (first) {
       step = report.step;
@@ -198,13 +208,13 @@ StatusOr<RecoveryPlan> Reconfiguration::PlanRecovery(
     if (answers_[i] != kAnswered) continue;
     const std::string& id = participants_[i];
     plan.reached_step = std::max(plan.reached_step, paused_[i].step);
-    const auto& commits = paused_[i].commit_steps;
-    if (commits.empty() || off_layout.count(id) > 0) {
+    const int64_t* commits = commit_steps_.data() + paused_[i].commits_at;
+    if (paused_[i].commits == 0 || off_layout.count(id) > 0) {
       plan.without_state.push_back(id);
       continue;
     }
     plan.with_state.push_back(id);
-    std::set<int64_t> mine(commits.begin(), commits.end());
+    std::set<int64_t> mine(commits, commits + paused_[i].commits);
     if (first) {
       common = std::move(mine);
       first = false;

@@ -90,6 +90,10 @@ class Reconfiguration {
   bool HasAnswered(const std::string& id) const;
   // Participants that answered / did not answer, by old rank.
   std::vector<std::string> Answered() const;
+  // Every participant, by old rank, dropped ones included: Answered() without a copy when
+  // answered() == participants().size() (none dropped, all answered: the usual pause).
+  const std::vector<std::string>& participants() const { return participants_; }
+  size_t answered() const { return answered_; }
   std::vector<std::string> Unanswered() const;
   bool IsParticipant(const std::string& id) const;
   // Forgets a participant that died (recovering).
@@ -106,6 +110,8 @@ class Reconfiguration {
       const std::unordered_set<std::string>& off_layout = {}) const;
 
   const GenerationPlan& plan() const { return plan_; }
+  // Moves the plan out (a commit keeps its lists); IsReady and RecordReady know no member after.
+  GenerationPlan TakePlan();
   ReconfigurationTimings Timings() const;
 
  private:
@@ -122,7 +128,16 @@ class Reconfiguration {
   std::vector<std::string> participants_;  // by old rank; dropped ones stay, marked kDropped
   IdIndex participant_index_;              // over participants_
   std::vector<Answer> answers_;            // parallel to participants_
-  std::vector<proto::PausedReport> paused_;  // parallel to participants_: kAnswered ones
+  // What a kAnswered participant reported, its commit steps a span of commit_steps_: no vector
+  // kept per report (at 16,384 reports their allocations and frees cost more than the rest).
+  struct Report {
+    int64_t step = -1;
+    uint32_t commits_at = 0;  // in commit_steps_
+    uint32_t commits = 0;
+    bool failed = false;
+  };
+  std::vector<Report> paused_;          // parallel to participants_
+  std::vector<int64_t> commit_steps_;   // the reports' commit steps, one span each
   size_t answered_ = 0;                    // participants kAnswered
   size_t live_ = 0;                        // participants not kDropped
   GenerationPlan plan_;

@@ -20,11 +20,8 @@ Status ResizeManager::CheckCanChange() const {
     return FailedPreconditionError(std::string("the job is ") +
                                    proto::ToString(generations_->state()));
   }
-  for (const auto& id : generations_->members()) {
-    const WorkerInfo* w = membership_->Find(id);
-    if (w != nullptr && w->state == WorkerState::kFinished) {
-      return FailedPreconditionError("worker " + id + " has finished training; the job is ending");
-    }
+  if (const std::string id = FinishedMember(); !id.empty()) {
+    return FailedPreconditionError("worker " + id + " has finished training; the job is ending");
   }
   if ((pending_ && !PendingGivesWay()) || generations_->phase() != Phase::kIdle || restoring_) {
     return BusyError(std::string("another reconfiguration is in progress (") +
@@ -33,6 +30,16 @@ Status ResizeManager::CheckCanChange() const {
                                    "); retry when it is done");
   }
   return OkStatus();
+}
+
+std::string ResizeManager::FinishedMember() const {
+  // O(1) while no worker has finished: the committed members are looked up only then.
+  if (membership_->FinishedCount() == 0) return "";
+  for (const auto& id : generations_->members()) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w != nullptr && w->state == WorkerState::kFinished) return id;
+  }
+  return "";
 }
 
 bool ResizeManager::PendingGivesWay() const {
@@ -79,7 +86,7 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
                                 "start before resizing"));
   }
   if (Status can = CheckCanChange(); !can.ok()) return refuse(can);
-  const size_t members = membership_->Members().size();
+  const size_t members = membership_->MemberCount();
   if (!hosts_->empty() && static_cast<size_t>(req.workers) > members) {
     // With agents, new workers start only in free slots: a size beyond them cannot be reached.
     // The slots of workers still leaving after a shrink count: they are free once those exit,
@@ -169,18 +176,18 @@ void ResizeManager::OnDrain(const std::string& identity, proto::Role role,
                                           proto::ToString(host->state) + ", not up"));
   }
   if (Status can = CheckCanChange(); !can.ok()) return refuse(can);
-  const auto members = membership_->Members();
-  const size_t staying = Staying(members, req.host);
+  const size_t members = membership_->MemberCount();
+  const size_t staying = Staying(req.host);
   auto done_at_once = [&](const std::string& message) {
     proto::ResizeReply reply;
     reply.phase = proto::ResizePhase::kDone;
     reply.generation = generations_->generation();
-    reply.workers = static_cast<int32_t>(members.size());
+    reply.workers = static_cast<int32_t>(members);
     reply.layout = generations_->layout();
     reply.message = message;
     outbox_->Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
   };
-  if (staying == members.size()) {
+  if (staying == members) {
     // No member runs there (only standby workers, or nothing): nothing to hand off.
     host_manager_->FinishDrain(host);
     done_at_once("host " + req.host + " ran no member; drained at once");
@@ -226,20 +233,15 @@ void ResizeManager::OnDrain(const std::string& identity, proto::Role role,
   accepted.workers = want;
   accepted.layout = layouts_->Default(want, generations_->layout());
   outbox_->Send(identity, proto::MessageType::kResizeReply, accepted, e.request_id);
-  LOG(INFO) << "drain of host " << req.host << " accepted: " << members.size() - staying
+  LOG(INFO) << "drain of host " << req.host << " accepted: " << members - staying
             << " member(s) leave it; the job goes on with " << want << " workers";
   Continue();
 }
 
-size_t ResizeManager::Staying(const std::vector<std::string>& members,
-                              const std::string& except) const {
-  if (except.empty()) return members.size();
-  size_t n = 0;
-  for (const auto& id : members) {
-    const WorkerInfo* w = membership_->Find(id);
-    if (w == nullptr || w->host != except) ++n;
-  }
-  return n;
+size_t ResizeManager::Staying(const std::string& except) const {
+  const size_t members = membership_->MemberCount();
+  if (except.empty()) return members;
+  return members - membership_->CountOn(except, {WorkerState::kMember});
 }
 
 std::string ResizeManager::DrainedHost() const {
@@ -250,20 +252,20 @@ void ResizeManager::Continue() {
   if (!pending_ || generations_->phase() != Phase::kIdle || generations_->job_over()) return;
   Pending& p = *pending_;
   const std::string except = DrainedHost();
-  const auto members = membership_->Members();
-  const size_t staying = Staying(members, except);
+  const size_t members = membership_->MemberCount();
+  const size_t staying = Staying(except);
   const size_t want = static_cast<size_t>(p.workers);
   if (p.reason == GenerationReason::kDrain) {
-    if (staying == members.size()) {
+    if (staying == members) {
       FinishDrain();
       return;
     }
-  } else if (want == members.size() &&
+  } else if (want == members &&
              (!p.has_layout || p.layout == generations_->layout())) {
     Reply(proto::ResizePhase::kDone, "");
     End();
     return;
-  } else if (p.reason == GenerationReason::kRegrow && members.size() >= want) {
+  } else if (p.reason == GenerationReason::kRegrow && members >= want) {
     End();  // something else brought the job there
     return;
   }
@@ -323,10 +325,7 @@ void ResizeManager::MaybeRegrow() {
   const int room = members + standby + free + hosts_->Outstanding();
   const int want = std::min(target(), room);
   if (want <= members) return;
-  for (const auto& id : generations_->members()) {
-    const WorkerInfo* w = membership_->Find(id);
-    if (w != nullptr && w->state == WorkerState::kFinished) return;  // the job is ending
-  }
+  if (!FinishedMember().empty()) return;  // the job is ending
   Pending p;
   p.reason = GenerationReason::kRegrow;
   p.workers = want;
@@ -344,16 +343,16 @@ void ResizeManager::Tick() {
   }
   Pending& p = *pending_;
   const std::string except = DrainedHost();
-  const auto members = membership_->Members();
-  const size_t staying = Staying(members, except);
+  const size_t members = membership_->MemberCount();
+  const size_t staying = Staying(except);
   const size_t have = staying + hosts_->UsableStandby(except).size();
   const std::string timeout =
       "within spawn_timeout (" + std::to_string(options_->spawn_timeout.count()) + " ms)";
   switch (p.reason) {
     case GenerationReason::kRegrow:
-      if (have > members.size()) break;  // grow back as far as the workers that came allow
+      if (have > members) break;  // grow back as far as the workers that came allow
       LOG(WARNING) << "regrow: no new worker joined " << timeout << "; staying at "
-                   << members.size() << " workers until a host or a change makes room";
+                   << members << " workers until a host or a change makes room";
       End();
       return;
     case GenerationReason::kDrain:
@@ -401,7 +400,7 @@ void ResizeManager::Reply(proto::ResizePhase phase, const std::string& message) 
     proto::ResizeReply reply;
     reply.phase = phase;
     reply.generation = generations_->generation();
-    reply.workers = static_cast<int32_t>(membership_->Members().size());
+    reply.workers = static_cast<int32_t>(membership_->MemberCount());
     reply.layout = generations_->layout();
     reply.message = message;
     if (phase == proto::ResizePhase::kDone && !generations_->history().empty()) {

@@ -107,10 +107,13 @@ class ResizeManager {
  private:
   // Why no resize or drain may start now; OK when one may.
   Status CheckCanChange() const;
+  // A committed member that finished training (the job is ending); empty when none.
+  std::string FinishedMember() const;
   // A pending regrow that still waits for workers gives way to a resize or a drain.
   bool PendingGivesWay() const;
-  // How many of `members` stay: those not on host `except` (none when it is empty).
-  size_t Staying(const std::vector<std::string>& members, const std::string& except) const;
+  // How many members stay: those not on host `except` (every one when it is empty). Counted
+  // from the host's workers, not by a lookup per member.
+  size_t Staying(const std::string& except) const;
   // The host a pending drain leaves; empty for any other change.
   std::string DrainedHost() const;
   void BeginPause();

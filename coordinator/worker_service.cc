@@ -93,8 +93,8 @@ void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& 
   generations_->LoseWorkers({e.sender}, "left (" + req->detail + ")");
 }
 
-void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelope& e) {
-  WorkerInfo* w = membership_->Find(e.sender);
+void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelope& e,
+                                WorkerInfo* w) {
   if (w == nullptr) {
     if (host_manager_->OnAgentHeartbeat(e.sender)) outbox_->SendHeartbeatAck(identity);
     return;
@@ -123,20 +123,21 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
   outbox_->SendHeartbeatAck(identity);
 }
 
-void WorkerService::OnPaused(const proto::Envelope& e) {
+void WorkerService::OnPaused(const proto::Envelope& e, WorkerInfo* sender) {
   auto report = outbox_->DecodeOrDrop<proto::PausedReport>(e);
   if (!report) return;
-  if (!generations_->OnPaused(e.sender, *report).ok()) {
+  if (sender == nullptr || !generations_->OnPaused(e.sender, *report).ok()) {
     outbox_->CountStale();
     return;
   }
-  if (WorkerInfo* w = membership_->Find(e.sender)) w->step = std::max(w->step, report->step);
+  // The sender is still known: a report never removes a worker (a recovery marks the lost ones).
+  sender->step = std::max(sender->step, report->step);
 }
 
-void WorkerService::OnGenerationReady(const proto::Envelope& e) {
+void WorkerService::OnGenerationReady(const proto::Envelope& e, const WorkerInfo* sender) {
   auto ready = outbox_->DecodeOrDrop<proto::GenerationReady>(e);
   if (!ready) return;
-  if (!generations_->OnReady(e.sender, *ready).ok()) outbox_->CountStale();
+  if (sender == nullptr || !generations_->OnReady(e.sender, *ready).ok()) outbox_->CountStale();
 }
 
 void WorkerService::OnFailureReport(const proto::Envelope& e) {

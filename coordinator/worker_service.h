@@ -56,7 +56,9 @@ class WorkerService {
   // finished worker, or from an agent: answered with a HeartbeatAck. From a worker declared lost:
   // answered with Shutdown (at most once per heartbeat timeout), never with an ack: the job went on
   // without it. From an unknown sender: dropped.
-  void OnHeartbeat(const std::string& identity, const proto::Envelope& e);
+  // `sender`: the worker e.sender names (Membership::Find, looked up once by the caller; nullptr
+  // when none), here and in the reports below.
+  void OnHeartbeat(const std::string& identity, const proto::Envelope& e, WorkerInfo* sender);
   // Called with each decoded heartbeat of a member or standby worker (the training numbers it
   // carries go to TrainingMetrics).
   void SetHeartbeatListener(
@@ -65,8 +67,8 @@ class WorkerService {
   }
   // Fire-and-forget reports. One from an unknown sender, or about a change not in flight, is
   // counted as stale and dropped.
-  void OnPaused(const proto::Envelope& e);
-  void OnGenerationReady(const proto::Envelope& e);
+  void OnPaused(const proto::Envelope& e, WorkerInfo* sender);
+  void OnGenerationReady(const proto::Envelope& e, const WorkerInfo* sender);
   void OnFailureReport(const proto::Envelope& e);
   // An agent's report that a worker's process exited. With an admin key, about any worker; with a
   // worker key, only from a registered agent about a worker on its own host (else an ErrorReply

@@ -40,5 +40,15 @@ TEST(IdIndex, BuildingAgainIndexesTheNewList) {
   EXPECT_EQ(index.Find("a"), IdIndex::kNone);
 }
 
+TEST(IdIndex, BuildSaysWhetherTheIdsAreDistinctAndFindsTheFirstOfTwins) {
+  std::vector<std::string> distinct = {"w0", "w1", "w2"};
+  std::vector<std::string> twins = {"w0", "w1", "w2", "w1"};
+  IdIndex index;
+  EXPECT_TRUE(index.Build(&distinct));
+  EXPECT_FALSE(index.Build(&twins));
+  EXPECT_EQ(index.Find("w1"), 1u);
+  EXPECT_EQ(index.Find("w2"), 2u);
+}
+
 }  // namespace
 }  // namespace elastra

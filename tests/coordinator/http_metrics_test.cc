@@ -146,5 +146,31 @@ TEST_F(JournalEventMetricsTest, CheckpointBytesOfTheNewestAndInAll) {
   EXPECT_TRUE(Has(again.Text(), "elastra_last_checkpoint_step 30\n"));
 }
 
+// A commit that refers to its build's begin record (docs/journal.md) is a generation event with
+// the members that record listed, also for a reader that resumes between the two records.
+TEST_F(JournalEventMetricsTest, AGenerationCommittedByItsBeginRecordListsItsWorkers) {
+  const std::vector<JournalWorker> members = {{"w3", "h0", 0, 10}, {"w1", "h1", 1, 11}};
+  ASSERT_TRUE(journal_->RecordChangeBegun(1, ChangeKind::kBuild, members).ok());
+  const uint64_t after_begin = std::filesystem::file_size(dir_ + "/journal.bin");
+  JournalGeneration g;
+  g.generation = 1;
+  g.reason = proto::GenerationReason::kStart;
+  g.layout = Layout{2, 1, 1};
+  g.members = members;
+  ASSERT_TRUE(journal_->RecordCommit(g).ok());
+  ASSERT_TRUE(journal_->RecordChangeBegun(2, ChangeKind::kBuild, {members[1]}).ok());
+  g.generation = 2;
+  g.layout = Layout{1, 1, 1};
+  g.members = {members[1]};
+  ASSERT_TRUE(journal_->RecordCommit(g).ok());
+  for (uint64_t after : {uint64_t{0}, after_begin}) {
+    auto events = JournalEventReader(dir_ + "/journal.bin", after).ReadNew();
+    ASSERT_EQ(events.size(), 2u) << after;
+    EXPECT_EQ(json::parse(events[0].data)["workers"], (json{"w3", "w1"})) << after;
+    EXPECT_EQ(json::parse(events[1].data)["workers"], (json{"w1"})) << after;
+    EXPECT_EQ(json::parse(events[1].data)["generation"], 2);
+  }
+}
+
 }  // namespace
 }  // namespace elastra::coordinator

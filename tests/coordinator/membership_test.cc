@@ -135,5 +135,41 @@ TEST(MembershipTest, ManyWorkers) {
   EXPECT_EQ(m.On("h7").size(), 8u);
 }
 
+// The lists and counts a change reads without a lookup by id: the members by rank as Find returns
+// them, the workers of a host in some states, the finished ones; each follows joins, rank and
+// state changes, a host move and removal.
+TEST(MembershipTest, MemberInfosCountOnAndFinishedFollowEveryChange) {
+  Membership m;
+  auto on = [](const std::string& id, const std::string& host) {
+    return proto::JoinRequest{id, host, 0, 1};
+  };
+  for (auto id : {"a", "b", "c"}) ASSERT_TRUE(m.Join(on(id, "h1"), id, TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(on("d", "h2"), "d", TimePoint{}).ok());
+  m.AssignRanks({"c", "d", "a"});
+  const std::vector<const WorkerInfo*> infos = m.MemberInfos();
+  ASSERT_EQ(infos.size(), 3u);
+  EXPECT_EQ(infos[0], m.Find("c"));
+  EXPECT_EQ(infos[1], m.Find("d"));
+  EXPECT_EQ(infos[2], m.Find("a"));
+  EXPECT_EQ(m.CountOn("h1", {WorkerState::kMember}), 2u);
+  EXPECT_EQ(m.CountOn("h1", {WorkerState::kMember, WorkerState::kStandby}), 3u);
+  EXPECT_EQ(m.CountOn("h2", {WorkerState::kStandby}), 0u);
+  EXPECT_EQ(m.CountOn("nowhere", {WorkerState::kMember}), 0u);
+  EXPECT_EQ(m.FinishedCount(), 0u);
+  m.SetFinished("a");
+  EXPECT_EQ(m.FinishedCount(), 1u);
+  EXPECT_EQ(m.CountOn("h1", {WorkerState::kMember}), 1u);
+  EXPECT_EQ(m.MemberInfos(), (std::vector<const WorkerInfo*>{m.Find("c"), m.Find("d")}));
+  m.SetHost("a", "h2");
+  EXPECT_EQ(m.FinishedCount(), 1u);
+  EXPECT_EQ(m.CountOn("h2", {WorkerState::kFinished}), 1u);
+  EXPECT_EQ(m.CountOn("h1", {WorkerState::kFinished}), 0u);
+  m.Remove("a");
+  EXPECT_EQ(m.FinishedCount(), 0u);
+  m.SetState("c", WorkerState::kLost);
+  EXPECT_EQ(m.MemberInfos(), (std::vector<const WorkerInfo*>{m.Find("d")}));
+  EXPECT_EQ(m.CountOn("h1", {WorkerState::kLost, WorkerState::kStandby}), 2u);
+}
+
 }  // namespace
 }  // namespace elastra::coordinator

@@ -32,8 +32,10 @@ class WorkerServiceTest : public ManagerTest {
     ServiceJoin("a");
     ServiceJoin("b");
     outbox_.Take();
-    workers_.OnGenerationReady(Envelope("a", T::kGenerationReady, proto::GenerationReady{1}));
-    workers_.OnGenerationReady(Envelope("b", T::kGenerationReady, proto::GenerationReady{1}));
+    workers_.OnGenerationReady(Envelope("a", T::kGenerationReady, proto::GenerationReady{1}),
+                               membership_.Find("a"));
+    workers_.OnGenerationReady(Envelope("b", T::kGenerationReady, proto::GenerationReady{1}),
+                               membership_.Find("b"));
     ASSERT_EQ(generations_.generation(), 1u);
   }
   StatusCode Refusal() {
@@ -95,7 +97,8 @@ TEST_F(WorkerServiceTest, AMemberSilentPastTheTimeoutIsLostAndRecoveredFrom) {
   ServiceJoin("c");  // standby
   outbox_.Take();
   clock_.Advance(Duration(1000));
-  workers_.OnHeartbeat("id-a", Envelope("a", T::kHeartbeat, proto::Heartbeat{42}));
+  workers_.OnHeartbeat("id-a", Envelope("a", T::kHeartbeat, proto::Heartbeat{42}),
+                       membership_.Find("a"));
   clock_.Advance(Duration(600));  // b and c are 1600 ms silent, a 600 ms
   workers_.ExpireHeartbeats();
   EXPECT_EQ(membership_.Find("a")->state, WorkerState::kMember);
@@ -162,8 +165,10 @@ TEST_F(WorkerServiceTest, AMemberThatExitedZeroFinishesByItsLeaveOrIsLostAtItsDe
 
 TEST_F(WorkerServiceTest, ReportsNothingAwaitsAreCountedAsStale) {
   Start();
-  workers_.OnPaused(Envelope("a", T::kPaused, proto::PausedReport{2, 5, {}, false}));
-  workers_.OnGenerationReady(Envelope("a", T::kGenerationReady, proto::GenerationReady{1}));
+  workers_.OnPaused(Envelope("a", T::kPaused, proto::PausedReport{2, 5, {}, false}),
+                    membership_.Find("a"));
+  workers_.OnGenerationReady(Envelope("a", T::kGenerationReady, proto::GenerationReady{1}),
+                             membership_.Find("a"));
   workers_.OnFailureReport(Envelope("a", T::kFailureReport, proto::FailureReport{0, 0, "old"}));
   workers_.OnFailureReport(Envelope("zz", T::kFailureReport, proto::FailureReport{1, 0, "?"}));
   EXPECT_EQ(outbox_.stale_messages(), 4u);
@@ -171,7 +176,7 @@ TEST_F(WorkerServiceTest, ReportsNothingAwaitsAreCountedAsStale) {
   // A report that does not decode is answered to its sender and counted as malformed.
   proto::Envelope bad = Envelope("a", T::kPaused, proto::Ack{});
   bad.payload = "\x05";
-  workers_.OnPaused(bad);
+  workers_.OnPaused(bad, membership_.Find("a"));
   EXPECT_EQ(Refusal(), StatusCode::kCorrupt);
   EXPECT_EQ(outbox_.malformed_frames(), 1u);
 }

@@ -1,0 +1,239 @@
+// The journal's commit record that refers to the build begun for its generation instead of
+// listing its members again (docs/journal.md): written only when the members are those of that
+// begin record, replayed to the same state as a commit that lists them, refused by replay when no
+// such build is in flight, and older journals that list them still replay.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coordinator/journal.h"
+#include "tests/coordinator/journal_test_util.h"
+
+namespace elastra::coordinator {
+namespace {
+
+// The payloads of the journal's records, in order.
+std::vector<std::string> Payloads(const std::string& bytes) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at + Journal::kHeaderBytes <= bytes.size()) {
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i) {
+      length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[at + 4 + i])) << (8 * i);
+    }
+    out.push_back(bytes.substr(at + Journal::kHeaderBytes, length));
+    at += Journal::kHeaderBytes + length;
+  }
+  return out;
+}
+
+JournalGeneration Generation(uint64_t number, std::vector<JournalWorker> members) {
+  JournalGeneration g;
+  g.generation = number;
+  g.reason = proto::GenerationReason::kResize;
+  g.layout.dp = static_cast<int>(members.size());
+  g.members = std::move(members);
+  g.downtime_ms = 4.5;
+  return g;
+}
+
+void ExpectSameWorkers(const std::vector<JournalWorker>& a, const std::vector<JournalWorker>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].id, b[i].id) << i;
+    EXPECT_EQ(a[i].host, b[i].host) << i;
+    EXPECT_EQ(a[i].device, b[i].device) << i;
+    EXPECT_EQ(a[i].pid, b[i].pid) << i;
+  }
+}
+
+TEST_F(JournalTest, ACommitOfTheBuildBegunRefersToItsBeginAndReplaysToTheSameState) {
+  JournalWorker odd_device = W("w2");
+  odd_device.device = 5;
+  odd_device.pid = 9001;
+  const std::vector<JournalWorker> members = {W("w1"), odd_device, W("w0")};
+  JournalState written;
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("job", 3, 4).ok());
+    for (const auto& w : members) ASSERT_TRUE((*j)->RecordJoin(w).ok());
+    ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kBuild, members).ok());
+    ASSERT_TRUE((*j)->RecordCommit(Generation(1, members)).ok());
+    written = (*j)->state();
+  }
+  const std::vector<std::string> records = Payloads(ReadAll());
+  ASSERT_EQ(records.size(), 6u);
+  const std::string& commit = records.back();
+  EXPECT_NE(commit.find("\"t\":\"commit\""), std::string::npos) << commit;
+  EXPECT_NE(commit.find("\"begin\":1"), std::string::npos) << commit;
+  EXPECT_EQ(commit.find("\"members\""), std::string::npos) << commit;
+  EXPECT_EQ(commit.find("w1"), std::string::npos) << "the members are not listed again";
+
+  // What the writer held is what replay reads back: the begin's workers, by rank.
+  ASSERT_EQ(written.history.size(), 1u);
+  ExpectSameWorkers(written.history[0].members, members);
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(s->history.size(), 1u);
+  ExpectSameWorkers(s->history[0].members, members);
+  EXPECT_EQ(s->history[0].layout.dp, 3);
+  EXPECT_EQ(s->history[0].downtime_ms, 4.5);
+  EXPECT_FALSE(s->change_in_flight);
+  EXPECT_TRUE(s->change_workers.empty());
+  EXPECT_TRUE(s->standby.empty()) << "the members left the standby list";
+  EXPECT_EQ(s->seen_ids, written.seen_ids);
+  EXPECT_EQ(s->records, written.records);
+
+  // Opened again, the next change commits after it the same way.
+  auto j = Journal::Open(path_);
+  ASSERT_TRUE(j.ok()) << j.status();
+  const std::vector<JournalWorker> two = {W("w0"), W("w1")};
+  ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kPause, members).ok());
+  ASSERT_TRUE((*j)->RecordChangeBegun(3, ChangeKind::kBuild, two).ok());
+  ASSERT_TRUE((*j)->RecordCommit(Generation(3, two)).ok());
+  ExpectSameWorkers((*j)->state().current()->members, two);
+  j->reset();
+  auto again = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(again->history.size(), 2u);
+  ExpectSameWorkers(again->history[1].members, two);
+  ExpectSameWorkers(again->history[0].members, members);
+}
+
+// Only the members the build began with, as its begin record listed them, are taken from it: any
+// other commit lists its members.
+TEST_F(JournalTest, ACommitThatDiffersFromTheBuildBegunListsItsMembers) {
+  auto j = Journal::Create(path_);
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->RecordJob("job", 2, 4).ok());
+  const std::vector<JournalWorker> begun = {W("w0"), W("w1")};
+  // A worker's host differs from the begin record's.
+  ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kBuild, begun).ok());
+  JournalWorker moved = W("w1");
+  moved.host = "elsewhere";
+  ASSERT_TRUE((*j)->RecordCommit(Generation(1, {W("w0"), moved})).ok());
+  // The ranks differ.
+  ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kBuild, begun).ok());
+  ASSERT_TRUE((*j)->RecordCommit(Generation(2, {W("w1"), W("w0")})).ok());
+  // The change in flight is a pause, not the build of this generation.
+  ASSERT_TRUE((*j)->RecordChangeBegun(3, ChangeKind::kPause, begun).ok());
+  ASSERT_TRUE((*j)->RecordCommit(Generation(3, begun)).ok());
+  // The build in flight is of another generation.
+  ASSERT_TRUE((*j)->RecordChangeBegun(4, ChangeKind::kBuild, begun).ok());
+  ASSERT_TRUE((*j)->RecordCommit(Generation(5, begun)).ok());
+  // No change in flight.
+  ASSERT_TRUE((*j)->RecordCommit(Generation(6, begun)).ok());
+  const JournalState written = (*j)->state();
+  j->reset();
+
+  int commits = 0;
+  for (const std::string& r : Payloads(ReadAll())) {
+    if (r.find("\"t\":\"commit\"") == std::string::npos) continue;
+    ++commits;
+    EXPECT_NE(r.find("\"members\""), std::string::npos) << r;
+    EXPECT_EQ(r.find("\"begin\""), std::string::npos) << r;
+  }
+  EXPECT_EQ(commits, 5);
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(s->history.size(), 5u);
+  EXPECT_EQ(s->history[0].members[1].host, "elsewhere");
+  EXPECT_EQ(s->history[1].members[0].id, "w1");
+  for (size_t i = 0; i < 5; ++i) {
+    ExpectSameWorkers(s->history[i].members, written.history[i].members);
+  }
+}
+
+// RecordCommitOfBegun (the coordinator's commit of the build it began) takes the members from the
+// begin record whatever it is given, and is refused, writing nothing, when that build is not the
+// change in flight.
+TEST_F(JournalTest, ACommitOfTheBuildBegunIsRefusedWhenNoSuchBuildIsInFlight) {
+  auto j = Journal::Create(path_);
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*j)->RecordJob("job", 2, 4).ok());
+  const std::vector<JournalWorker> begun = {W("w0"), W("w1")};
+  const uint64_t before = FileSize();
+  EXPECT_EQ((*j)->RecordCommitOfBegun(Generation(1, begun)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kPause, begun).ok());
+  const uint64_t paused = FileSize();
+  EXPECT_GT(paused, before);
+  EXPECT_FALSE((*j)->RecordCommitOfBegun(Generation(1, begun)).ok());
+  ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kBuild, begun).ok());
+  EXPECT_FALSE((*j)->RecordCommitOfBegun(Generation(3, begun)).ok());
+  const uint64_t built = FileSize();
+  JournalGeneration g = Generation(2, begun);
+  g.members = {W("someone else")};
+  ASSERT_TRUE((*j)->RecordCommitOfBegun(g).ok());
+  EXPECT_GT(FileSize(), built);
+  ExpectSameWorkers((*j)->state().current()->members, begun);
+  j->reset();
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->history.size(), 1u);
+  ExpectSameWorkers(s->history[0].members, begun);
+}
+
+TEST_F(JournalTest, ReplayRefusesACommitThatRefersToNoBuildInFlight) {
+  const std::string job = Framed(R"({"t":"job","version":1,"job":"j","initial_workers":1,)"
+                                 R"("max_workers":2})");
+  auto begin = [](const std::string& kind, int target) {
+    return Framed(R"({"kind":")" + kind + R"(","t":"begin","target":)" + std::to_string(target) +
+                  R"(,"workers":[{"device":0,"host":"h","id":"a","pid":1}]})");
+  };
+  auto commit = [](int generation, const std::string& members) {
+    return Framed(R"({"generation":)" + std::to_string(generation) +
+                  R"(,"layout":{"dp":1,"pp":1,"tp":1})" + members +
+                  R"(,"reason":"resize","t":"commit","downtime_ms":0,"agreement_ms":0,)"
+                  R"("rebuild_ms":0,"transfer_ms":0})");
+  };
+  const std::string listed = R"(,"members":[{"device":0,"host":"h","id":"a","pid":1}])";
+  struct Case {
+    std::string name;
+    std::string bytes;
+    uint64_t records;  // replayed before the replay stops
+    bool warns;
+  };
+  const std::vector<Case> cases = {
+      {"refers to its build", job + begin("build", 1) + commit(1, R"(,"begin":1)"), 3, false},
+      {"lists its members (older journals)", job + begin("build", 1) + commit(1, listed), 3,
+       false},
+      {"no change in flight", job + commit(1, R"(,"begin":1)"), 1, true},
+      {"a pause in flight", job + begin("pause", 1) + commit(1, R"(,"begin":1)"), 2, true},
+      {"another generation's build", job + begin("build", 2) + commit(1, R"(,"begin":1)"), 2,
+       true},
+      {"another generation's begin", job + begin("build", 1) + commit(1, R"(,"begin":2)"), 2,
+       true},
+      {"both begin and members", job + begin("build", 1) + commit(1, R"(,"begin":1)" + listed), 2,
+       true},
+      {"a layout of another size",
+       job + begin("build", 1) +
+           Framed(R"({"generation":1,"layout":{"dp":2,"pp":1,"tp":1},"begin":1,)"
+                  R"("reason":"resize","t":"commit","downtime_ms":0,"agreement_ms":0,)"
+                  R"("rebuild_ms":0,"transfer_ms":0})"),
+       2, true},
+  };
+  for (const auto& c : cases) {
+    WriteAll(c.bytes);
+    std::vector<std::string> warnings;
+    auto s = Journal::Replay(path_, &warnings);
+    ASSERT_TRUE(s.ok()) << c.name << ": " << s.status();
+    EXPECT_EQ(s->records, c.records) << c.name;
+    EXPECT_EQ(!warnings.empty(), c.warns) << c.name;
+    if (c.records == 3) {
+      ASSERT_EQ(s->history.size(), 1u) << c.name;
+      ASSERT_EQ(s->history[0].members.size(), 1u) << c.name;
+      EXPECT_EQ(s->history[0].members[0].id, "a") << c.name;
+      EXPECT_EQ(s->history[0].members[0].host, "h") << c.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace elastra::coordinator
