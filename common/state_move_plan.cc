@@ -309,4 +309,25 @@ StatusOr<StateMove> StateMoveOf(const proto::NewGeneration& gen, const StateSpec
   return move;
 }
 
+bool SamePart(const StateSpec& state, const Layout& a, int a_rank, const Layout& b, int b_rank) {
+  if (state.tensors.empty()) return false;
+  for (const Layout* l : {&a, &b}) {
+    if (!IsValidLayout(*l)) return false;
+  }
+  if (a_rank < 0 || a_rank >= a.world() || b_rank < 0 || b_rank >= b.world()) return false;
+  const Coordinates at_a = CoordinatesOf(a, a_rank), at_b = CoordinatesOf(b, b_rank);
+  for (const TensorSpec& t : state.tensors) {
+    if (!ValidateTensor(t, state.num_layers, a).ok() ||
+        !ValidateTensor(t, state.num_layers, b).ok()) {
+      return false;
+    }
+    const Region x = LocalRegion(t, state.num_layers, a, at_a);
+    const Region y = LocalRegion(t, state.num_layers, b, at_b);
+    if (!(x.box == y.box) || x.flat_begin != y.flat_begin || x.flat_end != y.flat_end) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace elastra

@@ -103,4 +103,10 @@ std::vector<Transfer> LocalCopies(const StateSpec& state, const Layout& from,
                                   const Coordinates* from_coords, const Layout& to,
                                   const Coordinates& to_coords, int worker);
 
+// Whether rank `a_rank` of layout `a` and rank `b_rank` of layout `b` hold the same part of
+// `state`: the same region of every tensor (true for any two ranks of a data-parallel change of
+// replicated state; ZeRO-1 parts differ by dp rank). False when `state` has no tensors, or for a
+// layout or rank that is not valid for it (e.g. read from a frame).
+bool SamePart(const StateSpec& state, const Layout& a, int a_rank, const Layout& b, int b_rank);
+
 }  // namespace elastra

@@ -114,25 +114,13 @@ bool GenerationManager::HoldsCommittedPart(const std::string& id,
   const Layout& then = report.commits_layout;
   const auto rank = static_cast<size_t>(report.commits_rank);
   if (then == layout_ && rank < members_.size() && members_[rank] == id) return true;
-  if (!IsValidLayout(then) || report.commits_rank >= then.world()) return false;
   if (members_index_stale_) {
     members_index_.Build(&members_);
     members_index_stale_ = false;
   }
   const size_t mine = members_index_.Find(id);
-  const StateSpec& state = layouts_->state();
-  if (mine == IdIndex::kNone || state.tensors.empty()) return false;
-  const Coordinates at = CoordinatesOf(then, report.commits_rank);
-  const Coordinates own = CoordinatesOf(layout_, static_cast<int>(mine));
-  for (const TensorSpec& t : state.tensors) {
-    if (!ValidateTensor(t, state.num_layers, then).ok()) return false;
-    const Region a = LocalRegion(t, state.num_layers, then, at);
-    const Region b = LocalRegion(t, state.num_layers, layout_, own);
-    if (!(a.box == b.box) || a.flat_begin != b.flat_begin || a.flat_end != b.flat_end) {
-      return false;
-    }
-  }
-  return true;
+  return mine != IdIndex::kNone && SamePart(layouts_->state(), then, report.commits_rank, layout_,
+                                            static_cast<int>(mine));
 }
 
 bool GenerationManager::FailureIsCurrent(uint64_t generation) const {

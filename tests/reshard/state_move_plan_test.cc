@@ -134,6 +134,30 @@ void ExpectSameMessages(const ReshardPlan& full, const std::vector<TransferGeome
   }
 }
 
+TEST(StateMovePlan, SamePartComparesEveryTensorsRegion) {
+  StateSpec state;
+  state.num_layers = 2;
+  state.tensors = {TensorSpec{"l0.w", {8, 4}, 4, ShardingRule{1, 0, false}},
+                   TensorSpec{"l1.w", {8, 4}, 4, ShardingRule{-1, 1, false}}};
+  // Replicated over dp: any rank of dp=2 holds what any rank of dp=3 holds.
+  EXPECT_TRUE(SamePart(state, Layout{2, 1, 1}, 1, Layout{3, 1, 1}, 0));
+  // Another pipeline stage or tensor-parallel rank holds another part.
+  EXPECT_FALSE(SamePart(state, Layout{2, 1, 1}, 0, Layout{1, 2, 1}, 0));
+  EXPECT_FALSE(SamePart(state, Layout{1, 1, 2}, 0, Layout{1, 1, 2}, 1));
+  EXPECT_TRUE(SamePart(state, Layout{2, 1, 2}, 3, Layout{1, 1, 2}, 1));
+  // ZeRO-1: the optimizer state is split over dp, so dp ranks differ.
+  StateSpec zero = state;
+  zero.tensors[1].rule.zero = true;
+  EXPECT_FALSE(SamePart(zero, Layout{2, 1, 1}, 0, Layout{2, 1, 1}, 1));
+  EXPECT_TRUE(SamePart(zero, Layout{2, 1, 1}, 1, Layout{2, 1, 1}, 1));
+  // Nothing to compare, or a place that is no rank of a valid layout.
+  EXPECT_FALSE(SamePart(StateSpec{}, Layout{1, 1, 1}, 0, Layout{1, 1, 1}, 0));
+  EXPECT_FALSE(SamePart(state, Layout{2, 1, 1}, 2, Layout{2, 1, 1}, 0));
+  EXPECT_FALSE(SamePart(state, Layout{0, 1, 1}, 0, Layout{1, 1, 1}, 0));
+  EXPECT_FALSE(SamePart(state, Layout{1, 4, 1}, 0, Layout{1, 1, 1}, 0));  // pp over the layers
+  EXPECT_FALSE(SamePart(state, Layout{65536, 65536, 1}, 0, Layout{1, 1, 1}, 0));
+}
+
 TEST(StateMovePlan, EachWorkersPlanFromItsMessageEqualsTheWholePlan) {
   for (const Change& c : Changes()) {
     SCOPED_TRACE(c.name);
