@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 
 #include "common/id_index.h"
 #include "common/logging.h"
@@ -96,15 +95,11 @@ void GenerationManager::NoteBuiltWorkers() {
   // layout (GenerationBuilder::CommitNewLayout): it holds nothing of the committed layout, unless
   // its part did not change (same layout, same rank).
   const GenerationPlan& plan = reconf_.plan();
-  std::unordered_map<std::string, size_t> old_rank;
-  if (generation_ != 0 && plan.layout == layout_) {
-    for (size_t r = 0; r < members_.size(); ++r) old_rank.emplace(members_[r], r);
-  }
+  const bool same_layout = generation_ != 0 && plan.layout == layout_;
   for (size_t r = 0; r < plan.members.size(); ++r) {
     const std::string& id = plan.members[r];
     if (!reconf_.IsReady(id)) continue;
-    auto it = old_rank.find(id);
-    if (it == old_rank.end() || it->second != r) off_layout_.insert(id);
+    if (!same_layout || r >= members_.size() || members_[r] != id) off_layout_.insert(id);
   }
 }
 

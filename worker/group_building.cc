@@ -87,8 +87,8 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& o,
 
 NcclReusePlan PlanNcclReuse(const proto::NcclReuse& reuse, const Status& old_world_health) {
   NcclReusePlan plan;
-  // Released (aborted) worlds are gone.
   plan.excluded = reuse.excluded;
+  // Released (aborted) worlds are gone.
   if (old_world_health.code() == StatusCode::kAborted || !reuse.possible) return plan;
   if (!old_world_health.ok() && reuse.excluded == 0) return plan;  // a broken world can only shrink
   plan.possible = true;
@@ -171,7 +171,6 @@ StatusOr<std::shared_ptr<NcclCommunicator>> ReuseNcclWorld(const GroupOptions& o
       plan.possible = false;
     }
   }
-  plan.excluded = reuse.excluded;
   // A rank may arrive up to one Quiesce() bound (options.timeout) after the others: the agreement
   // waits that long on top of its own timeout, so that a slow revoke means a fresh init, as
   // intended, not a failed generation. It also hands every rank the list to exclude.
