@@ -17,6 +17,7 @@
 namespace elastra {
 namespace {
 
+using reshard_internal::AppendRectSegments;
 using reshard_internal::Clock;
 using reshard_internal::CopyRect;
 using reshard_internal::Counters;
@@ -286,9 +287,15 @@ class ReshardRun {
   };
 
   // Batched: pack every staged send, post the whole group at once in one Exchange() (which
-  // waits for all of it), then unpack the staged receives.
+  // waits for all of it), then unpack the staged receives. Host shards over a communicator with
+  // ExchangeV() need no packing: see ExchangeVectored.
   Status ExchangeBatched(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
                          Counters* received) {
+    if constexpr (std::is_same_v<Memory, HostMemory>) {
+      if (options_.vectored && comm_.has_vectored_exchange()) {
+        return ExchangeVectored(group, fresh, tag, sent, received);
+      }
+    }
     Batch batch;
     ELASTRA_ASSIGN_OR_RETURN(uint8_t * arena, PackBatch(group, fresh, &batch));
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());  // packed before anything is sent
@@ -306,6 +313,36 @@ class ReshardRun {
       c.messages += 1;
     }
     return OkStatus();
+  }
+
+  // The whole group in one ExchangeV(): per peer (ascending) its sends, then its receives, each
+  // the rows of its transfers in plan order, straight from the old shards and into the new ones
+  // (both sides list a pair's transfers in plan order, so the byte streams match). No staging:
+  // a strided rectangle is not packed on one side and unpacked on the other.
+  Status ExchangeVectored(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
+                          Counters* received) {
+    std::vector<VectoredTransfer> ops;
+    for (int peer = 0; peer < n_; ++peer) {
+      if (peer == me_) continue;
+      for (bool sending : {true, false}) {
+        const auto& list = ListOf(sending ? group.sends : group.recvs, peer);
+        if (list.empty()) continue;
+        VectoredTransfer op{sending, peer, {}};
+        Counters& c = sending ? *sent : *received;
+        for (const Transfer* t : list) {
+          const std::string& name = tensors_[t->tensor].name;
+          uint8_t* base = Memory::Data(sending ? (*shards_)[name] : fresh[name]);
+          const Region& region =
+              sending ? regions_.old_region[t->tensor] : regions_.new_region[t->tensor];
+          AppendRectSegments(t->rect, t->bytes, base, region, &op.segments);
+          c.bytes += t->bytes;
+        }
+        c.messages += 1;
+        ops.push_back(std::move(op));
+      }
+    }
+    if (ops.empty()) return OkStatus();
+    return comm_.ExchangeV(ops, tag, options_.timeout);
   }
 
   // The batch of one group: binds every direction, places its staged bytes in the arena and

@@ -92,6 +92,11 @@ struct ReshardExecutorOptions {
   // runs), which beats both schedules above. Memory: the group's packed bytes instead of chunk
   // buffers.
   bool batched = true;
+  // Batched, with host shards and a communicator that has ExchangeV() (Gloo): each peer's
+  // transfers go as one stream gathered from the rows of the old shards and scattered into the
+  // rows of the new ones, with no staging copy on either side (bytes_staged stays 0). Off: the
+  // strided rectangles are packed into the staging arena and unpacked from it.
+  bool vectored = true;
   // Host shards and staging buffers of 4 MiB and more ask for transparent huge pages
   // (madvise(MADV_HUGEPAGE)): far fewer page faults on fresh memory during the downtime. Off: 4 KiB
   // pages (where the kernel's direct compaction for huge pages stalls more than it saves).

@@ -17,6 +17,7 @@
 
 #include "common/host_memory.h"
 #include "common/reshard_plan.h"
+#include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"
 #include "state/device_copy.h"
@@ -146,6 +147,27 @@ Status CopyRect(Memory& memory, const Rect& r, int64_t esize, const uint8_t* src
                                         rows_per_copy * row_bytes));
   }
   return OkStatus();
+}
+
+// Appends the runs of rectangle `r` (`bytes` in all) in the buffer at `base` of local region
+// `region` to `segments`, in row order: one run a row, or one for the rectangle where it is whole
+// rows there; a run that follows the last segment in memory extends it. What a vectored exchange
+// sends from or receives into, the stream that RectStream packs, without the copy.
+inline void AppendRectSegments(const Rect& r, int64_t bytes, uint8_t* base, const Region& region,
+                               std::vector<IoSegment>* segments) {
+  const int64_t esize = bytes / r.volume();
+  const bool whole = WholeRows(r, region);
+  const int64_t run_bytes = whole ? bytes : (r.col_end - r.col_begin) * esize;
+  const int64_t step = whole ? r.row_end - r.row_begin : 1;
+  for (int64_t row = r.row_begin; row < r.row_end; row += step) {
+    uint8_t* at = base + region.LocalOffset(row, r.col_begin) * esize;
+    if (!segments->empty() &&
+        static_cast<uint8_t*>(segments->back().data) + segments->back().bytes == at) {
+      segments->back().bytes += static_cast<size_t>(run_bytes);
+    } else {
+      segments->push_back({at, static_cast<size_t>(run_bytes)});
+    }
+  }
 }
 
 // Walks the bytes of a list of rectangles row by row, in plan order, as one stream: packs them

@@ -4,9 +4,12 @@
 //
 // For each change: the planner assigns workers to the new layout (fewest bytes moved), the reshard
 // planner builds the transfers, and then, in the same run,
-//   ours: ExecuteReshard on every rank, in its three schedules: batched (the default: every
-//         transfer of a group posted at once through Exchange()), concurrent (a thread per peer
-//         and direction) and serial (pairwise rounds on one thread). Includes allocating the new
+//   ours: ExecuteReshard on every rank, in its four schedules: batched (the default, as a worker
+//         runs it: every transfer of a group at once in one ExchangeV(), straight from the old
+//         shards' rows and into the new ones'), staged (the same through the staging arena:
+//         strided rectangles packed, one Exchange() of contiguous buffers, unpacked; the batched
+//         schedule of every backend without ExchangeV), concurrent (a thread per peer and
+//         direction) and serial (pairwise rounds on one thread). Includes allocating the new
 //         shards, the local copies and freeing the old shards;
 //   raw:  a raw gloo context sends the same bytes per (sender, receiver) pair as one unbound
 //         buffer each, every send and receive posted at once, then waited on.
@@ -15,18 +18,20 @@
 //
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
 //        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
-//        --no-huge-pages, --no-reuse-memory, --no-keep-arena, --change K (only the K-th change, from 1; for profiling),
-//        --batched-only (skip the concurrent and serial schedules)
+//        --no-huge-pages, --no-reuse-memory, --no-keep-arena, --no-vectored (batched = staged),
+//        --change K (only the K-th change, from 1; for profiling),
+//        --batched-only (only the staged and batched schedules)
 // Profiling: with BENCH_RESHARD_PERF_CTL=<fifo> (perf record -D -1 --control fifo:<fifo>) and
-// BENCH_RESHARD_PERF_WHAT=batched|raw, perf samples only inside that timed region.
+// BENCH_RESHARD_PERF_WHAT=batched|staged|raw, perf samples only inside that timed region.
 // Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
-// "concurrent_time_vs_raw":c, "serial_time_vs_raw":z, "transfer_phase_vs_raw":t} with x = sum
-// bytes moved / sum lower bounds, y = sum of our batched (default) times / sum of raw times, c
-// and z the same for the concurrent and serial schedules, t the batched transfer phase alone
-// (slowest rank's sends, receives and packing, without allocating the new shards, local copies
-// and freeing) over raw, and "cpu_vs_raw" the CPU time of the whole process (every rank and its
-// gloo threads) in our batched timed region over raw's, summed over the changes (least of the
-// repetitions): on a loaded machine less noisy than the wall times.
+// "staged_time_vs_raw":s, "concurrent_time_vs_raw":c, "serial_time_vs_raw":z,
+// "transfer_phase_vs_raw":t} with x = sum bytes moved / sum lower bounds, y = sum of our batched
+// (default) times / sum of raw times, s, c and z the same for the staged, concurrent and serial
+// schedules, t the batched transfer phase alone (slowest rank's sends and receives, without
+// allocating the new shards, local copies and freeing) over raw, and "cpu_vs_raw" (and
+// "staged_cpu_vs_raw") the CPU time of the whole process (every rank and its gloo threads) in our
+// batched (staged) timed region over raw's, summed over the changes (least of the repetitions):
+// on a loaded machine less noisy than the wall times.
 #include <sys/resource.h>
 
 #include <barrier>
@@ -82,8 +87,9 @@ std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
 struct ChangeResult {
   Json json;
   int64_t moved = 0, lower_bound = 0;
-  double ours_s = 0, concurrent_s = 0, serial_s = 0, raw_s = 0, transfer_s = 0;
-  double ours_cpu_s = 0, raw_cpu_s = 0;  // CPU time of the whole process (every rank), batched
+  double ours_s = 0, staged_s = 0, concurrent_s = 0, serial_s = 0, raw_s = 0, transfer_s = 0;
+  // CPU time of the whole process (every rank), batched (ExchangeV) and staged
+  double ours_cpu_s = 0, staged_cpu_s = 0, raw_cpu_s = 0;
 };
 
 ReshardExecutorOptions g_options;
@@ -130,7 +136,13 @@ long PageFaults() {
   return u.ru_minflt + u.ru_majflt;
 }
 
-constexpr const char* kModeNames[] = {"serial", "concurrent", "batched"};
+// The schedules, in the order each repetition runs them: pairwise rounds, a thread per peer, the
+// batched exchange through the staging arena, and the batched exchange as the worker runs it
+// (ExchangeV: straight from and into the shards' rows; the figure time_vs_raw is about).
+constexpr const char* kModeNames[] = {"serial", "concurrent", "staged", "batched"};
+constexpr int kModes = 4;
+constexpr int kStaged = 2;
+constexpr int kBatched = 3;
 
 ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
                        const Layout& to, int per_host, int reps, int index) {
@@ -186,13 +198,13 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   }
 
   std::barrier sync(n);
-  double best_ours[3] = {1e30, 1e30, 1e30}, best_raw = 1e30;
+  double best_ours[kModes] = {1e30, 1e30, 1e30, 1e30}, best_raw = 1e30;
   // CPU seconds of the whole process (all ranks and their gloo threads) in the timed region,
   // least over the repetitions: less noisy than wall time on a loaded machine.
-  double best_cpu[3] = {1e30, 1e30, 1e30}, best_cpu_raw = 1e30;
+  double best_cpu[kModes] = {1e30, 1e30, 1e30, 1e30}, best_cpu_raw = 1e30;
   // The transfer phase alone (sends, receives, packing; without allocating the new shards,
   // the local copies and freeing the old shards): the slowest rank's, best repetition.
-  double best_transfer[3] = {1e30, 1e30, 1e30};
+  double best_transfer[kModes] = {1e30, 1e30, 1e30, 1e30};
   std::vector<double> rank_transfer(n, 0);
   bool verified = false, ok = true;
   std::vector<std::string> errors(n);
@@ -216,10 +228,11 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
         }
       }
       for (int rep = 0; rep < reps; ++rep) {
-        for (int mode = g_batched_only ? 2 : 0; mode < 3; ++mode) {  // serial, concurrent, batched
+        for (int mode = g_batched_only ? kStaged : 0; mode < kModes; ++mode) {
           ReshardExecutorOptions options = g_options;
           options.concurrent_peers = mode == 1;
-          options.batched = mode == 2;
+          options.batched = mode >= kStaged;
+          if (mode == kStaged) options.vectored = false;
           if (g_keep_arena) options.arena = g_arenas[w].get();
           ShardMap shards = initial[w];
           sync.arrive_and_wait();
@@ -297,32 +310,39 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   verified = ok;
   if (!ok) std::exit(1);
   if (g_batched_only) best_ours[0] = best_ours[1] = best_transfer[0] = best_transfer[1] = 0;
-  out.ours_s = best_ours[2];
+  out.ours_s = best_ours[kBatched];
+  out.staged_s = best_ours[kStaged];
   out.concurrent_s = best_ours[1];
   out.serial_s = best_ours[0];
   out.raw_s = best_raw;
-  out.transfer_s = best_transfer[2];
-  out.ours_cpu_s = best_cpu[2];
+  out.transfer_s = best_transfer[kBatched];
+  out.ours_cpu_s = best_cpu[kBatched];
+  out.staged_cpu_s = best_cpu[kStaged];
   out.raw_cpu_s = best_cpu_raw;
   out.json = {{"from", from.ToString()}, {"to", to.ToString()}, {"workers", n},
               {"bytes_moved", plan->bytes_moved}, {"bytes_lower_bound", plan->bytes_lower_bound},
               {"bytes_local", plan->bytes_local}, {"transfers", plan->num_transfers()},
               {"max_sent", plan->max_sent}, {"max_received", plan->max_received},
-              {"ours_batched_s", best_ours[2]}, {"ours_concurrent_s", best_ours[1]},
-              {"ours_serial_s", best_ours[0]}, {"raw_s", best_raw},
-              {"time_vs_raw", best_raw > 0 ? best_ours[2] / best_raw : 0.0},
+              {"ours_batched_s", best_ours[kBatched]}, {"ours_staged_s", best_ours[kStaged]},
+              {"ours_concurrent_s", best_ours[1]}, {"ours_serial_s", best_ours[0]},
+              {"raw_s", best_raw},
+              {"time_vs_raw", best_raw > 0 ? best_ours[kBatched] / best_raw : 0.0},
+              {"staged_time_vs_raw", best_raw > 0 ? best_ours[kStaged] / best_raw : 0.0},
               {"concurrent_time_vs_raw", best_raw > 0 ? best_ours[1] / best_raw : 0.0},
               {"serial_time_vs_raw", best_raw > 0 ? best_ours[0] / best_raw : 0.0},
-              {"transfer_phase_batched_s", best_transfer[2]},
+              {"transfer_phase_batched_s", best_transfer[kBatched]},
+              {"transfer_phase_staged_s", best_transfer[kStaged]},
               {"transfer_phase_concurrent_s", best_transfer[1]},
               {"transfer_phase_serial_s", best_transfer[0]},
-              {"ours_batched_cpu_s", best_cpu[2]}, {"raw_cpu_s", best_cpu_raw},
-              {"verified", verified}};
+              {"ours_batched_cpu_s", best_cpu[kBatched]}, {"ours_staged_cpu_s", best_cpu[kStaged]},
+              {"raw_cpu_s", best_cpu_raw}, {"verified", verified}};
   std::printf("%-16s -> %-16s %d workers  moved %7.1f MiB = lower bound %7.1f MiB  batched %.3f s"
-              "  concurrent %.3f s  serial %.3f s  raw %.3f s  (%.2fx, %.2fx, %.2fx)\n",
+              "  staged %.3f s  concurrent %.3f s  serial %.3f s  raw %.3f s  (%.2fx, %.2fx, "
+              "%.2fx, %.2fx)\n",
               from.ToString().c_str(), to.ToString().c_str(), n, plan->bytes_moved / 1048576.0,
-              plan->bytes_lower_bound / 1048576.0, best_ours[2], best_ours[1], best_ours[0],
-              best_raw, best_ours[2] / best_raw, best_ours[1] / best_raw, best_ours[0] / best_raw);
+              plan->bytes_lower_bound / 1048576.0, best_ours[kBatched], best_ours[kStaged],
+              best_ours[1], best_ours[0], best_raw, best_ours[kBatched] / best_raw,
+              best_ours[kStaged] / best_raw, best_ours[1] / best_raw, best_ours[0] / best_raw);
   std::fflush(stdout);
   return out;
 }
@@ -363,6 +383,8 @@ int Main(int argc, char** argv) {
       g_keep_arena = false;
     } else if (a == "--change") {
       next(&only_change);
+    } else if (a == "--no-vectored") {
+      g_options.vectored = false;
     } else if (a == "--batched-only") {
       g_batched_only = true;
     } else if (a == "--quick") {
@@ -407,7 +429,8 @@ int Main(int argc, char** argv) {
       {{2, 1, 4}, {1, 4, 1}}};
   Json list = Json::array();
   int64_t moved = 0, lb = 0;
-  double ours = 0, concurrent = 0, serial = 0, rawt = 0, transfer = 0, ours_cpu = 0, raw_cpu = 0;
+  double ours = 0, staged = 0, concurrent = 0, serial = 0, rawt = 0, transfer = 0, ours_cpu = 0,
+         staged_cpu = 0, raw_cpu = 0;
   for (size_t i = 0; i < changes.size(); ++i) {
     if (only_change > 0 && static_cast<int>(i) + 1 != only_change) continue;
     ChangeResult r = RunChange(model, state, changes[i].first, changes[i].second, 4, reps,
@@ -416,6 +439,8 @@ int Main(int argc, char** argv) {
     moved += r.moved;
     lb += r.lower_bound;
     ours += r.ours_s;
+    staged += r.staged_s;
+    staged_cpu += r.staged_cpu_s;
     concurrent += r.concurrent_s;
     serial += r.serial_s;
     transfer += r.transfer_s;
@@ -426,6 +451,8 @@ int Main(int argc, char** argv) {
   Json out = {{"bench", "reshard"}, {"hidden", hidden}, {"layers", layers},
               {"state_bytes", state.TotalBytes()}, {"changes", list},
               {"moved_vs_lower_bound", lb > 0 ? static_cast<double>(moved) / lb : 1.0},
+              {"staged_time_vs_raw", rawt > 0 ? staged / rawt : 0.0},
+              {"staged_cpu_vs_raw", raw_cpu > 0 ? staged_cpu / raw_cpu : 0.0},
               {"concurrent_time_vs_raw", rawt > 0 ? concurrent / rawt : 0.0},
               {"serial_time_vs_raw", rawt > 0 ? serial / rawt : 0.0},
               {"transfer_phase_vs_raw", rawt > 0 ? transfer / rawt : 0.0},

@@ -20,6 +20,8 @@
 // gloo timeout from a lost peer (both are gloo::IoException in this gloo).
 #include "collectives/gloo/gloo_communicator.h"
 
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -35,13 +37,11 @@
 #include <thread>
 #include <vector>
 
-#include <gloo/transport/tcp/device.h>
-#include <gloo/types.h>
-
 #include "collectives/gloo/gloo_algorithms.h"
 #include "collectives/gloo/gloo_call.h"
 #include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_mesh.h"
+#include "collectives/gloo/stream_mesh.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -180,7 +180,9 @@ class GlooCommunicator : public Communicator {
         timeout_(options.timeout),
         prefix_(options.prefix),
         device_(std::move(device)),
-        context_(std::move(context)) {}
+        context_(std::move(context)),
+        streams_(std::make_unique<StreamMesh>(options.rank, options.size, options.hostname,
+                                              options.store, options.prefix)) {}
 
   ~GlooCommunicator() override {
     // Thread-compatible, but the documented pattern "Abort() on one thread, then destroy" must be
@@ -188,6 +190,7 @@ class GlooCommunicator : public Communicator {
     std::unique_lock<std::mutex> lock(mu_);
     idle_.wait(lock, [&] { return in_flight_ == 0; });
     lock.unlock();
+    streams_.reset();  // in order: a peer still reading this rank's last bytes gets them
     context_.reset();
     device_.reset();
   }
@@ -326,6 +329,30 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Over the communicator's own sockets (stream_mesh.h): gathered from and scattered into the
+  // segments, with no staging copy.
+  bool has_vectored_exchange() const override { return true; }
+  Status ExchangeV(const std::vector<VectoredTransfer>& ops, uint32_t tag,
+                   Timeout timeout) override {
+    for (const VectoredTransfer& op : ops) {
+      const char* what = op.send ? "ExchangeV (send)" : "ExchangeV (recv)";
+      ELASTRA_RETURN_IF_ERROR(CheckPointToPoint(what, nullptr, 0, op.peer, timeout));
+      for (const IoSegment& segment : op.segments) {
+        if (segment.data == nullptr && segment.bytes > 0) {
+          return InvalidArgumentError(std::string(what) + ": a null segment of " +
+                                      std::to_string(segment.bytes) + " bytes");
+        }
+      }
+    }
+    const Clock::time_point deadline = Clock::now() + timeout;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.ok()) return broken_;
+      ++in_flight_;
+    }
+    return Settle(streams_->Exchange(ops, tag, deadline));
+  }
+
   void Abort() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -334,13 +361,12 @@ class GlooCommunicator : public Communicator {
       broken_ = AbortedError("communicator " + prefix_ + " was aborted");
       ++in_flight_;  // inside too while it works: the destructor waits for it
     }
-    waits_.Interrupt();
-    context_->InterruptConnects();
+    Interrupt();
     Leave();
   }
 
-  int waits_in_flight() const { return waits_.waits_in_flight(); }
-  int connected_pairs() const { return context_->connected_pairs(); }
+  int waits_in_flight() const { return waits_.waits_in_flight() + streams_->exchanges_in_flight(); }
+  int connected_pairs() const { return context_->connected_pairs() + streams_->connected_peers(); }
 
  private:
   Status BrokenStatus() {
@@ -402,6 +428,12 @@ class GlooCommunicator : public Communicator {
     } catch (...) {
       result = StatusOfGlooFailure(std::current_exception(), op, Clock::now() >= deadline);
     }
+    return Settle(std::move(result));
+  }
+
+  // The end of every call that entered the context (in_flight_): its result, unless the
+  // communicator broke meanwhile; a first error breaks it.
+  Status Settle(Status result) {
     bool first_error = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -417,11 +449,17 @@ class GlooCommunicator : public Communicator {
     }
     if (first_error) {
       LOG(WARNING) << "gloo " << prefix_ << " rank " << rank_ << " broken: " << result;
-      waits_.Interrupt();
-      context_->InterruptConnects();
+      Interrupt();
     }
     Leave();  // the last touch of `this`: the destructor may run right after
     return result;
+  }
+
+  // Wakes every wait of every call in flight: gloo's, a lazy connect's, an ExchangeV's.
+  void Interrupt() {
+    waits_.Interrupt();
+    context_->InterruptConnects();
+    streams_->Interrupt();
   }
 
   // Leaves the context. The last to leave a broken communicator closes its pairs first (a call
@@ -457,6 +495,7 @@ class GlooCommunicator : public Communicator {
     // No pair is created from here on (EnsurePairs throws), so the pairs listed stay all of them.
     context_->InterruptConnects();
     ClosePairs();
+    streams_->Close(/*reset=*/true);
     {
       std::lock_guard<std::mutex> lock(mu_);
       pairs_closed_ = true;
@@ -500,6 +539,7 @@ class GlooCommunicator : public Communicator {
   const std::string prefix_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<MeshContext> context_;
+  std::unique_ptr<StreamMesh> streams_;  // ExchangeV's sockets
   WaitSet waits_;
 
   std::mutex mu_;

@@ -61,6 +61,11 @@ struct GlooOptions {
   bool own_device = false;
 };
 
+// ExchangeV() runs over sockets of the communicator's own (collectives/gloo/stream_mesh.h), not
+// gloo's pairs: each transfer is gathered from and scattered into its segments by the kernel, with
+// no staging copy; a rank connects only to the peers it exchanges with, both ends through the
+// store (one key a rank), and the same broken/abort rules hold.
+
 // Builds and connects the context. kTimedOut when peers do not show up within connect_timeout,
 // kPeerLost when a connection or the store fails, kInvalidArgument for a bad rank/size/store or
 // a non-positive timeout, kInternal when gloo breaks an invariant of its own. Every rank of one
@@ -73,7 +78,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
 int GlooWaitsInFlightForTesting(const Communicator& comm);
 
 // How many peers `comm` holds a connection to now (its build pairs plus those Send, Recv and
-// Exchange connected since); -1 when `comm` is not a Gloo communicator.
+// Exchange connected since, plus ExchangeV's sockets); -1 when `comm` is not a Gloo
+// communicator.
 int GlooConnectedPairs(const Communicator& comm);
 
 }  // namespace elastra

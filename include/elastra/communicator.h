@@ -38,6 +38,22 @@ struct PointToPoint {
   int peer = -1;
 };
 
+// A piece of memory of a vectored transfer.
+struct IoSegment {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// One transfer of an ExchangeV(): the bytes of `segments`, in their order, to or from `peer`.
+// What matches is the byte stream, not the segments: a send's segments, one after another, are
+// the receive's, one after another, however each side cuts its memory (rows of a strided region
+// on one side, one run on the other).
+struct VectoredTransfer {
+  bool send = false;
+  int peer = -1;
+  std::vector<IoSegment> segments;
+};
+
 class Communicator {
  public:
   using Timeout = std::chrono::milliseconds;
@@ -80,6 +96,22 @@ class Communicator {
     (void)tag;
     (void)timeout;
     return FailedPreconditionError(std::string(BackendName(backend())) + " has no Exchange()");
+  }
+
+  // Exchange() over memory in pieces: each transfer's bytes go straight from (and into) its
+  // segments, with no staging copy on either side (a state move's strided rectangles, row by
+  // row). Transfers to (from) one peer in one call form one stream, in list order; both sides
+  // must list the same total bytes per peer and direction with the same `tag`, else the receiver
+  // fails with kInternal (the two sides planned different exchanges). Only where
+  // has_vectored_exchange() (host memory: the Gloo backend); otherwise kFailedPrecondition.
+  // kInvalidArgument for a bad peer or a null segment with bytes > 0.
+  virtual bool has_vectored_exchange() const { return false; }
+  virtual Status ExchangeV(const std::vector<VectoredTransfer>& ops, uint32_t tag,
+                           Timeout timeout) {
+    (void)ops;
+    (void)tag;
+    (void)timeout;
+    return FailedPreconditionError(std::string(BackendName(backend())) + " has no ExchangeV()");
   }
 
   // Breaks every call in flight (they return kAborted or kPeerLost) and every later one.

@@ -138,6 +138,96 @@ TEST(GlooFailure, SigkilledRankTurnsIntoPeerLostOrTimedOutOnEverySurvivor) {
   }
 }
 
+// One rank of the ExchangeV kill test: 256 KiB to and from each ring neighbour in a loop, each
+// stream cut in two segments, with the same report as AllreduceUntilFailure.
+int ExchangeVUntilFailure(const std::string& dir, int rank, int size) {
+  testing::FileKeyValueStore store(dir);
+  GlooOptions options;
+  options.store = &store;
+  options.prefix = "killv/";
+  options.rank = rank;
+  options.size = size;
+  options.timeout = kCallTimeout;
+  options.connect_timeout = milliseconds(10000);
+  auto comm = CreateGlooCommunicator(options);
+  if (!comm.ok()) return 10;
+  constexpr size_t kBytes = 256 << 10;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  std::vector<uint8_t> out(kBytes, static_cast<uint8_t>(rank)), in_next(kBytes), in_prev(kBytes);
+  auto halves = [](std::vector<uint8_t>& v) {
+    return std::vector<IoSegment>{{v.data(), v.size() / 3},
+                                  {v.data() + v.size() / 3, v.size() - v.size() / 3}};
+  };
+  const auto give_up = Clock::now() + std::chrono::seconds(15);
+  for (int iter = 0; Clock::now() < give_up; ++iter) {
+    Status status = (*comm)->ExchangeV({{true, next, halves(out)},
+                                        {true, prev, halves(out)},
+                                        {false, next, halves(in_next)},
+                                        {false, prev, halves(in_prev)}},
+                                       static_cast<uint32_t>(iter), kCallTimeout);
+    if (!status.ok()) {
+      const int64_t at = NowNs();
+      Status again = (*comm)->ExchangeV({{false, next, halves(in_next)}}, 0, kCallTimeout);
+      if (again.code() != status.code()) return 11;
+      (void)store.Set("result/" + std::to_string(rank),
+                      std::to_string(static_cast<int>(status.code())) + " " + std::to_string(at));
+      return 0;
+    }
+    if (in_next[kBytes - 1] != next || in_prev[0] != prev) return 12;
+    if (iter == 20) (void)store.Set("progress/" + std::to_string(rank), "1");
+  }
+  return 13;  // nobody failed
+}
+
+// The same as the allreduce kill test, for ExchangeV's own sockets: every survivor, neighbour of
+// the victim or not, fails within twice the call timeout.
+TEST(GlooFailure, SigkilledRankBreaksExchangeVOnEverySurvivor) {
+  constexpr int kSize = 4;
+  constexpr int kVictim = 1;
+  TempDir dir;
+  testing::FileKeyValueStore store(dir.path());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < kSize; ++rank) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(ExchangeVUntilFailure(dir.path(), rank, kSize));
+    pids.push_back(pid);
+  }
+  std::vector<std::string> progress;
+  for (int rank = 0; rank < kSize; ++rank) progress.push_back("progress/" + std::to_string(rank));
+  Status running = store.Wait(progress, milliseconds(15000));
+  int64_t killed_at = 0;
+  if (running.ok()) {
+    killed_at = NowNs();
+    ::kill(pids[kVictim], SIGKILL);
+  } else {
+    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  }
+  for (int rank = 0; rank < kSize; ++rank) {
+    int wstatus = 0;
+    ASSERT_EQ(::waitpid(pids[rank], &wstatus, 0), pids[rank]);
+    if (rank == kVictim) continue;
+    EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+        << "rank " << rank << " status " << wstatus;
+  }
+  ASSERT_TRUE(running.ok()) << running;
+  for (int rank = 0; rank < kSize; ++rank) {
+    if (rank == kVictim) continue;
+    auto result = store.Get("result/" + std::to_string(rank), milliseconds(0));
+    ASSERT_TRUE(result.ok()) << "rank " << rank << ": " << result.status();
+    int code = -1;
+    long long at = 0;
+    ASSERT_EQ(std::sscanf(result->c_str(), "%d %lld", &code, &at), 2);
+    EXPECT_TRUE(code == static_cast<int>(StatusCode::kPeerLost) ||
+                code == static_cast<int>(StatusCode::kTimedOut))
+        << "rank " << rank << " code " << code;
+    const auto latency = std::chrono::nanoseconds(at - killed_at);
+    EXPECT_LE(latency, 2 * kCallTimeout)
+        << "rank " << rank << " noticed after "
+        << std::chrono::duration_cast<milliseconds>(latency).count() << " ms";
+  }
+}
+
 TEST(GlooFailure, TimeoutOnOneRankReachesItsPeersAsPeerLost) {
   // Rank 2 never posts its send. Rank 0 times out after 300 ms (kTimedOut, then fails fast with
   // it); rank 1, blocked on rank 0 with a long timeout, must hear about it at once as kPeerLost.

@@ -313,9 +313,12 @@ TEST(ReshardProperty, RandomTensorsAndLayoutsMatchTheGlobalSlicesBitForBit) {
     options.chunk_bytes = 1 + rng() % 700;  // chunks cut rows and rectangles anywhere
     options.group_bytes = static_cast<int64_t>(rng() % 3000);
     options.direct_min_bytes = static_cast<int64_t>(rng() % 400);  // some transfers go direct
-    options.concurrent_peers = trial % 3 == 1;  // the three schedules in turn
-    options.batched = trial % 3 == 2;
-    options.reuse_memory = trial % 4 != 3;
+    // The four schedules in turn: serial, concurrent, batched through the staging arena, batched
+    // over ExchangeV.
+    options.concurrent_peers = trial % 4 == 1;
+    options.batched = trial % 4 >= 2;
+    options.vectored = trial % 4 == 3;
+    options.reuse_memory = trial % 5 != 4;
     std::vector<ReshardExecutorStats> stats;
     const auto shards = Execute(*plan, "t" + std::to_string(trial) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
@@ -353,10 +356,23 @@ TEST(ReshardProperty, GptStateThroughEveryDimension) {
     ReshardExecutorOptions options;
     options.chunk_bytes = 4096;
     options.direct_min_bytes = 1024;
-    options.concurrent_peers = i % 3 == 0;
-    options.batched = i % 3 == 1;
+    options.concurrent_peers = i % 4 == 0;
+    options.batched = i % 4 >= 1 && i % 4 <= 2;
+    options.vectored = i % 4 == 2;  // 1: staged, 2: ExchangeV
     const auto shards = Execute(*plan, "gpt" + std::to_string(i) + "/", options, &stats);
     CheckAgainstGlobal(*plan, shards);
+    for (size_t w = 0; w < stats.size(); ++w) {
+      // ExchangeV moves every byte straight from and into the shards; the staged schedule packs
+      // what is strided (here most of it).
+      if (options.vectored && options.batched) {
+        EXPECT_EQ(stats[w].bytes_staged, 0) << "change " << i << ", worker " << w;
+      }
+    }
+    if (i % 4 == 1) {
+      int64_t staged = 0;
+      for (const auto& st : stats) staged += st.bytes_staged;
+      EXPECT_GT(staged, 0) << "change " << i;
+    }
   }
 }
 
@@ -387,6 +403,7 @@ TEST(ReshardExecutor, AKeptArenaServesASequenceOfChanges) {
       threads.emplace_back([&, w] {
         ReshardExecutorOptions options;
         options.direct_min_bytes = 1 << 20;  // everything staged
+        options.vectored = false;            // through the arena, not ExchangeV
         options.arena = &arenas[w];
         const Status s = ExecuteReshard(*plan, *comms[w], &shards[w], options, &stats[w]);
         EXPECT_TRUE(s.ok()) << "change " << i << ", worker " << w << ": " << s;
@@ -441,9 +458,10 @@ TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
   // dp 1 -> 2: worker 1 joins and receives the replica.
   auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{2, 1, 1}, {0, 1}}, {0, 1});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  for (bool batched : {false, true}) {
+  for (int mode = 0; mode < 3; ++mode) {  // serial, staged, ExchangeV
+    const bool batched = mode > 0;
     InMemoryKeyValueStore store;
-    auto comms = ConnectAll(&store, std::string("joiner-") + (batched ? "b" : "s") + "/", 2);
+    auto comms = ConnectAll(&store, "joiner-" + std::to_string(mode) + "/", 2);
     ASSERT_EQ(comms.size(), 2u);
     std::vector<ShardMap> shards(2);
     shards[0] = ShardsOf(state, plan->from, 0);
@@ -452,6 +470,7 @@ TEST(ReshardExecutor, AJoinerTakesOverTheMemoryOfItsWholeTensors) {
     const uint8_t* big_memory = shards[1]["big"].data();
     ReshardExecutorOptions options;
     options.batched = batched;
+    options.vectored = mode == 2;
     std::vector<std::thread> threads;
     for (int w = 0; w < 2; ++w) {
       threads.emplace_back([&, w] {
@@ -478,7 +497,8 @@ TEST(ReshardExecutor, AShardThatGrowsThinnerIsFormedInItsOwnMemory) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   int run = 0;
   for (bool reuse : {true, false}) {
-    for (bool batched : {true, false}) {
+    for (int mode = 0; mode < 3; ++mode) {  // serial, staged, ExchangeV
+      const bool batched = mode > 0;
       InMemoryKeyValueStore store;
       auto comms = ConnectAll(&store, "in-place-" + std::to_string(run++) + "/", 2);
       ASSERT_EQ(comms.size(), 2u);
@@ -490,6 +510,7 @@ TEST(ReshardExecutor, AShardThatGrowsThinnerIsFormedInItsOwnMemory) {
       }
       ReshardExecutorOptions options;
       options.batched = batched;
+      options.vectored = mode == 2;
       options.reuse_memory = reuse;
       std::vector<ReshardExecutorStats> stats(2);
       std::vector<std::thread> threads;
@@ -524,7 +545,7 @@ TEST(ReshardExecutor, AbsentPeerTimesOut) {
   auto plan = BuildReshardPlan(state, {{1, 1, 1}, {0}}, {{2, 1, 1}, {0, 1}}, {0, 1});
   ASSERT_TRUE(plan.ok());
   ASSERT_GT(plan->bytes_moved, 0);
-  for (int mode = 0; mode < 3; ++mode) {  // serial, concurrent, batched
+  for (int mode = 0; mode < 4; ++mode) {  // serial, concurrent, staged, ExchangeV
     const bool concurrent = mode == 1;
     InMemoryKeyValueStore store;
     auto comms = ConnectAll(&store, "absent-" + std::to_string(mode) + "/", 2);
@@ -533,7 +554,8 @@ TEST(ReshardExecutor, AbsentPeerTimesOut) {
     ReshardExecutorOptions options;
     options.timeout = std::chrono::milliseconds(300);
     options.concurrent_peers = concurrent;
-    options.batched = mode == 2;
+    options.batched = mode >= 2;
+    options.vectored = mode == 3;
     const auto start = std::chrono::steady_clock::now();
     const Status s = ExecuteReshard(*plan, *comms[0], &shards, options);  // worker 1 stays idle
     EXPECT_FALSE(s.ok());

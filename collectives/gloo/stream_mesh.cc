@@ -1,0 +1,530 @@
+// StreamMesh: see stream_mesh.h.
+#include "collectives/gloo/stream_mesh.h"
+
+#include <fcntl.h>
+#include <gloo/transport/tcp/address.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "collectives/gloo/gloo_mesh.h"
+#include "common/logging.h"
+
+namespace elastra {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x454c5348;   // "ELSH"
+constexpr uint32_t kHeaderMagic = 0x454c5358;  // "ELSX"
+constexpr size_t kHelloBytes = 16;
+constexpr size_t kHeaderBytes = 16;
+// A store wait for a peer's address looks at Interrupt() this often.
+constexpr std::chrono::milliseconds kStoreSlice{100};
+// Segments per sendmsg/recvmsg.
+constexpr size_t kMaxIov = IOV_MAX;
+
+std::chrono::milliseconds Remaining(StreamMesh::Clock::time_point deadline) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - StreamMesh::Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+uint32_t Fnv1a(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+void Put32(uint8_t* at, uint32_t v) { std::memcpy(at, &v, 4); }
+void Put64(uint8_t* at, uint64_t v) { std::memcpy(at, &v, 8); }
+uint32_t Get32(const uint8_t* at) {
+  uint32_t v;
+  std::memcpy(&v, at, 4);
+  return v;
+}
+uint64_t Get64(const uint8_t* at) {
+  uint64_t v;
+  std::memcpy(&v, at, 8);
+  return v;
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// With `reset`, a reset instead of an orderly close: a peer blocked on this socket fails at
+// once (and what it had not read yet is lost, which only a broken communicator may do).
+void CloseSocket(int fd, bool reset) {
+  if (fd < 0) return;
+  if (reset) {
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  }
+  ::close(fd);
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Advances `iov` past `n` bytes: whole entries consumed move `first` on, a partial one is cut.
+void Advance(std::vector<iovec>& iov, size_t& first, size_t n) {
+  while (n > 0 && first < iov.size()) {
+    iovec& v = iov[first];
+    if (n < v.iov_len) {
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + n;
+      v.iov_len -= n;
+      return;
+    }
+    n -= v.iov_len;
+    ++first;
+  }
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+}
+
+}  // namespace
+
+// One direction of one peer in one call: its header, then its segments.
+struct StreamMesh::Flow {
+  int peer = -1;
+  bool send = false;
+  uint64_t bytes = 0;  // of the payload
+  uint8_t header[kHeaderBytes];
+  size_t header_done = 0;
+  std::vector<iovec> iov;  // the payload's segments, cut as they are consumed
+  size_t first = 0;        // first segment not yet consumed
+  bool done() const { return header_done == kHeaderBytes && first == iov.size(); }
+};
+
+// An accepted connection whose hello is not read yet.
+struct StreamMesh::Pending {
+  int fd = -1;
+  uint8_t hello[kHelloBytes];
+  size_t got = 0;
+};
+
+StreamMesh::StreamMesh(int rank, int size, std::string hostname, KeyValueStore* store,
+                       std::string prefix)
+    : rank_(rank),
+      size_(size),
+      hostname_(std::move(hostname)),
+      store_(store),
+      prefix_(std::move(prefix)),
+      nonce_(Fnv1a(prefix_)),
+      fds_(size, -1) {
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+StreamMesh::~StreamMesh() {
+  Close(/*reset=*/false);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void StreamMesh::Interrupt() {
+  if (interrupted_.exchange(true)) return;
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    ssize_t rc = ::write(wake_fd_, &one, sizeof(one));
+    (void)rc;
+  }
+}
+
+void StreamMesh::Close(bool reset) {
+  Interrupt();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  for (int& fd : fds_) {
+    CloseSocket(fd, reset);
+    fd = -1;
+  }
+  for (Pending& p : pending_) CloseSocket(p.fd, reset);
+  pending_.clear();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  connected_ = 0;
+}
+
+int StreamMesh::connected_peers() const { return connected_.load(); }
+
+std::string StreamMesh::Where(int peer) const {
+  return "stream " + prefix_ + " rank " + std::to_string(rank_) + " <-> " + std::to_string(peer);
+}
+
+Status StreamMesh::Exchange(const std::vector<VectoredTransfer>& ops, uint32_t tag,
+                            Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  if (closed_ || interrupted_) return AbortedError("stream " + prefix_ + ": interrupted");
+  ++in_exchange_;
+  Status s = ExchangeLocked(ops, tag, deadline);
+  --in_exchange_;
+  if (!s.ok()) broken_ = s;
+  return s;
+}
+
+Status StreamMesh::EnsureListening(Clock::time_point deadline) {
+  if (listen_fd_ >= 0) return OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(hostname_.c_str(), nullptr, &hints, &found); rc != 0) {
+    return UnavailableError("stream " + prefix_ + ": resolving '" + hostname_ +
+                            "': " + ::gai_strerror(rc));
+  }
+  Status failure = UnavailableError("stream " + prefix_ + ": no address of '" + hostname_ + "'");
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      failure = UnavailableError(Errno("socket"));
+      continue;
+    }
+    sockaddr_storage ss{};
+    std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+    if (ss.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in&>(ss).sin_port = 0;
+    } else if (ss.ss_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6&>(ss).sin6_port = 0;
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen) != 0 ||
+        ::listen(fd, std::min(size_, SOMAXCONN)) != 0) {
+      failure = UnavailableError("stream " + prefix_ + ": " + Errno("listening on " + hostname_));
+      ::close(fd);
+      continue;
+    }
+    listen_fd_ = fd;
+    break;
+  }
+  ::freeaddrinfo(found);
+  if (listen_fd_ < 0) return failure;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return UnavailableError(Errno("getsockname"));
+  }
+  StatusOr<std::string> record =
+      EncodeAddressRecord({gloo::transport::tcp::Address(bound).bytes()});
+  if (!record.ok()) return record.status().WithContext("stream " + prefix_);
+  StatusOr<std::vector<std::string>> set =
+      store_->SetAndGet({{prefix_ + "s/" + std::to_string(rank_), std::move(record).value()}}, {},
+                        Remaining(deadline));
+  if (!set.ok()) {
+    return PeerLostError("stream " + prefix_ +
+                         ": publishing the address: " + set.status().ToString());
+  }
+  return OkStatus();
+}
+
+Status StreamMesh::ConnectTo(const std::vector<int>& lower, Clock::time_point deadline) {
+  std::vector<std::string> keys;
+  for (int peer : lower) keys.push_back(prefix_ + "s/" + std::to_string(peer));
+  if (keys.empty()) return OkStatus();
+  std::vector<std::string> records;
+  for (;;) {
+    if (interrupted_) return AbortedError("stream " + prefix_ + ": interrupted");
+    if (Clock::now() >= deadline) {
+      return TimedOutError("stream " + prefix_ + " rank " + std::to_string(rank_) +
+                           ": a peer did not publish its address in time");
+    }
+    StatusOr<std::vector<std::string>> got =
+        store_->SetAndGet({}, keys, std::min(Remaining(deadline), kStoreSlice));
+    if (got.ok()) {
+      records = std::move(got).value();
+      break;
+    }
+    if (got.status().code() != StatusCode::kTimedOut) {
+      return PeerLostError("stream " + prefix_ + ": rendezvous: " + got.status().ToString());
+    }
+  }
+  for (size_t i = 0; i < lower.size(); ++i) {
+    ELASTRA_RETURN_IF_ERROR(ConnectOne(lower[i], records[i], deadline));
+  }
+  return OkStatus();
+}
+
+Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_point deadline) {
+  StatusOr<std::vector<char>> address = DecodeAddressRecord(record, 1, 0);
+  if (!address.ok()) {
+    return PeerLostError(Where(peer) + ": key " + prefix_ + "s/" + std::to_string(peer) +
+                         " holds no address: " + address.status().message());
+  }
+  const sockaddr_storage ss = gloo::transport::tcp::Address(*address).getSockaddr();
+  const socklen_t len = ss.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(Where(peer) + ": " + Errno("socket"));
+  auto fail = [&](Status s) {
+    ::close(fd);
+    return s;
+  };
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+    return fail(PeerLostError(Where(peer) + ": " + Errno("connect")));
+  }
+  // Wait for the connect (and room for the hello), or the interrupt, or the deadline.
+  for (;;) {
+    pollfd p[2] = {{fd, POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
+    const int rc = ::poll(p, 2, static_cast<int>(Remaining(deadline).count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return fail(InternalError(Where(peer) + ": " + Errno("poll")));
+    if (p[1].revents != 0) return fail(AbortedError(Where(peer) + ": interrupted"));
+    if (rc == 0) {
+      if (Clock::now() < deadline) continue;
+      return fail(TimedOutError(Where(peer) + ": connecting timed out"));
+    }
+    break;
+  }
+  int error = 0;
+  socklen_t elen = sizeof(error);
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &elen);
+  if (error != 0) {
+    return fail(PeerLostError(Where(peer) + ": connect: " + std::strerror(error)));
+  }
+  SetNoDelay(fd);
+  uint8_t hello[kHelloBytes];
+  Put32(hello, kHelloMagic);
+  Put32(hello + 4, static_cast<uint32_t>(rank_));
+  Put32(hello + 8, static_cast<uint32_t>(size_));
+  Put32(hello + 12, nonce_);
+  // A fresh socket's send buffer takes 16 bytes at once.
+  if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
+    return fail(PeerLostError(Where(peer) + ": " + Errno("sending the hello")));
+  }
+  fds_[peer] = fd;
+  ++connected_;
+  return OkStatus();
+}
+
+Status StreamMesh::AcceptPending() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return OkStatus();
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return UnavailableError("stream " + prefix_ + ": " + Errno("accept"));
+    }
+    SetNoDelay(fd);
+    Pending p;
+    p.fd = fd;
+    pending_.push_back(p);
+  }
+}
+
+bool StreamMesh::ReadHello(Pending& p) {
+  const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n <= 0) {  // closed before introducing itself
+    ::close(p.fd);
+    return true;
+  }
+  p.got += static_cast<size_t>(n);
+  if (p.got < kHelloBytes) return false;
+  const uint32_t magic = Get32(p.hello), peer = Get32(p.hello + 4), size = Get32(p.hello + 8),
+                 nonce = Get32(p.hello + 12);
+  const bool valid = magic == kHelloMagic && size == static_cast<uint32_t>(size_) &&
+                     nonce == nonce_ && peer > static_cast<uint32_t>(rank_) &&
+                     peer < static_cast<uint32_t>(size_) && fds_[peer] < 0;
+  if (!valid) {
+    LOG(WARNING) << "stream " << prefix_ << " rank " << rank_
+                 << ": refused a connection that is no peer's"
+                 << (magic == kHelloMagic ? " (it says rank " + std::to_string(peer) + " of " +
+                                                std::to_string(size) + ")"
+                                          : std::string(" (no hello)"));
+    ::close(p.fd);
+    return true;
+  }
+  fds_[peer] = p.fd;
+  ++connected_;
+  return true;
+}
+
+Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint32_t tag,
+                                  Clock::time_point deadline) {
+  // One flow per (peer, direction) with bytes, its segments in list order.
+  std::map<std::pair<int, bool>, Flow> by_key;
+  for (const VectoredTransfer& op : ops) {
+    Flow& f = by_key[{op.peer, op.send}];
+    f.peer = op.peer;
+    f.send = op.send;
+    for (const IoSegment& s : op.segments) {
+      if (s.bytes == 0) continue;
+      f.bytes += s.bytes;
+      if (!f.iov.empty() && static_cast<uint8_t*>(f.iov.back().iov_base) + f.iov.back().iov_len ==
+                                static_cast<uint8_t*>(s.data)) {
+        f.iov.back().iov_len += s.bytes;  // follows the previous segment in memory
+      } else {
+        f.iov.push_back({s.data, s.bytes});
+      }
+    }
+  }
+  std::vector<Flow> flows;
+  std::vector<int> lower;
+  bool awaits_higher = false;
+  for (auto& [key, f] : by_key) {
+    if (f.bytes == 0) continue;
+    if (f.send) {
+      Put32(f.header, kHeaderMagic);
+      Put32(f.header + 4, tag);
+      Put64(f.header + 8, f.bytes);
+    }
+    flows.push_back(std::move(f));
+  }
+  if (flows.empty()) return OkStatus();
+  ELASTRA_RETURN_IF_ERROR(EnsureListening(deadline));
+  for (const Flow& f : flows) {
+    if (fds_[f.peer] >= 0) continue;
+    if (f.peer < rank_) {
+      if (lower.empty() || lower.back() != f.peer) lower.push_back(f.peer);
+    } else {
+      awaits_higher = true;
+    }
+  }
+  lower.erase(std::unique(lower.begin(), lower.end()), lower.end());
+  ELASTRA_RETURN_IF_ERROR(ConnectTo(lower, deadline));
+
+  std::vector<pollfd> polled;
+  std::vector<int> owner;  // per polled entry: the flow's peer, -1 the wake fd, -2 the listener,
+                           // -3 - i pending_[i]
+  size_t left = flows.size();
+  while (left > 0) {
+    polled.clear();
+    owner.clear();
+    polled.push_back({wake_fd_, POLLIN, 0});
+    owner.push_back(-1);
+    awaits_higher = false;
+    std::map<int, short> events;  // by peer
+    for (const Flow& f : flows) {
+      if (f.done()) continue;
+      if (fds_[f.peer] < 0) {
+        awaits_higher = true;
+        continue;
+      }
+      events[f.peer] |= f.send ? POLLOUT : POLLIN;
+    }
+    for (const auto& [peer, ev] : events) {
+      polled.push_back({fds_[peer], ev, 0});
+      owner.push_back(peer);
+    }
+    if (awaits_higher) {
+      polled.push_back({listen_fd_, POLLIN, 0});
+      owner.push_back(-2);
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        polled.push_back({pending_[i].fd, POLLIN, 0});
+        owner.push_back(-3 - static_cast<int>(i));
+      }
+    }
+    const int rc =
+        ::poll(polled.data(), polled.size(), static_cast<int>(Remaining(deadline).count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return InternalError("stream " + prefix_ + ": " + Errno("poll"));
+    if (polled[0].revents != 0 || interrupted_) {
+      return AbortedError("stream " + prefix_ + ": interrupted");
+    }
+    if (rc == 0) {
+      if (Clock::now() < deadline) continue;
+      for (const Flow& f : flows) {
+        if (f.done()) continue;
+        return TimedOutError(Where(f.peer) + ": exchange (tag " + std::to_string(tag) +
+                             ") timed out " +
+                             (fds_[f.peer] < 0 ? std::string("waiting for the peer to connect")
+                              : f.send         ? "sending"
+                                               : "receiving"));
+      }
+      return TimedOutError("stream " + prefix_ + ": exchange timed out");
+    }
+    bool accepted = false;
+    std::vector<size_t> identified;
+    for (size_t i = 1; i < polled.size(); ++i) {
+      if (polled[i].revents == 0) continue;
+      if (owner[i] == -2) {
+        accepted = true;
+      } else if (owner[i] <= -3) {
+        const size_t at = static_cast<size_t>(-3 - owner[i]);
+        if (ReadHello(pending_[at])) identified.push_back(at);
+      }
+    }
+    for (auto it = identified.rbegin(); it != identified.rend(); ++it) {
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(*it));
+    }
+    if (accepted) ELASTRA_RETURN_IF_ERROR(AcceptPending());
+    for (size_t i = 1; i < polled.size(); ++i) {
+      if (owner[i] < 0 || polled[i].revents == 0) continue;
+      const int peer = owner[i];
+      const int fd = polled[i].fd;
+      const bool hangup = (polled[i].revents & (POLLERR | POLLHUP)) != 0;
+      for (Flow& f : flows) {
+        if (f.peer != peer || f.done()) continue;
+        if (!f.send && (polled[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        if (f.send && (polled[i].revents & (POLLOUT | POLLHUP | POLLERR)) == 0) continue;
+        // As much as the socket takes (gives) now.
+        while (!f.done()) {
+          ssize_t n;
+          if (f.send) {
+            iovec parts[kMaxIov];
+            size_t count = 0;
+            if (f.header_done < kHeaderBytes) {
+              parts[count++] = {f.header + f.header_done, kHeaderBytes - f.header_done};
+            }
+            for (size_t k = f.first; k < f.iov.size() && count < kMaxIov; ++k) {
+              parts[count++] = f.iov[k];
+            }
+            msghdr m{};
+            m.msg_iov = parts;
+            m.msg_iovlen = count;
+            n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+          } else if (f.header_done < kHeaderBytes) {
+            n = ::recv(fd, f.header + f.header_done, kHeaderBytes - f.header_done, 0);
+          } else {
+            msghdr m{};
+            m.msg_iov = f.iov.data() + f.first;
+            m.msg_iovlen = std::min(kMaxIov, f.iov.size() - f.first);
+            n = ::recvmsg(fd, &m, 0);
+          }
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+          if (n < 0) return PeerLostError(Where(peer) + ": " + Errno(f.send ? "send" : "receive"));
+          if (n == 0) {
+            return PeerLostError(Where(peer) + ": the peer closed the connection");
+          }
+          size_t moved = static_cast<size_t>(n);
+          if (f.header_done < kHeaderBytes) {
+            const size_t h = std::min(moved, kHeaderBytes - f.header_done);
+            f.header_done += h;
+            moved -= h;
+            if (!f.send && f.header_done == kHeaderBytes) {
+              const uint32_t magic = Get32(f.header), their_tag = Get32(f.header + 4);
+              const uint64_t bytes = Get64(f.header + 8);
+              if (magic != kHeaderMagic || their_tag != tag || bytes != f.bytes) {
+                return InternalError(
+                    Where(peer) + ": the peer sends " + std::to_string(bytes) + " bytes with tag " +
+                    std::to_string(their_tag) + ", this rank expects " + std::to_string(f.bytes) +
+                    " with tag " + std::to_string(tag) +
+                    (magic != kHeaderMagic ? " (no message header: a corrupt stream)" : "") +
+                    ": the two sides planned different exchanges");
+              }
+            }
+          }
+          Advance(f.iov, f.first, moved);
+          if (f.done()) --left;
+        }
+        if (hangup && !f.done() && f.send) {
+          return PeerLostError(Where(peer) + ": the connection was reset");
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace elastra
