@@ -84,14 +84,17 @@ class ReshardRun {
   }
 
   Status Run() {
+    const auto start = Clock::now();
     ELASTRA_RETURN_IF_ERROR(CheckOldShards());
     // Identical on every worker (they depend on the plan only), which is how both sides of a
-    // pair agree on the messages between them.
+    // pair agree on the messages between them. The geometries cut the staged messages, the
+    // partners order the serial rounds: ExchangeV needs neither.
     const std::vector<GroupWork> groups = WorkerGroups(plan_, me_, options_.group_bytes);
-    geometry_ = TransferGeometries(plan_, me_);
-    partners_ = PairwisePartners(me_, n_);
+    if (!Vectored()) geometry_ = TransferGeometries(plan_, me_);
+    if (!options_.batched || !comm_.has_exchange()) partners_ = PairwisePartners(me_, n_);
     FindInPlace(groups);
     SpareUnreadShards(groups);
+    stats_->seconds_plan += SecondsSince(start);
     for (const GroupWork& group : groups) {
       Shards fresh;
       ELASTRA_RETURN_IF_ERROR(AllocateNewShards(group, &fresh));
@@ -130,6 +133,12 @@ class ReshardRun {
       return n;
     }
   };
+
+  // Whether the batched schedule runs over ExchangeV (host shards only).
+  bool Vectored() const {
+    return std::is_same_v<Memory, HostMemory> && options_.batched && options_.vectored &&
+           comm_.has_exchange() && comm_.has_vectored_exchange();
+  }
 
   // Every shard the old layout gives this worker is there with its size: bad input is refused
   // before any communication (kInvalidArgument).
@@ -291,11 +300,7 @@ class ReshardRun {
   // ExchangeV() need no packing: see ExchangeVectored.
   Status ExchangeBatched(const GroupWork& group, Shards& fresh, uint32_t tag, Counters* sent,
                          Counters* received) {
-    if constexpr (std::is_same_v<Memory, HostMemory>) {
-      if (options_.vectored && comm_.has_vectored_exchange()) {
-        return ExchangeVectored(group, fresh, tag, sent, received);
-      }
-    }
+    if (Vectored()) return ExchangeVectored(group, fresh, tag, sent, received);
     Batch batch;
     ELASTRA_ASSIGN_OR_RETURN(uint8_t * arena, PackBatch(group, fresh, &batch));
     ELASTRA_RETURN_IF_ERROR(memory_.Wait());  // packed before anything is sent

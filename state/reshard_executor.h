@@ -124,6 +124,7 @@ struct ReshardExecutorStats {
   int64_t bytes_in_place = 0;   // new shards formed inside their own old shard
   int64_t messages_sent = 0;
   int64_t peak_new_shard_bytes = 0;  // largest group of new shards alive at once
+  double seconds_plan = 0;           // checking the old shards, working out groups and messages
   double seconds_allocate = 0;       // allocating the new shards and freeing the old
   double seconds_local = 0;          // local copies
   double seconds_transfer = 0;       // sends and receives, packing included

@@ -19,8 +19,10 @@
 // Flags: --hidden N (default 256) --layers N (8) --reps N (3) --quick (hidden 128, 2 reps)
 //        --chunk-kib N, --direct-min-kib N, --group-mib N (executor options)
 //        --no-huge-pages, --no-reuse-memory, --no-keep-arena, --no-vectored (batched = staged),
+//        --tcp-streams (ExchangeV over TCP, as between hosts, not Unix sockets),
 //        --change K (only the K-th change, from 1; for profiling),
 //        --batched-only (only the staged and batched schedules)
+// BENCH_RESHARD_VERBOSE=1 prints rank 0's phases of every repetition, =all every rank's.
 // Profiling: with BENCH_RESHARD_PERF_CTL=<fifo> (perf record -D -1 --control fifo:<fifo>) and
 // BENCH_RESHARD_PERF_WHAT=batched|staged|raw, perf samples only inside that timed region.
 // Last line: {"bench":"reshard", "changes":[...], "moved_vs_lower_bound":x, "time_vs_raw":y,
@@ -71,12 +73,16 @@ using Json = nlohmann::json;
 
 using testing::ShardsOf;
 
+// ExchangeV between the ranks (all on this host) through Unix sockets, as a worker's; false
+// (--tcp-streams): over TCP, as between hosts.
+bool g_local_streams = true;
+
 // Our communicators for n thread-ranks (retried when socket discovery misses a socket).
 std::vector<std::unique_ptr<Communicator>> ConnectAll(KeyValueStore* store,
                                                       const std::string& prefix, int n) {
   auto comms = testing::ConnectThreadRanks(store, prefix, n, std::chrono::milliseconds(120000),
                                            std::chrono::milliseconds(30000),
-                                           /*own_devices=*/true);
+                                           /*own_devices=*/true, g_local_streams);
   if (comms.empty()) {
     std::fprintf(stderr, "bench_reshard: cannot connect %d ranks\n", n);
     std::exit(1);
@@ -252,12 +258,13 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
           if (rep == 0 && ShardsOf(state, plan->to, w) != shards) {
             errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
           }
-          if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
+          const char* verbose = getenv("BENCH_RESHARD_VERBOSE");
+          if (verbose != nullptr && (w == 0 || std::strcmp(verbose, "all") == 0)) {
             std::printf(
-                "  rank0 rep %d %s: cpu %.4f faults %ld total %.4f alloc %.4f local %.4f "
-                "transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new "
+                "  rank%d rep %d %s: cpu %.4f faults %ld total %.4f plan %.4f alloc %.4f local "
+                "%.4f transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new "
                 "shards: %lld bytes allocated, %lld reused, %lld in place)\n",
-                rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_allocate,
+                w, rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_plan, st.seconds_allocate,
                 st.seconds_local, st.seconds_transfer, static_cast<long long>(st.bytes_sent),
                 static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
                 static_cast<long long>(st.messages_sent),
@@ -383,6 +390,8 @@ int Main(int argc, char** argv) {
       g_keep_arena = false;
     } else if (a == "--change") {
       next(&only_change);
+    } else if (a == "--tcp-streams") {
+      g_local_streams = false;
     } else if (a == "--no-vectored") {
       g_options.vectored = false;
     } else if (a == "--batched-only") {
@@ -449,6 +458,7 @@ int Main(int argc, char** argv) {
     raw_cpu += r.raw_cpu_s;
   }
   Json out = {{"bench", "reshard"}, {"hidden", hidden}, {"layers", layers},
+              {"streams", g_local_streams ? "unix" : "tcp"},
               {"state_bytes", state.TotalBytes()}, {"changes", list},
               {"moved_vs_lower_bound", lb > 0 ? static_cast<double>(moved) / lb : 1.0},
               {"staged_time_vs_raw", rawt > 0 ? staged / rawt : 0.0},

@@ -182,7 +182,8 @@ class GlooCommunicator : public Communicator {
         device_(std::move(device)),
         context_(std::move(context)),
         streams_(std::make_unique<StreamMesh>(options.rank, options.size, options.hostname,
-                                              options.store, options.prefix)) {}
+                                              options.store, options.prefix,
+                                              options.local_streams)) {}
 
   ~GlooCommunicator() override {
     // Thread-compatible, but the documented pattern "Abort() on one thread, then destroy" must be
@@ -366,6 +367,7 @@ class GlooCommunicator : public Communicator {
   }
 
   int waits_in_flight() const { return waits_.waits_in_flight() + streams_->exchanges_in_flight(); }
+  int local_streams() const { return streams_->local_peers(); }
   int connected_pairs() const { return context_->connected_pairs() + streams_->connected_peers(); }
 
  private:
@@ -562,6 +564,11 @@ int GlooWaitsInFlightForTesting(const Communicator& comm) {
 int GlooConnectedPairs(const Communicator& comm) {
   const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
   return gloo == nullptr ? -1 : gloo->connected_pairs();
+}
+
+int GlooLocalStreams(const Communicator& comm) {
+  const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
+  return gloo == nullptr ? -1 : gloo->local_streams();
 }
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options) {

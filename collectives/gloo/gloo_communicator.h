@@ -59,6 +59,9 @@ struct GlooOptions {
   // threads of one process (tests, benchmarks), so that each has its I/O thread as separate
   // processes do; one shared loop thread would otherwise carry every rank's receives.
   bool own_device = false;
+  // ExchangeV between ranks on one host (the same `hostname` in the same network namespace)
+  // through a Unix socket instead of TCP (stream_mesh.h). false: TCP for every peer.
+  bool local_streams = true;
 };
 
 // ExchangeV() runs over sockets of the communicator's own (collectives/gloo/stream_mesh.h), not
@@ -81,5 +84,9 @@ int GlooWaitsInFlightForTesting(const Communicator& comm);
 // Exchange connected since, plus ExchangeV's sockets); -1 when `comm` is not a Gloo
 // communicator.
 int GlooConnectedPairs(const Communicator& comm);
+
+// Of ExchangeV's connections, those to peers on this host through a Unix socket; -1 when `comm`
+// is not a Gloo communicator.
+int GlooLocalStreams(const Communicator& comm);
 
 }  // namespace elastra

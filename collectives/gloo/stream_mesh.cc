@@ -11,12 +11,15 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "collectives/gloo/gloo_mesh.h"
 #include "common/logging.h"
@@ -32,6 +35,12 @@ constexpr size_t kHeaderBytes = 16;
 constexpr std::chrono::milliseconds kStoreSlice{100};
 // Segments per sendmsg/recvmsg.
 constexpr size_t kMaxIov = IOV_MAX;
+// An address record's optional tail: the abstract name of the rank's Unix listening socket.
+constexpr char kUnixTag = 'u';
+// The send buffer of a Unix stream socket (the kernel caps it at net.core.wmem_max): a Unix
+// stream is flow-controlled by the sender's buffer alone, whose default of 208 KiB made a
+// megabyte's transfer a dozen round trips through the scheduler.
+constexpr int kUnixSendBuffer = 4 << 20;
 
 std::chrono::milliseconds Remaining(StreamMesh::Clock::time_point deadline) {
   const auto left =
@@ -74,9 +83,25 @@ void CloseSocket(int fd, bool reset) {
   ::close(fd);
 }
 
-void SetNoDelay(int fd) {
+// TCP_NODELAY on a TCP socket (a header must not wait for more), a larger send buffer on a
+// Unix one.
+void Tune(int fd, int family) {
+  if (family == AF_UNIX) {
+    const int bytes = kUnixSendBuffer;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    return;
+  }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// The abstract Unix socket address of `name` (no file: it lives in the network namespace).
+socklen_t UnixAddress(const std::string& name, sockaddr_un* address) {
+  std::memset(address, 0, sizeof(*address));
+  address->sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof(address->sun_path) - 1);
+  std::memcpy(address->sun_path + 1, name.data(), n);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
 // Advances `iov` past `n` bytes: whole entries consumed move `first` on, a partial one is cut.
@@ -111,15 +136,17 @@ struct StreamMesh::Flow {
 // An accepted connection whose hello is not read yet.
 struct StreamMesh::Pending {
   int fd = -1;
+  bool local = false;  // accepted on the Unix socket
   uint8_t hello[kHelloBytes];
   size_t got = 0;
 };
 
 StreamMesh::StreamMesh(int rank, int size, std::string hostname, KeyValueStore* store,
-                       std::string prefix)
+                       std::string prefix, bool local_streams)
     : rank_(rank),
       size_(size),
       hostname_(std::move(hostname)),
+      local_streams_(local_streams),
       store_(store),
       prefix_(std::move(prefix)),
       nonce_(Fnv1a(prefix_)),
@@ -153,8 +180,10 @@ void StreamMesh::Close(bool reset) {
   for (Pending& p : pending_) CloseSocket(p.fd, reset);
   pending_.clear();
   if (listen_fd_ >= 0) ::close(listen_fd_);
-  listen_fd_ = -1;
+  if (unix_fd_ >= 0) ::close(unix_fd_);
+  listen_fd_ = unix_fd_ = -1;
   connected_ = 0;
+  local_ = 0;
 }
 
 int StreamMesh::connected_peers() const { return connected_.load(); }
@@ -218,6 +247,8 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
   StatusOr<std::string> record =
       EncodeAddressRecord({gloo::transport::tcp::Address(bound).bytes()});
   if (!record.ok()) return record.status().WithContext("stream " + prefix_);
+  own_host_ = record->substr(0, record->size() - 2);  // the record less its port
+  if (local_streams_) ListenLocally(&record.value());
   StatusOr<std::vector<std::string>> set =
       store_->SetAndGet({{prefix_ + "s/" + std::to_string(rank_), std::move(record).value()}}, {},
                         Remaining(deadline));
@@ -226,6 +257,28 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
                          ": publishing the address: " + set.status().ToString());
   }
   return OkStatus();
+}
+
+void StreamMesh::ListenLocally(std::string* record) {
+  std::random_device random;
+  const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) ^ random() ^ ::getpid();
+  char name[64];
+  std::snprintf(name, sizeof(name), "elastra-stream/%016llx/%d",
+                static_cast<unsigned long long>(nonce), rank_);
+  sockaddr_un address;
+  const socklen_t len = UnixAddress(name, &address);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), len) != 0 ||
+      ::listen(fd, std::min(size_, SOMAXCONN)) != 0) {
+    LOG(WARNING) << "stream " << prefix_ << " rank " << rank_
+                 << ": no Unix socket, peers on this host connect over TCP: "
+                 << std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  unix_fd_ = fd;
+  record->push_back(kUnixTag);
+  record->append(name);
 }
 
 Status StreamMesh::ConnectTo(const std::vector<int>& lower, Clock::time_point deadline) {
@@ -255,21 +308,15 @@ Status StreamMesh::ConnectTo(const std::vector<int>& lower, Clock::time_point de
   return OkStatus();
 }
 
-Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_point deadline) {
-  StatusOr<std::vector<char>> address = DecodeAddressRecord(record, 1, 0);
-  if (!address.ok()) {
-    return PeerLostError(Where(peer) + ": key " + prefix_ + "s/" + std::to_string(peer) +
-                         " holds no address: " + address.status().message());
-  }
-  const sockaddr_storage ss = gloo::transport::tcp::Address(*address).getSockaddr();
-  const socklen_t len = ss.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+StatusOr<int> StreamMesh::Dial(int peer, const sockaddr* address, socklen_t len,
+                               Clock::time_point deadline) {
+  const int fd = ::socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return UnavailableError(Where(peer) + ": " + Errno("socket"));
   auto fail = [&](Status s) {
     ::close(fd);
     return s;
   };
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+  if (::connect(fd, address, len) != 0 && errno != EINPROGRESS) {
     return fail(PeerLostError(Where(peer) + ": " + Errno("connect")));
   }
   // Wait for the connect (and room for the hello), or the interrupt, or the deadline.
@@ -288,10 +335,45 @@ Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_p
   int error = 0;
   socklen_t elen = sizeof(error);
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &elen);
-  if (error != 0) {
-    return fail(PeerLostError(Where(peer) + ": connect: " + std::strerror(error)));
+  if (error != 0) return fail(PeerLostError(Where(peer) + ": connect: " + std::strerror(error)));
+  Tune(fd, address->sa_family);
+  return fd;
+}
+
+Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_point deadline) {
+  auto corrupt = [&](const std::string& why) {
+    return PeerLostError(Where(peer) + ": key " + prefix_ + "s/" + std::to_string(peer) +
+                         " holds no address: " + why);
+  };
+  // The TCP part is an address record of one entry; what follows it, the Unix socket's name.
+  const bool ipv6 = !record.empty() && record[0] == 6;
+  const size_t tcp_bytes = std::min(record.size(), AddressRecordBytes(1, ipv6));
+  StatusOr<std::vector<char>> address = DecodeAddressRecord(record.substr(0, tcp_bytes), 1, 0);
+  if (!address.ok()) return corrupt(address.status().message());
+  const std::string tail = record.substr(tcp_bytes);
+  if (!tail.empty() && (tail[0] != kUnixTag || tail.size() < 2)) {
+    return corrupt("unknown tail of " + std::to_string(tail.size()) + " bytes");
   }
-  SetNoDelay(fd);
+  int fd = -1;
+  bool local = false;
+  // A peer on this host (the same address, in this network namespace) through its Unix socket,
+  // where it has one and this rank reaches it; else over TCP.
+  if (local_streams_ && !tail.empty() && record.compare(0, tcp_bytes - 2, own_host_) == 0) {
+    sockaddr_un name;
+    const socklen_t len = UnixAddress(tail.substr(1), &name);
+    StatusOr<int> dialed = Dial(peer, reinterpret_cast<const sockaddr*>(&name), len, deadline);
+    if (dialed.ok()) {
+      fd = *dialed;
+      local = true;
+    } else if (dialed.status().code() != StatusCode::kPeerLost) {
+      return dialed.status();  // interrupted or out of time: no second try
+    }
+  }
+  if (fd < 0) {
+    const sockaddr_storage ss = gloo::transport::tcp::Address(*address).getSockaddr();
+    const socklen_t len = ss.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    ELASTRA_ASSIGN_OR_RETURN(fd, Dial(peer, reinterpret_cast<const sockaddr*>(&ss), len, deadline));
+  }
   uint8_t hello[kHelloBytes];
   Put32(hello, kHelloMagic);
   Put32(hello + 4, static_cast<uint32_t>(rank_));
@@ -299,24 +381,28 @@ Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_p
   Put32(hello + 12, nonce_);
   // A fresh socket's send buffer takes 16 bytes at once.
   if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
-    return fail(PeerLostError(Where(peer) + ": " + Errno("sending the hello")));
+    ::close(fd);
+    return PeerLostError(Where(peer) + ": " + Errno("sending the hello"));
   }
   fds_[peer] = fd;
   ++connected_;
+  if (local) ++local_;
   return OkStatus();
 }
 
-Status StreamMesh::AcceptPending() {
+Status StreamMesh::AcceptPending(int listener) {
+  const int family = listener == unix_fd_ ? AF_UNIX : AF_INET;
   for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return OkStatus();
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return UnavailableError("stream " + prefix_ + ": " + Errno("accept"));
     }
-    SetNoDelay(fd);
+    Tune(fd, family);
     Pending p;
     p.fd = fd;
+    p.local = family == AF_UNIX;
     pending_.push_back(p);
   }
 }
@@ -346,6 +432,7 @@ bool StreamMesh::ReadHello(Pending& p) {
   }
   fds_[peer] = p.fd;
   ++connected_;
+  if (p.local) ++local_;
   return true;
 }
 
@@ -417,8 +504,11 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
       owner.push_back(peer);
     }
     if (awaits_higher) {
-      polled.push_back({listen_fd_, POLLIN, 0});
-      owner.push_back(-2);
+      for (int listener : {listen_fd_, unix_fd_}) {
+        if (listener < 0) continue;
+        polled.push_back({listener, POLLIN, 0});
+        owner.push_back(-2);
+      }
       for (size_t i = 0; i < pending_.size(); ++i) {
         polled.push_back({pending_[i].fd, POLLIN, 0});
         owner.push_back(-3 - static_cast<int>(i));
@@ -443,12 +533,12 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
       }
       return TimedOutError("stream " + prefix_ + ": exchange timed out");
     }
-    bool accepted = false;
+    std::vector<int> accepting;
     std::vector<size_t> identified;
     for (size_t i = 1; i < polled.size(); ++i) {
       if (polled[i].revents == 0) continue;
       if (owner[i] == -2) {
-        accepted = true;
+        accepting.push_back(polled[i].fd);
       } else if (owner[i] <= -3) {
         const size_t at = static_cast<size_t>(-3 - owner[i]);
         if (ReadHello(pending_[at])) identified.push_back(at);
@@ -457,7 +547,7 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
     for (auto it = identified.rbegin(); it != identified.rend(); ++it) {
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(*it));
     }
-    if (accepted) ELASTRA_RETURN_IF_ERROR(AcceptPending());
+    for (int listener : accepting) ELASTRA_RETURN_IF_ERROR(AcceptPending(listener));
     for (size_t i = 1; i < polled.size(); ++i) {
       if (owner[i] < 0 || polled[i].revents == 0) continue;
       const int peer = owner[i];

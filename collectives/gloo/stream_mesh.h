@@ -20,6 +20,13 @@
 // So a rank holds sockets to the peers of its transfers only, and a connection stays until the
 // mesh is closed.
 //
+// Peers on one host. A rank also listens on a Unix stream socket with an abstract name (random,
+// so no other process guesses it; abstract names live in the network namespace) and appends the
+// name to its record. A peer whose record has the same host address connects there, and over TCP
+// when that fails (another network namespace: a namespace-cluster host). A Unix stream copies
+// the same bytes into and out of the kernel without TCP's segments, acknowledgements and
+// loopback interrupts, a large part of the CPU time of a transfer between ranks of one machine.
+//
 // Messages. Per call, each (peer, direction) with bytes is one message: a 16-byte header
 // (magic, the call's tag, the byte count), then the bytes. The receiver reads the header before
 // any byte of the payload and fails with kInternal when its tag or size is not what it expects
@@ -32,6 +39,8 @@
 // peers fail at once. Thread-safe: Exchange() calls run one at a time; Interrupt() from any
 // thread; Close() waits for an Exchange() in progress (Interrupt() it first).
 #pragma once
+
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -51,7 +60,9 @@ class StreamMesh {
 
   // `store` is not owned and must outlive the mesh; `hostname` is the address to listen on and
   // advertise (GlooOptions::hostname). Opens nothing until the first Exchange().
-  StreamMesh(int rank, int size, std::string hostname, KeyValueStore* store, std::string prefix);
+  // `local_streams`: peers on this host connect through a Unix socket (see the header comment).
+  StreamMesh(int rank, int size, std::string hostname, KeyValueStore* store, std::string prefix,
+             bool local_streams = true);
   ~StreamMesh();
   StreamMesh(const StreamMesh&) = delete;
   StreamMesh& operator=(const StreamMesh&) = delete;
@@ -73,6 +84,8 @@ class StreamMesh {
 
   // Peers this rank holds a connection to.
   int connected_peers() const;
+  // Of those, the peers connected through the Unix socket.
+  int local_peers() const { return local_.load(); }
   // 1 while an Exchange() is in progress (for tests: GlooWaitsInFlightForTesting), else 0.
   int exchanges_in_flight() const { return in_exchange_.load(); }
 
@@ -84,11 +97,16 @@ class StreamMesh {
                         Clock::time_point deadline);
   // Listens and publishes the address, once.
   Status EnsureListening(Clock::time_point deadline);
+  // Listens on a Unix socket too and appends its name to `record`; on failure (logged) peers on
+  // this host connect over TCP.
+  void ListenLocally(std::string* record);
+  // A connected socket to `address`, or kPeerLost (refused, unreachable), kTimedOut, kAborted.
+  StatusOr<int> Dial(int peer, const sockaddr* address, socklen_t len, Clock::time_point deadline);
   // Connects to each of `lower` (ranks below this one) not connected yet.
   Status ConnectTo(const std::vector<int>& lower, Clock::time_point deadline);
   Status ConnectOne(int peer, const std::string& record, Clock::time_point deadline);
-  // Accepts what waits on the listening socket (identified later by its hello).
-  Status AcceptPending();
+  // Accepts what waits on `listener` (identified later by its hello).
+  Status AcceptPending(int listener);
   // Reads what it can of a pending connection's hello; true once it is identified (or dropped).
   bool ReadHello(Pending& p);
   std::string Where(int peer) const;
@@ -96,6 +114,7 @@ class StreamMesh {
   const int rank_;
   const int size_;
   const std::string hostname_;
+  const bool local_streams_;
   KeyValueStore* const store_;
   const std::string prefix_;
   const uint32_t nonce_;  // a hash of prefix_, in every hello
@@ -106,11 +125,14 @@ class StreamMesh {
 
   mutable std::mutex mu_;  // held by Exchange() and Close(); guards what follows
   int listen_fd_ = -1;
+  int unix_fd_ = -1;      // the Unix listening socket, -1 without one
+  std::string own_host_;  // this rank's address record less its port
   bool closed_ = false;
   Status broken_;
   std::vector<int> fds_;          // by peer rank, -1 while not connected
   std::vector<Pending> pending_;  // accepted, not yet identified
   std::atomic<int> connected_{0};
+  std::atomic<int> local_{0};
 };
 
 }  // namespace elastra

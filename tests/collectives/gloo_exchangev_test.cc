@@ -250,7 +250,8 @@ TEST(GlooExchangeV, AStrangerOnTheListeningSocketIsRefused) {
   // Rank 0's listening address, from its record.
   auto record = store.Get("stranger/s/0", milliseconds(1000));
   ASSERT_TRUE(record.ok()) << record.status();
-  auto address = DecodeAddressRecord(*record, 1, 0);
+  // Its TCP part (a Unix socket's name follows it).
+  auto address = DecodeAddressRecord(record->substr(0, AddressRecordBytes(1)), 1, 0);
   ASSERT_TRUE(address.ok()) << address.status();
   const sockaddr_storage ss = gloo::transport::tcp::Address(*address).getSockaddr();
   const int fd = ::socket(ss.ss_family, SOCK_STREAM, 0);
@@ -269,6 +270,72 @@ TEST(GlooExchangeV, AStrangerOnTheListeningSocketIsRefused) {
   char c = 0;
   EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the stranger's connection was not closed";
   ::close(fd);
+}
+
+// Two ranks on one host exchange through a Unix socket (GlooOptions::local_streams), or over TCP
+// without it; the bytes are the same either way.
+TEST(GlooExchangeV, RanksOnOneHostUseAUnixSocketUnlessToldNot) {
+  for (const bool local : {true, false}) {
+    InMemoryKeyValueStore store;
+    std::vector<std::unique_ptr<Communicator>> comms(2);
+    std::vector<std::thread> connecting;
+    for (int r = 0; r < 2; ++r) {
+      connecting.emplace_back([&, r] {
+        GlooOptions o;
+        o.store = &store;
+        o.prefix = local ? "unix/" : "tcp/";
+        o.rank = r;
+        o.size = 2;
+        o.local_streams = local;
+        auto c = CreateGlooCommunicator(o);
+        ASSERT_TRUE(c.ok()) << c.status();
+        comms[r] = std::move(c).value();
+      });
+    }
+    for (auto& t : connecting) t.join();
+    ASSERT_TRUE(comms[0] && comms[1]);
+    std::vector<uint8_t> out(3 << 20), in(3 << 20);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+    std::thread sender([&] {
+      EXPECT_TRUE(comms[1]->ExchangeV({{true, 0, {{out.data(), out.size()}}}}, 1, kLong).ok());
+    });
+    ASSERT_TRUE(comms[0]->ExchangeV({{false, 1, {{in.data(), in.size()}}}}, 1, kLong).ok());
+    sender.join();
+    EXPECT_EQ(in, out);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(GlooLocalStreams(*comms[r]), local ? 1 : 0) << "rank " << r;
+    }
+  }
+}
+
+// A peer whose Unix socket this rank cannot reach (another network namespace with the same
+// address; here a name that no socket has) is reached over TCP instead.
+TEST(GlooExchangeV, AnUnreachableUnixSocketFallsBackToTcp) {
+  InMemoryKeyValueStore store;
+  auto comms = ConnectAll(&store, "fallback/", 3);
+  ASSERT_TRUE(comms[0] && comms[1] && comms[2]);
+  std::vector<uint8_t> a(64, 1), b(64, 0);
+  std::thread one([&] {
+    EXPECT_TRUE(comms[1]->ExchangeV({{true, 0, {{a.data(), a.size()}}}}, 1, kLong).ok());
+  });
+  ASSERT_TRUE(comms[0]->ExchangeV({{false, 1, {{b.data(), b.size()}}}}, 1, kLong).ok());
+  one.join();
+  EXPECT_EQ(GlooLocalStreams(*comms[0]), 1);
+  // Rank 0's record names a Unix socket that is not there.
+  auto record = store.Get("fallback/s/0", milliseconds(1000));
+  ASSERT_TRUE(record.ok());
+  const std::string tcp = record->substr(0, AddressRecordBytes(1));
+  ASSERT_TRUE(store.Set("fallback/s/0", tcp + "uelastra-stream/none/0").ok());
+  std::vector<uint8_t> c(4096, 5), d(4096, 0);
+  std::thread two([&] {
+    EXPECT_TRUE(comms[2]->ExchangeV({{true, 0, {{c.data(), c.size()}}}}, 2, kLong).ok());
+  });
+  const Status s = comms[0]->ExchangeV({{false, 2, {{d.data(), d.size()}}}}, 2, kLong);
+  two.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(d, c);
+  EXPECT_EQ(GlooLocalStreams(*comms[2]), 0);
+  EXPECT_EQ(GlooLocalStreams(*comms[0]), 1);  // rank 1's, not rank 2's
 }
 
 // A peer's address key that holds no address fails the call clearly, naming the key.

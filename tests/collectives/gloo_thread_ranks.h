@@ -16,9 +16,11 @@ namespace elastra::testing {
 
 // Connects n thread-ranks under `prefix`. Empty when any rank failed to connect. `own_devices`:
 // each rank gets a gloo device (an I/O thread) of its own, as separate processes would.
+// `local_streams`: GlooOptions::local_streams (ExchangeV through Unix sockets on one host).
 inline std::vector<std::unique_ptr<Communicator>> ConnectThreadRanks(
     KeyValueStore* store, const std::string& prefix, int n, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds connect_timeout, bool own_devices = false) {
+    std::chrono::milliseconds connect_timeout, bool own_devices = false,
+    bool local_streams = true) {
   std::vector<std::unique_ptr<Communicator>> comms(n);
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
@@ -31,6 +33,7 @@ inline std::vector<std::unique_ptr<Communicator>> ConnectThreadRanks(
       o.timeout = timeout;
       o.connect_timeout = connect_timeout;
       o.own_device = own_devices;
+      o.local_streams = local_streams;
       auto comm = CreateGlooCommunicator(o);
       if (comm.ok()) comms[w] = std::move(comm).value();
     });
