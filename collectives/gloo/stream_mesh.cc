@@ -33,6 +33,8 @@ constexpr size_t kHelloBytes = 16;
 constexpr size_t kHeaderBytes = 16;
 // A store wait for a peer's address looks at Interrupt() this often.
 constexpr std::chrono::milliseconds kStoreSlice{100};
+// Accepted connections waiting for their hello, beyond the world size, at most.
+constexpr size_t kMaxPending = 64;
 // Segments per sendmsg/recvmsg.
 constexpr size_t kMaxIov = IOV_MAX;
 // An address record's optional tail: the abstract name of the rank's Unix listening socket.
@@ -197,6 +199,7 @@ Status StreamMesh::Exchange(const std::vector<VectoredTransfer>& ops, uint32_t t
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   if (closed_ || interrupted_) return AbortedError("stream " + prefix_ + ": interrupted");
+  if (wake_fd_ < 0) return UnavailableError("stream " + prefix_ + ": no eventfd to wake it");
   ++in_exchange_;
   Status s = ExchangeLocked(ops, tag, deadline);
   --in_exchange_;
@@ -399,6 +402,11 @@ Status StreamMesh::AcceptPending(int listener) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return UnavailableError("stream " + prefix_ + ": " + Errno("accept"));
     }
+    if (pending_.size() >= kMaxPending + static_cast<size_t>(size_)) {
+      // Callers that never introduce themselves (a flood, a scanner): the newest is refused.
+      ::close(fd);
+      continue;
+    }
     Tune(fd, family);
     Pending p;
     p.fd = fd;
@@ -456,8 +464,6 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
     }
   }
   std::vector<Flow> flows;
-  std::vector<int> lower;
-  bool awaits_higher = false;
   for (auto& [key, f] : by_key) {
     if (f.bytes == 0) continue;
     if (f.send) {
@@ -469,15 +475,12 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
   }
   if (flows.empty()) return OkStatus();
   ELASTRA_RETURN_IF_ERROR(EnsureListening(deadline));
+  // The lower peers not connected yet this rank connects to; the higher ones connect to it.
+  std::vector<int> lower;
   for (const Flow& f : flows) {
-    if (fds_[f.peer] >= 0) continue;
-    if (f.peer < rank_) {
-      if (lower.empty() || lower.back() != f.peer) lower.push_back(f.peer);
-    } else {
-      awaits_higher = true;
-    }
+    if (fds_[f.peer] < 0 && f.peer < rank_) lower.push_back(f.peer);
   }
-  lower.erase(std::unique(lower.begin(), lower.end()), lower.end());
+  lower.erase(std::unique(lower.begin(), lower.end()), lower.end());  // flows come by peer
   ELASTRA_RETURN_IF_ERROR(ConnectTo(lower, deadline));
 
   std::vector<pollfd> polled;
@@ -489,7 +492,7 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
     owner.clear();
     polled.push_back({wake_fd_, POLLIN, 0});
     owner.push_back(-1);
-    awaits_higher = false;
+    bool awaits_higher = false;
     std::map<int, short> events;  // by peer
     for (const Flow& f : flows) {
       if (f.done()) continue;
