@@ -89,38 +89,40 @@ int AllreduceUntilFailure(const std::string& dir, int rank, int size) {
   return 13;  // nobody failed
 }
 
-TEST(GlooFailure, SigkilledRankTurnsIntoPeerLostOrTimedOutOnEverySurvivor) {
-  constexpr int kSize = 4;
-  constexpr int kVictim = 2;
+// Runs `rank_main` for kSize ranks in processes of their own, SIGKILLs rank `victim` once every
+// rank made progress, and checks that every survivor failed with kPeerLost or kTimedOut within
+// twice the call timeout of the kill (the ranks report it under result/<rank>).
+void KillOneRankAndCheckTheSurvivors(int (*rank_main)(const std::string&, int, int), int size,
+                                     int victim) {
   TempDir dir;
   testing::FileKeyValueStore store(dir.path());
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < kSize; ++rank) {
+  for (int rank = 0; rank < size; ++rank) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) ::_exit(AllreduceUntilFailure(dir.path(), rank, kSize));
+    if (pid == 0) ::_exit(rank_main(dir.path(), rank, size));
     pids.push_back(pid);
   }
   std::vector<std::string> progress;
-  for (int rank = 0; rank < kSize; ++rank) progress.push_back("progress/" + std::to_string(rank));
+  for (int rank = 0; rank < size; ++rank) progress.push_back("progress/" + std::to_string(rank));
   Status running = store.Wait(progress, milliseconds(15000));
   int64_t killed_at = 0;
   if (running.ok()) {
     killed_at = NowNs();
-    ::kill(pids[kVictim], SIGKILL);
+    ::kill(pids[victim], SIGKILL);
   } else {
     for (pid_t pid : pids) ::kill(pid, SIGKILL);
   }
-  for (int rank = 0; rank < kSize; ++rank) {
+  for (int rank = 0; rank < size; ++rank) {
     int wstatus = 0;
     ASSERT_EQ(::waitpid(pids[rank], &wstatus, 0), pids[rank]);
-    if (rank == kVictim) continue;
+    if (rank == victim) continue;
     EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
         << "rank " << rank << " status " << wstatus;
   }
   ASSERT_TRUE(running.ok()) << running;
-  for (int rank = 0; rank < kSize; ++rank) {
-    if (rank == kVictim) continue;
+  for (int rank = 0; rank < size; ++rank) {
+    if (rank == victim) continue;
     auto result = store.Get("result/" + std::to_string(rank), milliseconds(0));
     ASSERT_TRUE(result.ok()) << "rank " << rank << ": " << result.status();
     int code = -1;
@@ -130,12 +132,16 @@ TEST(GlooFailure, SigkilledRankTurnsIntoPeerLostOrTimedOutOnEverySurvivor) {
                 code == static_cast<int>(StatusCode::kTimedOut))
         << "rank " << rank << " code " << code;
     const auto latency = std::chrono::nanoseconds(at - killed_at);
-    std::printf("rank %d: %s %.1f ms after SIGKILL\n", rank, StatusCodeName(static_cast<StatusCode>(code)),
-                latency.count() / 1e6);
+    std::printf("rank %d: %s %.1f ms after SIGKILL\n", rank,
+                StatusCodeName(static_cast<StatusCode>(code)), latency.count() / 1e6);
     EXPECT_LE(latency, 2 * kCallTimeout)
         << "rank " << rank << " noticed after "
         << std::chrono::duration_cast<milliseconds>(latency).count() << " ms";
   }
+}
+
+TEST(GlooFailure, SigkilledRankTurnsIntoPeerLostOrTimedOutOnEverySurvivor) {
+  KillOneRankAndCheckTheSurvivors(AllreduceUntilFailure, /*size=*/4, /*victim=*/2);
 }
 
 // One rank of the ExchangeV kill test: 256 KiB to and from each ring neighbour in a loop, each
@@ -179,53 +185,10 @@ int ExchangeVUntilFailure(const std::string& dir, int rank, int size) {
   return 13;  // nobody failed
 }
 
-// The same as the allreduce kill test, for ExchangeV's own sockets: every survivor, neighbour of
-// the victim or not, fails within twice the call timeout.
+// The same for ExchangeV's own sockets: every survivor, neighbour of the victim or not, fails
+// within twice the call timeout.
 TEST(GlooFailure, SigkilledRankBreaksExchangeVOnEverySurvivor) {
-  constexpr int kSize = 4;
-  constexpr int kVictim = 1;
-  TempDir dir;
-  testing::FileKeyValueStore store(dir.path());
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < kSize; ++rank) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) ::_exit(ExchangeVUntilFailure(dir.path(), rank, kSize));
-    pids.push_back(pid);
-  }
-  std::vector<std::string> progress;
-  for (int rank = 0; rank < kSize; ++rank) progress.push_back("progress/" + std::to_string(rank));
-  Status running = store.Wait(progress, milliseconds(15000));
-  int64_t killed_at = 0;
-  if (running.ok()) {
-    killed_at = NowNs();
-    ::kill(pids[kVictim], SIGKILL);
-  } else {
-    for (pid_t pid : pids) ::kill(pid, SIGKILL);
-  }
-  for (int rank = 0; rank < kSize; ++rank) {
-    int wstatus = 0;
-    ASSERT_EQ(::waitpid(pids[rank], &wstatus, 0), pids[rank]);
-    if (rank == kVictim) continue;
-    EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
-        << "rank " << rank << " status " << wstatus;
-  }
-  ASSERT_TRUE(running.ok()) << running;
-  for (int rank = 0; rank < kSize; ++rank) {
-    if (rank == kVictim) continue;
-    auto result = store.Get("result/" + std::to_string(rank), milliseconds(0));
-    ASSERT_TRUE(result.ok()) << "rank " << rank << ": " << result.status();
-    int code = -1;
-    long long at = 0;
-    ASSERT_EQ(std::sscanf(result->c_str(), "%d %lld", &code, &at), 2);
-    EXPECT_TRUE(code == static_cast<int>(StatusCode::kPeerLost) ||
-                code == static_cast<int>(StatusCode::kTimedOut))
-        << "rank " << rank << " code " << code;
-    const auto latency = std::chrono::nanoseconds(at - killed_at);
-    EXPECT_LE(latency, 2 * kCallTimeout)
-        << "rank " << rank << " noticed after "
-        << std::chrono::duration_cast<milliseconds>(latency).count() << " ms";
-  }
+  KillOneRankAndCheckTheSurvivors(ExchangeVUntilFailure, /*size=*/4, /*victim=*/1);
 }
 
 TEST(GlooFailure, TimeoutOnOneRankReachesItsPeersAsPeerLost) {
