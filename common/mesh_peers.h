@@ -43,6 +43,26 @@ inline std::string AddressRecordKey(const std::string& prefix, int rank, int par
   return prefix + "a/" + std::to_string(rank) + "/" + std::to_string(part);
 }
 
+// The rank whose record `key` names (AddressRecordKey(prefix, rank, part)), or -1 when `key` is
+// no such key of `prefix`.
+inline int AddressRecordOwner(const std::string& prefix, const std::string& key) {
+  if (key.size() <= prefix.size() + 2 || key.compare(0, prefix.size(), prefix) != 0 ||
+      key.compare(prefix.size(), 2, "a/") != 0) {
+    return -1;
+  }
+  int64_t rank = 0;
+  size_t i = prefix.size() + 2;
+  const size_t first = i;
+  for (; i < key.size() && key[i] >= '0' && key[i] <= '9' && i - first < 10; ++i) {
+    rank = rank * 10 + (key[i] - '0');
+  }
+  if (i == first || i >= key.size() || key[i] != '/' || i + 1 == key.size()) return -1;
+  for (size_t j = i + 1; j < key.size(); ++j) {
+    if (key[j] < '0' || key[j] > '9') return -1;
+  }
+  return rank <= INT32_MAX ? static_cast<int>(rank) : -1;
+}
+
 // Where `owner`'s record holds its pair with `reader`: {part, entry in the part, pairs in the
 // part}; {-1, -1, 0} when `reader` is not a build peer of `owner`.
 struct AddressRecordSlot {
