@@ -60,24 +60,6 @@ std::string Errno(const char* what) { return std::string(what) + ": " + std::str
 
 }  // namespace
 
-std::string PackEndpoint(uint32_t ip_network_order, uint16_t port_network_order) {
-  std::string out(kEndpointBytes, '\0');
-  std::memcpy(out.data(), &ip_network_order, 4);
-  std::memcpy(out.data() + 4, &port_network_order, 2);
-  return out;
-}
-
-std::string EndpointString(const std::string& packed) {
-  if (packed.size() != kEndpointBytes) return "(bad endpoint)";
-  in_addr a;
-  std::memcpy(&a, packed.data(), 4);
-  uint16_t port;
-  std::memcpy(&port, packed.data() + 4, 2);
-  char text[INET_ADDRSTRLEN] = {0};
-  ::inet_ntop(AF_INET, &a, text, sizeof(text));
-  return std::string(text) + ":" + std::to_string(ntohs(port));
-}
-
 // One connection: its request as it arrives, then its reply as it leaves.
 struct RecordServer::Client {
   int fd = -1;

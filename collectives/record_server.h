@@ -32,16 +32,15 @@
 #include <vector>
 
 #include "collectives/kv_store.h"
+#include "common/mesh_peers.h"
 #include "elastra/status.h"
 
 namespace elastra {
 
 // An IPv4 endpoint as 6 bytes: the address, then the port, both in network order (what
 // NewGeneration::build_peers packs, one per build peer).
-inline constexpr size_t kEndpointBytes = 6;
-std::string PackEndpoint(uint32_t ip_network_order, uint16_t port_network_order);
-// "a.b.c.d:port" of a packed endpoint, for messages.
-std::string EndpointString(const std::string& packed);
+// (PackEndpoint and EndpointString in common/mesh_peers.h.)
+inline constexpr size_t kEndpointBytes = kRendezvousEndpointBytes;
 
 class RecordServer {
  public:

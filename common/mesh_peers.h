@@ -5,8 +5,12 @@
 // rendezvous without linking Gloo.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,15 +18,21 @@
 namespace elastra {
 
 // {rank +- 2^k mod size : 2^k < size} without `rank`, ascending: at most 2 ceil(log2 size).
+// Into `peers` (cleared first), for callers that work them out for every rank of a world.
+inline void BuildPeersInto(int rank, int size, std::vector<int>* peers) {
+  peers->clear();
+  for (int64_t d = 1; d < size; d <<= 1) {
+    peers->push_back(static_cast<int>((rank + d) % size));
+    peers->push_back(static_cast<int>(((rank - d) % size + size) % size));
+  }
+  std::sort(peers->begin(), peers->end());
+  peers->erase(std::unique(peers->begin(), peers->end()), peers->end());
+  std::erase(*peers, rank);
+}
+
 inline std::vector<int> BuildPeers(int rank, int size) {
   std::vector<int> peers;
-  for (int64_t d = 1; d < size; d <<= 1) {
-    peers.push_back(static_cast<int>((rank + d) % size));
-    peers.push_back(static_cast<int>(((rank - d) % size + size) % size));
-  }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  std::erase(peers, rank);
+  BuildPeersInto(rank, size, &peers);
   return peers;
 }
 
@@ -80,6 +90,29 @@ inline AddressRecordSlot AddressRecordSlotOf(int owner, int reader, int size) {
   const int first = part * kAddressRecordPairs;
   return {part, index - first,
           std::min(kAddressRecordPairs, static_cast<int>(peers.size()) - first)};
+}
+
+// A worker's rendezvous endpoint (collectives/record_server.h), as JoinRequest::rendezvous and
+// NewGeneration::build_peers carry it: an IPv4 address and a port, both in network order.
+inline constexpr size_t kRendezvousEndpointBytes = 6;
+
+inline std::string PackEndpoint(uint32_t ip_network_order, uint16_t port_network_order) {
+  std::string out(kRendezvousEndpointBytes, '\0');
+  std::memcpy(out.data(), &ip_network_order, 4);
+  std::memcpy(out.data() + 4, &port_network_order, 2);
+  return out;
+}
+
+// "a.b.c.d:port" of a packed endpoint, for messages.
+inline std::string EndpointString(const std::string& packed) {
+  if (packed.size() != kRendezvousEndpointBytes) return "(bad endpoint)";
+  in_addr a;
+  std::memcpy(&a, packed.data(), 4);
+  uint16_t port;
+  std::memcpy(&port, packed.data() + 4, 2);
+  char text[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &a, text, sizeof(text));
+  return std::string(text) + ":" + std::to_string(ntohs(port));
 }
 
 // The bytes of a part of `entries` pairs (collectives/gloo/gloo_mesh.cc encodes it): a family

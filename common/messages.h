@@ -50,7 +50,10 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 6: NcclReuse carries the number of old ranks excluded; the list itself goes to the new rank 0
 //    only, which broadcasts it over the control world (O(N) bytes a change, not N x excluded).
 //    PausedReport says in which layout and at which rank its commits are.
-inline constexpr uint16_t kProtocolVersion = 6;
+// 7: a worker serves its own rendezvous records (JoinRequest.rendezvous) and its NewGeneration
+//    carries its world build peers' endpoints (NewGeneration.build_peers): the world's address
+//    records no longer go through the coordinator's store.
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -231,8 +234,11 @@ struct JoinRequest {
   int64_t pid = 0;
   StateSpec state;         // the tensors this worker registered: layouts are checked against it
   std::string model_json;  // optional model description for the planner (docs/resharding.md)
+  // Where this worker serves its rendezvous records (collectives/record_server.h): an IPv4
+  // endpoint packed in 6 bytes (PackEndpoint), or empty when it serves none.
+  std::string rendezvous;
   template <class A> void serialize(A& ar) {
-    ar(worker_id, host, device, pid, state, model_json);
+    ar(worker_id, host, device, pid, state, model_json, rendezvous);
   }
 };
 
@@ -426,10 +432,15 @@ struct NewGeneration {
   int32_t scalars_source = 0;  // the lowest new rank that held the state: it broadcasts the scalars
   StateMovePart move;          // this recipient's part of the state move
   NcclReuse nccl;
+  // For a member: the rendezvous endpoints (6 bytes each, collectives/record_server.h) of its
+  // build peers in the world, BuildPeers(rank, world) in order (common/mesh_peers.h). The world's
+  // address records are then read from those peers, not the store under kv_prefix. Empty: every
+  // key goes to the store (a member serves no records, or the world has one rank).
+  std::string build_peers;
   template <class A> void serialize(A& ar) {
     ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix);
     SerializeEnum(ar, reason);
-    ar(prev_layout, prev_members, checkpoint_dir, scalars_source, move, nccl);
+    ar(prev_layout, prev_members, checkpoint_dir, scalars_source, move, nccl, build_peers);
   }
 };
 

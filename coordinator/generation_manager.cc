@@ -5,6 +5,7 @@
 
 #include "common/id_index.h"
 #include "common/logging.h"
+#include "common/mesh_peers.h"
 #include "common/state_move_plan.h"
 
 namespace elastra::coordinator {
@@ -522,9 +523,23 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
-  auto push = [&](const std::string& id, const WorkerInfo* w, bool leave, bool rank0) {
+  // The world's address records are served by the members themselves when every one serves
+  // them (each gets its build peers' endpoints); else all of them go through the store.
+  const int world = static_cast<int>(plan.members.size());
+  bool peers_serve = world > 1;
+  for (const WorkerInfo* w : infos) {
+    peers_serve = peers_serve && w != nullptr && w->rendezvous.size() == kRendezvousEndpointBytes;
+  }
+  std::vector<int> peers;  // one rank's build peers, reused
+  auto push = [&](const std::string& id, const WorkerInfo* w, int rank) {
+    const bool leave = rank < 0;
     proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
+    if (peers_serve && !leave) {
+      BuildPeersInto(rank, world, &peers);
+      mine.build_peers.reserve(peers.size() * kRendezvousEndpointBytes);
+      for (int p : peers) mine.build_peers += infos[p]->rendezvous;
+    }
     moves.Address(id, &mine);
     mine.nccl.from_generation = generation_;
     mine.nccl.from_world = reuse.from_world;
@@ -533,13 +548,13 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     mine.nccl.excluded = reuse.excluded;
     // The ranks to exclude go to the new rank 0 alone, and only on a device (only NCCL worlds
     // need them): it passes them on over the control world (proto::NcclReuse).
-    if (rank0 && mine.nccl.possible && w != nullptr && w->device >= 0) {
+    if (rank == 0 && mine.nccl.possible && w != nullptr && w->device >= 0) {
       mine.nccl.exclude = reuse.exclude;
     }
     outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
   };
-  for (size_t r = 0; r < plan.members.size(); ++r) push(plan.members[r], infos[r], false, r == 0);
-  for (const auto& id : plan.leaving) push(id, membership_->Find(id), true, false);
+  for (int r = 0; r < world; ++r) push(plan.members[r], infos[r], r);
+  for (const auto& id : plan.leaving) push(id, membership_->Find(id), -1);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
             << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
   reconf_.BeginBuild(std::move(plan));

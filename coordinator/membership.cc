@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/codec.h"
+#include "common/mesh_peers.h"
 
 namespace elastra::coordinator {
 
@@ -54,6 +55,8 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   info.host = request.host;
   info.device = request.device;
   info.pid = request.pid;
+  // A malformed endpoint is no endpoint: the worker's records go through the store then.
+  if (request.rendezvous.size() == kRendezvousEndpointBytes) info.rendezvous = request.rendezvous;
   info.identity = identity;
   info.state = WorkerState::kStandby;
   info.last_heartbeat = now;

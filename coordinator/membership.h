@@ -30,6 +30,7 @@ struct WorkerInfo {
   std::string host;  // changed by Membership::SetHost only
   int32_t device = -1;
   int64_t pid = 0;
+  std::string rendezvous;  // where it serves its rendezvous records (6 bytes), or empty
   std::string identity;  // ROUTER identity of the latest message
   WorkerState state = WorkerState::kStandby;  // changed by Membership only (SetState, ...)
   int rank = -1;                              // changed by Membership only (AssignRanks, ...)

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "common/keys.h"
+#include "common/logging.h"
+#include "common/mesh_peers.h"
 
 namespace elastra {
 
@@ -67,6 +69,15 @@ Status ControlChannel::Connect(const WorkerOptions& options) {
   co.heartbeat_interval = options.heartbeat_interval;
   ELASTRA_ASSIGN_OR_RETURN(client_, ControlClient::Connect(co));
   store_ = std::make_unique<CoordinatorStore>(client_.get());
+  if (!record_server_) {
+    auto server = RecordServer::Start(options.bind_host);
+    if (server.ok()) {
+      record_server_ = std::move(server).value();
+    } else {
+      LOG(WARNING) << "no record server (" << server.status()
+                   << "): the world's rendezvous records go through the coordinator";
+    }
+  }
   // A RecoverRequest must break a collective blocked on a dead peer right away, so it is acted
   // on from the I/O thread the moment it lands.
   client_->SetPushObserver([this](const proto::Envelope& e) { OnPush(e); });
@@ -109,6 +120,33 @@ void ControlChannel::Publish(int64_t step, std::vector<int64_t> commit_steps,
   published_step_ = step;
   published_layout_ = commits_layout;
   published_rank_ = commits_rank;
+}
+
+std::shared_ptr<KeyValueStore> ControlChannel::StoreFor(const proto::NewGeneration& gen,
+                                                        int rank) {
+  // Not a shared_ptr of ours: an aliasing one to the store this channel owns.
+  std::shared_ptr<KeyValueStore> coordinator(std::shared_ptr<void>(), store_.get());
+  const int world = gen.layout.world();
+  if (record_server_ == nullptr || gen.build_peers.empty() || rank < 0 || rank >= world) {
+    return coordinator;
+  }
+  const std::vector<int> peers = BuildPeers(rank, world);
+  if (gen.build_peers.size() != peers.size() * kRendezvousEndpointBytes) {
+    LOG(WARNING) << "generation " << gen.generation << ": " << gen.build_peers.size()
+                 << " bytes of build peers for " << peers.size()
+                 << " peers; the world's records go through the coordinator";
+    return coordinator;
+  }
+  std::map<int, std::string> endpoints;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    endpoints[peers[i]] =
+        gen.build_peers.substr(i * kRendezvousEndpointBytes, kRendezvousEndpointBytes);
+  }
+  auto peer_store = std::make_shared<PeerRecordStore>(store_.get(), record_server_.get(),
+                                                      gen.kv_prefix + "world/", rank,
+                                                      std::move(endpoints));
+  peer_store->SetCancel([this, g = gen.generation] { return recover_seen_.load() > g; });
+  return peer_store;
 }
 
 void ControlChannel::CancelOnRecovery(uint64_t g) {

@@ -1,5 +1,6 @@
 // ControlChannel: this worker's line to the coordinator. It owns the ControlClient (whose I/O
 // thread sends the heartbeats and receives the pushes), the rendezvous store built on it, the
+// server of this worker's own rendezvous records (collectives/record_server.h), the
 // number of the generation the worker runs, and what the worker keeps of the pushes until the
 // training thread looks (PushInbox).
 //
@@ -23,6 +24,8 @@
 #include <optional>
 #include <vector>
 
+#include "collectives/peer_record_store.h"
+#include "collectives/record_server.h"
 #include "common/control_client.h"
 #include "common/messages.h"
 #include "elastra/status.h"
@@ -74,8 +77,10 @@ class ControlChannel {
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
-  // Connects to the coordinator named by `options` and starts answering recovery requests.
-  // kUnauthenticated when the coordinator refuses our key, kUnavailable when it cannot be reached.
+  // Connects to the coordinator named by `options` and starts answering recovery requests; starts
+  // the record server on options.bind_host (when it cannot, logged: the world's records then go
+  // through the coordinator). kUnauthenticated when the coordinator refuses our key,
+  // kUnavailable when it cannot be reached.
   Status Connect(const WorkerOptions& options);
   // Stops the I/O thread and closes the socket; nothing when not connected.
   void Close();
@@ -83,6 +88,13 @@ class ControlChannel {
   // Valid after Connect().
   ControlClient& client() { return *client_; }
   CoordinatorStore& store() { return *store_; }
+  // This worker's record server (JoinRequest::rendezvous), or nullptr without one.
+  RecordServer* record_server() { return record_server_.get(); }
+  // The store generation `gen`'s communicators rendezvous over: the coordinator's, where the
+  // world's address records are this worker's and its build peers' to serve
+  // (PeerRecordStore, when gen.build_peers names them; `rank` is this worker's, -1 for none).
+  // Shared: the generation's communicators keep it for the pairs they connect later.
+  std::shared_ptr<KeyValueStore> StoreFor(const proto::NewGeneration& gen, int rank);
 
   // The generation this worker runs (0 before the first): pushes for it or older are stale.
   uint64_t generation() const { return generation_.load(); }
@@ -95,7 +107,8 @@ class ControlChannel {
   // Whether the I/O thread already answered a RecoverRequest for `target` (or a later one).
   bool AnsweredByIo(uint64_t target) const { return answered_by_io_.load() >= target; }
   // Makes the rendezvous of generation `g` give up (kAborted) as soon as a recovery for a later
-  // generation is announced: that build is doomed, its peers will not come.
+  // generation is announced: that build is doomed, its peers will not come. (A store StoreFor
+  // makes for `g` gives up the same way.)
   void CancelOnRecovery(uint64_t g);
 
   // Reads the pushes that arrived since the last look into the inbox, without waiting.
@@ -111,6 +124,7 @@ class ControlChannel {
   std::function<void()> break_collectives_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<CoordinatorStore> store_;
+  std::unique_ptr<RecordServer> record_server_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> recover_seen_{0};    // newest RecoverRequest target seen by the I/O thread
   std::atomic<uint64_t> answered_by_io_{0};  // newest RecoverRequest the I/O thread answered

@@ -98,7 +98,7 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
 Status GenerationBuilder::RebuildGroups(const proto::NewGeneration& gen, int my_rank) {
   // A recovery announced for a later generation dooms this one: stop waiting for its peers.
   channel_->CancelOnRecovery(gen.generation);
-  GroupOptions group_options = GroupOptionsFor(gen);
+  GroupOptions group_options = GroupOptionsFor(gen, my_rank);
   group_options.generation = gen.generation;
   group_options.nccl_reuse = gen.nccl;
   Status built = groups_->Rebuild(std::move(group_options), gen.layout, my_rank);
@@ -167,9 +167,10 @@ Status GenerationBuilder::CommitNewLayout(int64_t bytes_received) {
   return OkStatus();
 }
 
-GroupOptions GenerationBuilder::GroupOptionsFor(const proto::NewGeneration& gen) const {
+GroupOptions GenerationBuilder::GroupOptionsFor(const proto::NewGeneration& gen, int rank) const {
   GroupOptions o;
-  o.store = &channel_->store();
+  o.store_owner = channel_->StoreFor(gen, rank);
+  o.store = o.store_owner.get();
   o.prefix = gen.kv_prefix;
   o.bind_host = options_.bind_host;
   o.timeout = options_.collective_timeout;

@@ -80,7 +80,10 @@ class GenerationBuilder {
   Status BroadcastScalars(const proto::NewGeneration& gen);
   // Commits the new layout, unless the commit made at the pause is the state already.
   Status CommitNewLayout(int64_t bytes_received);
-  GroupOptions GroupOptionsFor(const proto::NewGeneration& gen) const;
+  // The options of generation `gen`'s communicators; `rank`, this worker's in `gen` (-1: none,
+  // or a group whose keys are no world records), decides the rendezvous store
+  // (ControlChannel::StoreFor).
+  GroupOptions GroupOptionsFor(const proto::NewGeneration& gen, int rank = -1) const;
   bool DeviceToDevice() const;
 
   const WorkerOptions& options_;

@@ -272,6 +272,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
     }
     set->control = std::move(shared_control);
     set->generation = options.generation;
+    set->store = options.store_owner;
     return set;
   }
   if (options.backend != Backend::kGloo) {
@@ -282,6 +283,7 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
   ELASTRA_ASSIGN_OR_RETURN(set.world, ConnectGroup(options, "world", rank, layout.world()));
   set.control = set.world;
   set.generation = options.generation;
+  set.store = options.store_owner;
   for (char g : {'d', 'p', 't'}) {
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;

@@ -22,6 +22,9 @@ namespace elastra {
 // communicators the program uses; `control` is the worker's own (step agreement, checks, scalars,
 // state moves on host buffers): a Gloo world, the same object as `world` with the Gloo backend.
 struct GroupSet {
+  // The rendezvous store its communicators were built over, kept while they live (the pairs
+  // they connect on demand use it). First: destroyed after them.
+  std::shared_ptr<KeyValueStore> store;
   std::shared_ptr<Communicator> world, dp, pp, tp;
   std::shared_ptr<Communicator> control;
   uint64_t generation = 0;  // the generation it was built for (GroupOptions::generation)
@@ -39,6 +42,9 @@ struct GroupSet {
 
 struct GroupOptions {
   KeyValueStore* store = nullptr;
+  // Who owns `store`, when the options do (a generation's PeerRecordStore): BuildGroups hands it
+  // to the GroupSet, which keeps it as long as its communicators.
+  std::shared_ptr<KeyValueStore> store_owner;
   std::string prefix;  // the generation's kv prefix
   std::string bind_host = "127.0.0.1";
   std::chrono::milliseconds timeout{5000};

@@ -20,6 +20,7 @@ proto::JoinRequest ReconfigurationLoop::MakeJoin() const {
   join.pid = static_cast<int64_t>(getpid());
   join.state = state_->Spec();
   join.model_json = options_.model_json;
+  if (RecordServer* server = channel_->record_server()) join.rendezvous = server->endpoint();
   return join;
 }
 

@@ -27,6 +27,8 @@
 //        --journal-dir DIR (/dev/shm, else /tmp)  --no-nccl  --no-curve
 //        --every-rank-sets        every rank writes its rendezvous keys for real (the store's bound
 //                                 applies)   --event-timeout-s S (180)  simulated time per event
+//        --store-rendezvous       workers serve no rendezvous records: the world's address records
+//                                 go through the coordinator's store, as before protocol 7
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -316,7 +318,8 @@ int Usage() {
                "usage: bench_scale [--max-workers N] [--sizes A,B,..] [--quick] [--budget-s S]\n"
                "  [--heartbeat-periods K] [--rendezvous-sample S] [--server-batch B] [--fsync-ms X]\n"
                "  [--latency-us X] [--coordinator-gbps X] [--step-ms X] [--journal-dir DIR]\n"
-               "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n");
+               "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n"
+               "  [--store-rendezvous]\n");
   return 2;
 }
 
@@ -337,6 +340,8 @@ int Main(int argc, char** argv) {
       f.curve = false;
     } else if (a == "--every-rank-sets") {
       p.job.every_rank_sets = true;
+    } else if (a == "--store-rendezvous") {
+      p.job.peer_rendezvous = false;
     } else if (a == "--event-timeout-s" && (v = value())) {
       p.event_timeout_us = static_cast<SimTime>(std::atof(v) * kSec);
     } else if ((a == "--max-workers") && (v = value())) {

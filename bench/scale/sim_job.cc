@@ -134,6 +134,11 @@ void SimJob::StartWorker(int w) {
   join.device = x.index % model_.host_size;
   join.pid = 10000 + x.index;
   join.state = state_;
+  if (model_.peer_rendezvous) {
+    // A record server on the worker's host (10.h.h.h), one port per local slot.
+    join.rendezvous = PackEndpoint(htonl(0x0a000000u + static_cast<uint32_t>(x.host)),
+                                   htons(static_cast<uint16_t>(30000 + x.index % model_.host_size)));
+  }
   x.join_request = x.next_request++;
   SendFrom(w, MessageType::kJoin, join, x.join_request);
   loop_->After(kJoinTimeout, [this, w, request = x.join_request] {
@@ -404,8 +409,12 @@ void SimJob::Enter(int w, Build& b, int rank, bool has_state) {
   if (x.sampled) {
     x.ops = RendezvousOps(b, x.rank);
     x.op = 0;
+    if (x.ops.empty()) {
+      SampleDone(w, b);  // nothing of its rendezvous reaches the coordinator
+      return;
+    }
     RunOp(w);
-  } else if (model_.every_rank_sets) {
+  } else if (model_.every_rank_sets && !PeersServe(b)) {
     // Its own keys (its address record), for real; what it would read is the sampled ranks' part.
     ++b.setters;
     x.ops = RendezvousOps(b, x.rank);
@@ -431,12 +440,18 @@ std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const 
   // The sampled ranks read only what sampled ranks set: for each build peer of this rank's place
   // in the sample, the part at that place of the sampled peer's record, padded with its own parts
   // to its true number of reads.
+  // With NewGeneration::build_peers (PeerRecordStore) none of that reaches the coordinator: the
+  // rank sets its record in its own server and reads its peers' parts from theirs.
   const int world = b.world;
   const double s = static_cast<double>(b.sample.size());
   const double n = world;
   const double per_rank = model_.every_rank_sets ? 1 : n / s;
   const std::string prefix = b.ng->kv_prefix + "world/";
   std::vector<KvOp> ops;
+  if (PeersServe(b)) {
+    AddNcclIdOps(b, rank, &ops);
+    return ops;
+  }
   KvOp op{MessageType::kKvSetAndGet, "", 0, "", per_rank};
   const std::vector<int> peers = BuildPeers(rank, world);
   const int parts = AddressRecordParts(rank, world);
@@ -461,17 +476,24 @@ std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const 
     op.get_keys.push_back(AddressRecordKey(prefix, rank, k % parts));
   }
   ops.push_back(std::move(op));
-  // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
-  if (model_.nccl && b.fresh_nccl) {
-    const std::string nccl_key = b.ng->kv_prefix + "nccl/world/nccl_id";
-    if (rank == 0) {
-      ops.push_back({MessageType::kKvSet, nccl_key, 0, std::string(256, 'a'), 1});
-    } else {
-      ops.push_back({MessageType::kKvGet, nccl_key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
-    }
-  }
+  AddNcclIdOps(b, rank, &ops);
   return ops;
 }
+
+void SimJob::AddNcclIdOps(const Build& b, int rank, std::vector<KvOp>* ops) const {
+  // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
+  if (!model_.nccl || !b.fresh_nccl) return;
+  const double s = static_cast<double>(b.sample.size());
+  const double n = b.world;
+  const std::string nccl_key = b.ng->kv_prefix + "nccl/world/nccl_id";
+  if (rank == 0) {
+    ops->push_back({MessageType::kKvSet, nccl_key, 0, std::string(256, 'a'), 1});
+  } else {
+    ops->push_back({MessageType::kKvGet, nccl_key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
+  }
+}
+
+bool SimJob::PeersServe(const Build& b) const { return !b.ng->build_peers.empty(); }
 
 void SimJob::RunOp(int w) {
   Worker& x = workers_[w];
@@ -544,8 +566,11 @@ void SimJob::MaybeFinishRendezvous(Build& b) {
   }
   b.done = true;
   // What the sampled ranks did not send: nothing, since every rank's rendezvous is one
-  // KvSetAndGet (and the NCCL id's set or get), sampled or not. Then its build pairs connect.
-  const SimTime chain = 0;
+  // KvSetAndGet (and the NCCL id's set or get), sampled or not. With the peers serving the
+  // records, each rank's reads of its build peers' parts are one round trip to them, all at
+  // once, once every rank has its NewGeneration (received == world). Then its build pairs
+  // connect.
+  const SimTime chain = PeersServe(b) ? 2 * model_.hop_us : 0;
   const SimTime connect =
       model_.connect_us_per_peer * static_cast<SimTime>(BuildPeers(0, world).size());
   const SimTime nccl_us = !model_.nccl ? 0 : b.fresh_nccl ? model_.nccl_init_us : model_.nccl_shrink_us;

@@ -56,6 +56,10 @@ struct JobModel {
   // ranks' keys), so the store's 256 MiB bound applies as it would: a generation whose keys do
   // not fit fails to build.
   bool every_rank_sets = false;
+  // Every worker serves its own rendezvous records (JoinRequest::rendezvous), as the real one
+  // does: the world's address records go between build peers, not through the coordinator.
+  // false: the coordinator's store carries them (a worker without a record server).
+  bool peer_rendezvous = true;
   int tensors = 16;            // tensors in the state each worker registers
 };
 
@@ -189,6 +193,10 @@ class SimJob {
   void MaybeFinishRendezvous(Build& b);
   void Ready(int w, uint64_t generation, double rebuild_ms, double transfer_ms);
   std::vector<KvOp> RendezvousOps(const Build& b, int rank) const;
+  // The NCCL unique id's set (rank 0) or get of a fresh NCCL world, into `ops`.
+  void AddNcclIdOps(const Build& b, int rank, std::vector<KvOp>* ops) const;
+  // Whether the members serve the world's address records (NewGeneration::build_peers).
+  bool PeersServe(const Build& b) const;
 
   void StartTraining(Build& b);
   void StepEnd(uint64_t token);

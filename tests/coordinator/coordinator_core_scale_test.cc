@@ -1,10 +1,14 @@
 // The coordinator core with many workers (docs/scale.md): the bookkeeping of a join, a pause and a
 // recovery goes through indexes, and the heartbeat period grows with the job. What is checked is
 // behaviour at sizes where a scan per message would show; timings are bench_scale's.
+#include <arpa/inet.h>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "common/mesh_peers.h"
 #include "common/status_json.h"
 #include "tests/coordinator/core_test_fixture.h"
 
@@ -19,6 +23,44 @@ class CoordinatorScaleTest : public CoreTest {
     return ids;
   }
 };
+
+// Workers that serve their rendezvous records (JoinRequest::rendezvous): each member's
+// NewGeneration lists its world build peers' endpoints, in BuildPeers order, so that the world's
+// address records never reach the coordinator; one member without an endpoint puts every member
+// back on the store (all or none, or a reader would look where the owner did not publish).
+TEST_F(CoordinatorScaleTest, EachMemberGetsItsBuildPeersEndpointsOrNoneDoes) {
+  for (const bool one_without : {false, true}) {
+    SCOPED_TRACE(one_without ? "one member serves no records" : "every member serves");
+    constexpr int kN = 37;
+    Make(kN, kN);
+    const auto ids = Ids(kN);
+    auto endpoint = [](int i) {
+      return PackEndpoint(htonl(0x7f000001u + static_cast<uint32_t>(i)),
+                          htons(static_cast<uint16_t>(20000 + i)));
+    };
+    std::vector<Sent> last;
+    for (int i = 0; i < kN; ++i) {
+      proto::JoinRequest join{ids[i], "host-" + ids[i], 0, 100};
+      if (!(one_without && i == 17)) join.rendezvous = endpoint(i);
+      last = Worker(ids[i], T::kJoin, join, ++rid_);
+    }
+    auto gens = OfType(last, T::kNewGeneration);
+    ASSERT_EQ(gens.size(), static_cast<size_t>(kN));
+    for (const auto& s : gens) {
+      const auto ng = Payload<proto::NewGeneration>(s);
+      const std::string id = s.identity.substr(3);  // "id-<worker>"
+      const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+      ASSERT_LT(rank, kN);
+      if (one_without) {
+        EXPECT_TRUE(ng.build_peers.empty()) << id;
+        continue;
+      }
+      std::string want;
+      for (int p : BuildPeers(rank, kN)) want += endpoint(p);
+      EXPECT_EQ(ng.build_peers, want) << id;
+    }
+  }
+}
 
 // 1,000 joins (the NewGeneration broadcast, O(N^2) bytes today, bounds the size here): each answered with its JoinReply alone; the last one forms the first generation
 // with ranks in join order.
