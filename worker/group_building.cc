@@ -215,6 +215,7 @@ StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& la
   if (world == nullptr) {
     NcclOptions no;
     no.store = options.store;
+    no.id_world = &control;  // the unique id over the control world: nothing of it at the store
     no.prefix = options.prefix + "nccl/world/";
     no.rank = rank;
     no.size = layout.world();

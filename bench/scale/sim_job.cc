@@ -448,10 +448,7 @@ std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const 
   const double per_rank = model_.every_rank_sets ? 1 : n / s;
   const std::string prefix = b.ng->kv_prefix + "world/";
   std::vector<KvOp> ops;
-  if (PeersServe(b)) {
-    AddNcclIdOps(b, rank, &ops);
-    return ops;
-  }
+  if (PeersServe(b)) return ops;
   KvOp op{MessageType::kKvSetAndGet, "", 0, "", per_rank};
   const std::vector<int> peers = BuildPeers(rank, world);
   const int parts = AddressRecordParts(rank, world);
@@ -476,21 +473,7 @@ std::vector<SimJob::KvOp> SimJob::RendezvousOps(const Build& b, int rank) const 
     op.get_keys.push_back(AddressRecordKey(prefix, rank, k % parts));
   }
   ops.push_back(std::move(op));
-  AddNcclIdOps(b, rank, &ops);
   return ops;
-}
-
-void SimJob::AddNcclIdOps(const Build& b, int rank, std::vector<KvOp>* ops) const {
-  // A fresh NCCL world: rank 0 publishes its unique id (128 bytes, in hex), the others read it.
-  if (!model_.nccl || !b.fresh_nccl) return;
-  const double s = static_cast<double>(b.sample.size());
-  const double n = b.world;
-  const std::string nccl_key = b.ng->kv_prefix + "nccl/world/nccl_id";
-  if (rank == 0) {
-    ops->push_back({MessageType::kKvSet, nccl_key, 0, std::string(256, 'a'), 1});
-  } else {
-    ops->push_back({MessageType::kKvGet, nccl_key, 0, "", s > 1 ? (n - 1) / (s - 1) : 0});
-  }
 }
 
 bool SimJob::PeersServe(const Build& b) const { return !b.ng->build_peers.empty(); }
@@ -573,7 +556,13 @@ void SimJob::MaybeFinishRendezvous(Build& b) {
   const SimTime chain = PeersServe(b) ? 2 * model_.hop_us : 0;
   const SimTime connect =
       model_.connect_us_per_peer * static_cast<SimTime>(BuildPeers(0, world).size());
-  const SimTime nccl_us = !model_.nccl ? 0 : b.fresh_nccl ? model_.nccl_init_us : model_.nccl_shrink_us;
+  // A fresh NCCL world's unique id goes from rank 0 to the others by a broadcast over the control
+  // world (NcclOptions::id_world): ceil(log2 N) hops, nothing at the coordinator.
+  int id_hops = 0;
+  while ((1 << id_hops) < world) ++id_hops;
+  const SimTime nccl_us = !model_.nccl  ? 0
+                          : b.fresh_nccl ? model_.nccl_init_us + id_hops * model_.hop_us
+                                         : model_.nccl_shrink_us;
   const SimTime transfer = b.transfer ? model_.transfer_us : 0;
   for (int w : b.waiting) {
     const Worker& x = workers_[w];

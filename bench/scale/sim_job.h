@@ -193,8 +193,6 @@ class SimJob {
   void MaybeFinishRendezvous(Build& b);
   void Ready(int w, uint64_t generation, double rebuild_ms, double transfer_ms);
   std::vector<KvOp> RendezvousOps(const Build& b, int rank) const;
-  // The NCCL unique id's set (rank 0) or get of a fresh NCCL world, into `ops`.
-  void AddNcclIdOps(const Build& b, int rank, std::vector<KvOp>* ops) const;
   // Whether the members serve the world's address records (NewGeneration::build_peers).
   bool PeersServe(const Build& b) const;
 

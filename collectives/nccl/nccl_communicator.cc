@@ -52,6 +52,38 @@ bool FromHex(const std::string& hex, void* data, size_t n) {
   return true;
 }
 
+// Rank 0 makes the unique id and broadcasts it over options.id_world with a byte saying whether
+// it could (so that the others fail at once, not at the deadline, when it could not).
+Status ShareUniqueId(const NcclOptions& options, Clock::time_point deadline, ncclUniqueId* id) {
+  Communicator& over = *options.id_world;
+  if (over.size() != options.size || over.rank() != options.rank) {
+    return InvalidArgumentError("NcclOptions.id_world has rank " + std::to_string(over.rank()) +
+                                " of " + std::to_string(over.size()) + ", not " +
+                                std::to_string(options.rank) + " of " +
+                                std::to_string(options.size));
+  }
+  uint8_t message[1 + sizeof(ncclUniqueId)] = {0};
+  Status made;
+  if (options.rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(id);
+    if (r == ncclSuccess) {
+      message[0] = 1;
+      std::memcpy(message + 1, id, sizeof(*id));
+    } else {
+      made = InternalError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+    }
+  }
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) left = std::chrono::milliseconds(1);
+  ELASTRA_RETURN_IF_ERROR(
+      over.Broadcast(message, sizeof(message), DataType::kUint8, /*root=*/0, left)
+          .WithContext("broadcasting the NCCL unique id"));
+  if (!made.ok()) return made;
+  if (message[0] != 1) return UnavailableError("rank 0 could not make an NCCL unique id");
+  std::memcpy(id, message + 1, sizeof(*id));
+  return OkStatus();
+}
+
 // ncclCommRevoke appeared in NCCL 2.28.7, and the libnccl.so.2 a job runs with may be older than
 // the header it was built with (e.g. PyTorch's): it is looked up at run time, never linked.
 using RevokeFn = ncclResult_t (*)(ncclComm_t, int);
@@ -464,7 +496,9 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOpt
   // stays up while rank 0 is inside the init below, which ends only when every rank has joined.
   const std::string key = options.prefix + "nccl_id";
   ncclUniqueId id;
-  if (options.rank == 0) {
+  if (options.id_world != nullptr) {
+    ELASTRA_RETURN_IF_ERROR(ShareUniqueId(options, deadline, &id));
+  } else if (options.rank == 0) {
     ELASTRA_NCCL_RETURN(ncclGetUniqueId(&id), nullptr);
     ELASTRA_RETURN_IF_ERROR(options.store->Set(key, ToHex(&id, sizeof(id))));
   } else {
