@@ -330,7 +330,9 @@ Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32
 }
 
 Status Journal::RecordJoin(const JournalWorker& worker) {
-  return Append(json{{"t", "join"}, {"worker", WorkerJson(worker)}});
+  json w = WorkerJson(worker);
+  if (!worker.rendezvous.empty()) w["rv"] = HexOf(worker.rendezvous);
+  return Append(json{{"t", "join"}, {"worker", std::move(w)}});
 }
 
 Status Journal::RecordWorkerState(const std::string& id, JournalWorkerState state) {

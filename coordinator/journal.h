@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 #include <string>
 #include <string_view>
@@ -65,6 +66,9 @@ struct JournalWorker {
   std::string host;
   int32_t device = -1;
   int64_t pid = 0;
+  // Where it serves its rendezvous records (JoinRequest::rendezvous): in join records only (a
+  // member list does not repeat it; JournalState::rendezvous keeps it).
+  std::string rendezvous;
 };
 
 // One committed generation.
@@ -119,6 +123,9 @@ struct JournalState {
   std::vector<JournalWorker> standby;
   // Every worker id the job has used or handed out (a restarted coordinator never reuses one).
   std::unordered_set<std::string> seen_ids;
+  // Where each worker that joined with one serves its rendezvous records (its latest join), so
+  // that a restarted coordinator still hands members their build peers' endpoints.
+  std::unordered_map<std::string, std::string> rendezvous;
   std::vector<JournalCheckpoint> checkpoints;  // oldest first
   // A change of generation begun and not committed: its target and the workers asked.
   bool change_in_flight = false;

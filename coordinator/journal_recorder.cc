@@ -24,6 +24,7 @@ JournalWorker JournalRecorder::RecordOf(const std::string& id, const WorkerInfo*
     r.host = w->host;
     r.device = w->device;
     r.pid = w->pid;
+    r.rendezvous = w->rendezvous;
   }
   return r;
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/codec.h"
+#include "common/mesh_peers.h"
 
 namespace elastra::coordinator {
 namespace {
@@ -85,6 +86,12 @@ JournalWorker WorkerFrom(const json& j) {
   w.host = Str(j, "host");
   w.device = static_cast<int32_t>(Int(j, "device", -1, INT32_MAX));
   w.pid = Int(j, "pid", 0, INT64_MAX);
+  if (j.contains("rv")) {  // join records of protocol 7 on
+    const std::string hex = Str(j, "rv");
+    if (!BytesOfHex(hex, &w.rendezvous) || w.rendezvous.size() != kRendezvousEndpointBytes) {
+      throw BadRecord{"worker " + w.id + ": rendezvous endpoint '" + hex + "' is not 6 bytes"};
+    }
+  }
   return w;
 }
 
@@ -302,6 +309,11 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       if (s->seen_ids.count(rec.worker.id)) EraseStandby(s, rec.worker.id);
       s->worker_states.erase(rec.worker.id);
       s->seen_ids.insert(rec.worker.id);
+      if (rec.worker.rendezvous.empty()) {
+        s->rendezvous.erase(rec.worker.id);
+      } else {
+        s->rendezvous[rec.worker.id] = rec.worker.rendezvous;
+      }
       s->standby.push_back(std::move(rec.worker));
       break;
     case JournalRecordType::kWorker:
@@ -524,6 +536,30 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
 }
 
 json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
+
+std::string HexOf(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+bool BytesOfHex(const std::string& hex, std::string* bytes) {
+  if (hex.size() % 2 != 0) return false;
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  bytes->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    bytes->push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return true;
+}
 
 json WorkerJson(const JournalWorker& w) {
   return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};

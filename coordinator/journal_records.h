@@ -96,5 +96,8 @@ Status CheckChangeRecord(const JournalRecord& record, const JournalState& state)
 
 nlohmann::json LayoutJson(const Layout& layout);
 nlohmann::json WorkerJson(const JournalWorker& worker);
+// Lower-case hex of `bytes`, and back (false for text that is not hex of whole bytes).
+std::string HexOf(const std::string& bytes);
+bool BytesOfHex(const std::string& hex, std::string* bytes);
 
 }  // namespace elastra::coordinator

@@ -50,6 +50,7 @@ void RestoreManager::Restore(const JournalState& s) {
     join.host = w.host;
     join.device = w.device;
     join.pid = w.pid;
+    if (auto rv = s.rendezvous.find(w.id); rv != s.rendezvous.end()) join.rendezvous = rv->second;
     membership_->Join(join, /*identity=*/"", now).IgnoreError();
   };
   auto state_of = [&](const std::string& id) -> std::optional<JournalWorkerState> {

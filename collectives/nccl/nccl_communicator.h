@@ -34,16 +34,16 @@ namespace elastra {
 
 struct NcclOptions {
   KeyValueStore* store = nullptr;  // not owned; must outlive Create()
-  // When set, rank 0's unique id reaches the other ranks by a Broadcast over this communicator
-  // (host memory; the same ranks in the same order: the generation's Gloo control world), not
-  // through `store`, which then carries none of the init. Not owned.
-  Communicator* id_world = nullptr;
   std::string prefix;              // unique per generation and group, e.g. "g3/world/"
   int rank = 0;                    // 0 <= rank < size
   int size = 1;                    // ranks in the communicator
   int device = 0;                  // CUDA device ordinal this rank uses; one rank per device
   std::chrono::milliseconds timeout{5000};           // default per-call timeout
   std::chrono::milliseconds connect_timeout{30000};  // rendezvous, init, split and shrink
+  // When set, rank 0's unique id reaches the other ranks by a Broadcast over this communicator
+  // (host memory; the same ranks in the same order: the generation's Gloo control world), not
+  // through `store`, which then carries none of the init. Not owned.
+  Communicator* id_world = nullptr;
 };
 
 class NcclCommunicator : public Communicator {

@@ -2,11 +2,16 @@
 // driven with a FakeClock; and a journal that cannot be written, which does not stop the job.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/codec.h"
+#include "common/mesh_peers.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/journal.h"
 #include "tests/coordinator/journal_test_util.h"
@@ -186,6 +191,62 @@ TEST_F(RestartTest, ChangeInFlightRunsARecoveryRoundAndThePendingResizeContinues
   auto pauses = OfType(after, T::kPauseRequest);
   EXPECT_EQ(pauses.size(), 2u);
   EXPECT_EQ(core->state(), proto::JobState::kPausing);
+}
+
+// Where each worker serves its rendezvous records survives a restart (its join record says so):
+// the recovery's NewGeneration still gives each member its build peer's endpoint.
+TEST_F(RestartTest, WorkersRendezvousEndpointsSurviveARestart) {
+  const std::string e0 = PackEndpoint(htonl(0x7f000001), htons(4000));
+  const std::string e1 = PackEndpoint(htonl(0x7f000002), htons(4001));
+  uint64_t pause_target = 0;
+  {
+    auto core = NewCore(2);
+    for (const auto& [id, e] : {std::pair<std::string, std::string>{"w0", e0}, {"w1", e1}}) {
+      proto::JoinRequest join{id, "host-" + id, 0, 100};
+      join.rendezvous = e;
+      auto out = Send(*core, id, proto::Role::kWorker, T::kJoin, join, 1);
+      if (id == "w1") {
+        auto gens = OfType(out, T::kNewGeneration);
+        ASSERT_EQ(gens.size(), 2u);
+        for (const auto& g : gens) {
+          auto ng = proto::DecodePayload<proto::NewGeneration>(g.payload);
+          ASSERT_TRUE(ng.ok());
+          EXPECT_TRUE(ng->build_peers == e0 || ng->build_peers == e1);
+        }
+      }
+    }
+    for (const std::string id : {"w0", "w1"}) {
+      Send(*core, id, proto::Role::kWorker, T::kGenerationReady, proto::GenerationReady{1, 1.0, 0.0, 0});
+    }
+    ASSERT_EQ(core->generation(), 1u);
+    auto out =
+        Send(*core, "admin", proto::Role::kAdmin, T::kResize, proto::ResizeRequest{1, false, {}, true}, 9);
+    ASSERT_EQ(OfType(out, T::kPauseRequest).size(), 2u);
+    pause_target = 2;
+  }
+  auto core = NewCore(2);
+  ASSERT_TRUE(core->restored());
+  Send(*core, "w0", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  Send(*core, "w1", proto::Role::kWorker, T::kHeartbeat, proto::Heartbeat{12}, 0, "-new");
+  auto recovers = OfType(Decode(core->Tick()), T::kRecoverRequest);
+  ASSERT_EQ(recovers.size(), 2u);
+  const uint64_t target =
+      proto::DecodePayload<proto::RecoverRequest>(recovers[0].payload)->target_generation;
+  EXPECT_GT(target, pause_target);
+  std::map<std::string, std::string> build_peers;
+  for (const std::string id : {"w0", "w1"}) {
+    auto o = Send(*core, id, proto::Role::kWorker, T::kPaused, proto::PausedReport{target, 12, {10, 12}, true});
+    for (auto& e : OfType(o, T::kNewGeneration)) {
+      auto ng = proto::DecodePayload<proto::NewGeneration>(e.payload);
+      ASSERT_TRUE(ng.ok());
+      ASSERT_EQ(ng->layout.world(), 2);
+      build_peers[ng->members.front().worker_id] = ng->build_peers;
+    }
+  }
+  ASSERT_EQ(build_peers.size(), 2u);
+  // Each member's one build peer is the other.
+  EXPECT_EQ(build_peers["w0"], e1);
+  EXPECT_EQ(build_peers["w1"], e0);
 }
 
 // A worker that built the generation in flight holds its commits in that generation's layout. A
