@@ -38,16 +38,16 @@ ASAN_TESTS ?= .
 # training thread facing a scripted coordinator (WorkerFence), the coordinator's HTTP server and
 # its embedded start; the worker's push inbox; the checkpoint writer's background thread and the
 # loader's threads; Gloo communicators of ranks as threads, their abort and failure paths, the
-# sparse mesh's on-demand connections, ExchangeV's own sockets and the group manager's interrupt;
-# the reshard executor's per-peer threads; the key-value store's waits) and four whole jobs, whose
-# elastra and worker processes are built with TSan too (the worker's I/O thread against its
-# training thread, the state moves' per-peer threads). Not here: tests/gpu, the namespace cluster,
-# mpirun and the Slurm tests (they need root, a GPU or MPI), and the job tests not named below
-# (docs/hardening.md).
+# sparse mesh's on-demand connections, ExchangeV's own sockets, the record server's thread and the
+# group manager's interrupt; the reshard executor's per-peer threads; the key-value store's waits)
+# and four whole jobs, whose elastra and worker processes are built with TSan too (the worker's
+# I/O thread against its training thread, the state moves' per-peer threads, the record server).
+# Not here: tests/gpu, the namespace cluster, mpirun and the Slurm tests (they need root, a GPU or
+# MPI), and the job tests not named below (docs/hardening.md).
 # Single-threaded, and over 30 s (its limit) under TSan on a loaded machine: it copies 16 MiB
 # values up to the store's byte bound, every byte through TSan's shadow memory.
 TSAN_EXCLUDE ?= ^KvStoreTest\.BoundsTotalBytes$$
-TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|EmbeddedTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|Ranks/GlooSizes|GlooArguments|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|GlooMeshTest|GlooExchangeV|GroupManager|ReshardProperty|ReshardExecutor|KvStoreTest|KvServiceTest)\.
+TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|EmbeddedTest|PushInbox|CheckpointAsyncTest|CheckpointFaultTest|LoadNewestCheckpointTest|Ranks/GlooSizes|GlooArguments|GlooErrors|GlooFailure|GlooSharedDevice|GlooConnect|GlooGenerations|GlooPointToPoint|GlooMeshTest|GlooExchangeV|RecordServer|PeerRecordStore|GroupManager|ReshardProperty|ReshardExecutor|KvStoreTest|KvServiceTest)\.
 # The whole jobs run one at a time: each is 5 or 6 TSan processes; with two at once, on two cores
 # that other builds loaded too, a coordinator answered nothing for 7 s (a worker gave up connecting).
 TSAN_JOB_TESTS ?= ^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack|KillDuringReconfigurationRecovers|LayoutChangesOfEveryDimensionMatchReference)$$
@@ -55,7 +55,8 @@ TSAN_JOB_TESTS ?= ^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsD
 TSAN_TARGETS ?= coordinator_server_test lease_test fencing_test coordinator_http_server_test \
   coordinator_embedded_test push_inbox_test checkpoint_test disk_checkpoints_test \
   gloo_communicator_test gloo_errors_test gloo_failure_test gloo_mesh_test gloo_exchangev_test \
-  group_manager_test reshard_test coordinator_kv_store_test coordinator_kv_service_test elastic_job_test
+  record_server_test group_manager_test reshard_test coordinator_kv_store_test \
+  coordinator_kv_service_test elastic_job_test
 
 .PHONY: all deps configure build demo test bench clean fuzz fuzz-corpus test-asan test-tsan soak
 

@@ -77,6 +77,10 @@ StatusOr<std::unique_ptr<RecordServer>> RecordServer::Start(const std::string& b
   if (::inet_pton(AF_INET, bind_ipv4.c_str(), &address.sin_addr) != 1) {
     return InvalidArgumentError("record server: '" + bind_ipv4 + "' is no IPv4 address");
   }
+  if (address.sin_addr.s_addr == htonl(INADDR_ANY)) {
+    return InvalidArgumentError("record server: the wildcard address " + bind_ipv4 +
+                                " cannot be advertised to peers");
+  }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return UnavailableError("record server: " + Errno("socket"));
   socklen_t len = sizeof(address);

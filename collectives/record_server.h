@@ -47,7 +47,8 @@ class RecordServer {
   static constexpr int kMaxClients = 1024;
 
   // Listens on `bind_ipv4` (a dotted quad), a port the kernel picks. kInvalidArgument for an
-  // address that is not one; kUnavailable when the socket, the bind or the thread fails.
+  // address that is not one, or 0.0.0.0 (peers could not reach it by that address);
+  // kUnavailable when the socket, the bind or the thread fails.
   static StatusOr<std::unique_ptr<RecordServer>> Start(const std::string& bind_ipv4);
   ~RecordServer();  // stops the thread; waiting clients see the connection close
   RecordServer(const RecordServer&) = delete;

@@ -134,6 +134,12 @@ TEST(RecordServer, GarbageIsDroppedAndTheServerGoesOn) {
   EXPECT_EQ((*got)[0], "v");
 }
 
+TEST(RecordServer, RefusesAnAddressPeersCannotUse) {
+  EXPECT_EQ(RecordServer::Start("0.0.0.0").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RecordServer::Start("localhost").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RecordServer::Start("::1").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(RecordServer, KeysOfOldGenerationsGo) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
