@@ -76,13 +76,21 @@ const char* TypeName(MessageType type) {
 }
 
 std::string EncodeEnvelope(const Envelope& e) {
-  std::ostringstream os(std::ios::binary);
-  {
-    cereal::BinaryOutputArchive ar(os);
-    ar(e.magic, e.version, static_cast<uint16_t>(e.type), e.job, e.generation, e.sender,
-       e.request_id, e.payload);
-  }
-  return std::move(os).str();
+  std::string out;
+  StringOutputArchive ar(&out);
+  ar(e.magic, e.version, static_cast<uint16_t>(e.type), e.job, e.generation, e.sender,
+     e.request_id, e.payload);
+  return out;
+}
+
+size_t EncodeEnvelopeHead(MessageType type, const std::string& job, uint64_t generation,
+                          const std::string& sender, uint64_t request_id, StringOutputArchive* ar,
+                          std::string* frame) {
+  (*ar)(kMagic, kProtocolVersion, static_cast<uint16_t>(type), job, generation, sender,
+        request_id);
+  const size_t at = frame->size();
+  frame->append(sizeof(uint64_t), '\0');
+  return at;
 }
 
 StatusOr<Envelope> DecodeEnvelope(std::string_view frame) {

@@ -5,12 +5,13 @@
 #pragma once
 
 #include <cereal/archives/binary.hpp>
-#include <sstream>
+#include <cstring>
 #include <string>
 #include <string_view>
 
 #include "common/bounded_archive.h"
 #include "common/messages.h"
+#include "common/string_archive.h"
 #include "elastra/status.h"
 
 namespace elastra::proto {
@@ -19,16 +20,19 @@ namespace elastra::proto {
 inline constexpr size_t kMaxNameBytes = 256;
 
 std::string EncodeEnvelope(const Envelope& envelope);
+// The envelope's fields up to its payload through `ar` into `frame`, then 8 bytes for the
+// payload's length tag, whose offset it returns (MakeFrame fills it once the payload is in).
+size_t EncodeEnvelopeHead(MessageType type, const std::string& job, uint64_t generation,
+                          const std::string& sender, uint64_t request_id, StringOutputArchive* ar,
+                          std::string* frame);
 StatusOr<Envelope> DecodeEnvelope(std::string_view frame);
 
 template <class T>
 std::string EncodePayload(const T& payload) {
-  std::ostringstream os(std::ios::binary);
-  {
-    cereal::BinaryOutputArchive ar(os);
-    ar(payload);
-  }
-  return std::move(os).str();
+  std::string out;
+  StringOutputArchive ar(&out);
+  ar(payload);
+  return out;
 }
 
 template <class T>
@@ -50,14 +54,15 @@ StatusOr<T> DecodePayload(std::string_view bytes) {
 template <class T>
 std::string MakeFrame(MessageType type, const T& payload, const std::string& job,
                       uint64_t generation, const std::string& sender, uint64_t request_id) {
-  Envelope e;
-  e.type = type;
-  e.job = job;
-  e.generation = generation;
-  e.sender = sender;
-  e.request_id = request_id;
-  e.payload = EncodePayload(payload);
-  return EncodeEnvelope(e);
+  // EncodeEnvelope's bytes with the payload encoded in place behind its length tag, which is
+  // filled in after: one string, no copy of the payload.
+  std::string frame;
+  StringOutputArchive ar(&frame);
+  const size_t length_at = EncodeEnvelopeHead(type, job, generation, sender, request_id, &ar, &frame);
+  ar(payload);
+  const uint64_t length = frame.size() - length_at - sizeof(uint64_t);
+  std::memcpy(frame.data() + length_at, &length, sizeof(length));
+  return frame;
 }
 
 }  // namespace elastra::proto

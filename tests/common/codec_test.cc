@@ -7,13 +7,36 @@
 
 #include <cstring>
 #include <random>
+#include <sstream>
 
 namespace elastra::proto {
 namespace {
 
+// What cereal's own binary archive writes over a std::ostream: the bytes the codec wrote before
+// StringOutputArchive, which must stay the same.
+template <class T>
+std::string CerealBinary(const T& value) {
+  std::ostringstream os(std::ios::binary);
+  {
+    cereal::BinaryOutputArchive ar(os);
+    ar(value);
+  }
+  return std::move(os).str();
+}
+
 template <class T>
 void ExpectRoundTrip(MessageType type, const T& payload) {
   std::string frame = MakeFrame(type, payload, "job-a", 7, "w3", 42);
+  // The payload's bytes are cereal's binary archive's, and the frame is EncodeEnvelope's of it.
+  EXPECT_EQ(EncodePayload(payload), CerealBinary(payload)) << TypeName(type);
+  Envelope whole;
+  whole.type = type;
+  whole.job = "job-a";
+  whole.generation = 7;
+  whole.sender = "w3";
+  whole.request_id = 42;
+  whole.payload = EncodePayload(payload);
+  EXPECT_EQ(frame, EncodeEnvelope(whole)) << TypeName(type);
   auto env = DecodeEnvelope(frame);
   ASSERT_TRUE(env.ok()) << TypeName(type) << ": " << env.status();
   EXPECT_EQ(env->type, type);
@@ -61,6 +84,7 @@ NewGeneration SampleGeneration() {
   g.leave = true;
   g.kv_prefix = "g5/";
   g.reason = GenerationReason::kResize;
+  g.build_peers = std::string("\x7f\0\0\x01\x10\x00", 6);
   return g;
 }
 
@@ -90,6 +114,9 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   ExpectRoundTrip(MessageType::kError, ErrorReply{7, "bad size"});
   ExpectRoundTrip(MessageType::kAck, Ack{});
   ExpectRoundTrip(MessageType::kJoin, JoinRequest{"w1", "node-a", 3, 4242});
+  JoinRequest serving{"w2", "node-b", -1, 7};
+  serving.rendezvous = std::string("\x0a\0\0\x02\x75\x30", 6);
+  ExpectRoundTrip(MessageType::kJoin, serving);
   ExpectRoundTrip(MessageType::kJoinReply, JoinReply{"w1", 4, 200, 1500});
   ExpectRoundTrip(MessageType::kLeave, LeaveRequest{LeaveReason::kQuit, "parked: job finished"});
   ExpectRoundTrip(MessageType::kHeartbeat, Heartbeat{99});
