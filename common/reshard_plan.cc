@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <string>
 #include <utility>
@@ -84,6 +85,52 @@ int64_t KeptBytes(const StateSpec& state, const Layout& from, const Coordinates*
   }
   return kept;
 }
+
+namespace {
+
+// (bytes sent, place in a pool), least first.
+using Load = std::pair<int64_t, size_t>;
+using MinLoadHeap = std::priority_queue<Load, std::vector<Load>, std::greater<Load>>;
+// Pools larger than this get the shared heap even for transfers of one part (a scan of the pool
+// per part costs as much as building the heap).
+constexpr size_t kSharedHeapPool = 64;
+
+MinLoadHeap BuildLoadHeap(const std::vector<int>& pool, const std::vector<int64_t>& sent) {
+  std::vector<Load> loads;
+  loads.reserve(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) loads.push_back({sent[pool[i]], i});
+  return MinLoadHeap(std::greater<Load>(), std::move(loads));
+}
+
+// Pops the place in `pool` of the least-loaded sender, ties to the first in pool order. An entry
+// whose load is stale (the sender sent meanwhile through another pool: loads only grow) goes back
+// with its load; so the first fresh entry on top is the least (load, place) of the whole pool.
+size_t PopLeastLoaded(MinLoadHeap* heap, const std::vector<int>& pool,
+                      const std::vector<int64_t>& sent) {
+  for (;;) {
+    const Load top = heap->top();
+    heap->pop();
+    const int64_t now = sent[pool[top.second]];
+    if (top.first == now) return top.second;
+    heap->push({now, top.second});
+  }
+}
+
+// One heap per replica group of a tensor, built the first time a receiver with no replica on its
+// host needs the group's whole pool, then shared by every such receiver.
+class SharedSenders {
+ public:
+  explicit SharedSenders(size_t groups) : heaps_(groups) {}
+  MinLoadHeap& For(size_t group, const std::vector<int>& pool, const std::vector<int64_t>& sent) {
+    if (!heaps_[group]) heaps_[group] = BuildLoadHeap(pool, sent);
+    return *heaps_[group];
+  }
+
+ private:
+  std::vector<std::optional<MinLoadHeap>> heaps_;
+};
+
+}  // namespace
 
 StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& from,
                                        const Placement& to, const std::vector<int>& host_of_worker,
@@ -171,6 +218,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
       return out;
     };
 
+    SharedSenders shared(groups.size());
     for (int b = 0; b < to.layout.world(); ++b) {
       const Region need = LocalRegion(t, state.num_layers, to.layout, to_coords[b]);
       if (need.empty()) continue;
@@ -237,21 +285,23 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
               // Each part from the least-loaded sender of the pool (ties: the first in pool
               // order): a heap of (bytes sent, place in the pool), O(pool + parts log pool)
               // where a scan per part was O(parts x pool), quadratic at thousands of replicas.
-              using Load = std::pair<int64_t, size_t>;
-              std::priority_queue<Load, std::vector<Load>, std::greater<Load>> senders;
-              if (parts > 1) {
-                std::vector<Load> loads;
-                loads.reserve(pool.size());
-                for (size_t i = 0; i < pool.size(); ++i) loads.push_back({sent[pool[i]], i});
-                senders = decltype(senders)(std::greater<Load>(), std::move(loads));
+              // The group's whole pool (no replica on the receiver's host: at scale, every
+              // receiver of a grow) has one heap per tensor, built once and shared by the
+              // receivers (SharedSenders); a pool of the receiver's host, one of its own.
+              MinLoadHeap own;
+              MinLoadHeap* senders = nullptr;
+              if (near.empty() && (parts > 1 || pool.size() > kSharedHeapPool)) {
+                senders = &shared.For(gi, pool, sent);
+              } else if (parts > 1) {
+                own = BuildLoadHeap(pool, sent);
+                senders = &own;
               }
               for (const Rect& part : SplitRect(y, parts)) {
                 int src = pool[0];
-                size_t at = 0;  // src's place in the pool, when parts > 1
-                if (parts > 1) {
-                  at = senders.top().second;
+                size_t at = 0;  // src's place in the pool, when from a heap
+                if (senders != nullptr) {
+                  at = PopLeastLoaded(senders, pool, sent);
                   src = pool[at];
-                  senders.pop();
                 } else {
                   for (int w : pool) {
                     if (sent[w] < sent[src]) src = w;
@@ -263,7 +313,7 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
                 if (host_of_worker[src] == host_of_worker[dst]) plan.bytes_same_host += pb;
                 sent[src] += pb;
                 received[dst] += pb;
-                if (parts > 1) senders.push({sent[src], at});
+                if (senders != nullptr) senders->push({sent[src], at});
               }
             }
           }
