@@ -16,6 +16,7 @@
 #include <cstring>
 #include <optional>
 
+#include "collectives/wire_bytes.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -33,19 +34,6 @@ constexpr uint32_t kMaxWaitMs = 60000;
 // What a client's poll waits at most before it looks at `cancelled` again.
 constexpr std::chrono::milliseconds kSlice{100};
 
-void Put16(uint8_t* at, uint16_t v) { std::memcpy(at, &v, 2); }
-void Put32(uint8_t* at, uint32_t v) { std::memcpy(at, &v, 4); }
-uint16_t Get16(const uint8_t* at) {
-  uint16_t v;
-  std::memcpy(&v, at, 2);
-  return v;
-}
-uint32_t Get32(const uint8_t* at) {
-  uint32_t v;
-  std::memcpy(&v, at, 4);
-  return v;
-}
-
 // The generation of a key "g<N>/...", or nullopt.
 std::optional<uint64_t> GenerationOf(const std::string& key) {
   if (key.size() < 3 || key[0] != 'g') return std::nullopt;
@@ -55,8 +43,6 @@ std::optional<uint64_t> GenerationOf(const std::string& key) {
   if (i == 1 || i >= key.size() || key[i] != '/') return std::nullopt;
   return g;
 }
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 }  // namespace
 
@@ -82,19 +68,19 @@ StatusOr<std::unique_ptr<RecordServer>> RecordServer::Start(const std::string& b
                                 " cannot be advertised to peers");
   }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError("record server: " + Errno("socket"));
+  if (fd < 0) return UnavailableError("record server: " + wire::Errno("socket"));
   socklen_t len = sizeof(address);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       ::listen(fd, SOMAXCONN) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len) != 0) {
-    const std::string why = Errno("listening");
+    const std::string why = wire::Errno("listening");
     ::close(fd);
     return UnavailableError("record server on " + bind_ipv4 + ": " + why);
   }
   const int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
     ::close(fd);
-    return UnavailableError("record server: " + Errno("eventfd"));
+    return UnavailableError("record server: " + wire::Errno("eventfd"));
   }
   std::unique_ptr<RecordServer> server(
       new RecordServer(fd, wake, PackEndpoint(address.sin_addr.s_addr, address.sin_port)));
@@ -154,20 +140,21 @@ void RecordServer::Answer(Client& c, bool found, const std::string& value) {
   c.waiting = false;
   c.out.assign(kReplyHeader, '\0');
   auto* h = reinterpret_cast<uint8_t*>(c.out.data());
-  Put32(h, kReplyMagic);
+  wire::Put<uint32_t>(h, kReplyMagic);
   h[4] = found ? 1 : 0;
-  Put32(h + 5, found ? static_cast<uint32_t>(value.size()) : 0);
+  wire::Put<uint32_t>(h + 5, found ? static_cast<uint32_t>(value.size()) : 0);
   if (found) c.out += value;
 }
 
 bool RecordServer::ReadRequest(Client& c) {
   char buf[kRequestHeader + kMaxKeyBytes];
   for (;;) {
-    const size_t want = c.in.size() < kRequestHeader
-                            ? kRequestHeader - c.in.size()
-                            : kRequestHeader + Get16(reinterpret_cast<const uint8_t*>(c.in.data()) +
-                                                     4) -
-                                  c.in.size();
+    const size_t want =
+        c.in.size() < kRequestHeader
+            ? kRequestHeader - c.in.size()
+            : kRequestHeader +
+                  wire::Get<uint16_t>(reinterpret_cast<const uint8_t*>(c.in.data()) + 4) -
+                  c.in.size();
     if (want == 0) break;
     const ssize_t n = ::recv(c.fd, buf, want, 0);
     if (n < 0 && errno == EINTR) continue;
@@ -176,14 +163,16 @@ bool RecordServer::ReadRequest(Client& c) {
     c.in.append(buf, static_cast<size_t>(n));
     if (c.in.size() == kRequestHeader) {
       const auto* h = reinterpret_cast<const uint8_t*>(c.in.data());
-      if (Get32(h) != kRequestMagic || Get16(h + 4) == 0 || Get16(h + 4) > kMaxKeyBytes) {
+      if (wire::Get<uint32_t>(h) != kRequestMagic || wire::Get<uint16_t>(h + 4) == 0 ||
+          wire::Get<uint16_t>(h + 4) > kMaxKeyBytes) {
         return true;  // not a request of ours
       }
     }
   }
   const auto* h = reinterpret_cast<const uint8_t*>(c.in.data());
   c.key = c.in.substr(kRequestHeader);
-  c.deadline = Clock::now() + std::chrono::milliseconds(std::min(Get32(h + 6), kMaxWaitMs));
+  c.deadline =
+      Clock::now() + std::chrono::milliseconds(std::min(wire::Get<uint32_t>(h + 6), kMaxWaitMs));
   std::string value;
   if (Get(c.key, &value)) {
     Answer(c, true, value);
@@ -238,7 +227,7 @@ void RecordServer::Loop() {
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
     const int rc = ::poll(polled.data(), polled.size(), std::max<int>(0, wait.count()));
     if (rc < 0 && errno != EINTR) {
-      LOG(ERROR) << "record server: " << Errno("poll");
+      LOG(ERROR) << "record server: " << wire::Errno("poll");
       break;
     }
     if (rc <= 0) continue;
@@ -319,7 +308,7 @@ StatusOr<std::vector<std::string>> FetchRecords(const std::vector<std::string>& 
     f.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (f.fd < 0 ||
         (::connect(f.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno != EINPROGRESS)) {
-      const std::string why = Errno("connect");
+      const std::string why = wire::Errno("connect");
       close_all();
       return PeerLostError("record '" + keys[i] + "' at " + EndpointString(endpoints[i]) + ": " +
                            why);
@@ -329,9 +318,9 @@ StatusOr<std::vector<std::string>> FetchRecords(const std::vector<std::string>& 
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     f.out.assign(kRequestHeader, '\0');
     auto* h = reinterpret_cast<uint8_t*>(f.out.data());
-    Put32(h, kRequestMagic);
-    Put16(h + 4, static_cast<uint16_t>(keys[i].size()));
-    Put32(h + 6, static_cast<uint32_t>(std::clamp<int64_t>(wait, 1, kMaxWaitMs)));
+    wire::Put<uint32_t>(h, kRequestMagic);
+    wire::Put<uint16_t>(h + 4, static_cast<uint16_t>(keys[i].size()));
+    wire::Put<uint32_t>(h + 6, static_cast<uint32_t>(std::clamp<int64_t>(wait, 1, kMaxWaitMs)));
     f.out += keys[i];
   }
   std::vector<pollfd> polled(keys.size());
@@ -353,7 +342,7 @@ StatusOr<std::vector<std::string>> FetchRecords(const std::vector<std::string>& 
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) {
       close_all();
-      return InternalError("fetching records: " + Errno("poll"));
+      return InternalError("fetching records: " + wire::Errno("poll"));
     }
     for (size_t i = 0; i < fetches.size(); ++i) {
       Fetch& f = fetches[i];
@@ -367,20 +356,20 @@ StatusOr<std::vector<std::string>> FetchRecords(const std::vector<std::string>& 
         const ssize_t n =
             ::send(f.fd, f.out.data() + f.written, f.out.size() - f.written, MSG_NOSIGNAL);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (n <= 0) return lost(Errno("send"));
+        if (n <= 0) return lost(wire::Errno("send"));
         f.written += static_cast<size_t>(n);
         continue;
       }
       char buf[4096];
       const ssize_t n = ::recv(f.fd, buf, sizeof(buf), 0);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n < 0) return lost(Errno("receive"));
+      if (n < 0) return lost(wire::Errno("receive"));
       if (n == 0) return lost("the server closed the connection before answering");
       f.in.append(buf, static_cast<size_t>(n));
       if (f.in.size() < kReplyHeader) continue;
       const auto* h = reinterpret_cast<const uint8_t*>(f.in.data());
-      const uint32_t bytes = Get32(h + 5);
-      if (Get32(h) != kReplyMagic || h[4] > 1 || bytes > kMaxValueBytes) {
+      const uint32_t bytes = wire::Get<uint32_t>(h + 5);
+      if (wire::Get<uint32_t>(h) != kReplyMagic || h[4] > 1 || bytes > kMaxValueBytes) {
         return lost("not a record server's reply");
       }
       if (f.in.size() < kReplyHeader + bytes) continue;

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "collectives/gloo/gloo_mesh.h"
+#include "collectives/wire_bytes.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -58,21 +59,6 @@ uint32_t Fnv1a(const std::string& s) {
   }
   return h;
 }
-
-void Put32(uint8_t* at, uint32_t v) { std::memcpy(at, &v, 4); }
-void Put64(uint8_t* at, uint64_t v) { std::memcpy(at, &v, 8); }
-uint32_t Get32(const uint8_t* at) {
-  uint32_t v;
-  std::memcpy(&v, at, 4);
-  return v;
-}
-uint64_t Get64(const uint8_t* at) {
-  uint64_t v;
-  std::memcpy(&v, at, 8);
-  return v;
-}
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 // With `reset`, a reset instead of an orderly close: a peer blocked on this socket fails at
 // once (and what it had not read yet is lost, which only a broken communicator may do).
@@ -221,7 +207,7 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-      failure = UnavailableError(Errno("socket"));
+      failure = UnavailableError(wire::Errno("socket"));
       continue;
     }
     sockaddr_storage ss{};
@@ -233,7 +219,8 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
     }
     if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen) != 0 ||
         ::listen(fd, std::min(size_, SOMAXCONN)) != 0) {
-      failure = UnavailableError("stream " + prefix_ + ": " + Errno("listening on " + hostname_));
+      failure =
+          UnavailableError("stream " + prefix_ + ": " + wire::Errno("listening on " + hostname_));
       ::close(fd);
       continue;
     }
@@ -245,7 +232,7 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    return UnavailableError(Errno("getsockname"));
+    return UnavailableError(wire::Errno("getsockname"));
   }
   StatusOr<std::string> record =
       EncodeAddressRecord({gloo::transport::tcp::Address(bound).bytes()});
@@ -314,20 +301,20 @@ Status StreamMesh::ConnectTo(const std::vector<int>& lower, Clock::time_point de
 StatusOr<int> StreamMesh::Dial(int peer, const sockaddr* address, socklen_t len,
                                Clock::time_point deadline) {
   const int fd = ::socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(Where(peer) + ": " + Errno("socket"));
+  if (fd < 0) return UnavailableError(Where(peer) + ": " + wire::Errno("socket"));
   auto fail = [&](Status s) {
     ::close(fd);
     return s;
   };
   if (::connect(fd, address, len) != 0 && errno != EINPROGRESS) {
-    return fail(PeerLostError(Where(peer) + ": " + Errno("connect")));
+    return fail(PeerLostError(Where(peer) + ": " + wire::Errno("connect")));
   }
   // Wait for the connect (and room for the hello), or the interrupt, or the deadline.
   for (;;) {
     pollfd p[2] = {{fd, POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
     const int rc = ::poll(p, 2, static_cast<int>(Remaining(deadline).count()));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return fail(InternalError(Where(peer) + ": " + Errno("poll")));
+    if (rc < 0) return fail(InternalError(Where(peer) + ": " + wire::Errno("poll")));
     if (p[1].revents != 0) return fail(AbortedError(Where(peer) + ": interrupted"));
     if (rc == 0) {
       if (Clock::now() < deadline) continue;
@@ -378,14 +365,14 @@ Status StreamMesh::ConnectOne(int peer, const std::string& record, Clock::time_p
     ELASTRA_ASSIGN_OR_RETURN(fd, Dial(peer, reinterpret_cast<const sockaddr*>(&ss), len, deadline));
   }
   uint8_t hello[kHelloBytes];
-  Put32(hello, kHelloMagic);
-  Put32(hello + 4, static_cast<uint32_t>(rank_));
-  Put32(hello + 8, static_cast<uint32_t>(size_));
-  Put32(hello + 12, nonce_);
+  wire::Put<uint32_t>(hello, kHelloMagic);
+  wire::Put<uint32_t>(hello + 4, static_cast<uint32_t>(rank_));
+  wire::Put<uint32_t>(hello + 8, static_cast<uint32_t>(size_));
+  wire::Put<uint32_t>(hello + 12, nonce_);
   // A fresh socket's send buffer takes 16 bytes at once.
   if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
     ::close(fd);
-    return PeerLostError(Where(peer) + ": " + Errno("sending the hello"));
+    return PeerLostError(Where(peer) + ": " + wire::Errno("sending the hello"));
   }
   fds_[peer] = fd;
   ++connected_;
@@ -400,7 +387,7 @@ Status StreamMesh::AcceptPending(int listener) {
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return OkStatus();
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return UnavailableError("stream " + prefix_ + ": " + Errno("accept"));
+      return UnavailableError("stream " + prefix_ + ": " + wire::Errno("accept"));
     }
     if (pending_.size() >= kMaxPending + static_cast<size_t>(size_)) {
       // Callers that never introduce themselves (a flood, a scanner): the newest is refused.
@@ -424,8 +411,8 @@ bool StreamMesh::ReadHello(Pending& p) {
   }
   p.got += static_cast<size_t>(n);
   if (p.got < kHelloBytes) return false;
-  const uint32_t magic = Get32(p.hello), peer = Get32(p.hello + 4), size = Get32(p.hello + 8),
-                 nonce = Get32(p.hello + 12);
+  const uint32_t magic = wire::Get<uint32_t>(p.hello), peer = wire::Get<uint32_t>(p.hello + 4),
+                 size = wire::Get<uint32_t>(p.hello + 8), nonce = wire::Get<uint32_t>(p.hello + 12);
   const bool valid = magic == kHelloMagic && size == static_cast<uint32_t>(size_) &&
                      nonce == nonce_ && peer > static_cast<uint32_t>(rank_) &&
                      peer < static_cast<uint32_t>(size_) && fds_[peer] < 0;
@@ -467,9 +454,9 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
   for (auto& [key, f] : by_key) {
     if (f.bytes == 0) continue;
     if (f.send) {
-      Put32(f.header, kHeaderMagic);
-      Put32(f.header + 4, tag);
-      Put64(f.header + 8, f.bytes);
+      wire::Put<uint32_t>(f.header, kHeaderMagic);
+      wire::Put<uint32_t>(f.header + 4, tag);
+      wire::Put<uint64_t>(f.header + 8, f.bytes);
     }
     flows.push_back(std::move(f));
   }
@@ -520,7 +507,7 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
     const int rc =
         ::poll(polled.data(), polled.size(), static_cast<int>(Remaining(deadline).count()));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return InternalError("stream " + prefix_ + ": " + Errno("poll"));
+    if (rc < 0) return InternalError("stream " + prefix_ + ": " + wire::Errno("poll"));
     if (polled[0].revents != 0 || interrupted_) {
       return AbortedError("stream " + prefix_ + ": interrupted");
     }
@@ -586,7 +573,8 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
           }
           if (n < 0 && errno == EINTR) continue;
           if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-          if (n < 0) return PeerLostError(Where(peer) + ": " + Errno(f.send ? "send" : "receive"));
+          if (n < 0)
+            return PeerLostError(Where(peer) + ": " + wire::Errno(f.send ? "send" : "receive"));
           if (n == 0) {
             return PeerLostError(Where(peer) + ": the peer closed the connection");
           }
@@ -596,8 +584,9 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
             f.header_done += h;
             moved -= h;
             if (!f.send && f.header_done == kHeaderBytes) {
-              const uint32_t magic = Get32(f.header), their_tag = Get32(f.header + 4);
-              const uint64_t bytes = Get64(f.header + 8);
+              const uint32_t magic = wire::Get<uint32_t>(f.header),
+                             their_tag = wire::Get<uint32_t>(f.header + 4);
+              const uint64_t bytes = wire::Get<uint64_t>(f.header + 8);
               if (magic != kHeaderMagic || their_tag != tag || bytes != f.bytes) {
                 return InternalError(
                     Where(peer) + ": the peer sends " + std::to_string(bytes) + " bytes with tag " +

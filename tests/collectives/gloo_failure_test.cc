@@ -55,18 +55,25 @@ constexpr milliseconds kLong{20000};
 using testing::ConnectAll;
 using testing::WaitUntilBlocked;
 
-// One rank of the kill test, in its own process: allreduce in a loop, announce progress, and when
-// a call fails write "<code> <monotonic ns>" under result/<rank>. Returns the exit code.
-int AllreduceUntilFailure(const std::string& dir, int rank, int size) {
-  testing::FileKeyValueStore store(dir);
+// A kill test's rank in its own process: its communicator under `prefix` over the file store.
+StatusOr<std::unique_ptr<Communicator>> ConnectKillTestRank(testing::FileKeyValueStore* store,
+                                                            const std::string& prefix, int rank,
+                                                            int size) {
   GlooOptions options;
-  options.store = &store;
-  options.prefix = "kill/";
+  options.store = store;
+  options.prefix = prefix;
   options.rank = rank;
   options.size = size;
   options.timeout = kCallTimeout;
   options.connect_timeout = milliseconds(10000);
-  auto comm = CreateGlooCommunicator(options);
+  return CreateGlooCommunicator(options);
+}
+
+// One rank of the kill test, in its own process: allreduce in a loop, announce progress, and when
+// a call fails write "<code> <monotonic ns>" under result/<rank>. Returns the exit code.
+int AllreduceUntilFailure(const std::string& dir, int rank, int size) {
+  testing::FileKeyValueStore store(dir);
+  auto comm = ConnectKillTestRank(&store, "kill/", rank, size);
   if (!comm.ok()) return 10;
   std::vector<float> data(1 << 16);
   const auto give_up = Clock::now() + std::chrono::seconds(15);
@@ -148,14 +155,7 @@ TEST(GlooFailure, SigkilledRankTurnsIntoPeerLostOrTimedOutOnEverySurvivor) {
 // stream cut in two segments, with the same report as AllreduceUntilFailure.
 int ExchangeVUntilFailure(const std::string& dir, int rank, int size) {
   testing::FileKeyValueStore store(dir);
-  GlooOptions options;
-  options.store = &store;
-  options.prefix = "killv/";
-  options.rank = rank;
-  options.size = size;
-  options.timeout = kCallTimeout;
-  options.connect_timeout = milliseconds(10000);
-  auto comm = CreateGlooCommunicator(options);
+  auto comm = ConnectKillTestRank(&store, "killv/", rank, size);
   if (!comm.ok()) return 10;
   constexpr size_t kBytes = 256 << 10;
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
