@@ -20,8 +20,6 @@
 // gloo timeout from a lost peer (both are gloo::IoException in this gloo).
 #include "collectives/gloo/gloo_communicator.h"
 
-#include <gloo/transport/tcp/device.h>
-#include <gloo/types.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -36,6 +34,9 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
 #include "collectives/gloo/gloo_algorithms.h"
 #include "collectives/gloo/gloo_call.h"

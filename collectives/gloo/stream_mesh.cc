@@ -2,7 +2,6 @@
 #include "collectives/gloo/stream_mesh.h"
 
 #include <fcntl.h>
-#include <gloo/transport/tcp/address.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -20,6 +19,8 @@
 #include <cstring>
 #include <map>
 #include <random>
+
+#include <gloo/transport/tcp/address.h>
 
 #include "collectives/gloo/gloo_mesh.h"
 #include "collectives/wire_bytes.h"
