@@ -16,13 +16,33 @@ StatusOr<std::vector<std::string>> KeyValueStore::SetAndGet(
   values.reserve(gets.size());
   for (const std::string& key : gets) {
     // The keys exist: a get returns at once (the bound only matters to a misbehaving store).
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    StatusOr<std::string> value = Get(key, std::max(left, std::chrono::milliseconds(1)));
+    StatusOr<std::string> value = Get(key, TimeoutUntil(deadline));
     if (!value.ok()) return value.status();
     values.push_back(std::move(value).value());
   }
   return values;
+}
+
+std::chrono::milliseconds TimeoutUntil(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+StatusOr<std::vector<std::string>> GetInSlices(KeyValueStore* store,
+                                               const std::vector<std::string>& keys,
+                                               std::chrono::steady_clock::time_point deadline,
+                                               std::chrono::milliseconds slice,
+                                               const std::function<bool()>& interrupted) {
+  for (;;) {
+    if (interrupted && interrupted()) return AbortedError("the rendezvous was interrupted");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return TimedOutError("the rendezvous's keys did not appear in time");
+    }
+    StatusOr<std::vector<std::string>> got =
+        store->SetAndGet({}, keys, std::min(TimeoutUntil(deadline), slice));
+    if (got.ok() || got.status().code() != StatusCode::kTimedOut) return got;
+  }
 }
 
 Status InMemoryKeyValueStore::Set(const std::string& key, const std::string& value) {

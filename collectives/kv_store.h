@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -33,6 +34,20 @@ class KeyValueStore {
       const std::vector<std::pair<std::string, std::string>>& sets,
       const std::vector<std::string>& gets, std::chrono::milliseconds timeout);
 };
+
+// What is left until `deadline`, rounded up to the millisecond and at least 1 ms: the timeout of
+// a store call (or a poll) bounded by that deadline.
+std::chrono::milliseconds TimeoutUntil(std::chrono::steady_clock::time_point deadline);
+
+// Reads `keys` from `store`, waiting in slices of at most `slice` so that `interrupted` is looked
+// at between them (a rendezvous that a recovery or an abort has doomed stops within a slice):
+// kAborted once it returns true, kTimedOut when `deadline` passes first, the store's error when
+// it fails otherwise. The values in the order of `keys`.
+StatusOr<std::vector<std::string>> GetInSlices(KeyValueStore* store,
+                                               const std::vector<std::string>& keys,
+                                               std::chrono::steady_clock::time_point deadline,
+                                               std::chrono::milliseconds slice,
+                                               const std::function<bool()>& interrupted);
 
 // A store in this process's memory, for tests that run ranks as threads.
 class InMemoryKeyValueStore : public KeyValueStore {

@@ -108,11 +108,9 @@ StatusOr<std::vector<std::string>> PeerRecordStore::SetAndGet(
     for (size_t j = 0; j < other.size(); ++j) values[other[j]] = std::move(got[j]);
   }
   if (!remote_keys.empty()) {
-    const auto left = std::max(std::chrono::milliseconds(1),
-                               std::chrono::ceil<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()));
-    ELASTRA_ASSIGN_OR_RETURN(std::vector<std::string> got,
-                             FetchRecords(remote_endpoints, remote_keys, left, cancelled_));
+    ELASTRA_ASSIGN_OR_RETURN(
+        std::vector<std::string> got,
+        FetchRecords(remote_endpoints, remote_keys, TimeoutUntil(deadline), cancelled_));
     for (size_t j = 0; j < remote.size(); ++j) values[remote[j]] = std::move(got[j]);
   }
   return values;

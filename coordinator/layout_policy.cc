@@ -169,9 +169,10 @@ std::vector<std::string> LayoutPolicy::Assign(
   // state before and after, so every order keeps the same bytes, and the candidates' own order
   // (the current members first, each at its rank) is an optimal one. No assignment to solve: at
   // 16,384 workers it cost a planned change some 15 ms (docs/scale.md).
-  const bool zero_state = std::any_of(state_.tensors.begin(), state_.tensors.end(),
-                                      [](const TensorSpec& t) { return t.rule.zero; });
-  if (!zero_state && layout.pp == 1 && layout.tp == 1 && current.pp == 1 && current.tp == 1) {
+  const StateSpec& state = state_;
+  const bool zero = std::any_of(state.tensors.begin(), state.tensors.end(),
+                                [](const TensorSpec& t) { return t.rule.zero; });
+  if (!zero && layout.pp == 1 && layout.tp == 1 && current.pp == 1 && current.tp == 1) {
     return keep_order;
   }
   CurrentPlacement placement;
@@ -189,9 +190,6 @@ std::vector<std::string> LayoutPolicy::Assign(
   // without ZeRO the bytes are computed once per class of pairs (at most pp x tp x pp' x tp'),
   // not once per pair of ranks (millions at thousands of workers).
   PlannerOptions options;
-  const StateSpec& state = state_;
-  const bool zero = std::any_of(state.tensors.begin(), state.tensors.end(),
-                                [](const TensorSpec& t) { return t.rule.zero; });
   // A dense table by class when the classes are few enough (the usual case), else a hash map.
   const int64_t from_classes = static_cast<int64_t>(current.pp) * current.tp;
   const int64_t to_classes = static_cast<int64_t>(layout.pp) * layout.tp;

@@ -25,11 +25,6 @@ using Clock = std::chrono::steady_clock;
 // A store wait of a lazy connect looks at InterruptConnects() this often.
 constexpr std::chrono::milliseconds kStoreSlice{100};
 
-std::chrono::milliseconds Remaining(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
 // An address record part: a family tag (kIpv4 or kIpv6), the host (IPv4: sin_addr; IPv6:
 // sin6_addr, sin6_flowinfo, sin6_scope_id), then each pair's port (sin_port / sin6_port), all as
 // the sockaddr holds them. gloo's own address is a sockaddr_storage (128 bytes) and a sequence
@@ -216,7 +211,7 @@ void MeshContext::Build(Clock::time_point deadline) {
       std::lock_guard<std::mutex> lock(mu_);
       state_[peer] = PairState::kConnecting;
     }
-    addresses.push_back(CreatePair(peer, Remaining(deadline)));
+    addresses.push_back(CreatePair(peer, TimeoutUntil(deadline)));
   }
   // This rank's record, in parts; then, of each peer's record, the part holding its pair with
   // this rank.
@@ -236,7 +231,7 @@ void MeshContext::Build(Clock::time_point deadline) {
     slots.push_back(AddressRecordSlotOf(peer, rank, size));
     gets.push_back(AddressRecordKey(prefix_, peer, slots.back().part));
   }
-  StatusOr<std::vector<std::string>> values = store_->SetAndGet(sets, gets, Remaining(deadline));
+  StatusOr<std::vector<std::string>> values = store_->SetAndGet(sets, gets, TimeoutUntil(deadline));
   if (!values.ok()) throw StoreError(values.status());
   // Every address first (a corrupt one fails the build before any connect), then the connects in
   // increasing peer order: see the header on why this cannot deadlock.
@@ -273,37 +268,31 @@ void MeshContext::EnsurePairs(const std::vector<int>& wanted, Clock::time_point 
     // Publish every address first, then wait and connect in increasing order.
     std::vector<std::pair<std::string, std::string>> sets;
     for (int peer : mine) {
-      StatusOr<std::string> record = EncodeAddressRecord({CreatePair(peer, Remaining(deadline))});
+      StatusOr<std::string> record =
+          EncodeAddressRecord({CreatePair(peer, TimeoutUntil(deadline))});
       if (!record.ok()) throw std::runtime_error("rendezvous: " + record.status().ToString());
       sets.emplace_back(PairKey(rank, peer), std::move(record).value());
     }
     if (!sets.empty()) {
-      StatusOr<std::vector<std::string>> set = store_->SetAndGet(sets, {}, Remaining(deadline));
+      StatusOr<std::vector<std::string>> set = store_->SetAndGet(sets, {}, TimeoutUntil(deadline));
       if (!set.ok()) throw StoreError(set.status());
     }
     for (int peer : peers) {
       if (std::find(mine.begin(), mine.end(), peer) != mine.end()) {
         const std::string key = PairKey(peer, rank);
-        std::string value;
-        for (;;) {
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (interrupted_) throw CallInterrupted();
-          }
-          if (Clock::now() >= deadline) {
-            throw StoreError(TimedOutError("rank " + std::to_string(peer) +
-                                           " did not publish its address for rank " +
-                                           std::to_string(rank) + " in time"));
-          }
-          StatusOr<std::vector<std::string>> got =
-              store_->SetAndGet({}, {key}, std::min(Remaining(deadline), kStoreSlice));
-          if (got.ok()) {
-            value = std::move((*got)[0]);
-            break;
-          }
-          if (got.status().code() != StatusCode::kTimedOut) throw StoreError(got.status());
+        StatusOr<std::vector<std::string>> got =
+            GetInSlices(store_, {key}, deadline, kStoreSlice, [this] {
+              std::lock_guard<std::mutex> lock(mu_);
+              return interrupted_;
+            });
+        if (got.status().code() == StatusCode::kAborted) throw CallInterrupted();
+        if (got.status().code() == StatusCode::kTimedOut) {
+          throw StoreError(TimedOutError("rank " + std::to_string(peer) +
+                                         " did not publish its address for rank " +
+                                         std::to_string(rank) + " in time"));
         }
-        ConnectPair(peer, AddressIn(value, key, 1, 0));
+        if (!got.ok()) throw StoreError(got.status());
+        ConnectPair(peer, AddressIn((*got)[0], key, 1, 0));
         continue;
       }
       // Another thread of this rank connects it.

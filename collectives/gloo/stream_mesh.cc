@@ -46,12 +46,6 @@ constexpr char kUnixTag = 'u';
 // megabyte's transfer a dozen round trips through the scheduler.
 constexpr int kUnixSendBuffer = 4 << 20;
 
-std::chrono::milliseconds Remaining(StreamMesh::Clock::time_point deadline) {
-  const auto left =
-      std::chrono::ceil<std::chrono::milliseconds>(deadline - StreamMesh::Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
 uint32_t Fnv1a(const std::string& s) {
   uint32_t h = 2166136261u;
   for (unsigned char c : s) {
@@ -242,7 +236,7 @@ Status StreamMesh::EnsureListening(Clock::time_point deadline) {
   if (local_streams_) ListenLocally(&record.value());
   StatusOr<std::vector<std::string>> set =
       store_->SetAndGet({{prefix_ + "s/" + std::to_string(rank_), std::move(record).value()}}, {},
-                        Remaining(deadline));
+                        TimeoutUntil(deadline));
   if (!set.ok()) {
     return PeerLostError("stream " + prefix_ +
                          ": publishing the address: " + set.status().ToString());
@@ -276,25 +270,20 @@ Status StreamMesh::ConnectTo(const std::vector<int>& lower, Clock::time_point de
   std::vector<std::string> keys;
   for (int peer : lower) keys.push_back(prefix_ + "s/" + std::to_string(peer));
   if (keys.empty()) return OkStatus();
-  std::vector<std::string> records;
-  for (;;) {
-    if (interrupted_) return AbortedError("stream " + prefix_ + ": interrupted");
-    if (Clock::now() >= deadline) {
-      return TimedOutError("stream " + prefix_ + " rank " + std::to_string(rank_) +
-                           ": a peer did not publish its address in time");
-    }
-    StatusOr<std::vector<std::string>> got =
-        store_->SetAndGet({}, keys, std::min(Remaining(deadline), kStoreSlice));
-    if (got.ok()) {
-      records = std::move(got).value();
-      break;
-    }
-    if (got.status().code() != StatusCode::kTimedOut) {
-      return PeerLostError("stream " + prefix_ + ": rendezvous: " + got.status().ToString());
-    }
+  StatusOr<std::vector<std::string>> records =
+      GetInSlices(store_, keys, deadline, kStoreSlice, [this] { return interrupted_.load(); });
+  if (records.status().code() == StatusCode::kAborted) {
+    return AbortedError("stream " + prefix_ + ": interrupted");
+  }
+  if (records.status().code() == StatusCode::kTimedOut) {
+    return TimedOutError("stream " + prefix_ + " rank " + std::to_string(rank_) +
+                         ": a peer did not publish its address in time");
+  }
+  if (!records.ok()) {
+    return PeerLostError("stream " + prefix_ + ": rendezvous: " + records.status().ToString());
   }
   for (size_t i = 0; i < lower.size(); ++i) {
-    ELASTRA_RETURN_IF_ERROR(ConnectOne(lower[i], records[i], deadline));
+    ELASTRA_RETURN_IF_ERROR(ConnectOne(lower[i], (*records)[i], deadline));
   }
   return OkStatus();
 }
@@ -313,7 +302,7 @@ StatusOr<int> StreamMesh::Dial(int peer, const sockaddr* address, socklen_t len,
   // Wait for the connect (and room for the hello), or the interrupt, or the deadline.
   for (;;) {
     pollfd p[2] = {{fd, POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
-    const int rc = ::poll(p, 2, static_cast<int>(Remaining(deadline).count()));
+    const int rc = ::poll(p, 2, static_cast<int>(TimeoutUntil(deadline).count()));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return fail(InternalError(Where(peer) + ": " + wire::Errno("poll")));
     if (p[1].revents != 0) return fail(AbortedError(Where(peer) + ": interrupted"));
@@ -506,7 +495,7 @@ Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint
       }
     }
     const int rc =
-        ::poll(polled.data(), polled.size(), static_cast<int>(Remaining(deadline).count()));
+        ::poll(polled.data(), polled.size(), static_cast<int>(TimeoutUntil(deadline).count()));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return InternalError("stream " + prefix_ + ": " + wire::Errno("poll"));
     if (polled[0].revents != 0 || interrupted_) {
