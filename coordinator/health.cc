@@ -6,25 +6,26 @@ namespace elastra::coordinator {
 
 void HealthMonitor::Beat(const std::string& id) {
   const TimePoint now = clock_->Now();
-  auto [it, added] = last_.try_emplace(id, now);
-  if (!added) {
-    if (it->second == now) return;  // the queued beat of this instant stands for this one
-    it->second = now;
+  if (Last* last = last_.Find(id)) {
+    if (last->at == now) return;  // the queued beat of this instant stands for this one
+    last->at = now;
+  } else {
+    last_.Emplace(Last{id, now});
   }
   beats_.emplace_back(now, id);
 }
 
-void HealthMonitor::Forget(const std::string& id) { last_.erase(id); }
+void HealthMonitor::Forget(const std::string& id) { last_.Erase(id); }
 
 std::vector<std::string> HealthMonitor::TakeExpired() {
   std::vector<std::string> expired;
   const TimePoint now = clock_->Now();
   while (!beats_.empty() && now - beats_.front().first > timeout_) {
     const auto& [at, id] = beats_.front();
-    auto it = last_.find(id);
-    if (it != last_.end() && it->second == at) {  // its last beat: not superseded, not forgotten
+    const Last* last = last_.Find(id);
+    if (last != nullptr && last->at == at) {  // its last beat: not superseded, not forgotten
       expired.push_back(id);
-      last_.erase(it);
+      last_.Erase(id);
     }
     beats_.pop_front();
   }
@@ -33,9 +34,9 @@ std::vector<std::string> HealthMonitor::TakeExpired() {
 }
 
 int64_t HealthMonitor::MillisSinceLast(const std::string& id) const {
-  auto it = last_.find(id);
-  if (it == last_.end()) return -1;
-  return std::chrono::duration_cast<Duration>(clock_->Now() - it->second).count();
+  const Last* last = last_.Find(id);
+  if (last == nullptr) return -1;
+  return std::chrono::duration_cast<Duration>(clock_->Now() - last->at).count();
 }
 
 }  // namespace elastra::coordinator

@@ -1,5 +1,6 @@
 // HealthMonitor: heartbeat deadlines, as Ray's GCS health-check manager keeps them. Time comes from
-// an injected monotonic Clock so tests step it. A beat costs O(1) (a hash and a queue append) and
+// an injected monotonic Clock so tests step it. A beat costs O(1) (a lookup in a flat table,
+// common/id_map.h, and a queue append) and
 // TakeExpired O(beats since the last call), not O(watched): the beats wait in a queue in time order,
 // and one that a later beat of the same id superseded is dropped when it reaches the front
 // (docs/scale.md). Thread-compatible.
@@ -7,11 +8,11 @@
 
 #include <deque>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/id_map.h"
 
 namespace elastra::coordinator {
 
@@ -24,7 +25,7 @@ class HealthMonitor {
   void Beat(const std::string& id);
   // Stops watching `id` (finished, leaving, removed).
   void Forget(const std::string& id);
-  bool Watching(const std::string& id) const { return last_.count(id) > 0; }
+  bool Watching(const std::string& id) const { return last_.Find(id) != nullptr; }
 
   // The ids whose last beat is older than the timeout, sorted; they are no longer watched.
   std::vector<std::string> TakeExpired();
@@ -37,7 +38,11 @@ class HealthMonitor {
  private:
   Clock* clock_;
   Duration timeout_;
-  std::unordered_map<std::string, TimePoint> last_;
+  struct Last {
+    std::string id;
+    TimePoint at{};
+  };
+  IdMap<Last> last_;  // the last beat of each watched id
   std::deque<std::pair<TimePoint, std::string>> beats_;  // in time order; some superseded
 };
 

@@ -45,8 +45,8 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
     return InvalidArgumentError("worker id longer than " + std::to_string(proto::kMaxNameBytes) +
                                 " bytes");
   }
-  auto it = workers_.find(request.worker_id);
-  if (it != workers_.end() && it->second.state == WorkerState::kMember) {
+  WorkerInfo* old = workers_.Find(request.worker_id);
+  if (old != nullptr && old->state == WorkerState::kMember) {
     return InvalidArgumentError("worker id '" + request.worker_id +
                                 "' is already a live member of this job");
   }
@@ -61,31 +61,20 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   info.state = WorkerState::kStandby;
   info.last_heartbeat = now;
   // A standby worker joining again (a retried join) keeps its place in the queue.
-  if (it != workers_.end() && it->second.state == WorkerState::kStandby) {
-    info.join_order = it->second.join_order;
+  if (old != nullptr && old->state == WorkerState::kStandby) {
+    info.join_order = old->join_order;
   } else {
     info.join_order = next_join_order_++;
   }
   ever_seen_.insert(info.id);
-  if (it != workers_.end()) {
-    Unindex(it->second);
-    it->second = std::move(info);
-  } else {
-    it = workers_.emplace(info.id, std::move(info)).first;
-  }
-  Index(it->second);
+  if (old != nullptr) Unindex(*old);
+  Index(*workers_.Emplace(std::move(info)).first);  // in place of the old entry, if any
   return OkStatus();
 }
 
-WorkerInfo* Membership::Find(const std::string& id) {
-  auto it = workers_.find(id);
-  return it == workers_.end() ? nullptr : &it->second;
-}
+WorkerInfo* Membership::Find(const std::string& id) { return workers_.Find(id); }
 
-const WorkerInfo* Membership::Find(const std::string& id) const {
-  auto it = workers_.find(id);
-  return it == workers_.end() ? nullptr : &it->second;
-}
+const WorkerInfo* Membership::Find(const std::string& id) const { return workers_.Find(id); }
 
 std::vector<const WorkerInfo*> Membership::FindAll(const std::vector<std::string>& ids) const {
   std::vector<const WorkerInfo*> out;
@@ -143,9 +132,9 @@ size_t Membership::CountOn(const std::string& host,
 
 void Membership::AssignRanks(const std::vector<std::string>& ordered) {
   for (size_t r = 0; r < ordered.size(); ++r) {
-    auto it = workers_.find(ordered[r]);
-    if (it == workers_.end()) continue;
-    WorkerInfo& w = it->second;
+    WorkerInfo* found = workers_.Find(ordered[r]);
+    if (found == nullptr) continue;
+    WorkerInfo& w = *found;
     const int rank = static_cast<int>(r);
     if (w.state == WorkerState::kMember && w.rank == rank) continue;  // most of a change's members
     Restate(w, WorkerState::kMember, rank);
@@ -153,30 +142,30 @@ void Membership::AssignRanks(const std::vector<std::string>& ordered) {
 }
 
 void Membership::SetState(const std::string& id, WorkerState state) {
-  auto it = workers_.find(id);
-  if (it == workers_.end()) return;
-  Restate(it->second, state, state == WorkerState::kMember ? it->second.rank : -1);
+  WorkerInfo* w = workers_.Find(id);
+  if (w == nullptr) return;
+  Restate(*w, state, state == WorkerState::kMember ? w->rank : -1);
 }
 
 void Membership::SetFinished(const std::string& id) {
-  auto it = workers_.find(id);
-  if (it == workers_.end()) return;
-  Restate(it->second, WorkerState::kFinished, it->second.rank);
+  WorkerInfo* w = workers_.Find(id);
+  if (w == nullptr) return;
+  Restate(*w, WorkerState::kFinished, w->rank);
 }
 
 void Membership::SetHost(const std::string& id, const std::string& host) {
-  auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.host == host) return;
-  Unindex(it->second);
-  it->second.host = host;
-  Index(it->second);
+  WorkerInfo* w = workers_.Find(id);
+  if (w == nullptr || w->host == host) return;
+  Unindex(*w);
+  w->host = host;
+  Index(*w);
 }
 
 void Membership::Remove(const std::string& id) {
-  auto it = workers_.find(id);
-  if (it == workers_.end()) return;
-  Unindex(it->second);
-  workers_.erase(it);
+  WorkerInfo* w = workers_.Find(id);
+  if (w == nullptr) return;
+  Unindex(*w);
+  workers_.Erase(id);
 }
 
 std::string Membership::NextWorkerId() {
