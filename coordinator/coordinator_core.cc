@@ -59,7 +59,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       restore_(&options_, clock_, &membership_, &health_, &journal_, &checkpoints_, &generations_,
                &resizes_),
       training_(clock_, &membership_) {
-  workers_.SetHeartbeatListener([this](const std::string& worker, const proto::Heartbeat& hb) {
+  workers_.SetHeartbeatListener([this](const WorkerInfo& worker, const proto::Heartbeat& hb) {
     training_.OnHeartbeat(worker, hb, generations_.layout());
   });
   // What a commit, a recovery or the job's end means to the other managers.

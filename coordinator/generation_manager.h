@@ -105,11 +105,11 @@ class GenerationManager {
   // A PausedReport from `id`. Reconfiguration's error (kStaleGeneration, kNotFound) when it was
   // not expected. Once every participant answered: builds the next generation at the agreed step,
   // or recovers when the steps differ or one failed (pausing); builds the recovery generation
-  // (recovering).
-  Status OnPaused(const std::string& id, const proto::PausedReport& report);
+  // (recovering). `rank`: the sender's rank, where it probably is in the change's lists (-1: none).
+  Status OnPaused(const std::string& id, const proto::PausedReport& report, int rank = -1);
   // A GenerationReady from `id`. Reconfiguration's error when it was not expected. Commits the
-  // generation once every member is ready.
-  Status OnReady(const std::string& id, const proto::GenerationReady& ready);
+  // generation once every member is ready. `rank`: the sender's rank (its new one).
+  Status OnReady(const std::string& id, const proto::GenerationReady& ready, int rank = -1);
   // True when a FailureReport about `generation` concerns what the members run now (the
   // generation being built, else the committed one) and no recovery is under way.
   bool FailureIsCurrent(uint64_t generation) const;

@@ -80,19 +80,22 @@ void Reconfiguration::Reset() {
   requested_ = first_paused_ = last_paused_ = last_ready_ = TimePoint{};
 }
 
-size_t Reconfiguration::ParticipantIndex(const std::string& id) const {
-  const size_t i = participant_index_.Find(id);
+size_t Reconfiguration::ParticipantIndex(const std::string& id, size_t hint) const {
+  const size_t i = hint < participants_.size() && participants_[hint] == id
+                       ? hint
+                       : participant_index_.Find(id);
   if (i == IdIndex::kNone || answers_[i] == kDropped) return IdIndex::kNone;
   return i;
 }
 
-Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedReport& report) {
+Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedReport& report,
+                                     size_t hint) {
   if ((phase_ != Phase::kPausing && phase_ != Phase::kRecovering) ||
       report.target_generation != target_) {
     return StaleGenerationError("paused report for generation " +
                                 std::to_string(report.target_generation) + " is not in flight");
   }
-  const size_t i = ParticipantIndex(id);
+  const size_t i = ParticipantIndex(id, hint);
   if (i == IdIndex::kNone) return NotFoundError(id + " was not asked to pause");
   const TimePoint now = clock_->Now();
   if (!any_paused_) {
@@ -111,12 +114,15 @@ Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedR
   return OkStatus();
 }
 
-Status Reconfiguration::RecordReady(const std::string& id, const proto::GenerationReady& ready) {
+Status Reconfiguration::RecordReady(const std::string& id, const proto::GenerationReady& ready,
+                                    size_t hint) {
   if (phase_ != Phase::kBuilding || ready.generation != plan_.generation) {
     return StaleGenerationError("generation " + std::to_string(ready.generation) +
                                 " is not being built");
   }
-  const size_t i = member_index_.Find(id);
+  const size_t i = hint < plan_.members.size() && plan_.members[hint] == id
+                       ? hint
+                       : member_index_.Find(id);
   if (i == IdIndex::kNone) {
     return NotFoundError(id + " is not a member of generation " +
                          std::to_string(plan_.generation));

@@ -18,9 +18,13 @@ double TrainingMetrics::Seconds(TimePoint t) const {
 
 void TrainingMetrics::OnHeartbeat(const std::string& worker, const proto::Heartbeat& hb,
                                   const Layout& layout) {
-  const WorkerInfo* w = membership_->Find(worker);
-  if (w == nullptr) return;
-  Reported& r = reported_[worker];
+  if (const WorkerInfo* w = membership_->Find(worker)) OnHeartbeat(*w, hb, layout);
+}
+
+void TrainingMetrics::OnHeartbeat(const WorkerInfo& worker, const proto::Heartbeat& hb,
+                                  const Layout& layout) {
+  const WorkerInfo* w = &worker;
+  Reported& r = reported_[worker.id];
   r.metrics.clear();
   for (const TrainingMetric& m : hb.metrics) {
     if (r.metrics.size() >= proto::kMaxTrainingMetrics) break;

@@ -34,6 +34,8 @@ class TrainingMetrics {
   // went down is a restarted process: counted from there). Metrics with an invalid name or a value
   // that is not finite are dropped; at most kMaxTrainingMetrics per worker are kept.
   void OnHeartbeat(const std::string& worker, const proto::Heartbeat& hb, const Layout& layout);
+  // The same for a worker already looked up (the coordinator's heartbeat handler's).
+  void OnHeartbeat(const WorkerInfo& w, const proto::Heartbeat& hb, const Layout& layout);
   // The job's state after every message or tick: the time spent running adds up from here.
   void ObserveState(proto::JobState state);
 

@@ -117,7 +117,7 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
   if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
     health_->Beat(w->id);
     w->last_heartbeat = clock_->Now();
-    if (heartbeat_listener_) heartbeat_listener_(w->id, *hb);
+    if (heartbeat_listener_) heartbeat_listener_(*w, *hb);
   }
   w->step = std::max(w->step, hb->step);
   outbox_->SendHeartbeatAck(identity);
@@ -126,7 +126,7 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
 void WorkerService::OnPaused(const proto::Envelope& e, WorkerInfo* sender) {
   auto report = outbox_->DecodeOrDrop<proto::PausedReport>(e);
   if (!report) return;
-  if (sender == nullptr || !generations_->OnPaused(e.sender, *report).ok()) {
+  if (sender == nullptr || !generations_->OnPaused(e.sender, *report, sender->rank).ok()) {
     outbox_->CountStale();
     return;
   }
@@ -137,7 +137,9 @@ void WorkerService::OnPaused(const proto::Envelope& e, WorkerInfo* sender) {
 void WorkerService::OnGenerationReady(const proto::Envelope& e, const WorkerInfo* sender) {
   auto ready = outbox_->DecodeOrDrop<proto::GenerationReady>(e);
   if (!ready) return;
-  if (sender == nullptr || !generations_->OnReady(e.sender, *ready).ok()) outbox_->CountStale();
+  if (sender == nullptr || !generations_->OnReady(e.sender, *ready, sender->rank).ok()) {
+    outbox_->CountStale();
+  }
 }
 
 void WorkerService::OnFailureReport(const proto::Envelope& e) {

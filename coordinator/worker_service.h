@@ -62,7 +62,7 @@ class WorkerService {
   // Called with each decoded heartbeat of a member or standby worker (the training numbers it
   // carries go to TrainingMetrics).
   void SetHeartbeatListener(
-      std::function<void(const std::string& worker, const proto::Heartbeat&)> listener) {
+      std::function<void(const WorkerInfo& worker, const proto::Heartbeat&)> listener) {
     heartbeat_listener_ = std::move(listener);
   }
   // Fire-and-forget reports. One from an unknown sender, or about a change not in flight, is
@@ -92,7 +92,7 @@ class WorkerService {
   GenerationManager* generations_;
   HostManager* host_manager_;
   ResizeManager* resizes_;
-  std::function<void(const std::string&, const proto::Heartbeat&)> heartbeat_listener_;
+  std::function<void(const WorkerInfo&, const proto::Heartbeat&)> heartbeat_listener_;
 };
 
 }  // namespace elastra::coordinator

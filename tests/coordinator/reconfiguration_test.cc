@@ -150,5 +150,33 @@ TEST(ReconfigurationTest, ALaterReadyReportReplacesTheFirstAndCountsOnce) {
             StatusCode::kStaleGeneration);
 }
 
+// A report's hint (the sender's rank) is only where to look first: a wrong or stale one (a
+// recovery's survivors are not at their old ranks) finds the sender as well, out-of-range ones
+// too, and a hint never makes a stranger a participant or a member.
+TEST(ReconfigurationTest, AWrongHintFindsTheSenderAnyway) {
+  FakeClock clock;
+  Reconfiguration r(&clock);
+  r.BeginRecover(3, {"a", "c", "d"}, clock.Now() + Duration(1000));
+  EXPECT_EQ(r.RecordPaused("z", Paused(3, 5, {5}), 0).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(r.RecordPaused("c", Paused(3, 5, {5}), 2).ok());   // "c" is at 1, not 2
+  ASSERT_TRUE(r.RecordPaused("d", Paused(3, 5, {5}), 2).ok());   // right
+  ASSERT_TRUE(r.RecordPaused("a", Paused(3, 5, {5}), 99).ok());  // out of range
+  EXPECT_TRUE(r.AllPaused());
+  EXPECT_EQ(r.Answered(), (std::vector<std::string>{"a", "c", "d"}));
+
+  GenerationPlan plan;
+  plan.generation = 3;
+  plan.members = {"d", "a", "c"};
+  r.BeginBuild(plan);
+  EXPECT_EQ(r.RecordReady("z", proto::GenerationReady{3, 1, 1, 0}, 0).code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(r.RecordReady("d", proto::GenerationReady{3, 1, 1, 0}, 0).ok());
+  ASSERT_TRUE(r.RecordReady("a", proto::GenerationReady{3, 1, 1, 0}, 0).ok());  // "a" is at 1
+  EXPECT_FALSE(r.AllReady());
+  ASSERT_TRUE(r.RecordReady("c", proto::GenerationReady{3, 1, 1, 0}, 7).ok());
+  EXPECT_TRUE(r.AllReady());
+  EXPECT_TRUE(r.IsReady("a"));
+}
+
 }  // namespace
 }  // namespace elastra::coordinator
