@@ -65,4 +65,30 @@ std::string MakeFrame(MessageType type, const T& payload, const std::string& job
   return frame;
 }
 
+// A payload's shared fields (T::SerializeShared), encoded once for many recipients.
+template <class T>
+std::string EncodeShared(const T& payload) {
+  std::string out;
+  StringOutputArchive ar(&out);
+  const_cast<T&>(payload).SerializeShared(ar);  // writes only: cereal's output convention
+  return out;
+}
+
+// MakeFrame's bytes for a payload whose shared fields are already encoded: `shared` (from
+// EncodeShared of a payload with the same shared fields) is copied in, and only `payload`'s own
+// fields (T::SerializeOwn) are encoded. A change's NewGenerations share most of their bytes.
+template <class T>
+std::string MakeFrameShared(MessageType type, std::string_view shared, const T& payload,
+                            const std::string& job, uint64_t generation, const std::string& sender,
+                            uint64_t request_id) {
+  std::string frame;
+  StringOutputArchive ar(&frame);
+  const size_t length_at = EncodeEnvelopeHead(type, job, generation, sender, request_id, &ar, &frame);
+  frame.append(shared);
+  const_cast<T&>(payload).SerializeOwn(ar);
+  const uint64_t length = frame.size() - length_at - sizeof(uint64_t);
+  std::memcpy(frame.data() + length_at, &length, sizeof(length));
+  return frame;
+}
+
 }  // namespace elastra::proto

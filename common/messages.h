@@ -53,7 +53,9 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 // 7: a worker serves its own rendezvous records (JoinRequest.rendezvous) and its NewGeneration
 //    carries its world build peers' endpoints (NewGeneration.build_peers): the world's address
 //    records no longer go through the coordinator's store.
-inline constexpr uint16_t kProtocolVersion = 7;
+// 8: NewGeneration's fields that every recipient of a change shares come first on the wire, so
+//    that the coordinator encodes them once per change, not once per recipient.
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------
@@ -437,10 +439,21 @@ struct NewGeneration {
   // address records are then read from those peers, not the store under kv_prefix. Empty: every
   // key goes to the store (a member serves no records, or the world has one rank).
   std::string build_peers;
-  template <class A> void serialize(A& ar) {
-    ar(generation, layout, members, restore_step, source_rank, leave, kv_prefix);
+  // On the wire the fields every recipient of one change shares come first, then the recipient's
+  // own: the coordinator encodes the shared ones once per change and each recipient's behind a
+  // copy of them (MakeFrameShared, common/codec.h; protocol 8).
+  template <class A> void SerializeShared(A& ar) {
+    ar(generation, layout, restore_step, source_rank, kv_prefix);
     SerializeEnum(ar, reason);
-    ar(prev_layout, prev_members, checkpoint_dir, scalars_source, move, nccl, build_peers);
+    ar(prev_layout, checkpoint_dir, scalars_source, nccl.from_generation, nccl.from_world,
+       nccl.renumber, nccl.excluded);
+  }
+  template <class A> void SerializeOwn(A& ar) {
+    ar(members, leave, prev_members, move, nccl.possible, nccl.exclude, build_peers);
+  }
+  template <class A> void serialize(A& ar) {
+    SerializeShared(ar);
+    SerializeOwn(ar);
   }
 };
 

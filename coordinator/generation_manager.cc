@@ -68,8 +68,13 @@ void GenerationManager::Restore(CommittedJob job) {
 // ---------------------------------------------------------------------------------------------
 // What workers report.
 
-Status GenerationManager::OnPaused(const std::string& id, const proto::PausedReport& report) {
-  ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, report));
+namespace {
+size_t HintOf(int rank) { return rank >= 0 ? static_cast<size_t>(rank) : IdIndex::kNone; }
+}  // namespace
+
+Status GenerationManager::OnPaused(const std::string& id, const proto::PausedReport& report,
+                                   int rank) {
+  ELASTRA_RETURN_IF_ERROR(reconf_.RecordPaused(id, report, HintOf(rank)));
   if (!HoldsCommittedPart(id, report)) off_layout_.insert(id);
   if (!reconf_.AllPaused()) return OkStatus();
   if (reconf_.phase() == Phase::kPausing) {
@@ -85,8 +90,9 @@ Status GenerationManager::OnPaused(const std::string& id, const proto::PausedRep
   return OkStatus();
 }
 
-Status GenerationManager::OnReady(const std::string& id, const proto::GenerationReady& ready) {
-  ELASTRA_RETURN_IF_ERROR(reconf_.RecordReady(id, ready));
+Status GenerationManager::OnReady(const std::string& id, const proto::GenerationReady& ready,
+                                  int rank) {
+  ELASTRA_RETURN_IF_ERROR(reconf_.RecordReady(id, ready, HintOf(rank)));
   if (reconf_.AllReady()) Commit();
   return OkStatus();
 }
@@ -526,32 +532,46 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   // The world's address records are served by the members themselves when every one serves
   // them (each gets its build peers' endpoints); else all of them go through the store.
   const int world = static_cast<int>(plan.members.size());
+  // The endpoints by rank in one string, read once: a member's peers are log N ranks anywhere
+  // in the world, each a cache miss when read from its WorkerInfo.
   bool peers_serve = world > 1;
+  std::string endpoints;
+  if (peers_serve) endpoints.reserve(infos.size() * kRendezvousEndpointBytes);
   for (const WorkerInfo* w : infos) {
     peers_serve = peers_serve && w != nullptr && w->rendezvous.size() == kRendezvousEndpointBytes;
+    if (!peers_serve) break;
+    endpoints += w->rendezvous;
   }
+  ng.nccl.from_generation = generation_;
+  ng.nccl.from_world = reuse.from_world;
+  ng.nccl.renumber = reuse.renumber;
+  ng.nccl.excluded = reuse.excluded;
+  // The fields every recipient shares are encoded once; each recipient's own fields are set in
+  // one message reused for all (its vectors keep their capacity) and encoded behind them.
+  const std::string shared = proto::EncodeShared(ng);
+  proto::NewGeneration mine;
   std::vector<int> peers;  // one rank's build peers, reused
   auto push = [&](const std::string& id, const WorkerInfo* w, int rank) {
     const bool leave = rank < 0;
-    proto::NewGeneration mine = ng;  // the fields every recipient shares, then its own
     mine.leave = leave;
+    mine.build_peers.clear();
     if (peers_serve && !leave) {
       BuildPeersInto(rank, world, &peers);
       mine.build_peers.reserve(peers.size() * kRendezvousEndpointBytes);
-      for (int p : peers) mine.build_peers += infos[p]->rendezvous;
+      for (int p : peers) {
+        mine.build_peers.append(endpoints, static_cast<size_t>(p) * kRendezvousEndpointBytes,
+                                kRendezvousEndpointBytes);
+      }
     }
-    moves.Address(id, &mine);
-    mine.nccl.from_generation = generation_;
-    mine.nccl.from_world = reuse.from_world;
+    moves.Address(id, &mine);  // its members, previous members and part of the move
     mine.nccl.possible = !leave && reuse.possible;
-    mine.nccl.renumber = reuse.renumber;
-    mine.nccl.excluded = reuse.excluded;
     // The ranks to exclude go to the new rank 0 alone, and only on a device (only NCCL worlds
     // need them): it passes them on over the control world (proto::NcclReuse).
+    mine.nccl.exclude.clear();
     if (rank == 0 && mine.nccl.possible && w != nullptr && w->device >= 0) {
       mine.nccl.exclude = reuse.exclude;
     }
-    outbox_->PushTo(w, proto::MessageType::kNewGeneration, mine, plan.generation);
+    outbox_->PushSharedTo(w, proto::MessageType::kNewGeneration, shared, mine, plan.generation);
   };
   for (int r = 0; r < world; ++r) push(plan.members[r], infos[r], r);
   for (const auto& id : plan.leaving) push(id, membership_->Find(id), -1);

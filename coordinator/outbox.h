@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,14 @@ class Outbox {
               uint64_t generation) {
     if (w == nullptr || w->identity.empty()) return;
     out_.push_back({w->identity, proto::MakeFrame(type, payload, job_, generation, kSender, 0)});
+  }
+  // Push of a payload whose shared fields are encoded already (proto::MakeFrameShared).
+  template <class T>
+  void PushSharedTo(const WorkerInfo* w, proto::MessageType type, std::string_view shared,
+                    const T& payload, uint64_t generation) {
+    if (w == nullptr || w->identity.empty()) return;
+    out_.push_back(
+        {w->identity, proto::MakeFrameShared(type, shared, payload, job_, generation, kSender, 0)});
   }
   // The same push to each of `worker_ids` (as Push), encoded once.
   template <class T>

@@ -167,6 +167,39 @@ std::string Header(uint32_t magic, uint16_t version, uint16_t type) {
 
 std::string U64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 
+// The coordinator encodes a change's shared NewGeneration fields once (EncodeShared) and each
+// recipient's own behind them: the frame must be MakeFrame's, byte for byte, whatever the
+// recipient's fields, and decode to the whole message.
+TEST(CodecTest, ASharedPrefixFrameIsTheWholeMessagesFrame) {
+  const NewGeneration shared_fields = SampleGeneration();
+  const std::string shared = EncodeShared(shared_fields);
+  NewGeneration mine = SampleGeneration();
+  for (int recipient = 0; recipient < 3; ++recipient) {
+    mine.leave = recipient == 2;
+    mine.members.resize(recipient == 1 ? 1 : 2);
+    mine.move.transfers.push_back({recipient, 1, 0, 0, 2, 0, 3});
+    mine.nccl.possible = recipient != 2;
+    mine.nccl.exclude.assign(recipient, recipient);
+    mine.build_peers = std::string(6 * recipient, 'p');
+    const std::string frame = MakeFrameShared(MessageType::kNewGeneration, shared, mine, "job", 5,
+                                              "coordinator", 0);
+    EXPECT_EQ(frame, MakeFrame(MessageType::kNewGeneration, mine, "job", 5, "coordinator", 0))
+        << "recipient " << recipient;
+    auto env = DecodeEnvelope(frame);
+    ASSERT_TRUE(env.ok()) << env.status();
+    auto back = DecodePayload<NewGeneration>(env->payload);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->leave, mine.leave);
+    EXPECT_EQ(back->members.size(), mine.members.size());
+    EXPECT_EQ(back->move.transfers.size(), mine.move.transfers.size());
+    EXPECT_EQ(back->nccl.exclude, mine.nccl.exclude);
+    EXPECT_EQ(back->nccl.from_world, shared_fields.nccl.from_world);
+    EXPECT_EQ(back->build_peers, mine.build_peers);
+    EXPECT_EQ(back->kv_prefix, "g5/");
+    EXPECT_EQ(back->restore_step, 17);
+  }
+}
+
 TEST(CodecTest, WrongMagicOrVersionIsProtocolMismatch) {
   std::string frame = MakeFrame(MessageType::kHeartbeat, Heartbeat{1}, "j", 1, "w", 0);
   std::string bad_magic = frame;
