@@ -1,7 +1,8 @@
 #include "coordinator/restore_manager.h"
 
-#include <algorithm>
 #include <optional>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/logging.h"
@@ -60,6 +61,7 @@ void RestoreManager::Restore(const JournalState& s) {
   };
   // Members: the committed generation's, then (a change in flight) the workers it involved.
   std::vector<std::string> members;
+  std::unordered_set<std::string> listed;  // members' ids: a restart mid-change is O(N), not O(N^2)
   if (const JournalGeneration* g = s.current()) {
     job.generation = g->generation;
     job.layout = g->layout;
@@ -69,18 +71,20 @@ void RestoreManager::Restore(const JournalState& s) {
       if (state_of(m.id) == JournalWorkerState::kLost) continue;
       restore_worker(m);
       members.push_back(m.id);
+      listed.insert(m.id);
     }
   }
   if (s.change_in_flight) {
     for (const auto& w : s.change_workers) {
-      if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+      if (listed.count(w.id) > 0) continue;
       if (state_of(w.id).has_value()) continue;
       restore_worker(w);
       members.push_back(w.id);
+      listed.insert(w.id);
     }
   }
   for (const auto& w : s.standby) {
-    if (std::find(members.begin(), members.end(), w.id) != members.end()) continue;
+    if (listed.count(w.id) > 0) continue;
     restore_worker(w);
     health_->Beat(w.id);
   }
