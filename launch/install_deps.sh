@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev libcereal-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libcpp-httplib-dev
+  # The allocator of the processes that run a coordinator (docs/scale.md).
+  libjemalloc-dev
   # The dashboard's browser test (headless Chromium) and promtool for /metrics (docs/http.md).
   chromium prometheus
   libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev

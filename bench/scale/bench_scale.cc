@@ -49,9 +49,13 @@
 #include "bench/scale/curve_probe.h"
 #include "bench/scale/scenario.h"
 #include "common/codec.h"
+#include "elastra/config.h"
 
 namespace elastra::scale {
 namespace {
+
+// The allocator this process (and the elastra command, which runs the coordinator) links.
+constexpr const char* kAllocator = ELASTRA_HAVE_JEMALLOC ? "jemalloc" : "glibc malloc";
 
 using Json = nlohmann::json;
 
@@ -401,14 +405,15 @@ int Main(int argc, char** argv) {
       "bench_scale: the real CoordinatorCore (codec, journal) with N simulated workers in hosts of "
       "%d\n  modelled: latency %lld us one way (+0-%lld us), coordinator link %.0f Gb/s, worker "
       "link %.0f Gb/s,\n  journal fdatasync %.2f ms (journal in %s), step %.0f ms, %s, "
-      "rendezvous sampled on %d ranks,\n  server loop: %s\n",
+      "rendezvous sampled on %d ranks,\n  server loop: %s, allocator: %s\n",
       p.job.host_size, static_cast<long long>(p.net.latency_us),
       static_cast<long long>(p.net.jitter_us), p.net.coordinator_gbps, p.net.worker_gbps,
       p.server.fsync_us / 1000, f.journal_dir.c_str(), static_cast<double>(p.job.step_us) / kMs,
       p.job.nccl ? "NCCL job (Gloo control world + NCCL)" : "Gloo job",
       p.job.rendezvous_sample,
       p.server.batch > 0 ? ("ticks after every " + std::to_string(p.server.batch) + " messages").c_str()
-                         : "drains its socket before each tick");
+                         : "drains its socket before each tick",
+      kAllocator);
   std::fflush(stdout);
 
   const auto wall0 = std::chrono::steady_clock::now();
@@ -566,6 +571,7 @@ int Main(int argc, char** argv) {
   Json out;
   out["bench"] = "scale";
   out["max_workers"] = max_workers;
+  out["allocator"] = kAllocator;
   out["measured_max_workers"] = top.n;
   out["at_max_workers"] = measured_max ? "measured" : "extrapolated";
   Json sizes = Json::array();
