@@ -353,6 +353,19 @@ Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
   return AppendChange(std::move(record));
 }
 
+Status Journal::RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind) {
+  if (state_.current() == nullptr) {
+    return InvalidArgumentError("journal record refused: no generation is committed");
+  }
+  JournalRecord record;
+  record.type = JournalRecordType::kBegin;
+  record.target = target;
+  record.kind = kind;
+  record.workers_committed = true;
+  record.workers_of = state_.current()->generation;
+  return AppendChange(std::move(record));
+}
+
 namespace {
 
 bool SameWorkers(const std::vector<JournalWorker>& a, const std::vector<JournalWorker>& b) {

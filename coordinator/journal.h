@@ -132,6 +132,12 @@ struct JournalState {
   uint64_t change_target = 0;
   ChangeKind change_kind = ChangeKind::kPause;  // meaningful while change_in_flight
   std::vector<JournalWorker> change_workers;
+  // The change's workers are the committed generation's members (a pause of all of them: its
+  // begin record refers to them); change_workers is empty then. ChangeWorkers() reads either.
+  bool change_workers_committed = false;
+  const std::vector<JournalWorker>& ChangeWorkers() const {
+    return change_workers_committed && current() != nullptr ? current()->members : change_workers;
+  }
   // An accepted resize not yet done or failed.
   std::optional<JournalResize> resize;
   // Empty while the job runs.
@@ -192,6 +198,9 @@ class Journal {
   // its generation (the same ids, hosts, devices and pids, in the same order) is written with a
   // reference to that begin record instead of the list (docs/journal.md).
   Status RecordChangeBegun(uint64_t target, ChangeKind kind, std::vector<JournalWorker> workers);
+  // A change begun with the committed generation's members, by rank (a pause of all of them):
+  // written with a reference to that generation. kInvalidArgument when nothing is committed.
+  Status RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind);
   Status RecordCommit(JournalGeneration generation);
   // A commit whose members are the workers of the build begun for its generation, whatever
   // generation.members holds (the caller knows they are the same): kInvalidArgument when that

@@ -61,7 +61,19 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
 void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<std::string>& workers,
                                   const std::vector<const WorkerInfo*>& infos) {
-  if (journal_) LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
+  if (!journal_) return;
+  // A pause of the committed generation's members, by rank: the record refers to them. Their
+  // hosts, devices and pids are what the commit listed (a member's change only when it joins
+  // again, which Membership refuses while it is a member), so the ids are compared.
+  const JournalGeneration* committed = journal_->state().current();
+  if (kind == ChangeKind::kPause && committed != nullptr &&
+      std::equal(workers.begin(), workers.end(), committed->members.begin(),
+                 committed->members.end(),
+                 [](const std::string& id, const JournalWorker& w) { return id == w.id; })) {
+    LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind));
+    return;
+  }
+  LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
 }
 
 void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,

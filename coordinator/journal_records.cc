@@ -166,6 +166,15 @@ const char* BegunMismatch(const JournalState& s, uint64_t generation) {
   return nullptr;
 }
 
+// Why a begin record cannot take its workers from committed generation `generation` in `s` (it
+// is not the newest committed one); nullptr when it can.
+const char* CommittedMismatch(const JournalState& s, uint64_t generation) {
+  if (s.current() == nullptr || s.current()->generation != generation) {
+    return "a begin record refers to the members of a generation that is not the committed one";
+  }
+  return nullptr;
+}
+
 JournalRecord Read(const json& r, const JournalState& s) {
   if (!r.is_object()) throw BadRecord{"record is not an object"};
   const std::string type = Str(r, "t");
@@ -213,7 +222,18 @@ JournalRecord Read(const json& r, const JournalState& s) {
     rec.type = JournalRecordType::kBegin;
     rec.target = static_cast<uint64_t>(Int(r, "target", 1, INT64_MAX));
     rec.kind = EnumFrom<ChangeKind>(r, "kind", "change kind");
-    rec.workers = WorkersFrom(r, "workers");
+    if (r.contains("members_of")) {
+      // The workers are the committed generation's members (written so since 2026-12-04 for a
+      // pause of every member: 16,384 of them were listed again).
+      if (r.contains("workers")) {
+        throw BadRecord{"a begin record with both 'members_of' and 'workers'"};
+      }
+      rec.workers_of = static_cast<uint64_t>(Int(r, "members_of", 1, INT64_MAX));
+      if (const char* why = CommittedMismatch(s, rec.workers_of)) throw BadRecord{why};
+      rec.workers_committed = true;
+    } else {
+      rec.workers = WorkersFrom(r, "workers");
+    }
   } else if (type == "commit") {
     rec.type = JournalRecordType::kCommit;
     JournalGeneration& g = rec.generation;
@@ -333,8 +353,10 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       s->change_target = rec.target;
       s->change_kind = rec.kind;
       s->highest_generation = std::max(s->highest_generation, rec.target);
+      // Committed members were added to seen_ids with their commit.
       for (const auto& w : rec.workers) s->seen_ids.insert(w.id);
       s->change_workers = std::move(rec.workers);
+      s->change_workers_committed = rec.workers_committed;
       break;
     case JournalRecordType::kCommit: {
       JournalGeneration& g = rec.generation;
@@ -359,6 +381,7 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       s->change_target = 0;
       s->change_kind = ChangeKind::kPause;
       s->change_workers.clear();
+      s->change_workers_committed = false;
       break;
     }
     case JournalRecordType::kCheckpoint:
@@ -472,8 +495,13 @@ std::string ChangeRecordText(JournalRecord* rec) {
   if (rec->type == JournalRecordType::kBegin) {
     text = "{\"kind\":\"";
     text += ToString(rec->kind);
-    text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec->target) + ",\"workers\":";
-    PutWorkers(&rec->workers, &text);
+    text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec->target);
+    if (rec->workers_committed) {
+      text += ",\"members_of\":" + std::to_string(rec->workers_of);
+    } else {
+      text += ",\"workers\":";
+      PutWorkers(&rec->workers, &text);
+    }
     text.push_back('}');
     return text;
   }
@@ -511,6 +539,12 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
     if (!FromString(ToString(rec.kind), &kind)) return CorruptError("unknown change kind");
     if (rec.target < 1 || rec.target > kMaxId)
       return CorruptError("field 'target' is out of range");
+    if (rec.workers_committed) {
+      if (!rec.workers.empty()) {
+        return CorruptError("a begin record with both 'members_of' and 'workers'");
+      }
+      if (const char* why = CommittedMismatch(s, rec.workers_of)) return CorruptError(why);
+    }
     return CheckWorkers(rec.workers);
   }
   if (rec.type != JournalRecordType::kCommit) return InvalidArgumentError("not a change record");

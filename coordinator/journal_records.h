@@ -58,6 +58,10 @@ struct JournalRecord {
   uint64_t target = 0;
   ChangeKind kind = ChangeKind::kPause;
   std::vector<JournalWorker> workers;
+  // The change's workers are the members of the committed generation the state holds (a record
+  // written with "members_of": that generation, in place of "workers"); `workers` stays empty.
+  bool workers_committed = false;
+  uint64_t workers_of = 0;  // that generation (when workers_committed)
   // commit
   JournalGeneration generation;
   // The commit's members are the workers of the `build` begin record of the same generation, in
@@ -88,7 +92,8 @@ void ApplyJournalRecord(JournalRecord record, JournalState* state);
 // values without JSON objects (at 16,384 workers the objects cost tens of ms a record). The record
 // is changed to what replay reads back from that text: a string that is not UTF-8 as the JSON
 // library replaces it, a timing that is not a finite number as -1 (not known). A commit with
-// members_begun is written with "begin": its generation in place of its members.
+// members_begun is written with "begin": its generation in place of its members; a begin with
+// workers_committed with "members_of": the committed generation's.
 std::string ChangeRecordText(JournalRecord* record);
 // A `begin` or `commit` record built from typed values, checked against every bound
 // ReadJournalRecord enforces on the same record read from its text, and against `state`.

@@ -75,7 +75,7 @@ void RestoreManager::Restore(const JournalState& s) {
     }
   }
   if (s.change_in_flight) {
-    for (const auto& w : s.change_workers) {
+    for (const auto& w : s.ChangeWorkers()) {
       if (listed.count(w.id) > 0) continue;
       if (state_of(w.id).has_value()) continue;
       restore_worker(w);

@@ -235,5 +235,99 @@ TEST_F(JournalTest, ReplayRefusesACommitThatRefersToNoBuildInFlight) {
   }
 }
 
+// A pause's begin record refers to the committed members it pauses instead of listing them
+// (written through RecordChangeBegunOfCommitted); replay reads the same change back, a restart
+// in the middle of that pause sees its workers, and replay refuses a reference to a generation
+// that is not the committed one.
+TEST_F(JournalTest, APauseOfTheCommittedMembersRefersToThemAndReplays) {
+  const std::vector<JournalWorker> members = {W("w1"), W("w0")};
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("job", 2, 4).ok());
+    EXPECT_EQ((*j)->RecordChangeBegunOfCommitted(1, ChangeKind::kPause).code(),
+              StatusCode::kInvalidArgument)
+        << "nothing is committed yet";
+    for (const auto& w : members) ASSERT_TRUE((*j)->RecordJoin(w).ok());
+    ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kBuild, members).ok());
+    ASSERT_TRUE((*j)->RecordCommit(Generation(1, members)).ok());
+    ASSERT_TRUE((*j)->RecordChangeBegunOfCommitted(2, ChangeKind::kPause).ok());
+    const JournalState& s = (*j)->state();
+    EXPECT_TRUE(s.change_in_flight);
+    EXPECT_TRUE(s.change_workers.empty());
+    ExpectSameWorkers(s.ChangeWorkers(), members);
+  }
+  const std::vector<std::string> records = Payloads(ReadAll());
+  const std::string& pause = records.back();
+  EXPECT_NE(pause.find("\"members_of\":1"), std::string::npos) << pause;
+  EXPECT_EQ(pause.find("w1"), std::string::npos) << "the members are not listed again";
+
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(s->change_in_flight);
+  EXPECT_EQ(s->change_kind, ChangeKind::kPause);
+  EXPECT_EQ(s->change_target, 2u);
+  ExpectSameWorkers(s->ChangeWorkers(), members);
+
+  // The build after it lists its own workers, and its commit replays as before.
+  auto j = Journal::Open(path_);
+  ASSERT_TRUE(j.ok()) << j.status();
+  const std::vector<JournalWorker> grown = {W("w1"), W("w0"), W("w2")};
+  ASSERT_TRUE((*j)->RecordJoin(W("w2")).ok());
+  ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kBuild, grown).ok());
+  EXPECT_FALSE((*j)->state().change_workers_committed);
+  ASSERT_TRUE((*j)->RecordCommit(Generation(2, grown)).ok());
+  j->reset();
+  auto again = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(again->history.size(), 2u);
+  ExpectSameWorkers(again->history[1].members, grown);
+  ExpectSameWorkers(again->history[0].members, members);
+
+  // A reference to anything but the committed generation stops the replay there.
+  const std::string job = Framed(R"({"t":"job","version":1,"job":"j","initial_workers":1,)"
+                                 R"("max_workers":2})");
+  const std::string build = Framed(
+      R"({"kind":"build","t":"begin","target":1,)"
+      R"("workers":[{"device":0,"host":"h","id":"a","pid":1}]})");
+  const std::string commit = Framed(
+      R"({"generation":1,"layout":{"dp":1,"pp":1,"tp":1},"begin":1,"reason":"resize",)"
+      R"("t":"commit","downtime_ms":0,"agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})");
+  auto pause_of = [](const std::string& rest) {
+    return Framed(R"({"kind":"pause","t":"begin","target":2)" + rest + "}");
+  };
+  struct Case {
+    std::string name;
+    std::string bytes;
+    uint64_t records;
+    bool warns;
+  };
+  const std::vector<Case> cases = {
+      {"the committed one", job + build + commit + pause_of(R"(,"members_of":1)"), 4, false},
+      {"nothing committed", job + pause_of(R"(,"members_of":1)"), 1, true},
+      {"another generation", job + build + commit + pause_of(R"(,"members_of":2)"), 3, true},
+      {"both members_of and workers",
+       job + build + commit +
+           pause_of(R"(,"members_of":1,"workers":[{"device":0,"host":"h","id":"a","pid":1}])"),
+       3, true},
+  };
+  for (const auto& c : cases) {
+    WriteAll(c.bytes);
+    auto r = Journal::Replay(path_, &warnings);
+    warnings.clear();
+    r = Journal::Replay(path_, &warnings);
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    EXPECT_EQ(r->records, c.records) << c.name;
+    EXPECT_EQ(!warnings.empty(), c.warns) << c.name;
+    if (c.records == 4) {
+      ASSERT_EQ(r->ChangeWorkers().size(), 1u) << c.name;
+      EXPECT_EQ(r->ChangeWorkers()[0].id, "a") << c.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace elastra::coordinator
