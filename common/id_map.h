@@ -61,6 +61,8 @@ class IdMap {
     T& v = At(slot);
     v = std::move(value);
     Place(Hash(v.id), slot);
+    if (slot >= live_.size()) live_.resize(slot + 1, false);
+    live_[slot] = true;
     ++size_;
     return {&v, true};
   }
@@ -77,6 +79,7 @@ class IdMap {
     }
     const uint32_t slot = probes_[s].slot;
     At(slot) = T();  // frees what the value held
+    live_[slot] = false;
     free_.push_back(slot);
     --size_;
     // Backward shift: the entries after `s` in its run move up while that keeps them reachable.
@@ -95,6 +98,14 @@ class IdMap {
   }
 
   size_t size() const { return size_; }
+
+  // `fn(const T&)` for each value, in no particular order. O(values ever held at once).
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (size_t slot = 0; slot < used_; ++slot) {
+      if (live_[slot]) fn(At(static_cast<uint32_t>(slot)));
+    }
+  }
 
  private:
   static constexpr uint32_t kEmpty = UINT32_MAX;
@@ -127,6 +138,7 @@ class IdMap {
   std::vector<std::unique_ptr<T[]>> blocks_;  // the values, kBlock a block; slots never move
   size_t used_ = 0;                           // slots handed out (erased ones are in free_)
   std::vector<uint32_t> free_;
+  std::vector<bool> live_;     // by slot: whether it holds a value (ForEach)
   std::vector<Probe> probes_;  // a power of two, at most half full
   size_t mask_ = 0;
   size_t size_ = 0;

@@ -24,7 +24,8 @@ void TrainingMetrics::OnHeartbeat(const std::string& worker, const proto::Heartb
 void TrainingMetrics::OnHeartbeat(const WorkerInfo& worker, const proto::Heartbeat& hb,
                                   const Layout& layout) {
   const WorkerInfo* w = &worker;
-  Reported& r = reported_[worker.id];
+  Reported* found = reported_.Find(worker.id);
+  Reported& r = found != nullptr ? *found : *reported_.Emplace(Reported{worker.id}).first;
   r.metrics.clear();
   for (const TrainingMetric& m : hb.metrics) {
     if (r.metrics.size() >= proto::kMaxTrainingMetrics) break;
@@ -81,14 +82,14 @@ void TrainingMetrics::ObserveState(JobState state) {
 
 std::vector<TrainingMetric> TrainingMetrics::JobMetrics() const {
   std::map<std::string, std::pair<int, TrainingMetric>> best;  // name -> (rank, metric)
-  for (const auto& [id, r] : reported_) {
-    const WorkerInfo* w = membership_->Find(id);
-    if (w == nullptr || w->state != WorkerState::kMember || w->rank < 0) continue;
+  reported_.ForEach([&](const Reported& r) {
+    const WorkerInfo* w = membership_->Find(r.id);
+    if (w == nullptr || w->state != WorkerState::kMember || w->rank < 0) return;
     for (const TrainingMetric& m : r.metrics) {
       auto it = best.find(m.name);
       if (it == best.end() || w->rank < it->second.first) best[m.name] = {w->rank, m};
     }
-  }
+  });
   std::vector<TrainingMetric> out;
   for (auto& [name, ranked] : best) out.push_back(ranked.second);
   return out;

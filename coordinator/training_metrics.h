@@ -8,10 +8,10 @@
 #include <deque>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/id_map.h"
 #include "common/messages.h"
 #include "coordinator/membership.h"
 
@@ -43,6 +43,7 @@ class TrainingMetrics {
 
  private:
   struct Reported {
+    std::string id;       // the worker's
     int64_t samples = 0;  // the last running total seen
     std::vector<proto::TrainingMetric> metrics;
   };
@@ -55,7 +56,7 @@ class TrainingMetrics {
   Clock* clock_;
   const Membership* membership_;
   TimePoint start_;
-  std::unordered_map<std::string, Reported> reported_;  // by worker id: O(1) per heartbeat
+  IdMap<Reported> reported_;  // by worker id: O(1) per heartbeat, a flat table (common/id_map.h)
   int64_t samples_ = 0;
   // Time running: the state now, and since when it is being integrated.
   proto::JobState state_ = proto::JobState::kForming;

@@ -64,6 +64,9 @@ void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
           EXPECT_EQ(v, where[probe]) << "a value moved: " << probe;
         }
       }
+      std::unordered_map<std::string, int> seen;
+      map.ForEach([&](const Value& v) { EXPECT_TRUE(seen.emplace(v.id, v.payload).second); });
+      EXPECT_EQ(seen, want) << "ForEach after " << op << " operations";
     }
   }
 }
