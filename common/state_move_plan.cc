@@ -168,13 +168,21 @@ int32_t MoveAddresser::ScalarsSource() const {
 }
 
 void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) const {
-  std::vector<int> new_ranks, old_ranks;
+  // Into the message's own vectors and two of this object's, which keep their capacity: a
+  // coordinator addresses 16,384 recipients a change, most with one entry in each table.
+  std::vector<int>& new_ranks = new_ranks_;
+  std::vector<int>& old_ranks = old_ranks_;
+  new_ranks.clear();
+  old_ranks.clear();
   const int slot = Slot(id);
   const Ranks ranks = slot >= 0 ? ranks_[slot] : Ranks{};
   if (ranks.new_rank >= 0) new_ranks.push_back(ranks.new_rank);
   if (ranks.old_rank >= 0) old_ranks.push_back(ranks.old_rank);
   proto::StateMovePart& part = gen->move;
-  part = proto::StateMovePart{};
+  part.transfers.clear();
+  part.error.clear();
+  part.needs_leavers = false;
+  part.workers = 0;
   part.plan = plan_kind_;
   part.tensors = static_cast<int32_t>(state_.tensors.size());
   if (plan_kind_ != proto::MovePlan::kNone && !planned_.ok()) {
@@ -200,18 +208,17 @@ void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) co
       }
     }
   }
-  auto table = [](std::vector<int>& ranks, const std::vector<proto::Member>& all) {
+  auto table = [](std::vector<int>& ranks, const std::vector<proto::Member>& all,
+                  std::vector<proto::Member>* out) {
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    std::vector<proto::Member> out;
-    out.reserve(ranks.size());
+    out->clear();
     for (int r : ranks) {
-      if (r >= 0 && r < static_cast<int>(all.size())) out.push_back(all[r]);
+      if (r >= 0 && r < static_cast<int>(all.size())) out->push_back(all[r]);
     }
-    return out;
   };
-  gen->members = table(new_ranks, members_);
-  gen->prev_members = table(old_ranks, prev_members_);
+  table(new_ranks, members_, &gen->members);
+  table(old_ranks, prev_members_, &gen->prev_members);
 }
 
 // ---------------------------------------------------------------------------------------------

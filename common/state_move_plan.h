@@ -5,7 +5,8 @@
 // the transfers it sends or receives); each worker rebuilds from that part the plan restricted to
 // itself (StateMoveOf), which the executor runs exactly as it would the whole plan: the same
 // copies and the same transfers in the same order, so both sides of a pair agree on every
-// message. Pure computation: thread-safe.
+// message. Pure computation: thread-safe, but for a MoveAddresser's Address (thread-compatible: it
+// reuses scratch vectors).
 #pragma once
 
 #include <string>
@@ -58,7 +59,7 @@ class MoveAddresser {
   MoveAddresser& operator=(const MoveAddresser&) = delete;
 
   // Fills gen->members, gen->prev_members and gen->move for the recipient `id` (a member or a
-  // leaving worker).
+  // leaving worker), reusing their capacity. Not thread-safe: it reuses scratch of this object.
   void Address(const std::string& id, proto::NewGeneration* gen) const;
 
   // The lowest new rank whose worker held the state (0 when none did).
@@ -88,6 +89,7 @@ class MoveAddresser {
   std::vector<Ranks> ranks_;  // member_ids_, then other_ids_
   std::vector<int> old_rank_of_worker_;                 // by plan worker, -1 when none
   std::vector<std::vector<int>> transfers_of_worker_;  // indices into plan.transfers, in order
+  mutable std::vector<int> new_ranks_, old_ranks_;     // Address's scratch, reused
 };
 
 // The worker's side: the state move this worker (`worker_id`) takes part in, from the
