@@ -81,9 +81,7 @@ void Reconfiguration::Reset() {
 }
 
 size_t Reconfiguration::ParticipantIndex(const std::string& id, size_t hint) const {
-  const size_t i = hint < participants_.size() && participants_[hint] == id
-                       ? hint
-                       : participant_index_.Find(id);
+  const size_t i = participant_index_.Find(id, hint);
   if (i == IdIndex::kNone || answers_[i] == kDropped) return IdIndex::kNone;
   return i;
 }
@@ -120,9 +118,7 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
     return StaleGenerationError("generation " + std::to_string(ready.generation) +
                                 " is not being built");
   }
-  const size_t i = hint < plan_.members.size() && plan_.members[hint] == id
-                       ? hint
-                       : member_index_.Find(id);
+  const size_t i = member_index_.Find(id, hint);
   if (i == IdIndex::kNone) {
     return NotFoundError(id + " is not a member of generation " +
                          std::to_string(plan_.generation));

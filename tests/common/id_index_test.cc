@@ -50,5 +50,21 @@ TEST(IdIndex, BuildSaysWhetherTheIdsAreDistinctAndFindsTheFirstOfTwins) {
   EXPECT_EQ(index.Find("w2"), 2u);
 }
 
+// A hint is only where to look first: right, wrong, out of range or with nothing indexed, Find
+// answers as without it.
+TEST(IdIndex, AHintedFindAnswersAsTheIndex) {
+  std::vector<std::string> ids = {"w0", "w1", "w2"};
+  IdIndex index;
+  EXPECT_EQ(index.Find("w1", 1), IdIndex::kNone);  // nothing indexed yet
+  index.Build(&ids);
+  EXPECT_EQ(index.Find("w1", 1), 1u);
+  EXPECT_EQ(index.Find("w1", 0), 1u);
+  EXPECT_EQ(index.Find("w2", 99), 2u);
+  EXPECT_EQ(index.Find("w2", IdIndex::kNone), 2u);
+  EXPECT_EQ(index.Find("x", 0), IdIndex::kNone);
+  index.Clear();
+  EXPECT_EQ(index.Find("w0", 0), IdIndex::kNone);
+}
+
 }  // namespace
 }  // namespace elastra
