@@ -361,7 +361,6 @@ Status Journal::RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind) {
   record.type = JournalRecordType::kBegin;
   record.target = target;
   record.kind = kind;
-  record.workers_committed = true;
   record.workers_of = state_.current()->generation;
   return AppendChange(std::move(record));
 }

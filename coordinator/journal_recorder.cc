@@ -5,6 +5,17 @@
 #include "common/logging.h"
 
 namespace elastra::coordinator {
+namespace {
+
+// Whether `ids` are the ids of `records`, in order. A member's host, device and pid change only
+// when it joins again, which Membership refuses while it is a member: so a list of members is the
+// list of their records when the ids agree, and the records need not be looked up and compared.
+bool SameIds(const std::vector<std::string>& ids, const std::vector<JournalWorker>& records) {
+  return std::equal(ids.begin(), ids.end(), records.begin(), records.end(),
+                    [](const std::string& id, const JournalWorker& w) { return id == w.id; });
+}
+
+}  // namespace
 
 void JournalRecorder::LogFailure(const Status& s) {
   if (!s.ok()) {
@@ -62,14 +73,9 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<std::string>& workers,
                                   const std::vector<const WorkerInfo*>& infos) {
   if (!journal_) return;
-  // A pause of the committed generation's members, by rank: the record refers to them. Their
-  // hosts, devices and pids are what the commit listed (a member's change only when it joins
-  // again, which Membership refuses while it is a member), so the ids are compared.
+  // A pause of the committed generation's members, by rank: the record refers to them.
   const JournalGeneration* committed = journal_->state().current();
-  if (kind == ChangeKind::kPause && committed != nullptr &&
-      std::equal(workers.begin(), workers.end(), committed->members.begin(),
-                 committed->members.end(),
-                 [](const std::string& id, const JournalWorker& w) { return id == w.id; })) {
+  if (kind == ChangeKind::kPause && committed != nullptr && SameIds(workers, committed->members)) {
     LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind));
     return;
   }
@@ -97,8 +103,7 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   // records looked up again (16,384 lookups and copies at that size).
   const JournalState& s = journal_->state();
   if (s.change_in_flight && s.change_kind == ChangeKind::kBuild && s.change_target == generation &&
-      std::equal(members.begin(), members.end(), s.change_workers.begin(), s.change_workers.end(),
-                 [](const std::string& id, const JournalWorker& w) { return id == w.id; })) {
+      SameIds(members, s.change_workers)) {
     LogFailure(journal_->RecordCommitOfBegun(std::move(g)));
     return;
   }

@@ -230,7 +230,6 @@ JournalRecord Read(const json& r, const JournalState& s) {
       }
       rec.workers_of = static_cast<uint64_t>(Int(r, "members_of", 1, INT64_MAX));
       if (const char* why = CommittedMismatch(s, rec.workers_of)) throw BadRecord{why};
-      rec.workers_committed = true;
     } else {
       rec.workers = WorkersFrom(r, "workers");
     }
@@ -356,7 +355,7 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       // Committed members were added to seen_ids with their commit.
       for (const auto& w : rec.workers) s->seen_ids.insert(w.id);
       s->change_workers = std::move(rec.workers);
-      s->change_workers_committed = rec.workers_committed;
+      s->change_workers_committed = rec.workers_of != 0;
       break;
     case JournalRecordType::kCommit: {
       JournalGeneration& g = rec.generation;
@@ -496,7 +495,7 @@ std::string ChangeRecordText(JournalRecord* rec) {
     text = "{\"kind\":\"";
     text += ToString(rec->kind);
     text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec->target);
-    if (rec->workers_committed) {
+    if (rec->workers_of != 0) {
       text += ",\"members_of\":" + std::to_string(rec->workers_of);
     } else {
       text += ",\"workers\":";
@@ -539,7 +538,7 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
     if (!FromString(ToString(rec.kind), &kind)) return CorruptError("unknown change kind");
     if (rec.target < 1 || rec.target > kMaxId)
       return CorruptError("field 'target' is out of range");
-    if (rec.workers_committed) {
+    if (rec.workers_of != 0) {
       if (!rec.workers.empty()) {
         return CorruptError("a begin record with both 'members_of' and 'workers'");
       }

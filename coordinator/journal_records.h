@@ -58,10 +58,10 @@ struct JournalRecord {
   uint64_t target = 0;
   ChangeKind kind = ChangeKind::kPause;
   std::vector<JournalWorker> workers;
-  // The change's workers are the members of the committed generation the state holds (a record
-  // written with "members_of": that generation, in place of "workers"); `workers` stays empty.
-  bool workers_committed = false;
-  uint64_t workers_of = 0;  // that generation (when workers_committed)
+  // Not 0: the change's workers are the members of this generation, the committed one of the
+  // state it follows (a record written with "members_of" in place of "workers"); `workers` stays
+  // empty.
+  uint64_t workers_of = 0;
   // commit
   JournalGeneration generation;
   // The commit's members are the workers of the `build` begin record of the same generation, in
@@ -93,7 +93,7 @@ void ApplyJournalRecord(JournalRecord record, JournalState* state);
 // is changed to what replay reads back from that text: a string that is not UTF-8 as the JSON
 // library replaces it, a timing that is not a finite number as -1 (not known). A commit with
 // members_begun is written with "begin": its generation in place of its members; a begin with
-// workers_committed with "members_of": the committed generation's.
+// workers_of with "members_of": that generation.
 std::string ChangeRecordText(JournalRecord* record);
 // A `begin` or `commit` record built from typed values, checked against every bound
 // ReadJournalRecord enforces on the same record read from its text, and against `state`.
