@@ -179,10 +179,10 @@ void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) co
   if (ranks.new_rank >= 0) new_ranks.push_back(ranks.new_rank);
   if (ranks.old_rank >= 0) old_ranks.push_back(ranks.old_rank);
   proto::StateMovePart& part = gen->move;
-  part.transfers.clear();
-  part.error.clear();
-  part.needs_leavers = false;
-  part.workers = 0;
+  std::vector<proto::MoveTransfer> transfers = std::move(part.transfers);  // keeps its capacity
+  transfers.clear();
+  part = proto::StateMovePart{};
+  part.transfers = std::move(transfers);
   part.plan = plan_kind_;
   part.tensors = static_cast<int32_t>(state_.tensors.size());
   if (plan_kind_ != proto::MovePlan::kNone && !planned_.ok()) {
