@@ -1,11 +1,11 @@
 // IdMap<T>: values keyed by a string id, for tables the coordinator looks up on every message (its
 // workers). The values live in blocks of kBlock and never move (a pointer to one stays valid until
 // its id is erased); the ids are found through a flat open-addressing table of slot numbers with
-// 32 bits of each id's hash beside them. A lookup hashes the id, reads one probe line and, where
-// the hash bits agree, the value: two cache misses where std::unordered_map takes three or four
+// each id's hash beside them. A lookup hashes the id, reads one probe line and, where the hashes
+// agree, the value: two cache misses where std::unordered_map takes three or four
 // at 16,384 entries (its bucket, the node before, the node; docs/scale.md). Erasing uses
 // backward-shift deletion, so no tombstones pile up. T must have a std::string member `id`, set
-// by Emplace and unchanged after. `Hash` hashes a std::string_view (a test passes one that
+// by Emplace and unchanged after. `Hasher` hashes a std::string_view (a test passes one that
 // collides). Thread-compatible.
 #pragma once
 
@@ -29,23 +29,14 @@ class IdMap {
 
   // The value of `id`, nullptr when there is none.
   T* Find(std::string_view id) { return const_cast<T*>(std::as_const(*this).Find(id)); }
-  const T* Find(std::string_view id) const {
-    if (size_ == 0) return nullptr;
-    const uint64_t h = Hash(id);
-    for (size_t s = h & mask_;; s = (s + 1) & mask_) {
-      const Probe& p = probes_[s];
-      if (p.slot == kEmpty) return nullptr;
-      if (p.hash == h) {
-        const T& v = At(p.slot);
-        if (v.id == id) return &v;
-      }
-    }
-  }
+  const T* Find(std::string_view id) const { return Find(id, Hash(id)); }
 
   // Inserts `value` under value.id, or replaces the value there (in place: pointers to it stay
   // valid). Returns the stored value and whether it was inserted.
   std::pair<T*, bool> Emplace(T value) {
-    if (T* old = Find(value.id)) {
+    const uint64_t h = Hash(value.id);  // once, for the lookup and the placement
+    if (const T* found = Find(value.id, h)) {
+      T* old = const_cast<T*>(found);
       *old = std::move(value);
       return {old, false};
     }
@@ -60,7 +51,7 @@ class IdMap {
     }
     T& v = At(slot);
     v = std::move(value);
-    Place(Hash(v.id), slot);
+    Place(h, slot);
     if (slot >= live_.size()) live_.resize(slot + 1, false);
     live_[slot] = true;
     ++size_;
@@ -117,6 +108,18 @@ class IdMap {
   };
 
   static uint64_t Hash(std::string_view id) { return static_cast<uint64_t>(Hasher{}(id)); }
+  // Find with the id's hash already computed.
+  const T* Find(std::string_view id, uint64_t h) const {
+    if (size_ == 0) return nullptr;
+    for (size_t s = h & mask_;; s = (s + 1) & mask_) {
+      const Probe& p = probes_[s];
+      if (p.slot == kEmpty) return nullptr;
+      if (p.hash == h) {
+        const T& v = At(p.slot);
+        if (v.id == id) return &v;
+      }
+    }
+  }
   T& At(uint32_t slot) { return blocks_[slot >> kBlockBits][slot & (kBlock - 1)]; }
   const T& At(uint32_t slot) const { return blocks_[slot >> kBlockBits][slot & (kBlock - 1)]; }
 
