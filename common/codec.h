@@ -25,6 +25,14 @@ std::string EncodeEnvelope(const Envelope& envelope);
 size_t EncodeEnvelopeHead(MessageType type, const std::string& job, uint64_t generation,
                           const std::string& sender, uint64_t request_id, StringOutputArchive* ar,
                           std::string* frame);
+// The bytes EncodeEnvelopeHead writes for `job` and `sender`, its length tag included.
+constexpr size_t EnvelopeHeadBytes(size_t job_bytes, size_t sender_bytes) {
+  // magic, version, type, job (size tag + bytes), generation, sender (likewise), request id,
+  // the payload's length tag.
+  return sizeof(kMagic) + sizeof(kProtocolVersion) + sizeof(uint16_t) + sizeof(uint64_t) +
+         job_bytes + sizeof(uint64_t) + sizeof(uint64_t) + sender_bytes + sizeof(uint64_t) +
+         sizeof(uint64_t);
+}
 StatusOr<Envelope> DecodeEnvelope(std::string_view frame);
 
 template <class T>
@@ -77,18 +85,31 @@ std::string EncodeShared(const T& payload) {
 // MakeFrame's bytes for a payload whose shared fields are already encoded: `shared` (from
 // EncodeShared of a payload with the same shared fields) is copied in, and only `payload`'s own
 // fields (T::SerializeOwn) are encoded. A change's NewGenerations share most of their bytes.
+// The own fields go to `*scratch` first (its capacity kept from call to call), so the frame is
+// allocated once at its size instead of growing through the appends.
+template <class T>
+std::string MakeFrameShared(MessageType type, std::string_view shared, const T& payload,
+                            const std::string& job, uint64_t generation, const std::string& sender,
+                            uint64_t request_id, std::string* scratch) {
+  scratch->clear();
+  StringOutputArchive own(scratch);
+  const_cast<T&>(payload).SerializeOwn(own);  // writes only: cereal's output convention
+  std::string frame;
+  frame.reserve(EnvelopeHeadBytes(job.size(), sender.size()) + shared.size() + scratch->size());
+  StringOutputArchive ar(&frame);
+  const size_t length_at = EncodeEnvelopeHead(type, job, generation, sender, request_id, &ar, &frame);
+  frame.append(shared);
+  frame.append(*scratch);
+  const uint64_t length = frame.size() - length_at - sizeof(uint64_t);
+  std::memcpy(frame.data() + length_at, &length, sizeof(length));
+  return frame;
+}
 template <class T>
 std::string MakeFrameShared(MessageType type, std::string_view shared, const T& payload,
                             const std::string& job, uint64_t generation, const std::string& sender,
                             uint64_t request_id) {
-  std::string frame;
-  StringOutputArchive ar(&frame);
-  const size_t length_at = EncodeEnvelopeHead(type, job, generation, sender, request_id, &ar, &frame);
-  frame.append(shared);
-  const_cast<T&>(payload).SerializeOwn(ar);
-  const uint64_t length = frame.size() - length_at - sizeof(uint64_t);
-  std::memcpy(frame.data() + length_at, &length, sizeof(length));
-  return frame;
+  std::string scratch;
+  return MakeFrameShared(type, shared, payload, job, generation, sender, request_id, &scratch);
 }
 
 }  // namespace elastra::proto

@@ -573,6 +573,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     }
     outbox_->PushSharedTo(w, proto::MessageType::kNewGeneration, shared, mine, plan.generation);
   };
+  outbox_->Reserve(plan.members.size() + plan.leaving.size());
   for (int r = 0; r < world; ++r) push(plan.members[r], infos[r], r);
   for (const auto& id : plan.leaving) push(id, membership_->Find(id), -1);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)

@@ -60,8 +60,8 @@ class Outbox {
   void PushSharedTo(const WorkerInfo* w, proto::MessageType type, std::string_view shared,
                     const T& payload, uint64_t generation) {
     if (w == nullptr || w->identity.empty()) return;
-    out_.push_back(
-        {w->identity, proto::MakeFrameShared(type, shared, payload, job_, generation, kSender, 0)});
+    out_.push_back({w->identity, proto::MakeFrameShared(type, shared, payload, job_, generation,
+                                                        kSender, 0, &own_scratch_)});
   }
   // The same push to each of `worker_ids` (as Push), encoded once.
   template <class T>
@@ -111,6 +111,9 @@ class Outbox {
   uint64_t malformed_frames() const { return malformed_frames_; }
   uint64_t stale_messages() const { return stale_messages_; }
 
+  // Room for `n` more frames before the next Take() (a change pushes one to every member).
+  void Reserve(size_t n) { out_.reserve(out_.size() + n); }
+
   // The frames written since the last Take().
   std::vector<Outgoing> Take() { return std::exchange(out_, {}); }
 
@@ -121,7 +124,8 @@ class Outbox {
   const Membership* membership_;
   std::function<uint64_t()> generation_;
   std::vector<Outgoing> out_;
-  std::string ack_frame_;  // HeartbeatAck of ack_generation_
+  std::string own_scratch_;  // PushSharedTo's encoding of a payload's own fields
+  std::string ack_frame_;    // HeartbeatAck of ack_generation_
   uint64_t ack_generation_ = 0;
   uint64_t malformed_frames_ = 0;
   uint64_t stale_messages_ = 0;

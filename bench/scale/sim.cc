@@ -402,7 +402,7 @@ void SimCoordinator::MeasureNewGenerationEncoding(const std::vector<Outgoing>& o
   uint64_t bytes = 0, timed_bytes = 0;
   int64_t timed_ns = 0;
   std::vector<std::string> held;
-  std::string shared;
+  std::string shared, scratch;
   for (const auto& o : out) {
     if (FrameType(o.frame) != MessageType::kNewGeneration) continue;
     ++cost->new_generation_frames;
@@ -416,7 +416,8 @@ void SimCoordinator::MeasureNewGenerationEncoding(const std::vector<Outgoing>& o
     const int64_t t0 = ThreadCpuNanos();
     if (shared.empty()) shared = proto::EncodeShared(*ng);
     held.push_back(proto::MakeFrameShared(MessageType::kNewGeneration, shared, *ng, e->job,
-                                          e->generation, e->sender, e->request_id));
+                                          e->generation, e->sender, e->request_id,
+                                          &scratch));
     timed_ns += std::max<int64_t>(0, ThreadCpuNanos() - t0 - cpu_overhead_ns_);
     timed_bytes += held.back().size();
   }

@@ -167,6 +167,19 @@ std::string Header(uint32_t magic, uint16_t version, uint16_t type) {
 
 std::string U64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 
+// MakeFrameShared sizes its frame from EnvelopeHeadBytes: it must be the head's length exactly.
+TEST(CodecTest, EnvelopeHeadBytesIsTheHeadsLength) {
+  for (const std::string& job : {std::string(), std::string("job"), std::string(300, 'j')}) {
+    for (const std::string& sender : {std::string(), std::string("coordinator")}) {
+      const std::string payload = EncodePayload(SampleGeneration());
+      const std::string frame =
+          MakeFrame(MessageType::kNewGeneration, SampleGeneration(), job, 3, sender, 9);
+      EXPECT_EQ(EnvelopeHeadBytes(job.size(), sender.size()), frame.size() - payload.size())
+          << "job " << job.size() << " bytes, sender " << sender;
+    }
+  }
+}
+
 // The coordinator encodes a change's shared NewGeneration fields once (EncodeShared) and each
 // recipient's own behind them: the frame must be MakeFrame's, byte for byte, whatever the
 // recipient's fields, and decode to the whole message.
@@ -174,7 +187,8 @@ TEST(CodecTest, ASharedPrefixFrameIsTheWholeMessagesFrame) {
   const NewGeneration shared_fields = SampleGeneration();
   const std::string shared = EncodeShared(shared_fields);
   NewGeneration mine = SampleGeneration();
-  for (int recipient = 0; recipient < 3; ++recipient) {
+  std::string scratch;  // one for every recipient, as the outbox keeps it: longest first
+  for (int recipient = 2; recipient >= 0; --recipient) {
     mine.leave = recipient == 2;
     mine.members.resize(recipient == 1 ? 1 : 2);
     mine.move.transfers.push_back({recipient, 1, 0, 0, 2, 0, 3});
@@ -182,7 +196,7 @@ TEST(CodecTest, ASharedPrefixFrameIsTheWholeMessagesFrame) {
     mine.nccl.exclude.assign(recipient, recipient);
     mine.build_peers = std::string(6 * recipient, 'p');
     const std::string frame = MakeFrameShared(MessageType::kNewGeneration, shared, mine, "job", 5,
-                                              "coordinator", 0);
+                                              "coordinator", 0, &scratch);
     EXPECT_EQ(frame, MakeFrame(MessageType::kNewGeneration, mine, "job", 5, "coordinator", 0))
         << "recipient " << recipient;
     auto env = DecodeEnvelope(frame);
