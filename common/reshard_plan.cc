@@ -130,6 +130,75 @@ class SharedSenders {
   std::vector<std::optional<MinLoadHeap>> heaps_;
 };
 
+// One tensor's regions at every rank of a layout. A region depends on the rank's DP coordinate
+// only under ZeRO (sharding.h): otherwise one LocalRegion per (stage, TP rank), not per rank,
+// which at 16,384 data-parallel ranks is 16,384 times fewer.
+class RegionTable {
+ public:
+  RegionTable(const TensorSpec& t, int num_layers, const Layout& layout,
+              const std::vector<Coordinates>& coords)
+      : per_rank_(t.rule.zero), tp_(layout.tp), coords_(&coords) {
+    if (per_rank_) {
+      regions_.reserve(coords.size());
+      for (const Coordinates& c : coords) regions_.push_back(LocalRegion(t, num_layers, layout, c));
+      return;
+    }
+    regions_.reserve(static_cast<size_t>(layout.pp) * layout.tp);
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      for (int tp = 0; tp < layout.tp; ++tp) {
+        Coordinates c;
+        c.pp_rank = stage;
+        c.tp_rank = tp;
+        regions_.push_back(LocalRegion(t, num_layers, layout, c));
+      }
+    }
+  }
+  // Ranks of one class hold the same region; classes are numbered from 0 to classes() - 1.
+  size_t ClassOf(int rank) const {
+    if (per_rank_) return static_cast<size_t>(rank);
+    const Coordinates& c = (*coords_)[rank];
+    return static_cast<size_t>(c.pp_rank) * tp_ + c.tp_rank;
+  }
+  size_t classes() const { return regions_.size(); }
+  const Region& ofClass(size_t c) const { return regions_[c]; }
+  const Region& at(int rank) const { return regions_[ClassOf(rank)]; }
+
+ private:
+  bool per_rank_;
+  int tp_;
+  const std::vector<Coordinates>* coords_;
+  std::vector<Region> regions_;
+};
+
+// The replicas of one group by host: a counting sort of the group's workers by their host,
+// stable, so a host's replicas keep the group's order. Built the first time a receiver looks
+// for replicas on its own host, instead of a scan of the whole group per receiver (quadratic in
+// a grow by many hosts at thousands of replicas).
+class ReplicasByHost {
+ public:
+  void Build(const std::vector<int>& replicas, const std::vector<int>& host_of_worker,
+             int num_hosts) {
+    first_.assign(static_cast<size_t>(num_hosts) + 1, 0);
+    for (int w : replicas) ++first_[host_of_worker[w] + 1];
+    for (size_t h = 1; h < first_.size(); ++h) first_[h] += first_[h - 1];
+    sorted_.resize(replicas.size());
+    std::vector<size_t> next(first_.begin(), first_.end() - 1);
+    for (int w : replicas) sorted_[next[host_of_worker[w]]++] = w;
+    built_ = true;
+  }
+  bool built() const { return built_; }
+  // The group's replicas on `host`, in the group's order.
+  void On(int host, std::vector<int>* out) const {
+    out->assign(sorted_.begin() + static_cast<std::ptrdiff_t>(first_[host]),
+                sorted_.begin() + static_cast<std::ptrdiff_t>(first_[host + 1]));
+  }
+
+ private:
+  bool built_ = false;
+  std::vector<size_t> first_;  // first_[h]: where host h's replicas begin in sorted_
+  std::vector<int> sorted_;
+};
+
 }  // namespace
 
 StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& from,
@@ -158,27 +227,37 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
   for (int r = 0; r < to.layout.world(); ++r) to_coords[r] = CoordinatesOf(to.layout, r);
 
   std::vector<int64_t> sent(num_workers, 0), received(num_workers, 0);
+  int num_hosts = 0;
+  for (int h : host_of_worker) num_hosts = std::max(num_hosts, h + 1);
 
   for (size_t ti = 0; ti < state.tensors.size(); ++ti) {
     const TensorSpec& t = state.tensors[ti];
     const int64_t esize = static_cast<int64_t>(t.element_size);
     // Distinct non-empty regions of the old layout and the workers holding each (replicas).
     // Two distinct regions of one tensor in one layout are disjoint (see sharding.h).
-    std::vector<Region> from_region(from.layout.world());
+    const RegionTable from_region(t, state.num_layers, from.layout, from_coords);
+    const RegionTable to_region(t, state.num_layers, to.layout, to_coords);
     std::vector<std::pair<Region, std::vector<int>>> groups;
     {
+      // Each class's group, found once per class: kNone until a live rank of the class is seen.
+      constexpr size_t kNone = static_cast<size_t>(-1);
+      std::vector<size_t> group_of_class(from_region.classes(), kNone);
       std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, size_t> index;
       for (int r = 0; r < from.layout.world(); ++r) {
-        from_region[r] = LocalRegion(t, state.num_layers, from.layout, from_coords[r]);
-        const Region& g = from_region[r];
+        const size_t c = from_region.ClassOf(r);
+        const Region& g = from_region.ofClass(c);
         if (g.empty() || from.worker_of_rank[r] < 0) continue;
-        auto key = std::make_tuple(g.box.row_begin, g.box.row_end, g.box.col_begin,
-                                   g.box.col_end, g.flat_begin, g.flat_end);
-        auto [it, added] = index.emplace(key, groups.size());
-        if (added) groups.push_back({g, {}});
-        groups[it->second].second.push_back(from.worker_of_rank[r]);
+        if (group_of_class[c] == kNone) {
+          auto key = std::make_tuple(g.box.row_begin, g.box.row_end, g.box.col_begin,
+                                     g.box.col_end, g.flat_begin, g.flat_end);
+          auto [it, added] = index.try_emplace(key, groups.size());
+          if (added) groups.push_back({g, {}});
+          group_of_class[c] = it->second;
+        }
+        groups[group_of_class[c]].second.push_back(from.worker_of_rank[r]);
       }
     }
+    std::vector<ReplicasByHost> by_host(groups.size());
     std::vector<std::vector<Rect>> group_pieces;
     for (const auto& g : groups) group_pieces.push_back(g.first.Pieces());
     // Groups by box, each list ordered by flat range (disjoint within one box), so the groups a
@@ -220,13 +299,13 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
 
     SharedSenders shared(groups.size());
     for (int b = 0; b < to.layout.world(); ++b) {
-      const Region need = LocalRegion(t, state.num_layers, to.layout, to_coords[b]);
+      const Region& need = to_region.at(b);
       if (need.empty()) continue;
       const int dst = to.worker_of_rank[b];
       const int own_rank = from_rank_of_worker[dst];
-      if (own_rank >= 0 && from_region[own_rank].box == need.box &&
-          from_region[own_rank].flat_begin == need.flat_begin &&
-          from_region[own_rank].flat_end == need.flat_end) {
+      const Region* held = own_rank >= 0 ? &from_region.at(own_rank) : nullptr;
+      if (held != nullptr && held->box == need.box && held->flat_begin == need.flat_begin &&
+          held->flat_end == need.flat_end) {
         // It holds exactly what it needs (most ranks of most changes): its pieces stay in place,
         // as the general case below would find piece by piece.
         if (!options.copies) {
@@ -240,12 +319,11 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
         continue;
       }
       std::vector<Rect> own;
-      if (own_rank >= 0) own = from_region[own_rank].Pieces();
+      if (held != nullptr) own = held->Pieces();
 
       // The lower bound, counted independently of the transfers below.
       plan.bytes_lower_bound +=
-          (need.elements() - (own_rank >= 0 ? OverlapElements(need, from_region[own_rank]) : 0)) *
-          esize;
+          (need.elements() - (held != nullptr ? OverlapElements(need, *held) : 0)) * esize;
 
       for (const Rect& piece : need.Pieces()) {
         std::vector<Rect> rest{piece};
@@ -267,10 +345,9 @@ StatusOr<ReshardPlan> BuildReshardPlan(const StateSpec& state, const Placement& 
           int64_t covered = 0;
           for (size_t gi : candidates(x)) {
             const std::vector<int>& replicas = groups[gi].second;
+            if (!by_host[gi].built()) by_host[gi].Build(replicas, host_of_worker, num_hosts);
             std::vector<int> near;
-            for (int w : replicas) {
-              if (host_of_worker[w] == host_of_worker[dst]) near.push_back(w);
-            }
+            by_host[gi].On(host_of_worker[dst], &near);
             const std::vector<int>& pool = near.empty() ? replicas : near;
             for (const Rect& q : group_pieces[gi]) {
               const Rect y = Intersect(x, q);

@@ -31,7 +31,7 @@ StatusOr<StateMove> PlanStateMove(const StateSpec& state, const Layout& layout,
     host_of_worker.reserve(most);
     auto add = [&](const std::string& id, const std::string& host) {
       move.workers.push_back(id);
-      auto [it, added] = hosts.emplace(host, static_cast<int>(hosts.size()));
+      auto [it, added] = hosts.try_emplace(host, static_cast<int>(hosts.size()));
       host_of_worker.push_back(it->second);
     };
     for (const auto& m : members) add(m.worker_id, m.host);
