@@ -69,23 +69,17 @@ const HostInfo* HostTable::FindByAgent(const std::string& agent) const {
   return const_cast<HostTable*>(this)->FindByAgent(agent);
 }
 
-namespace {
-// The states of a worker that holds a slot of its host.
-constexpr std::initializer_list<WorkerState> kOnSlot = {
-    WorkerState::kMember, WorkerState::kStandby, WorkerState::kLeaving};
-}  // namespace
-
 std::vector<std::string> HostTable::WorkersOn(const std::string& host) const {
   std::vector<std::string> out;
   for (const WorkerInfo* w : membership_->On(host)) {
-    if (std::find(kOnSlot.begin(), kOnSlot.end(), w->state) != kOnSlot.end()) out.push_back(w->id);
+    if (Membership::HoldsSlot(w->state)) out.push_back(w->id);
   }
   return out;
 }
 
 int HostTable::FreeSlots(const HostInfo& host) const {
-  // Counted, not listed: a resize sums this over every host.
-  const int used = static_cast<int>(membership_->CountOn(host.name, kOnSlot) + host.spawns.size());
+  // Counted, not listed (Membership keeps the count): a resize sums this over every host.
+  const int used = static_cast<int>(membership_->SlotsHeldOn(host.name) + host.spawns.size());
   return std::max(0, host.slots - used);
 }
 
@@ -120,8 +114,7 @@ int HostTable::FreeSlotsTotal(TimePoint now, bool watched_only, const std::strin
 
 int HostTable::LeavingTotal(TimePoint now, bool watched_only, const std::string& except) const {
   int leaving = 0;
-  for (const WorkerInfo* w : membership_->All()) {
-    if (w->state != WorkerState::kLeaving) continue;
+  for (const WorkerInfo* w : membership_->Leaving()) {
     const HostInfo* h = Find(w->host);
     if (h != nullptr && h->name != except && CanStart(*h, now, watched_only)) ++leaving;
   }
@@ -142,7 +135,7 @@ std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placeme
     const int free = FreeSlots(h);
     if (free > 0) {
       candidates.push_back(
-          {&h, free, static_cast<int>(membership_->CountOn(h.name, kOnSlot) + h.spawns.size())});
+          {&h, free, static_cast<int>(membership_->SlotsHeldOn(h.name) + h.spawns.size())});
     }
   }
   if (placement == Placement::kFullestFirst) {

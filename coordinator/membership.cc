@@ -10,31 +10,50 @@ namespace elastra::coordinator {
 void Membership::Index(WorkerInfo& w) {
   by_order_[w.join_order] = &w;
   if (w.state == WorkerState::kStandby) standby_[w.join_order] = &w;
+  if (w.state == WorkerState::kLeaving) leaving_[w.join_order] = &w;
   if (w.state == WorkerState::kMember) members_.emplace(w.rank, &w);
   if (w.state == WorkerState::kFinished) ++finished_;
-  by_host_[w.host][w.join_order] = &w;
+  OnHost& host = by_host_[w.host];
+  host.by_order[w.join_order] = &w;
+  if (HoldsSlot(w.state)) ++host.slots_held;
 }
 
 void Membership::Unindex(WorkerInfo& w) {
   by_order_.erase(w.join_order);
   standby_.erase(w.join_order);
+  leaving_.erase(w.join_order);
   members_.erase({w.rank, &w});
   if (w.state == WorkerState::kFinished) --finished_;
   auto host = by_host_.find(w.host);
   if (host != by_host_.end()) {
-    host->second.erase(w.join_order);
-    if (host->second.empty()) by_host_.erase(host);
+    if (host->second.by_order.erase(w.join_order) != 0 && HoldsSlot(w.state)) {
+      --host->second.slots_held;
+    }
+    if (host->second.by_order.empty()) by_host_.erase(host);
   }
 }
 
 void Membership::Restate(WorkerInfo& w, WorkerState state, int rank) {
+  if (HoldsSlot(w.state) != HoldsSlot(state)) {
+    // Only a worker leaving its slot (lost, finished) or taking one again looks its host up.
+    auto host = by_host_.find(w.host);
+    if (host != by_host_.end()) {
+      if (HoldsSlot(state)) {
+        ++host->second.slots_held;
+      } else {
+        --host->second.slots_held;
+      }
+    }
+  }
   if (w.state == WorkerState::kStandby) standby_.erase(w.join_order);
+  if (w.state == WorkerState::kLeaving) leaving_.erase(w.join_order);
   if (w.state == WorkerState::kMember) members_.erase({w.rank, &w});
   if (w.state == WorkerState::kFinished) --finished_;
   if (state == WorkerState::kFinished) ++finished_;
   w.state = state;
   w.rank = rank;
   if (state == WorkerState::kStandby) standby_[w.join_order] = &w;
+  if (state == WorkerState::kLeaving) leaving_[w.join_order] = &w;
   if (state == WorkerState::kMember) members_.emplace(rank, &w);
 }
 
@@ -66,7 +85,7 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   } else {
     info.join_order = next_join_order_++;
   }
-  ever_seen_.insert(info.id);
+  NoteSeen(info.id);
   if (old != nullptr) Unindex(*old);
   Index(*workers_.Emplace(std::move(info)).first);  // in place of the old entry, if any
   return OkStatus();
@@ -111,12 +130,24 @@ std::vector<const WorkerInfo*> Membership::All() const {
   return all;
 }
 
+std::vector<const WorkerInfo*> Membership::Leaving() const {
+  std::vector<const WorkerInfo*> out;
+  out.reserve(leaving_.size());
+  for (const auto& [order, w] : leaving_) out.push_back(w);
+  return out;
+}
+
 std::vector<const WorkerInfo*> Membership::On(const std::string& host) const {
   std::vector<const WorkerInfo*> out;
   auto it = by_host_.find(host);
   if (it == by_host_.end()) return out;
-  for (const auto& [order, w] : it->second) out.push_back(w);
+  for (const auto& [order, w] : it->second.by_order) out.push_back(w);
   return out;
+}
+
+size_t Membership::SlotsHeldOn(const std::string& host) const {
+  auto it = by_host_.find(host);
+  return it == by_host_.end() ? 0 : it->second.slots_held;
 }
 
 size_t Membership::CountOn(const std::string& host,
@@ -124,7 +155,7 @@ size_t Membership::CountOn(const std::string& host,
   auto it = by_host_.find(host);
   if (it == by_host_.end()) return 0;
   size_t n = 0;
-  for (const auto& [order, w] : it->second) {
+  for (const auto& [order, w] : it->second.by_order) {
     n += std::find(states.begin(), states.end(), w->state) != states.end() ? 1 : 0;
   }
   return n;
@@ -168,10 +199,53 @@ void Membership::Remove(const std::string& id) {
   workers_.Erase(id);
 }
 
+namespace {
+
+// k when `id` is "w<k>" written as std::to_string writes k (no sign, no leading zero), else -1.
+int64_t WorkerNumber(const std::string& id, uint64_t limit) {
+  if (id.size() < 2 || id.size() > 20 || id[0] != 'w' || (id[1] == '0' && id.size() > 2)) {
+    return -1;
+  }
+  uint64_t k = 0;
+  for (size_t i = 1; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9') return -1;
+    k = k * 10 + static_cast<uint64_t>(id[i] - '0');
+    if (k >= limit) return -1;
+  }
+  return static_cast<int64_t>(k);
+}
+
+}  // namespace
+
+void Membership::NoteSeen(const std::string& id) {
+  ever_seen_.insert(id);
+  const int64_t k = WorkerNumber(id, kTrackedNumbers);
+  if (k < 0) return;
+  const size_t word = static_cast<size_t>(k) / 64;
+  if (word >= numbers_seen_.size()) numbers_seen_.resize(word + 1, 0);
+  numbers_seen_[word] |= uint64_t{1} << (k % 64);
+}
+
+void Membership::MarkSeen(const std::string& id) { NoteSeen(id); }
+
 std::string Membership::NextWorkerId() {
   for (;;) {
+    // The numbers already seen are skipped a word of 64 at a time where every one is taken.
+    while (next_worker_number_ < kTrackedNumbers) {
+      const size_t word = next_worker_number_ / 64;
+      if (word >= numbers_seen_.size()) break;
+      if (numbers_seen_[word] == ~uint64_t{0}) {
+        next_worker_number_ = (word + 1) * 64;
+        continue;
+      }
+      if ((numbers_seen_[word] >> (next_worker_number_ % 64) & 1) == 0) break;
+      ++next_worker_number_;
+    }
     std::string id = "w" + std::to_string(next_worker_number_++);
-    if (ever_seen_.insert(id).second) return id;
+    if (ever_seen_.count(id) == 0) {
+      NoteSeen(id);
+      return id;
+    }
   }
 }
 

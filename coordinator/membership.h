@@ -1,8 +1,9 @@
 // Membership: every worker the coordinator knows, its host, state and rank, and the mapping from
 // worker id to the ROUTER identity of its latest message (the hosts and their agents are in
 // HostTable). Indexed so that what a single message needs costs O(1) or O(log N) (docs/scale.md):
-// a worker by id (a flat hash table, common/id_map.h), the standby workers by join order, the members by rank, the workers of
-// a host; a list of N workers costs O(N), never a sort. A worker's state, rank and host change only
+// a worker by id (a flat hash table, common/id_map.h), the standby and the leaving workers by join
+// order, the members by rank, the workers of a host and how many of them hold a slot there; a list
+// of N workers costs O(N), never a sort. A worker's state, rank and host change only
 // through the methods below (they keep the indexes); the other fields of the WorkerInfo that Find
 // returns are the caller's to change. Thread-compatible (owned by the coordinator's loop).
 #pragma once
@@ -71,6 +72,14 @@ class Membership {
   std::vector<const WorkerInfo*> On(const std::string& host) const;
   // How many of them are in one of `states`, without a list. O(workers of that host).
   size_t CountOn(const std::string& host, std::initializer_list<WorkerState> states) const;
+  // How many of them hold one of the host's slots (member, standby or leaving: HoldsSlot). O(1)
+  // after the host's lookup: a resize sums it over every host.
+  size_t SlotsHeldOn(const std::string& host) const;
+  static bool HoldsSlot(WorkerState s) {
+    return s == WorkerState::kMember || s == WorkerState::kStandby || s == WorkerState::kLeaving;
+  }
+  // The workers in state kLeaving, by join order. O(result).
+  std::vector<const WorkerInfo*> Leaving() const;
 
   // Makes `ordered` the members with ranks 0..n-1. Members not listed keep their state; callers
   // move them with SetState.
@@ -87,7 +96,7 @@ class Membership {
   // seen (removed ones included), so an id never names two processes.
   std::string NextWorkerId();
   // Marks `id` as used, so NextWorkerId never hands it out (a restarted coordinator).
-  void MarkSeen(const std::string& id) { ever_seen_.insert(id); }
+  void MarkSeen(const std::string& id);
 
  private:
   // The indexes of `w` (added after, removed before any change of its state, rank or host).
@@ -105,12 +114,23 @@ class Membership {
       return a.first != b.first ? a.first < b.first : a.second->id < b.second->id;
     }
   };
+  struct OnHost {
+    std::map<uint64_t, WorkerInfo*> by_order;
+    size_t slots_held = 0;  // of them in a state that HoldsSlot
+  };
   IdMap<WorkerInfo> workers_;  // a flat index: Find is two cache misses at 16,384 workers
   std::map<uint64_t, WorkerInfo*> by_order_;              // every worker, by join order
   std::map<uint64_t, WorkerInfo*> standby_;               // standby workers, by join order
+  std::map<uint64_t, WorkerInfo*> leaving_;               // leaving workers, by join order
   std::set<std::pair<int, WorkerInfo*>, ByRank> members_;  // members, by rank (then id)
-  std::unordered_map<std::string, std::map<uint64_t, WorkerInfo*>> by_host_;  // by join order
+  std::unordered_map<std::string, OnHost> by_host_;
   std::unordered_set<std::string> ever_seen_;
+  // The numbers k of the ids "w<k>" seen, a bit each, so NextWorkerId skips the ids a launcher
+  // gave (16,384 "w0".."w16383" from mpirun) without a lookup per id. Up to kTrackedNumbers;
+  // ids above are skipped through ever_seen_.
+  static constexpr uint64_t kTrackedNumbers = uint64_t{1} << 22;
+  std::vector<uint64_t> numbers_seen_;
+  void NoteSeen(const std::string& id);
   size_t finished_ = 0;  // workers in state kFinished
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;

@@ -97,6 +97,76 @@ TEST(MembershipTest, IndexesFollowStatesRanksAndHosts) {
   EXPECT_EQ(all, (std::vector<std::string>{"w0", "w1", "w2", "w4", "w5"}));
 }
 
+// The counts a resize reads without a scan (slots held per host, the leaving workers) agree with
+// a scan of the workers after every change of state, host and membership.
+TEST(MembershipTest, SlotCountsAndTheLeavingFollowEveryChange) {
+  Membership m;
+  auto check = [&](const std::string& when) {
+    std::vector<std::string> leaving;
+    for (const WorkerInfo* w : m.All()) {
+      if (w->state == WorkerState::kLeaving) leaving.push_back(w->id);
+    }
+    std::vector<std::string> listed;
+    for (const WorkerInfo* w : m.Leaving()) listed.push_back(w->id);
+    EXPECT_EQ(listed, leaving) << when;
+    for (const char* h : {"h0", "h1", "h2"}) {
+      EXPECT_EQ(m.SlotsHeldOn(h),
+                m.CountOn(h, {WorkerState::kMember, WorkerState::kStandby, WorkerState::kLeaving}))
+          << when << ", host " << h;
+    }
+  };
+  for (int i = 0; i < 6; ++i) {
+    proto::JoinRequest r{"w" + std::to_string(i), i < 3 ? "h0" : "h1", 0, 1};
+    ASSERT_TRUE(m.Join(r, "id", TimePoint{}).ok());
+  }
+  check("joined");
+  EXPECT_EQ(m.SlotsHeldOn("h0"), 3u);
+  m.AssignRanks({"w0", "w1", "w3", "w4"});
+  check("members");
+  m.SetState("w1", WorkerState::kLeaving);
+  m.SetState("w4", WorkerState::kLeaving);
+  check("two leaving");
+  EXPECT_EQ(m.Leaving().size(), 2u);
+  EXPECT_EQ(m.SlotsHeldOn("h1"), 3u);  // a leaving worker still holds its slot
+  m.SetState("w4", WorkerState::kLost);
+  m.SetFinished("w3");
+  check("lost and finished");
+  EXPECT_EQ(m.SlotsHeldOn("h1"), 1u);
+  m.SetHost("w1", "h2");
+  check("moved while leaving");
+  EXPECT_EQ(m.SlotsHeldOn("h2"), 1u);
+  m.Remove("w1");
+  check("removed");
+  EXPECT_TRUE(m.Leaving().empty());
+  ASSERT_TRUE(m.Join(proto::JoinRequest{"w4", "h2", 0, 1}, "id2", TimePoint{}).ok());
+  check("lost one joined again elsewhere");
+  EXPECT_EQ(m.SlotsHeldOn("h2"), 1u);
+  m.SetState("w4", WorkerState::kStandby);
+  m.SetState("w0", WorkerState::kLost);
+  m.SetState("w0", WorkerState::kStandby);  // back on its slot
+  check("lost and back");
+  EXPECT_EQ(m.SlotsHeldOn("h0"), 2u);  // w0 and w2: w1 moved away
+}
+
+// A launcher's ids "w0".."w<n>" are skipped at once, as a gap among them is still filled, and
+// ids that only look alike ("w007", "wx") take nothing.
+TEST(MembershipTest, FreshWorkerIdsSkipALaunchersIds) {
+  Membership m;
+  for (int i = 0; i < 300; ++i) {
+    if (i == 130) continue;
+    ASSERT_TRUE(m.Join(Req("w" + std::to_string(i)), "x", TimePoint{}).ok());
+  }
+  ASSERT_TRUE(m.Join(Req("w007"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("wx"), "x", TimePoint{}).ok());
+  m.MarkSeen("w301");
+  m.MarkSeen("w99999999999");  // beyond the numbers tracked: found through the id
+  EXPECT_EQ(m.NextWorkerId(), "w130");
+  EXPECT_EQ(m.NextWorkerId(), "w300");
+  EXPECT_EQ(m.NextWorkerId(), "w302");
+  ASSERT_TRUE(m.Join(Req("w303"), "x", TimePoint{}).ok());
+  EXPECT_EQ(m.NextWorkerId(), "w304");
+}
+
 TEST(MembershipTest, AGrowKeepsTheRanksOfMembersAndIndexesTheNewOnes) {
   Membership m;
   for (int i = 0; i < 5; ++i) {
