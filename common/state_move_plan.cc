@@ -152,8 +152,9 @@ MoveAddresser::MoveAddresser(const StateSpec& state, Layout layout,
   }
 }
 
-int MoveAddresser::Slot(const std::string& id) const {
-  const size_t i = member_index_.Find(id);
+int MoveAddresser::Slot(const std::string& id, int rank) const {
+  const size_t i =
+      member_index_.Find(id, rank >= 0 ? static_cast<size_t>(rank) : IdIndex::kNone);
   if (i != IdIndex::kNone) return static_cast<int>(i);
   const size_t j = other_index_.Find(id);
   if (j != IdIndex::kNone) return static_cast<int>(member_ids_.size() + j);
@@ -167,14 +168,14 @@ int32_t MoveAddresser::ScalarsSource() const {
   return 0;
 }
 
-void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen) const {
+void MoveAddresser::Address(const std::string& id, proto::NewGeneration* gen, int rank) const {
   // Into the message's own vectors and two of this object's, which keep their capacity: a
   // coordinator addresses 16,384 recipients a change, most with one entry in each table.
   std::vector<int>& new_ranks = new_ranks_;
   std::vector<int>& old_ranks = old_ranks_;
   new_ranks.clear();
   old_ranks.clear();
-  const int slot = Slot(id);
+  const int slot = Slot(id, rank);
   const Ranks ranks = slot >= 0 ? ranks_[slot] : Ranks{};
   if (ranks.new_rank >= 0) new_ranks.push_back(ranks.new_rank);
   if (ranks.old_rank >= 0) old_ranks.push_back(ranks.old_rank);

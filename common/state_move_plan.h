@@ -60,7 +60,9 @@ class MoveAddresser {
 
   // Fills gen->members, gen->prev_members and gen->move for the recipient `id` (a member or a
   // leaving worker), reusing their capacity. Not thread-safe: it reuses scratch of this object.
-  void Address(const std::string& id, proto::NewGeneration* gen) const;
+  // `rank`: the recipient's new rank when the caller knows it (-1 otherwise), tried first so the
+  // lookup by id costs a comparison instead of a hash; a wrong one only costs the hash.
+  void Address(const std::string& id, proto::NewGeneration* gen, int rank = -1) const;
 
   // The lowest new rank whose worker held the state (0 when none did).
   int32_t ScalarsSource() const;
@@ -82,7 +84,7 @@ class MoveAddresser {
   // Where `id`'s Ranks are in ranks_: a new member's at its position in member_ids_, a previous
   // member's that is not a new one after them; -1 for any other id. Flat indexes, not a hash
   // node per worker (docs/scale.md).
-  int Slot(const std::string& id) const;
+  int Slot(const std::string& id, int rank = -1) const;
   std::vector<std::string> member_ids_;  // members_' ids, by new rank
   std::vector<std::string> other_ids_;   // prev_members_' ids that are not members, by old rank
   IdIndex member_index_, other_index_;

@@ -476,22 +476,35 @@ std::vector<proto::Member> GenerationManager::MembersOf(const Layout& layout,
 }
 
 void GenerationManager::StartBuild(GenerationPlan plan) {
-  // Members not in the plan that still hold the member state (aborted survivors that did not
-  // answer were marked lost already) are not part of the new generation.
-  // Flat indexes of the two lists, not a hash node per worker (docs/scale.md).
-  IdIndex members_index, leaving_index;
-  members_index.Build(&plan.members);
-  leaving_index.Build(&plan.leaving);
-  for (const auto& id : membership_->Members()) {
-    if (members_index.Find(id) == IdIndex::kNone && leaving_index.Find(id) == IdIndex::kNone) {
-      membership_->SetState(id, WorkerState::kLost);
-      journal_->WorkerState(id, JournalWorkerState::kLost);
-      health_->Forget(id);
-    }
-  }
   // Each member looked up once for the journal, the member table and the push (the entries
   // stay put: Membership never moves a WorkerInfo, and nothing below removes one).
   const std::vector<const WorkerInfo*> infos = membership_->FindAll(plan.members);
+  // Members not in the plan that still hold the member state (aborted survivors that did not
+  // answer were marked lost already) are not part of the new generation. The plan's ids are
+  // distinct, the leaving ones the old members it did not take (FinishPause): when as many of
+  // them are members as there are members, there is none such (most changes), and the members
+  // need not be looked up again.
+  size_t members_in_plan = 0;
+  for (const WorkerInfo* w : infos) {
+    members_in_plan += w != nullptr && w->state == WorkerState::kMember ? 1 : 0;
+  }
+  for (const auto& id : plan.leaving) {
+    const WorkerInfo* w = membership_->Find(id);
+    members_in_plan += w != nullptr && w->state == WorkerState::kMember ? 1 : 0;
+  }
+  if (members_in_plan != membership_->MemberCount()) {
+    // Flat indexes of the two lists, not a hash node per worker (docs/scale.md).
+    IdIndex members_index, leaving_index;
+    members_index.Build(&plan.members);
+    leaving_index.Build(&plan.leaving);
+    for (const auto& id : membership_->Members()) {
+      if (members_index.Find(id) == IdIndex::kNone && leaving_index.Find(id) == IdIndex::kNone) {
+        membership_->SetState(id, WorkerState::kLost);
+        journal_->WorkerState(id, JournalWorkerState::kLost);
+        health_->Forget(id);
+      }
+    }
+  }
   journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members, infos);
   membership_->AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
@@ -563,7 +576,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
                                 kRendezvousEndpointBytes);
       }
     }
-    moves.Address(id, &mine);  // its members, previous members and part of the move
+    moves.Address(id, &mine, rank);  // its members, previous members and part of the move
     mine.nccl.possible = !leave && reuse.possible;
     // The ranks to exclude go to the new rank 0 alone, and only on a device (only NCCL worlds
     // need them): it passes them on over the control world (proto::NcclReuse).

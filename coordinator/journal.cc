@@ -353,7 +353,9 @@ Status Journal::RecordChangeBegun(uint64_t target, ChangeKind kind,
   return AppendChange(std::move(record));
 }
 
-Status Journal::RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind) {
+Status Journal::RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind,
+                                             std::vector<int32_t> dropped,
+                                             std::vector<JournalWorker> added) {
   if (state_.current() == nullptr) {
     return InvalidArgumentError("journal record refused: no generation is committed");
   }
@@ -362,6 +364,8 @@ Status Journal::RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind) {
   record.target = target;
   record.kind = kind;
   record.workers_of = state_.current()->generation;
+  record.dropped = std::move(dropped);
+  record.workers = std::move(added);
   return AppendChange(std::move(record));
 }
 

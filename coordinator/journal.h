@@ -198,9 +198,13 @@ class Journal {
   // its generation (the same ids, hosts, devices and pids, in the same order) is written with a
   // reference to that begin record instead of the list (docs/journal.md).
   Status RecordChangeBegun(uint64_t target, ChangeKind kind, std::vector<JournalWorker> workers);
-  // A change begun with the committed generation's members, by rank (a pause of all of them):
-  // written with a reference to that generation. kInvalidArgument when nothing is committed.
-  Status RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind);
+  // A change begun with the committed generation's members, by rank, less those at the ranks in
+  // `dropped` (ascending), then the `added` workers (a pause of all of them: neither; a grow:
+  // only added; a shrink or a recovery: dropped, and standby workers added): written with a
+  // reference to that generation and the difference. kInvalidArgument when nothing is committed.
+  Status RecordChangeBegunOfCommitted(uint64_t target, ChangeKind kind,
+                                      std::vector<int32_t> dropped = {},
+                                      std::vector<JournalWorker> added = {});
   Status RecordCommit(JournalGeneration generation);
   // A commit whose members are the workers of the build begun for its generation, whatever
   // generation.members holds (the caller knows they are the same): kInvalidArgument when that

@@ -79,6 +79,32 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
     LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind));
     return;
   }
+  // Most builds keep the committed members in their order, less some (a shrink, a recovery),
+  // and add some behind them (a grow, standby workers): the record lists only the difference.
+  if (committed != nullptr && kind == ChangeKind::kBuild) {
+    std::vector<int32_t> dropped;
+    size_t kept = 0;  // the workers matched so far, in order
+    const std::vector<JournalWorker>& old = committed->members;
+    for (size_t r = 0; r < old.size(); ++r) {
+      const WorkerInfo* w = kept < workers.size() ? infos[kept] : nullptr;
+      // Kept as it was: the same id and the same process (a worker that joined again is not).
+      if (w != nullptr && workers[kept] == old[r].id && w->host == old[r].host &&
+          w->device == old[r].device && w->pid == old[r].pid) {
+        ++kept;
+      } else {
+        dropped.push_back(static_cast<int32_t>(r));
+      }
+    }
+    const size_t added = workers.size() - kept;
+    if (kept > 0 && dropped.size() + added < workers.size() / 2) {
+      std::vector<JournalWorker> more;
+      more.reserve(added);
+      for (size_t i = kept; i < workers.size(); ++i) more.push_back(RecordOf(workers[i], infos[i]));
+      LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind, std::move(dropped),
+                                                        std::move(more)));
+      return;
+    }
+  }
   LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
 }
 

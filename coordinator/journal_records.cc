@@ -230,6 +230,24 @@ JournalRecord Read(const json& r, const JournalState& s) {
       }
       rec.workers_of = static_cast<uint64_t>(Int(r, "members_of", 1, INT64_MAX));
       if (const char* why = CommittedMismatch(s, rec.workers_of)) throw BadRecord{why};
+      // Since 2026-12-05 a build written as a difference from them: the ranks it drops, the
+      // workers it adds behind the others.
+      if (r.contains("dropped")) {
+        const size_t committed = s.current()->members.size();
+        int64_t last = -1;
+        for (const auto& d : Array(r, "dropped", kJournalMaxWorkers)) {
+          if (!d.is_number_integer() || d.get<int64_t>() <= last ||
+              d.get<int64_t>() >= static_cast<int64_t>(committed)) {
+            throw BadRecord{"'dropped' is not a rising list of the committed members' ranks"};
+          }
+          last = d.get<int64_t>();
+          rec.dropped.push_back(static_cast<int32_t>(last));
+        }
+      }
+      if (r.contains("added")) rec.workers = WorkersFrom(r, "added");
+      if (s.current()->members.size() - rec.dropped.size() + rec.workers.size() == 0) {
+        throw BadRecord{"a begin record without workers"};
+      }
     } else {
       rec.workers = WorkersFrom(r, "workers");
     }
@@ -354,6 +372,25 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       s->highest_generation = std::max(s->highest_generation, rec.target);
       // Committed members were added to seen_ids with their commit.
       for (const auto& w : rec.workers) s->seen_ids.insert(w.id);
+      if (rec.workers_of != 0 && (!rec.dropped.empty() || !rec.workers.empty())) {
+        // The committed members less the dropped ranks, then the added workers.
+        const std::vector<JournalWorker>& committed = s->current()->members;
+        std::vector<JournalWorker> workers;
+        workers.reserve(committed.size() - rec.dropped.size() + rec.workers.size());
+        size_t next_dropped = 0;
+        for (size_t r = 0; r < committed.size(); ++r) {
+          if (next_dropped < rec.dropped.size() &&
+              static_cast<size_t>(rec.dropped[next_dropped]) == r) {
+            ++next_dropped;
+            continue;
+          }
+          workers.push_back(committed[r]);
+        }
+        for (auto& w : rec.workers) workers.push_back(std::move(w));
+        s->change_workers = std::move(workers);
+        s->change_workers_committed = false;
+        break;
+      }
       s->change_workers = std::move(rec.workers);
       s->change_workers_committed = rec.workers_of != 0;
       break;
@@ -497,6 +534,18 @@ std::string ChangeRecordText(JournalRecord* rec) {
     text += "\",\"t\":\"begin\",\"target\":" + std::to_string(rec->target);
     if (rec->workers_of != 0) {
       text += ",\"members_of\":" + std::to_string(rec->workers_of);
+      if (!rec->dropped.empty()) {
+        text += ",\"dropped\":[";
+        for (size_t i = 0; i < rec->dropped.size(); ++i) {
+          if (i > 0) text.push_back(',');
+          text += std::to_string(rec->dropped[i]);
+        }
+        text.push_back(']');
+      }
+      if (!rec->workers.empty()) {
+        text += ",\"added\":";
+        PutWorkers(&rec->workers, &text);
+      }
     } else {
       text += ",\"workers\":";
       PutWorkers(&rec->workers, &text);
@@ -539,10 +588,19 @@ Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
     if (rec.target < 1 || rec.target > kMaxId)
       return CorruptError("field 'target' is out of range");
     if (rec.workers_of != 0) {
-      if (!rec.workers.empty()) {
-        return CorruptError("a begin record with both 'members_of' and 'workers'");
-      }
       if (const char* why = CommittedMismatch(s, rec.workers_of)) return CorruptError(why);
+      const size_t committed = s.current()->members.size();
+      for (size_t i = 0; i < rec.dropped.size(); ++i) {
+        if (rec.dropped[i] < 0 || static_cast<size_t>(rec.dropped[i]) >= committed ||
+            (i > 0 && rec.dropped[i] <= rec.dropped[i - 1])) {
+          return CorruptError("'dropped' is not a rising list of the committed members' ranks");
+        }
+      }
+      if (committed - rec.dropped.size() + rec.workers.size() == 0) {
+        return CorruptError("a begin record without workers");
+      }
+    } else if (!rec.dropped.empty()) {
+      return CorruptError("a begin record drops ranks of no generation");
     }
     return CheckWorkers(rec.workers);
   }

@@ -59,9 +59,11 @@ struct JournalRecord {
   ChangeKind kind = ChangeKind::kPause;
   std::vector<JournalWorker> workers;
   // Not 0: the change's workers are the members of this generation, the committed one of the
-  // state it follows (a record written with "members_of" in place of "workers"); `workers` stays
-  // empty.
+  // state it follows (a record written with "members_of" in place of "workers"), less those at
+  // the ranks in `dropped` (ascending), followed by `workers` ("dropped" and "added" in the text;
+  // both empty for a pause of every member).
   uint64_t workers_of = 0;
+  std::vector<int32_t> dropped;
   // commit
   JournalGeneration generation;
   // The commit's members are the workers of the `build` begin record of the same generation, in

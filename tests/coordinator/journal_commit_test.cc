@@ -329,5 +329,89 @@ TEST_F(JournalTest, APauseOfTheCommittedMembersRefersToThemAndReplays) {
   }
 }
 
+
+// A build's begin record that keeps the committed members in order, less some, with others
+// added behind them, lists only that difference ("dropped" ranks, "added" workers); replay reads
+// the same workers back, the commit after it refers to it as before, and replay refuses a
+// difference that does not fit the committed members.
+TEST_F(JournalTest, ABuildWrittenAsADifferenceFromTheCommittedMembersReplays) {
+  const std::vector<JournalWorker> members = {W("w0"), W("w1"), W("w2"), W("w3")};
+  const std::vector<JournalWorker> built = {W("w0"), W("w2"), W("w4")};
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("job", 4, 8).ok());
+    for (const auto& w : members) ASSERT_TRUE((*j)->RecordJoin(w).ok());
+    ASSERT_TRUE((*j)->RecordChangeBegun(1, ChangeKind::kBuild, members).ok());
+    ASSERT_TRUE((*j)->RecordCommit(Generation(1, members)).ok());
+    ASSERT_TRUE((*j)->RecordJoin(W("w4")).ok());
+    // Refused, nothing written: ranks out of order, out of range, or every worker dropped.
+    EXPECT_FALSE((*j)->RecordChangeBegunOfCommitted(2, ChangeKind::kBuild, {3, 1}, {}).ok());
+    EXPECT_FALSE((*j)->RecordChangeBegunOfCommitted(2, ChangeKind::kBuild, {4}, {}).ok());
+    EXPECT_FALSE((*j)->RecordChangeBegunOfCommitted(2, ChangeKind::kBuild, {0, 1, 2, 3}, {}).ok());
+    ASSERT_TRUE(
+        (*j)->RecordChangeBegunOfCommitted(2, ChangeKind::kBuild, {1, 3}, {W("w4")}).ok());
+    ExpectSameWorkers((*j)->state().ChangeWorkers(), built);
+    ASSERT_TRUE((*j)->RecordCommit(Generation(2, built)).ok());
+  }
+  const std::vector<std::string> records = Payloads(ReadAll());
+  const std::string& begin = records[records.size() - 2];
+  EXPECT_NE(begin.find("\"members_of\":1,\"dropped\":[1,3],\"added\":[{"), std::string::npos)
+      << begin;
+  EXPECT_EQ(begin.find("w2"), std::string::npos) << "the kept members are not listed again";
+  EXPECT_NE(records.back().find("\"begin\":2"), std::string::npos) << records.back();
+
+  std::vector<std::string> warnings;
+  auto s = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(s->records, records.size());
+  ASSERT_EQ(s->history.size(), 2u);
+  ExpectSameWorkers(s->history[1].members, built);
+  ExpectSameWorkers(s->history[0].members, members);
+
+  const std::string job = Framed(R"({"t":"job","version":1,"job":"j","initial_workers":2,)"
+                                 R"("max_workers":4})");
+  const std::string build = Framed(
+      R"({"kind":"build","t":"begin","target":1,"workers":[)"
+      R"({"device":0,"host":"h","id":"a","pid":1},{"device":0,"host":"h","id":"b","pid":2}]})");
+  const std::string commit = Framed(
+      R"({"generation":1,"layout":{"dp":2,"pp":1,"tp":1},"begin":1,"reason":"resize",)"
+      R"("t":"commit","downtime_ms":0,"agreement_ms":0,"rebuild_ms":0,"transfer_ms":0})");
+  auto build_of = [](const std::string& rest) {
+    return Framed(R"({"kind":"build","t":"begin","target":2,"members_of":1)" + rest + "}");
+  };
+  const std::string c = R"({"device":0,"host":"h","id":"c","pid":3})";
+  struct Case {
+    std::string name;
+    std::string bytes;
+    uint64_t records;
+    std::vector<std::string> workers;  // when it replays
+  };
+  const std::vector<Case> cases = {
+      {"a grow", job + build + commit + build_of(R"(,"added":[)" + c + "]"), 4, {"a", "b", "c"}},
+      {"a shrink", job + build + commit + build_of(R"(,"dropped":[0])"), 4, {"b"}},
+      {"a replacement", job + build + commit + build_of(R"(,"dropped":[1],"added":[)" + c + "]"),
+       4, {"a", "c"}},
+      {"ranks not rising", job + build + commit + build_of(R"(,"dropped":[1,0])"), 3, {}},
+      {"a rank out of range", job + build + commit + build_of(R"(,"dropped":[2])"), 3, {}},
+      {"a rank not a number", job + build + commit + build_of(R"(,"dropped":["0"])"), 3, {}},
+      {"every worker dropped", job + build + commit + build_of(R"(,"dropped":[0,1])"), 3, {}},
+  };
+  for (const auto& k : cases) {
+    WriteAll(k.bytes);
+    warnings.clear();
+    auto r = Journal::Replay(path_, &warnings);
+    ASSERT_TRUE(r.ok()) << k.name << ": " << r.status();
+    EXPECT_EQ(r->records, k.records) << k.name;
+    EXPECT_EQ(warnings.empty(), !k.workers.empty()) << k.name;
+    std::vector<std::string> ids;
+    if (r->change_in_flight) {
+      for (const auto& w : r->ChangeWorkers()) ids.push_back(w.id);
+    }
+    EXPECT_EQ(ids, k.workers) << k.name;
+  }
+}
+
 }  // namespace
 }  // namespace elastra::coordinator
