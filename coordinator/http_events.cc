@@ -111,7 +111,33 @@ std::vector<JournalEvent> JournalEventReader::ReadNew() {
       // Kept for the commit that follows it, also when that commit is the first event after
       // `after`.
       build_target_ = r.value("target", uint64_t{0});
-      build_members_ = IdsOf(r, "workers");
+      if (r.contains("members_of")) {
+        // Written as a difference from the committed members (docs/journal.md).
+        build_members_.clear();
+        const json& dropped = r.contains("dropped") ? r["dropped"] : json::array();
+        size_t next = 0;
+        for (size_t rank = 0; rank < committed_members_.size(); ++rank) {
+          if (next < dropped.size() && dropped[next].is_number_unsigned() &&
+              dropped[next].get<size_t>() == rank) {
+            ++next;
+            continue;
+          }
+          build_members_.push_back(committed_members_[rank]);
+        }
+        for (const std::string& id : IdsOf(r, "added")) build_members_.push_back(id);
+      } else {
+        build_members_ = IdsOf(r, "workers");
+      }
+    }
+    if (r.value("t", "") == "commit") {
+      // The members a later begin record may refer to, as the commit's event lists them.
+      if (!r.contains("begin")) {
+        committed_members_ = IdsOf(r, "members");
+      } else if (r.value("begin", uint64_t{0}) == build_target_) {
+        committed_members_ = build_members_;
+      } else {
+        committed_members_.clear();
+      }
     }
     if (offset_ <= after_) continue;
     JournalEvent e = EventOf(r);

@@ -42,6 +42,7 @@ class JournalEventReader {
   // refers to it instead of listing its members.
   uint64_t build_target_ = 0;
   std::vector<std::string> build_members_;
+  std::vector<std::string> committed_members_;  // of the latest commit read
 };
 
 }  // namespace elastra::coordinator

@@ -80,8 +80,9 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
     return;
   }
   // Most builds keep the committed members in their order, less some (a shrink, a recovery),
-  // and add some behind them (a grow, standby workers): the record lists only the difference.
-  if (committed != nullptr && kind == ChangeKind::kBuild) {
+  // and add some behind them (a grow, standby workers), and a recovery's survivors are the
+  // committed members less the lost: the record lists only the difference.
+  if (committed != nullptr) {
     std::vector<int32_t> dropped;
     size_t kept = 0;  // the workers matched so far, in order
     const std::vector<JournalWorker>& old = committed->members;
@@ -96,7 +97,9 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
       }
     }
     const size_t added = workers.size() - kept;
-    if (kept > 0 && dropped.size() + added < workers.size() / 2) {
+    // A dropped rank is a number where a listed worker is a record: the difference is the
+    // shorter whenever it has fewer entries than the list.
+    if (kept > 0 && dropped.size() + added < workers.size()) {
       std::vector<JournalWorker> more;
       more.reserve(added);
       for (size_t i = kept; i < workers.size(); ++i) more.push_back(RecordOf(workers[i], infos[i]));

@@ -382,6 +382,7 @@ int Main(int argc, char** argv) {
   }
   if (f.quick) {
     p.heartbeat_periods = std::min(p.heartbeat_periods, 5);
+    p.heartbeat_min_beats = 0;
     p.job.rendezvous_sample = std::min(p.job.rendezvous_sample, 16);
   }
   if (f.sizes.empty()) {

@@ -181,7 +181,9 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     const SimTime t0 = loop.now();
     // The period in force: a large job's is longer than the default (ScaledHeartbeats).
     const auto period = coordinator.core().options().heartbeat_interval;
-    loop.RunFor(static_cast<SimTime>(p.heartbeat_periods) * period.count() * kMs);
+    const int64_t periods = std::max<int64_t>(
+        p.heartbeat_periods, (p.heartbeat_min_beats + n - 1) / std::max(1, n));
+    loop.RunFor(static_cast<SimTime>(periods) * period.count() * kMs);
     meter.Measure(&scratch);
     hb.window_s = static_cast<double>(loop.now() - t0) / kSec;
     hb.time_s = hb.window_s;

@@ -18,6 +18,10 @@ struct ScaleParams {
   ServerModel server;
   JobModel job;
   int heartbeat_periods = 10;              // of the default 200 ms, measured in steady state
+  // ... and more at small sizes, until the window holds this many workers' heartbeats: at 256
+  // workers ten periods are 2,560 beats of about a microsecond each, a figure that moved by a
+  // factor of 2 between runs and with it the fitted exponent.
+  int heartbeat_min_beats = 40000;
   SimTime settle_us = 2 * kSec;            // training between two events, not measured
   SimTime event_timeout_us = 180 * kSec;   // simulated time an event may take
   SimTime restart_delay_us = 50 * kMs;     // coordinator death -> new process serving

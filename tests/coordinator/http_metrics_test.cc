@@ -172,5 +172,34 @@ TEST_F(JournalEventMetricsTest, AGenerationCommittedByItsBeginRecordListsItsWork
   }
 }
 
+
+// A build's begin record written as a difference from the committed members (docs/journal.md):
+// the generation's event lists the workers it makes, read from the start or resumed after the
+// commit it refers to.
+TEST_F(JournalEventMetricsTest, AGenerationBegunAsADifferenceListsItsWorkers) {
+  const std::vector<JournalWorker> members = {
+      {"w0", "h0", 0, 10}, {"w1", "h0", 1, 11}, {"w2", "h1", 0, 12}};
+  ASSERT_TRUE(journal_->RecordChangeBegun(1, ChangeKind::kBuild, members).ok());
+  JournalGeneration g;
+  g.generation = 1;
+  g.reason = proto::GenerationReason::kStart;
+  g.layout = Layout{3, 1, 1};
+  g.members = members;
+  ASSERT_TRUE(journal_->RecordCommit(g).ok());
+  const uint64_t after_commit = std::filesystem::file_size(dir_ + "/journal.bin");
+  const JournalWorker added{"w7", "h2", 0, 17};
+  ASSERT_TRUE(
+      journal_->RecordChangeBegunOfCommitted(2, ChangeKind::kBuild, {1}, {added}).ok());
+  g.generation = 2;
+  g.members = {members[0], members[2], added};
+  ASSERT_TRUE(journal_->RecordCommit(g).ok());
+  for (uint64_t after : {uint64_t{0}, after_commit}) {
+    auto events = JournalEventReader(dir_ + "/journal.bin", after).ReadNew();
+    ASSERT_FALSE(events.empty()) << after;
+    EXPECT_EQ(json::parse(events.back().data)["workers"], (json{"w0", "w2", "w7"})) << after;
+    EXPECT_EQ(json::parse(events.back().data)["generation"], 2);
+  }
+}
+
 }  // namespace
 }  // namespace elastra::coordinator
