@@ -104,12 +104,5 @@ std::string MakeFrameShared(MessageType type, std::string_view shared, const T& 
   std::memcpy(frame.data() + length_at, &length, sizeof(length));
   return frame;
 }
-template <class T>
-std::string MakeFrameShared(MessageType type, std::string_view shared, const T& payload,
-                            const std::string& job, uint64_t generation, const std::string& sender,
-                            uint64_t request_id) {
-  std::string scratch;
-  return MakeFrameShared(type, shared, payload, job, generation, sender, request_id, &scratch);
-}
 
 }  // namespace elastra::proto

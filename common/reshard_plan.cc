@@ -184,9 +184,8 @@ class ReplicasByHost {
     sorted_.resize(replicas.size());
     std::vector<size_t> next(first_.begin(), first_.end() - 1);
     for (int w : replicas) sorted_[next[host_of_worker[w]]++] = w;
-    built_ = true;
   }
-  bool built() const { return built_; }
+  bool built() const { return !first_.empty(); }  // Build leaves at least one entry
   // The group's replicas on `host`, in the group's order.
   void On(int host, std::vector<int>* out) const {
     out->assign(sorted_.begin() + static_cast<std::ptrdiff_t>(first_[host]),
@@ -194,7 +193,6 @@ class ReplicasByHost {
   }
 
  private:
-  bool built_ = false;
   std::vector<size_t> first_;  // first_[h]: where host h's replicas begin in sorted_
   std::vector<int> sorted_;
 };

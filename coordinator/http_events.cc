@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/journal.h"
+#include "coordinator/journal_records.h"
 
 namespace elastra::coordinator {
 namespace {
@@ -112,19 +113,14 @@ std::vector<JournalEvent> JournalEventReader::ReadNew() {
       // `after`.
       build_target_ = r.value("target", uint64_t{0});
       if (r.contains("members_of")) {
-        // Written as a difference from the committed members (docs/journal.md).
-        build_members_.clear();
-        const json& dropped = r.contains("dropped") ? r["dropped"] : json::array();
-        size_t next = 0;
-        for (size_t rank = 0; rank < committed_members_.size(); ++rank) {
-          if (next < dropped.size() && dropped[next].is_number_unsigned() &&
-              dropped[next].get<size_t>() == rank) {
-            ++next;
-            continue;
-          }
-          build_members_.push_back(committed_members_[rank]);
+        // Written as a difference from the committed members (docs/journal.md); the ranks up to
+        // the first that is not one.
+        std::vector<int32_t> dropped;
+        for (const json& d : r.value("dropped", json::array())) {
+          if (!d.is_number_unsigned() || d.get<uint64_t>() > INT32_MAX) break;
+          dropped.push_back(static_cast<int32_t>(d.get<uint64_t>()));
         }
-        for (const std::string& id : IdsOf(r, "added")) build_members_.push_back(id);
+        build_members_ = LessDroppedThenAdded(committed_members_, dropped, IdsOf(r, "added"));
       } else {
         build_members_ = IdsOf(r, "workers");
       }

@@ -373,21 +373,8 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       // Committed members were added to seen_ids with their commit.
       for (const auto& w : rec.workers) s->seen_ids.insert(w.id);
       if (rec.workers_of != 0 && (!rec.dropped.empty() || !rec.workers.empty())) {
-        // The committed members less the dropped ranks, then the added workers.
-        const std::vector<JournalWorker>& committed = s->current()->members;
-        std::vector<JournalWorker> workers;
-        workers.reserve(committed.size() - rec.dropped.size() + rec.workers.size());
-        size_t next_dropped = 0;
-        for (size_t r = 0; r < committed.size(); ++r) {
-          if (next_dropped < rec.dropped.size() &&
-              static_cast<size_t>(rec.dropped[next_dropped]) == r) {
-            ++next_dropped;
-            continue;
-          }
-          workers.push_back(committed[r]);
-        }
-        for (auto& w : rec.workers) workers.push_back(std::move(w));
-        s->change_workers = std::move(workers);
+        s->change_workers =
+            LessDroppedThenAdded(s->current()->members, rec.dropped, std::move(rec.workers));
         s->change_workers_committed = false;
         break;
       }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/journal.h"
@@ -82,6 +83,26 @@ struct JournalRecord {
   JobOutcome outcome = JobOutcome::kFinished;
   std::string reason;
 };
+
+// The workers of a begin record written as a difference: `committed` less the entries at the
+// ranks in `dropped` (rising), then `added`. Replay and the events reader (http_events.cc)
+// both rebuild the list with it, of records or of ids.
+template <class T>
+std::vector<T> LessDroppedThenAdded(const std::vector<T>& committed,
+                                    const std::vector<int32_t>& dropped, std::vector<T> added) {
+  std::vector<T> out;
+  out.reserve(committed.size() + added.size());
+  size_t next = 0;
+  for (size_t r = 0; r < committed.size(); ++r) {
+    if (next < dropped.size() && static_cast<size_t>(dropped[next]) == r) {
+      ++next;
+      continue;
+    }
+    out.push_back(committed[r]);
+  }
+  for (T& a : added) out.push_back(std::move(a));
+  return out;
+}
 
 // `r` read as the record that follows `state`: kCorrupt naming what is wrong when it is not one
 // (a missing or out-of-range field, an unknown type, a generation committed out of order, a

@@ -220,7 +220,10 @@ int64_t WorkerNumber(const std::string& id, uint64_t limit) {
 void Membership::NoteSeen(const std::string& id) {
   ever_seen_.insert(id);
   const int64_t k = WorkerNumber(id, kTrackedNumbers);
-  if (k < 0) return;
+  if (k >= 0) NoteNumber(static_cast<uint64_t>(k));
+}
+
+void Membership::NoteNumber(uint64_t k) {
   const size_t word = static_cast<size_t>(k) / 64;
   if (word >= numbers_seen_.size()) numbers_seen_.resize(word + 1, 0);
   numbers_seen_[word] |= uint64_t{1} << (k % 64);
@@ -241,9 +244,10 @@ std::string Membership::NextWorkerId() {
       if ((numbers_seen_[word] >> (next_worker_number_ % 64) & 1) == 0) break;
       ++next_worker_number_;
     }
-    std::string id = "w" + std::to_string(next_worker_number_++);
-    if (ever_seen_.count(id) == 0) {
-      NoteSeen(id);
+    const uint64_t k = next_worker_number_++;
+    std::string id = "w" + std::to_string(k);
+    if (ever_seen_.insert(id).second) {
+      if (k < kTrackedNumbers) NoteNumber(k);
       return id;
     }
   }

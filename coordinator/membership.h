@@ -130,7 +130,8 @@ class Membership {
   // ids above are skipped through ever_seen_.
   static constexpr uint64_t kTrackedNumbers = uint64_t{1} << 22;
   std::vector<uint64_t> numbers_seen_;
-  void NoteSeen(const std::string& id);
+  void NoteSeen(const std::string& id);  // into ever_seen_, and its number when it has one
+  void NoteNumber(uint64_t k);            // k < kTrackedNumbers
   size_t finished_ = 0;  // workers in state kFinished
   uint64_t next_join_order_ = 0;
   uint64_t next_worker_number_ = 0;
