@@ -6,12 +6,13 @@
 // (sim_job.h). At each N it runs a join storm, the first generation, heartbeats at the default
 // period, a planned grow and shrink by one host, 1% of the workers failing at once, a host lost
 // with its agent, and a coordinator restart from its journal (scenario.h), and reports per event
-// the coordinator's CPU time (thread CPU clock around DecodeEnvelope + Handle and Tick), the bytes
-// and messages it sends and receives, and the simulated time to the outcome. ZeroMQ and CURVE are
-// not simulated: their CPU per message is measured apart (curve_probe.h) and reported beside.
-// A table, then one JSON line: max_workers, change_cpu_ms and change_bytes (the planned grow at
-// max_workers), heartbeat_core_fraction (and _curve_, _zmq_), exponents (least-squares slope of
-// log cost over log N per cost).
+// the coordinator's CPU time (DecodeEnvelope + Handle and Tick, each timed by the call clock:
+// sim.h, CallClock), the bytes and messages it sends and receives, and the simulated time to the
+// outcome. ZeroMQ and CURVE are not simulated: their CPU per message is measured apart
+// (curve_probe.h) and reported beside. Each size runs --repeat times (passes over all sizes),
+// each event counting with its median run (MedianOf). A table, then one JSON line: max_workers,
+// change_cpu_ms and change_bytes (the planned grow at max_workers), heartbeat_core_fraction (and
+// _curve_, _zmq_), exponents (least-squares slope of log cost over log N per cost).
 //
 // Sizes whose NewGeneration broadcast would not fit in this machine's memory, or whose run would
 // not fit in the time budget, are skipped and their figures extrapolated from the fit (said so in
@@ -29,6 +30,10 @@
 //                                 applies)   --event-timeout-s S (180)  simulated time per event
 //        --store-rendezvous       workers serve no rendezvous records: the world's address records
 //                                 go through the coordinator's store, as before protocol 7
+//        --thread-clock           time each call by the thread CPU clock (a system call per
+//                                 reading) instead of the monotonic clock (CallClock)
+//        --repeat R (3; 1 with --quick)  runs of each size, in passes over all sizes; each event
+//                                 counts with its median run
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,6 +59,10 @@
 namespace elastra::scale {
 namespace {
 
+// Below this share of its wall time on the CPU, a run's thread was kept off its core long enough
+// that the calls timed by the monotonic clock may show it.
+constexpr double kOnCpuWarning = 0.95;
+
 // The allocator this process (and the elastra command, which runs the coordinator) links.
 constexpr const char* kAllocator = ELASTRA_HAVE_JEMALLOC ? "jemalloc" : "glibc malloc";
 
@@ -65,6 +74,7 @@ struct Flags {
   bool quick = false;
   double budget_s = 270;
   bool curve = true;
+  int repeat = 3;  // runs of each size; each event counts with its median run (MedianOf)
   std::string journal_dir;
   ScaleParams params;
 };
@@ -78,16 +88,10 @@ double MemAvailableGb() {
   return 8;
 }
 
-// The NewGeneration a member that takes no part in the state move gets at `n` workers, built as
-// GenerationManager::StartBuild addresses it (its own entry in both tables, ids and hosts as the
-// simulation names them): its size and the thread CPU one encoding takes. The core holds n of
-// them at once, and encodes n of them per change.
-struct Prediction {
-  size_t frame_bytes = 0;
-  double encode_cpu_ms = 0;
-};
-
-Prediction Predict(int n) {
+// The size of the NewGeneration a member that takes no part in the state move gets at `n`
+// workers, built as GenerationManager::StartBuild addresses it (its own entry in both tables, ids
+// and hosts as the simulation names them). The core holds n of them at once.
+size_t NewGenerationBytes(int n) {
   proto::NewGeneration ng;
   ng.layout.dp = n;
   {
@@ -105,24 +109,16 @@ Prediction Predict(int n) {
   ng.move.workers = n;
   ng.prev_members = ng.members;
   ng.kv_prefix = "g9/";
-  Prediction p;
-  p.encode_cpu_ms = 1e9;
-  // The best of a few: the first ones pay for fresh memory, which the core's loop reuses.
-  for (int i = 0; i < 16; ++i) {
-    const int64_t cpu0 = ThreadCpuNanos();
-    p.frame_bytes =
-        proto::MakeFrame(proto::MessageType::kNewGeneration, ng, "scale", 9, "coordinator", 0).size();
-    p.encode_cpu_ms = std::min(p.encode_cpu_ms, static_cast<double>(ThreadCpuNanos() - cpu0) / 1e6);
-  }
-  return p;
+  return proto::MakeFrame(proto::MessageType::kNewGeneration, ng, "scale", 9, "coordinator", 0)
+      .size();
 }
 
-// CPU seconds a run at `n` takes here. From the last size run, `last_n` in `last_cpu_s`, as
-// N^2 (its broadcasts dominate); for the first size, six NewGeneration broadcasts (first, grow,
-// shrink, two recoveries) and about 12 ms of simulation per worker (a minute of heartbeats).
-double PredictCpuSeconds(int n, const Prediction& p, int last_n, double last_cpu_s) {
-  if (last_n > 0) return last_cpu_s * (static_cast<double>(n) / last_n) * (static_cast<double>(n) / last_n);
-  return 6.0 * n * p.encode_cpu_ms / 1e3 + n * 0.012 + 2;
+// CPU seconds a run at `n` takes here, with room to spare. From the last size run, `last_n` in
+// `last_cpu_s`, as N^1.5 (a run's cost grows about as N; the exponent allows for the caches it
+// outgrows); for the first size, 1 ms per worker (0.3-0.4 ms measured at 16,384) and 2 s.
+double PredictCpuSeconds(int n, int last_n, double last_cpu_s) {
+  if (last_n > 0) return last_cpu_s * std::pow(static_cast<double>(n) / last_n, 1.5);
+  return n * 1e-3 + 2;
 }
 
 double ProcessCpuSeconds() {
@@ -323,7 +319,7 @@ int Usage() {
                "  [--heartbeat-periods K] [--rendezvous-sample S] [--server-batch B] [--fsync-ms X]\n"
                "  [--latency-us X] [--coordinator-gbps X] [--step-ms X] [--journal-dir DIR]\n"
                "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n"
-               "  [--store-rendezvous]\n");
+               "  [--store-rendezvous] [--thread-clock] [--repeat R]\n");
   return 2;
 }
 
@@ -346,6 +342,10 @@ int Main(int argc, char** argv) {
       p.job.every_rank_sets = true;
     } else if (a == "--store-rendezvous") {
       p.job.peer_rendezvous = false;
+    } else if (a == "--repeat" && (v = value())) {
+      f.repeat = std::atoi(v);
+    } else if (a == "--thread-clock") {
+      SetCallClock(CallClock::kThreadCpu);
     } else if (a == "--event-timeout-s" && (v = value())) {
       p.event_timeout_us = static_cast<SimTime>(std::atof(v) * kSec);
     } else if ((a == "--max-workers") && (v = value())) {
@@ -377,13 +377,14 @@ int Main(int argc, char** argv) {
     }
   }
   if (f.max_workers < 8 || p.heartbeat_periods < 1 || p.job.rendezvous_sample < 2 ||
-      p.job.step_us <= 0 || f.budget_s <= 0) {
+      p.job.step_us <= 0 || f.budget_s <= 0 || f.repeat < 1) {
     return Usage();
   }
   if (f.quick) {
     p.heartbeat_periods = std::min(p.heartbeat_periods, 5);
     p.heartbeat_min_beats = 0;
     p.job.rendezvous_sample = std::min(p.job.rendezvous_sample, 16);
+    f.repeat = 1;
   }
   if (f.sizes.empty()) {
     for (int n : {256, 1024, 4096, 16384}) {
@@ -406,7 +407,8 @@ int Main(int argc, char** argv) {
       "bench_scale: the real CoordinatorCore (codec, journal) with N simulated workers in hosts of "
       "%d\n  modelled: latency %lld us one way (+0-%lld us), coordinator link %.0f Gb/s, worker "
       "link %.0f Gb/s,\n  journal fdatasync %.2f ms (journal in %s), step %.0f ms, %s, "
-      "rendezvous sampled on %d ranks,\n  server loop: %s, allocator: %s\n",
+      "rendezvous sampled on %d ranks,\n  server loop: %s, allocator: %s, calls timed by the %s "
+      "clock\n",
       p.job.host_size, static_cast<long long>(p.net.latency_us),
       static_cast<long long>(p.net.jitter_us), p.net.coordinator_gbps, p.net.worker_gbps,
       p.server.fsync_us / 1000, f.journal_dir.c_str(), static_cast<double>(p.job.step_us) / kMs,
@@ -414,86 +416,120 @@ int Main(int argc, char** argv) {
       p.job.rendezvous_sample,
       p.server.batch > 0 ? ("ticks after every " + std::to_string(p.server.batch) + " messages").c_str()
                          : "drains its socket before each tick",
-      kAllocator);
+      kAllocator, CallClockName(GetCallClock()));
   std::fflush(stdout);
 
   const auto wall0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   };
-  std::vector<ScaleRun> runs;
+  std::map<int, std::vector<ScaleRun>> repeats;  // each size's runs, in the order run
   std::map<int, std::string> skipped;
   bool all_ok = true;
   double run_wall = 0, run_cpu = 0;  // of the sizes run: how much wall time a CPU second costs here
   int last_n = 0;
   double last_cpu_s = 0;
-  for (int n : f.sizes) {
-    const Prediction pred = Predict(n);
-    // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
-    const double need_gb = static_cast<double>(pred.frame_bytes) * n * 1.3 / 1e9 + 0.5;
-    const double avail_gb = MemAvailableGb();
-    const double slowdown = run_cpu > 1 ? std::max(1.0, run_wall / run_cpu) : 1.5;
-    const double predict_s = PredictCpuSeconds(n, pred, last_n, last_cpu_s) * slowdown;
-    const double left = f.budget_s - elapsed();
-    char why[320];
-    if (need_gb > 0.8 * avail_gb) {
-      std::snprintf(why, sizeof(why),
-                    "one NewGeneration broadcast holds %d frames of %s at once (%.1f GB; %.1f GB "
-                    "available)",
-                    n, Bytes(static_cast<double>(pred.frame_bytes)).c_str(), need_gb, avail_gb);
-      skipped[n] = why;
-    } else if (predict_s > left) {
-      std::snprintf(why, sizeof(why),
-                    "predicted %.0f s here (a NewGeneration of %s takes %.2f ms of CPU to encode, "
-                    "%d per change; %.1fx wall per CPU second); %.0f s of the budget left "
-                    "(--budget-s)",
-                    predict_s, Bytes(static_cast<double>(pred.frame_bytes)).c_str(),
-                    pred.encode_cpu_ms, n, slowdown, left);
-      skipped[n] = why;
-    }
-    if (skipped.count(n)) {
-      std::printf("N=%d skipped: %s\n", n, skipped[n].c_str());
+  int passes = 0;
+  // The sizes run in passes, each pass every size once: a slow spell of this machine (another
+  // tenant's memory traffic) then falls on all sizes alike instead of on one, and each event of a
+  // size counts with its median run (MedianOf).
+  for (int pass = 0; pass < f.repeat; ++pass) {
+    for (int n : f.sizes) {
+      if (skipped.count(n)) continue;
+      const double left = f.budget_s - elapsed();
+      if (pass > 0) {
+        // Again only when the first run of this size fits what is left of the budget.
+        if (repeats[n].front().wall_s * 1.5 > left) {
+          std::printf("N=%d: no run %d of %d (%.0f s of the budget left; --budget-s)\n", n,
+                      pass + 1, f.repeat, left);
+          continue;
+        }
+      } else {
+        const size_t frame_bytes = NewGenerationBytes(n);
+        // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
+        const double need_gb = static_cast<double>(frame_bytes) * n * 1.3 / 1e9 + 0.5;
+        const double avail_gb = MemAvailableGb();
+        const double slowdown = run_cpu > 1 ? std::max(1.0, run_wall / run_cpu) : 1.5;
+        const double predict_s = PredictCpuSeconds(n, last_n, last_cpu_s) * slowdown;
+        char why[320];
+        if (need_gb > 0.8 * avail_gb) {
+          std::snprintf(why, sizeof(why),
+                        "one NewGeneration broadcast holds %d frames of %s at once (%.1f GB; %.1f "
+                        "GB available)",
+                        n, Bytes(static_cast<double>(frame_bytes)).c_str(), need_gb, avail_gb);
+          skipped[n] = why;
+        } else if (predict_s > left) {
+          std::snprintf(why, sizeof(why),
+                        "predicted %.0f s here (%.1fx wall per CPU second); %.0f s of the budget "
+                        "left (--budget-s)",
+                        predict_s, slowdown, left);
+          skipped[n] = why;
+        }
+        if (skipped.count(n)) {
+          std::printf("N=%d skipped: %s\n", n, skipped[n].c_str());
+          std::fflush(stdout);
+          continue;
+        }
+      }
+      ScaleParams run_params = p;
+      run_params.wall_budget_s = std::max(10.0, left);
+      const double cpu0 = ProcessCpuSeconds();
+      ScaleRun run = RunScale(n, run_params);
+      const double cpu_s = ProcessCpuSeconds() - cpu0;
+      run_cpu += cpu_s;
+      run_wall += run.wall_s;
+      if (pass == 0) {
+        last_n = n;
+        last_cpu_s = cpu_s;
+      }
+      passes = std::max(passes, pass + 1);
+      char which[32] = "";
+      if (f.repeat > 1) std::snprintf(which, sizeof(which), " (run %d of %d)", pass + 1, f.repeat);
+      std::printf(
+          "N=%d%s: %.1f s wall (%.1f s CPU, its thread on the CPU %.0f%% of the time), %s "
+          "simulated events, %s messages handled, journal %s in %s syncs, replay %.1f ms, %d "
+          "sampled rendezvous ranks%s\n",
+          n, which, run.wall_s, cpu_s, run.on_cpu * 100,
+          Count(static_cast<double>(run.sim_events)).c_str(),
+          Count(static_cast<double>(run.messages_handled)).c_str(),
+          Bytes(static_cast<double>(run.journal_bytes)).c_str(),
+          Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
+          run.rendezvous_sample, run.ok() ? "" : "  (FAILED)");
+      if (GetCallClock() == CallClock::kMonotonic && run.on_cpu < kOnCpuWarning) {
+        std::printf("  the thread lost the core %.0f%% of the time: the calls' times include some "
+                    "of that (run again on an idle machine, or with --thread-clock)\n",
+                    (1 - run.on_cpu) * 100);
+      }
+      if (run.expired_heartbeats > 0) {
+        std::printf("  %llu workers were declared lost for missed heartbeats\n",
+                    static_cast<unsigned long long>(run.expired_heartbeats));
+      }
+      if (run.build_failures > 0) {
+        std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
+                    run.first_build_error.c_str());
+      }
+      for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
+      for (const auto& e : run.events) {
+        if (!e.ok) std::printf("  %s: %s\n", e.name.c_str(), e.detail.c_str());
+      }
       std::fflush(stdout);
-      continue;
+      all_ok = all_ok && run.ok();
+      repeats[n].push_back(std::move(run));
     }
-    ScaleParams run_params = p;
-    run_params.wall_budget_s = std::max(10.0, left);
-    const double cpu0 = ProcessCpuSeconds();
-    ScaleRun run = RunScale(n, run_params);
-    const double cpu_s = ProcessCpuSeconds() - cpu0;
-    run_cpu += cpu_s;
-    run_wall += run.wall_s;
-    last_n = n;
-    last_cpu_s = cpu_s;
-    std::printf(
-        "N=%d: %.1f s wall (%.1f s CPU), %s simulated events, %s messages handled, journal %s in %s syncs, "
-        "replay %.1f ms, %d sampled rendezvous ranks%s\n",
-        n, run.wall_s, cpu_s, Count(static_cast<double>(run.sim_events)).c_str(),
-        Count(static_cast<double>(run.messages_handled)).c_str(),
-        Bytes(static_cast<double>(run.journal_bytes)).c_str(),
-        Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
-        run.rendezvous_sample, run.ok() ? "" : "  (FAILED)");
-    if (run.expired_heartbeats > 0) {
-      std::printf("  %llu workers were declared lost for missed heartbeats\n",
-                  static_cast<unsigned long long>(run.expired_heartbeats));
-    }
-    if (run.build_failures > 0) {
-      std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
-                  run.first_build_error.c_str());
-    }
-    for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
-    for (const auto& e : run.events) {
-      if (!e.ok) std::printf("  %s: %s\n", e.name.c_str(), e.detail.c_str());
-    }
-    std::fflush(stdout);
-    all_ok = all_ok && run.ok();
-    runs.push_back(std::move(run));
+  }
+  std::vector<ScaleRun> runs;
+  for (int n : f.sizes) {
+    if (repeats.count(n)) runs.push_back(MedianOf(std::move(repeats[n])));
   }
   if (runs.empty()) {
     std::fprintf(stderr, "bench_scale: no size could run\n");
     return 1;
   }
 
+  if (passes > 1) {
+    std::printf("\neach event below: the median of its %d runs at that size (by coordinator CPU)\n",
+                passes);
+  }
   PrintTable(runs);
   PrintHot(runs.back());
 
@@ -573,11 +609,16 @@ int Main(int argc, char** argv) {
   out["bench"] = "scale";
   out["max_workers"] = max_workers;
   out["allocator"] = kAllocator;
+  out["call_clock"] = CallClockName(GetCallClock());
+  double on_cpu = 1;
+  for (const auto& r : runs) on_cpu = std::min(on_cpu, r.on_cpu);
+  out["on_cpu_min"] = std::round(on_cpu * 1000) / 1000;
   out["measured_max_workers"] = top.n;
   out["at_max_workers"] = measured_max ? "measured" : "extrapolated";
   Json sizes = Json::array();
   for (const auto& r : runs) sizes.push_back(r.n);
   out["sizes"] = sizes;
+  out["runs_per_size"] = passes;
   Json skips = Json::object();
   for (const auto& [n, why] : skipped) skips[std::to_string(n)] = why;
   out["skipped"] = skips;

@@ -64,6 +64,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   ScaleRun run;
   run.n = n;
   const auto wall0 = std::chrono::steady_clock::now();
+  const int64_t thread_cpu0 = ThreadCpuNanos();
   auto over_budget = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() >
            p.wall_budget_s;
@@ -300,7 +301,46 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     std::filesystem::remove_all(state_dir, ec);
   }
   run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (run.wall_s > 0) {
+    run.on_cpu = static_cast<double>(ThreadCpuNanos() - thread_cpu0) / 1e9 / run.wall_s;
+  }
   return run;
+}
+
+ScaleRun MedianOf(std::vector<ScaleRun> runs) {
+  if (runs.empty()) return ScaleRun();
+  ScaleRun median = runs.front();
+  median.wall_s = 0;
+  for (const auto& r : runs) {
+    median.wall_s += r.wall_s;
+    median.on_cpu = std::min(median.on_cpu, r.on_cpu);
+  }
+  auto cost = [](const EventResult& e) {
+    return e.name == "heartbeats" ? e.cost.cpu_ms / std::max(e.window_s, 1e-9) : e.cost.cpu_ms;
+  };
+  for (auto& e : median.events) {
+    std::vector<std::pair<double, size_t>> ok;  // (cost, run) of the runs where it succeeded
+    const EventResult* failed = nullptr;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const EventResult* other = runs[i].Find(e.name);
+      if (other == nullptr) continue;
+      if (other->ok) {
+        ok.push_back({cost(*other), i});
+      } else if (failed == nullptr) {
+        failed = other;
+      }
+    }
+    if (failed != nullptr) {
+      e = *failed;  // a failure in any run stands
+      continue;
+    }
+    if (ok.empty()) continue;
+    std::sort(ok.begin(), ok.end());
+    const size_t i = ok[(ok.size() - 1) / 2].second;  // the lower median of an even count
+    e = *runs[i].Find(e.name);
+    if (e.name == "restart") median.replay_cpu_ms = runs[i].replay_cpu_ms;
+  }
+  return median;
 }
 
 }  // namespace elastra::scale

@@ -45,6 +45,9 @@ struct ScaleRun {
   int n = 0;
   std::vector<EventResult> events;  // in the order run
   double wall_s = 0;
+  // The share of wall_s its thread ran: under 1 when it lost the core (another process, the
+  // hypervisor), which the calls timed by the monotonic clock then include (CallClock).
+  double on_cpu = 1;
   double replay_cpu_ms = 0;  // the restarted core's constructor: the journal replay
   uint64_t journal_bytes = 0, journal_syncs = 0;
   int join_failures = 0, build_failures = 0;
@@ -63,5 +66,12 @@ const std::vector<std::string>& EventNames();
 
 // Runs the scenario with `n` workers (n / host_size hosts).
 ScaleRun RunScale(int n, const ScaleParams& params);
+
+// Several runs of one size as one: each event as its median run measured it (by coordinator CPU,
+// per second of window for the heartbeats), the restart's journal replay with the restart it
+// belongs to. An event that failed in any run fails here, with that run's detail: a failure is
+// never hidden behind a run that went well. The counts (messages, warnings, ...) are the first
+// run's; wall_s the sum, on_cpu the lowest.
+ScaleRun MedianOf(std::vector<ScaleRun> runs);
 
 }  // namespace elastra::scale

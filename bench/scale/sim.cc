@@ -28,23 +28,45 @@ bool IsKvRequest(proto::MessageType type) {
          type == MessageType::kKvSetAndGet;
 }
 
-int64_t ThreadCpuNanos() {
+namespace {
+
+CallClock call_clock = CallClock::kMonotonic;
+
+int64_t Nanos(clockid_t clock) {
   timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(clock, &t);
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
-int64_t ThreadCpuOverheadNanos() {
-  static const int64_t overhead = [] {
+}  // namespace
+
+void SetCallClock(CallClock clock) { call_clock = clock; }
+
+CallClock GetCallClock() { return call_clock; }
+
+const char* CallClockName(CallClock clock) {
+  return clock == CallClock::kMonotonic ? "monotonic" : "thread_cpu";
+}
+
+int64_t ThreadCpuNanos() { return Nanos(CLOCK_THREAD_CPUTIME_ID); }
+
+int64_t CallClockNanos() {
+  return Nanos(call_clock == CallClock::kMonotonic ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID);
+}
+
+int64_t CallClockOverheadNanos() {
+  static int64_t overhead[2] = {-1, -1};
+  int64_t& o = overhead[call_clock == CallClock::kMonotonic ? 0 : 1];
+  if (o < 0) {
     std::vector<int64_t> d;
     for (int i = 0; i < 4001; ++i) {
-      const int64_t a = ThreadCpuNanos();
-      d.push_back(ThreadCpuNanos() - a);
+      const int64_t a = CallClockNanos();
+      d.push_back(CallClockNanos() - a);
     }
     std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-    return d[d.size() / 2];
-  }();
-  return overhead;
+    o = d[d.size() / 2];
+  }
+  return o;
 }
 
 namespace {
@@ -166,7 +188,7 @@ SimCoordinator::SimCoordinator(EventLoop* loop, coordinator::CoordinatorOptions 
       server_(server),
       meter_(meter),
       env_(env),
-      cpu_overhead_ns_(ThreadCpuOverheadNanos()) {
+      cpu_overhead_ns_(CallClockOverheadNanos()) {
   options_.clock = &clock_;
   options_.env = env_;
 }
@@ -270,7 +292,7 @@ SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at) {
   const uint64_t syncs_before = env_->syncs();
   MessageType type = MessageType::kError;
 
-  const int64_t cpu0 = ThreadCpuNanos();
+  const int64_t cpu0 = CallClockNanos();
   std::vector<Outgoing> out;
   auto envelope = proto::DecodeEnvelope(m.frame);
   if (envelope.ok()) {
@@ -279,7 +301,7 @@ SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at) {
   } else {
     out = core_->HandleMalformed(identity, envelope.status());
   }
-  const int64_t cpu1 = ThreadCpuNanos();
+  const int64_t cpu1 = CallClockNanos();
 
   ++messages_handled_;
   const double cpu_ms = static_cast<double>(std::max<int64_t>(0, cpu1 - cpu0 - cpu_overhead_ns_)) / 1e6;
@@ -326,9 +348,9 @@ SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at) {
 SimTime SimCoordinator::TickOnce(SimTime at) {
   SetClock(at);
   const uint64_t syncs_before = env_->syncs();
-  const int64_t cpu0 = ThreadCpuNanos();
+  const int64_t cpu0 = CallClockNanos();
   std::vector<Outgoing> out = core_->Tick();
-  const int64_t cpu1 = ThreadCpuNanos();
+  const int64_t cpu1 = CallClockNanos();
   const double cpu_ms = static_cast<double>(std::max<int64_t>(0, cpu1 - cpu0 - cpu_overhead_ns_)) / 1e6;
   const uint64_t syncs = env_->syncs() - syncs_before;
   const SimTime service =
@@ -413,12 +435,12 @@ void SimCoordinator::MeasureNewGenerationEncoding(const std::vector<Outgoing>& o
     auto ng = proto::DecodePayload<proto::NewGeneration>(e->payload);
     if (!ng.ok()) continue;
     // As the core encodes them: the fields every recipient shares once, each one's own behind.
-    const int64_t t0 = ThreadCpuNanos();
+    const int64_t t0 = CallClockNanos();
     if (shared.empty()) shared = proto::EncodeShared(*ng);
     held.push_back(proto::MakeFrameShared(MessageType::kNewGeneration, shared, *ng, e->job,
                                           e->generation, e->sender, e->request_id,
                                           &scratch));
-    timed_ns += std::max<int64_t>(0, ThreadCpuNanos() - t0 - cpu_overhead_ns_);
+    timed_ns += std::max<int64_t>(0, CallClockNanos() - t0 - cpu_overhead_ns_);
     timed_bytes += held.back().size();
   }
   cost->new_generation_bytes += bytes;
@@ -452,9 +474,9 @@ int SimCoordinator::ClientOf(const std::string& identity) const {
 Status SimCoordinator::Start() {
   SetClock(loop_->now());
   const uint64_t syncs_before = env_->syncs();
-  const int64_t cpu0 = ThreadCpuNanos();
+  const int64_t cpu0 = CallClockNanos();
   core_ = std::make_unique<coordinator::CoordinatorCore>(options_);
-  const int64_t cpu1 = ThreadCpuNanos();
+  const int64_t cpu1 = CallClockNanos();
   start_cpu_ms_ = static_cast<double>(cpu1 - cpu0) / 1e6;
   const uint64_t syncs = env_->syncs() - syncs_before;
   busy_until_ = loop_->now() + static_cast<SimTime>(start_cpu_ms_ * 1000 +

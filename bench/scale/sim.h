@@ -44,11 +44,31 @@ proto::MessageType FrameType(const std::string& frame);
 // KvSet, KvGet, KvWait, KvAdd: the rendezvous key-value requests.
 bool IsKvRequest(proto::MessageType type);
 
-// Thread CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
+// How each call of the core (a Handle, a Tick, the journal replay) is timed (docs/scale.md, "How
+// a call is timed").
+enum class CallClock {
+  // CLOCK_MONOTONIC, read in user space (the vDSO: about 25 ns). The simulation is one thread
+  // alone on its core, so a call's wall time is its CPU time unless the thread lost the core
+  // meanwhile: ScaleRun::on_cpu says which share of a run's wall time the thread ran.
+  kMonotonic,
+  // CLOCK_THREAD_CPUTIME_ID: a system call per reading. Where system calls are dear (1.2 us each
+  // on the machine of docs/scale.md, whose kernel flushes the TLB on every one: page-table
+  // isolation without PCID), the call timed after a reading pays a page walk for each page it
+  // touches, a cost that grows with the working set and belongs to the timer.
+  kThreadCpu,
+};
+// Chooses the call clock; before any SimCoordinator is made. kMonotonic unless set.
+void SetCallClock(CallClock clock);
+CallClock GetCallClock();
+const char* CallClockName(CallClock clock);
+// The call clock's reading, in nanoseconds.
+int64_t CallClockNanos();
+// What two back-to-back CallClockNanos() readings measure with nothing between them (the median
+// of many): subtracted from every timed call.
+int64_t CallClockOverheadNanos();
+// Thread CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID), whatever the call clock: for a whole
+// run, to tell how much of its wall time the thread ran.
 int64_t ThreadCpuNanos();
-// What two back-to-back ThreadCpuNanos() calls measure with nothing between them (the median of
-// many): subtracted from every measured call.
-int64_t ThreadCpuOverheadNanos();
 
 // ---------------------------------------------------------------------------------------------
 // The event loop: callbacks run in time order (ties in the order scheduled).
