@@ -88,6 +88,9 @@ if(NOT ELASTRA_WITH_JEMALLOC STREQUAL "OFF" AND "${ELASTRA_SANITIZE}" STREQUAL "
   if(JEMALLOC_FOUND)
     set(ELASTRA_HAVE_JEMALLOC TRUE)
     target_link_libraries(elastra_coordinator_malloc INTERFACE PkgConfig::JEMALLOC)
+    # Its options for a coordinator: keep and reuse the pages a change frees (the file says why).
+    target_sources(elastra_coordinator_malloc INTERFACE
+                   ${PROJECT_SOURCE_DIR}/launch/coordinator_malloc.cc)
   endif()
 endif()
 elastra_resolve_option(ELASTRA_WITH_JEMALLOC ELASTRA_HAVE_JEMALLOC)
