@@ -1,11 +1,14 @@
 // IdMap<T>: values keyed by a string id, for tables the coordinator looks up on every message (its
 // workers). The values live in blocks of kBlock and never move (a pointer to one stays valid until
 // its id is erased); the ids are found through a flat open-addressing table of slot numbers with
-// each id's hash beside them. A lookup hashes the id, reads one probe line and, where the hashes
-// agree, the value: two cache misses where std::unordered_map takes three or four
-// at 16,384 entries (its bucket, the node before, the node; docs/scale.md). Erasing uses
-// backward-shift deletion, so no tombstones pile up. T must have a std::string member `id`, set
-// by Emplace and unchanged after. `Hasher` hashes a std::string_view (a test passes one that
+// the low 32 bits of each id's hash beside them, 8 bytes a probe (256 KB at 16,384 ids, held in
+// a core's L2 cache). A lookup hashes the id, reads one probe line and, where the hashes agree,
+// the value: two cache misses where std::unordered_map takes three or four at 16,384 entries
+// (its bucket, the node before, the node; docs/scale.md). Erasing uses
+// backward-shift deletion, so no tombstones pile up. Each value has a slot, a dense number below
+// the most values held at once, fixed while it lives and reused after it is erased: other tables
+// keyed by the same ids can be flat arrays by slot (AtSlot finds the value again). T must have a
+// std::string member `id`, set by Emplace and unchanged after. `Hasher` hashes a std::string_view (a test passes one that
 // collides). Thread-compatible.
 #pragma once
 
@@ -27,18 +30,31 @@ class IdMap {
   IdMap(const IdMap&) = delete;
   IdMap& operator=(const IdMap&) = delete;
 
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+
   // The value of `id`, nullptr when there is none.
   T* Find(std::string_view id) { return const_cast<T*>(std::as_const(*this).Find(id)); }
-  const T* Find(std::string_view id) const { return Find(id, Hash(id)); }
+  const T* Find(std::string_view id) const {
+    const uint32_t slot = FindSlot(id, Hash(id));
+    return slot == kNoSlot ? nullptr : &At(slot);
+  }
 
-  // Inserts `value` under value.id, or replaces the value there (in place: pointers to it stay
-  // valid). Returns the stored value and whether it was inserted.
-  std::pair<T*, bool> Emplace(T value) {
+  // The value in `slot`, nullptr when none lives there.
+  T* AtSlot(uint32_t slot) { return const_cast<T*>(std::as_const(*this).AtSlot(slot)); }
+  const T* AtSlot(uint32_t slot) const {
+    return slot < live_.size() && live_[slot] ? &At(slot) : nullptr;
+  }
+
+  // Inserts `value` under value.id, or replaces the value there (in place: pointers to it and its
+  // slot stay). Returns the stored value and whether it was inserted; its slot in `*slot` when
+  // given.
+  std::pair<T*, bool> Emplace(T value, uint32_t* slot_out = nullptr) {
     const uint64_t h = Hash(value.id);  // once, for the lookup and the placement
-    if (const T* found = Find(value.id, h)) {
-      T* old = const_cast<T*>(found);
-      *old = std::move(value);
-      return {old, false};
+    if (const uint32_t found = FindSlot(value.id, h); found != kNoSlot) {
+      T& old = At(found);
+      old = std::move(value);
+      if (slot_out != nullptr) *slot_out = found;
+      return {&old, false};
     }
     if (2 * (size_ + 1) > probes_.size()) Grow();
     uint32_t slot;
@@ -55,6 +71,7 @@ class IdMap {
     if (slot >= live_.size()) live_.resize(slot + 1, false);
     live_[slot] = true;
     ++size_;
+    if (slot_out != nullptr) *slot_out = slot;
     return {&v, true};
   }
 
@@ -66,7 +83,7 @@ class IdMap {
     for (;; s = (s + 1) & mask_) {
       const Probe& p = probes_[s];
       if (p.slot == kEmpty) return false;
-      if (p.hash == h && At(p.slot).id == id) break;
+      if (p.hash == static_cast<uint32_t>(h) && At(p.slot).id == id) break;
     }
     const uint32_t slot = probes_[s].slot;
     At(slot) = T();  // frees what the value held
@@ -99,25 +116,24 @@ class IdMap {
   }
 
  private:
-  static constexpr uint32_t kEmpty = UINT32_MAX;
+  static constexpr uint32_t kEmpty = kNoSlot;
   static constexpr size_t kBlockBits = 10;
   static constexpr size_t kBlock = size_t{1} << kBlockBits;
   struct Probe {
-    uint64_t hash = 0;  // the id's: its low bits are the probe's first position under any mask
+    // The id's hash's low 32 bits: the probe's first position under any mask (a table stays
+    // far below 2^32 probes), and a filter before the id is compared.
+    uint32_t hash = 0;
     uint32_t slot = kEmpty;
   };
 
   static uint64_t Hash(std::string_view id) { return static_cast<uint64_t>(Hasher{}(id)); }
-  // Find with the id's hash already computed.
-  const T* Find(std::string_view id, uint64_t h) const {
-    if (size_ == 0) return nullptr;
+  // The slot of `id`, whose hash is `h`; kNoSlot when there is none.
+  uint32_t FindSlot(std::string_view id, uint64_t h) const {
+    if (size_ == 0) return kNoSlot;
     for (size_t s = h & mask_;; s = (s + 1) & mask_) {
       const Probe& p = probes_[s];
-      if (p.slot == kEmpty) return nullptr;
-      if (p.hash == h) {
-        const T& v = At(p.slot);
-        if (v.id == id) return &v;
-      }
+      if (p.slot == kEmpty) return kNoSlot;
+      if (p.hash == static_cast<uint32_t>(h) && At(p.slot).id == id) return p.slot;
     }
   }
   T& At(uint32_t slot) { return blocks_[slot >> kBlockBits][slot & (kBlock - 1)]; }
@@ -126,7 +142,7 @@ class IdMap {
   void Place(uint64_t h, uint32_t slot) {
     size_t s = h & mask_;
     while (probes_[s].slot != kEmpty) s = (s + 1) & mask_;
-    probes_[s] = Probe{h, slot};
+    probes_[s] = Probe{static_cast<uint32_t>(h), slot};
   }
   void Grow() {
     std::vector<Probe> old = std::move(probes_);

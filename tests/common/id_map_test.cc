@@ -1,8 +1,10 @@
 // IdMap (common/id_map.h): against std::unordered_map over random inserts, replacements and
 // erases, with the standard hash and with hashes that collide (long probe runs that wrap around
-// the table, which backward-shift deletion must keep reachable); values never move.
+// the table, which backward-shift deletion must keep reachable); values never move, and each keeps
+// its slot, which AtSlot finds it by.
 #include "common/id_map.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <string_view>
@@ -35,19 +37,31 @@ void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
   Map map;
   std::unordered_map<std::string, int> want;
   std::unordered_map<std::string, const Value*> where;  // what Find returned when inserted
+  std::unordered_map<std::string, uint32_t> slot_of;    // what Emplace said
+  size_t most = 0;                                      // values held at once
   std::mt19937 rng(seed);
   for (int op = 0; op < operations; ++op) {
     const std::string id = "w" + std::to_string(rng() % ids);
     const int payload = static_cast<int>(rng());
     if (rng() % 3 == 0) {
       EXPECT_EQ(map.Erase(id), want.erase(id) == 1) << id;
+      if (slot_of.count(id) > 0) {
+        EXPECT_EQ(map.AtSlot(slot_of[id]), nullptr) << "an erased value's slot: " << id;
+      }
       where.erase(id);
+      slot_of.erase(id);
     } else {
-      auto [v, inserted] = map.Emplace(Value{id, payload});
+      uint32_t slot = IdMap<Value>::kNoSlot;
+      auto [v, inserted] = map.Emplace(Value{id, payload}, &slot);
       EXPECT_EQ(inserted, want.count(id) == 0) << id;
-      if (!inserted) EXPECT_EQ(v, where[id]) << "a replaced value moved: " << id;
+      if (!inserted) {
+        EXPECT_EQ(v, where[id]) << "a replaced value moved: " << id;
+        EXPECT_EQ(slot, slot_of[id]) << "a replaced value changed its slot: " << id;
+      }
       want[id] = payload;
       where[id] = v;
+      slot_of[id] = slot;
+      most = std::max(most, want.size());
     }
     ASSERT_EQ(map.size(), want.size());
     if (op % 97 == 0 || op + 1 == operations) {
@@ -62,6 +76,8 @@ void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
           EXPECT_EQ(v->id, probe);
           EXPECT_EQ(v->payload, it->second);
           EXPECT_EQ(v, where[probe]) << "a value moved: " << probe;
+          EXPECT_EQ(map.AtSlot(slot_of[probe]), v) << "the slot of " << probe;
+          EXPECT_LT(slot_of[probe], most) << "slots are dense: " << probe;
         }
       }
       std::unordered_map<std::string, int> seen;
