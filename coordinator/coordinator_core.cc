@@ -251,7 +251,7 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     ws.state = w->state;
     ws.rank = w->rank;
     ws.step = w->step;
-    ws.last_heartbeat_ms_ago = health_.MillisSinceLast(w->id);
+    ws.last_heartbeat_ms_ago = health_.MillisSinceLast(w->slot);
     s.workers.push_back(std::move(ws));
   }
   for (const auto& h : generations_.history()) {

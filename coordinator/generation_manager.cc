@@ -294,7 +294,7 @@ void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const s
     WorkerInfo* w = membership_->Find(id);
     if (w == nullptr) continue;
     bool was_member = w->state == WorkerState::kMember;
-    health_->Forget(id);
+    health_->Forget(w->slot);
     if (w->state == WorkerState::kLost) continue;
     LOG(WARNING) << "worker " << id << " lost: " << why;
     w->last_shutdown = clock_->Now();
@@ -321,11 +321,13 @@ void GenerationManager::StartRecovery(const std::vector<std::string>& lost,
   if (job_over()) return;
   for (const auto& listener : recovery_listeners_) listener();
   for (const auto& id : lost) {
-    if (membership_->Find(id) != nullptr && membership_->Find(id)->state != WorkerState::kLost) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr) continue;
+    if (w->state != WorkerState::kLost) {
       membership_->SetState(id, WorkerState::kLost);
       journal_->WorkerState(id, JournalWorkerState::kLost);
     }
-    health_->Forget(id);
+    health_->Forget(w->slot);
   }
   if (reconf_.phase() == Phase::kRecovering) {
     // Already recovering: the dead simply stop being awaited.
@@ -497,19 +499,20 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
     IdIndex members_index, leaving_index;
     members_index.Build(&plan.members);
     leaving_index.Build(&plan.leaving);
-    for (const auto& id : membership_->Members()) {
+    for (const WorkerInfo* w : membership_->MemberInfos()) {
+      const std::string& id = w->id;
       if (members_index.Find(id) == IdIndex::kNone && leaving_index.Find(id) == IdIndex::kNone) {
-        membership_->SetState(id, WorkerState::kLost);
+        health_->Forget(w->slot);
         journal_->WorkerState(id, JournalWorkerState::kLost);
-        health_->Forget(id);
+        membership_->SetState(id, WorkerState::kLost);
       }
     }
   }
   journal_->ChangeBegun(plan.generation, ChangeKind::kBuild, plan.members, infos);
   membership_->AssignRanks(plan.members);
   for (const auto& id : plan.leaving) {
+    if (const WorkerInfo* w = membership_->Find(id)) health_->Forget(w->slot);
     membership_->SetState(id, WorkerState::kLeaving);
-    health_->Forget(id);
   }
   proto::NewGeneration ng;
   ng.generation = plan.generation;

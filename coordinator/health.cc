@@ -4,28 +4,28 @@
 
 namespace elastra::coordinator {
 
-void HealthMonitor::Beat(const std::string& id) {
+void HealthMonitor::Beat(uint32_t slot) {
   const TimePoint now = clock_->Now();
-  if (Last* last = last_.Find(id)) {
-    if (last->at == now) return;  // the queued beat of this instant stands for this one
-    last->at = now;
-  } else {
-    last_.Emplace(Last{id, now});
-  }
-  beats_.emplace_back(now, id);
+  if (slot >= last_.size()) last_.resize(static_cast<size_t>(slot) + 1, kNotWatched);
+  if (last_[slot] == now) return;  // the queued beat of this instant stands for this one
+  last_[slot] = now;
+  beats_.emplace_back(now, slot);
 }
 
-void HealthMonitor::Forget(const std::string& id) { last_.Erase(id); }
+void HealthMonitor::Forget(uint32_t slot) {
+  if (slot < last_.size()) last_[slot] = kNotWatched;
+}
 
-std::vector<std::string> HealthMonitor::TakeExpired() {
-  std::vector<std::string> expired;
+std::vector<uint32_t> HealthMonitor::TakeExpired() {
+  std::vector<uint32_t> expired;
   const TimePoint now = clock_->Now();
   while (!beats_.empty() && now - beats_.front().first > timeout_) {
-    const auto& [at, id] = beats_.front();
-    const Last* last = last_.Find(id);
-    if (last != nullptr && last->at == at) {  // its last beat: not superseded, not forgotten
-      expired.push_back(id);
-      last_.Erase(id);
+    const auto [at, slot] = beats_.front();
+    // Its last beat, not superseded and not forgotten. A slot that changed hands meanwhile is
+    // judged by its new worker's last beat, which is what `last_` holds then.
+    if (last_[slot] == at) {
+      expired.push_back(slot);
+      last_[slot] = kNotWatched;
     }
     beats_.pop_front();
   }
@@ -33,10 +33,9 @@ std::vector<std::string> HealthMonitor::TakeExpired() {
   return expired;
 }
 
-int64_t HealthMonitor::MillisSinceLast(const std::string& id) const {
-  const Last* last = last_.Find(id);
-  if (last == nullptr) return -1;
-  return std::chrono::duration_cast<Duration>(clock_->Now() - last->at).count();
+int64_t HealthMonitor::MillisSinceLast(uint32_t slot) const {
+  if (!Watching(slot)) return -1;
+  return std::chrono::duration_cast<Duration>(clock_->Now() - last_[slot]).count();
 }
 
 }  // namespace elastra::coordinator

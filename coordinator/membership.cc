@@ -57,8 +57,7 @@ void Membership::Restate(WorkerInfo& w, WorkerState state, int rank) {
   if (state == WorkerState::kMember) members_.emplace(rank, &w);
 }
 
-Status Membership::Join(const proto::JoinRequest& request, const std::string& identity,
-                        TimePoint now) {
+Status Membership::Join(const proto::JoinRequest& request, const std::string& identity) {
   if (request.worker_id.empty()) return InvalidArgumentError("join without a worker id");
   if (request.worker_id.size() > proto::kMaxNameBytes) {
     return InvalidArgumentError("worker id longer than " + std::to_string(proto::kMaxNameBytes) +
@@ -78,7 +77,6 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   if (request.rendezvous.size() == kRendezvousEndpointBytes) info.rendezvous = request.rendezvous;
   info.identity = identity;
   info.state = WorkerState::kStandby;
-  info.last_heartbeat = now;
   // A standby worker joining again (a retried join) keeps its place in the queue.
   if (old != nullptr && old->state == WorkerState::kStandby) {
     info.join_order = old->join_order;
@@ -87,7 +85,10 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   }
   NoteSeen(info.id);
   if (old != nullptr) Unindex(*old);
-  Index(*workers_.Emplace(std::move(info)).first);  // in place of the old entry, if any
+  uint32_t slot = 0;
+  WorkerInfo& w = *workers_.Emplace(std::move(info), &slot).first;  // in place of the old entry
+  w.slot = slot;
+  Index(w);
   return OkStatus();
 }
 

@@ -27,30 +27,40 @@ namespace elastra::coordinator {
 
 using proto::WorkerState;  // standby, member, leaving, lost, finished (common/messages.h)
 
-struct WorkerInfo {
+// The fields every message from the worker reads or writes come first: the first cache line of
+// the record (it starts on a line) holds what a lookup compares and a heartbeat reads (id, state,
+// rank, slot, step, join order), the second the identity. At 16,384 workers the records outgrow
+// the caches, and each line a message touches is a miss (docs/scale.md).
+struct alignas(64) WorkerInfo {
   std::string id;
+  WorkerState state = WorkerState::kStandby;  // changed by Membership only (SetState, ...)
+  int rank = -1;                              // changed by Membership only (AssignRanks, ...)
+  // Its place in Membership's table (set by Membership): a dense number, fixed while the worker
+  // is known and reused after it is removed. Other managers keep their per-worker entries in flat
+  // arrays by slot (HealthMonitor, TrainingMetrics) instead of tables by id; AtSlot goes back.
+  uint32_t slot = 0;
+  int64_t step = -1;
+  uint64_t join_order = 0;  // unique to each join of a new worker (a retried join keeps it)
+  std::string identity;     // ROUTER identity of the latest message
+  TimePoint last_shutdown{};  // declared lost: when its heartbeat was last answered with Shutdown
   std::string host;  // changed by Membership::SetHost only
   int32_t device = -1;
   int64_t pid = 0;
   std::string rendezvous;  // where it serves its rendezvous records (6 bytes), or empty
-  std::string identity;  // ROUTER identity of the latest message
-  WorkerState state = WorkerState::kStandby;  // changed by Membership only (SetState, ...)
-  int rank = -1;                              // changed by Membership only (AssignRanks, ...)
-  int64_t step = -1;
-  uint64_t join_order = 0;
-  TimePoint last_heartbeat{};
-  TimePoint last_shutdown{};  // declared lost: when its heartbeat was last answered with Shutdown
 };
 
 class Membership {
  public:
   // Registers a worker as standby. kInvalidArgument when the id is empty, too long, or belongs to
   // a live member (standby or leaving/lost/finished entries are replaced).
-  Status Join(const proto::JoinRequest& request, const std::string& identity, TimePoint now);
+  Status Join(const proto::JoinRequest& request, const std::string& identity);
 
   // nullptr when unknown.
   WorkerInfo* Find(const std::string& id);
   const WorkerInfo* Find(const std::string& id) const;
+  // The worker in `slot` (WorkerInfo::slot), nullptr when none is. O(1).
+  WorkerInfo* AtSlot(uint32_t slot) { return workers_.AtSlot(slot); }
+  const WorkerInfo* AtSlot(uint32_t slot) const { return workers_.AtSlot(slot); }
 
   // Find for each of `ids`, in order (nullptr where unknown): one lookup each for callers that
   // need several fields of a list of workers.

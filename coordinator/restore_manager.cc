@@ -52,7 +52,7 @@ void RestoreManager::Restore(const JournalState& s) {
     join.device = w.device;
     join.pid = w.pid;
     if (auto rv = s.rendezvous.find(w.id); rv != s.rendezvous.end()) join.rendezvous = rv->second;
-    membership_->Join(join, /*identity=*/"", now).IgnoreError();
+    membership_->Join(join, /*identity=*/"").IgnoreError();
   };
   auto state_of = [&](const std::string& id) -> std::optional<JournalWorkerState> {
     auto it = s.worker_states.find(id);
@@ -86,14 +86,15 @@ void RestoreManager::Restore(const JournalState& s) {
   for (const auto& w : s.standby) {
     if (listed.count(w.id) > 0) continue;
     restore_worker(w);
-    health_->Beat(w.id);
+    if (const WorkerInfo* info = membership_->Find(w.id)) health_->Beat(info->slot);
   }
   membership_->AssignRanks(members);
   for (const auto& id : members) {
     if (state_of(id) == JournalWorkerState::kFinished) {
       membership_->SetState(id, WorkerState::kFinished);
     } else {
-      health_->Beat(id);  // a fresh deadline: its heartbeats resume once it reconnects
+      // A fresh deadline: its heartbeats resume once it reconnects.
+      if (const WorkerInfo* info = membership_->Find(id)) health_->Beat(info->slot);
     }
   }
   resizes_->Restore(s.resize, s.target_workers);

@@ -24,21 +24,33 @@ void TrainingMetrics::OnHeartbeat(const std::string& worker, const proto::Heartb
 void TrainingMetrics::OnHeartbeat(const WorkerInfo& worker, const proto::Heartbeat& hb,
                                   const Layout& layout) {
   const WorkerInfo* w = &worker;
-  Reported* found = reported_.Find(worker.id);
-  Reported& r = found != nullptr ? *found : *reported_.Emplace(Reported{worker.id}).first;
-  r.metrics.clear();
-  for (const TrainingMetric& m : hb.metrics) {
-    if (r.metrics.size() >= proto::kMaxTrainingMetrics) break;
-    if (!proto::IsValidMetricName(m.name) || !std::isfinite(m.value)) continue;
-    if (std::any_of(r.metrics.begin(), r.metrics.end(),
-                    [&](const TrainingMetric& k) { return k.name == m.name; })) {
-      continue;
+  const uint32_t slot = w->slot;
+  if (slot >= tallies_.size()) {
+    tallies_.resize(static_cast<size_t>(slot) + 1);
+    metrics_.resize(tallies_.size());
+  }
+  Tally& t = tallies_[slot];
+  if (t.owner != OwnerOf(*w)) {  // the slot's first report, or a new worker's
+    t = Tally{OwnerOf(*w)};
+    metrics_[slot].clear();
+  }
+  if (!hb.metrics.empty() || t.has_metrics) {  // the latest heartbeat's numbers replace the last
+    std::vector<TrainingMetric>& kept = metrics_[slot];
+    kept.clear();
+    for (const TrainingMetric& m : hb.metrics) {
+      if (kept.size() >= proto::kMaxTrainingMetrics) break;
+      if (!proto::IsValidMetricName(m.name) || !std::isfinite(m.value)) continue;
+      if (std::any_of(kept.begin(), kept.end(),
+                      [&](const TrainingMetric& k) { return k.name == m.name; })) {
+        continue;
+      }
+      kept.push_back(m);
     }
-    r.metrics.push_back(m);
+    t.has_metrics = !kept.empty();
   }
   const int64_t total = std::max<int64_t>(0, hb.samples);
-  const int64_t grown = total >= r.samples ? total - r.samples : total;
-  r.samples = total;
+  const int64_t grown = total >= t.samples ? total - t.samples : total;
+  t.samples = total;
   const bool counted =
       w->state == WorkerState::kMember && w->rank >= 0 && w->rank < layout.world() && [&] {
         const Coordinates c = CoordinatesOf(layout, w->rank);
@@ -82,14 +94,16 @@ void TrainingMetrics::ObserveState(JobState state) {
 
 std::vector<TrainingMetric> TrainingMetrics::JobMetrics() const {
   std::map<std::string, std::pair<int, TrainingMetric>> best;  // name -> (rank, metric)
-  reported_.ForEach([&](const Reported& r) {
-    const WorkerInfo* w = membership_->Find(r.id);
-    if (w == nullptr || w->state != WorkerState::kMember || w->rank < 0) return;
-    for (const TrainingMetric& m : r.metrics) {
+  for (size_t slot = 0; slot < metrics_.size(); ++slot) {
+    if (!tallies_[slot].has_metrics) continue;
+    const WorkerInfo* w = membership_->AtSlot(static_cast<uint32_t>(slot));
+    if (w == nullptr || tallies_[slot].owner != OwnerOf(*w)) continue;  // a removed worker's
+    if (w->state != WorkerState::kMember || w->rank < 0) continue;
+    for (const TrainingMetric& m : metrics_[slot]) {
       auto it = best.find(m.name);
       if (it == best.end() || w->rank < it->second.first) best[m.name] = {w->rank, m};
     }
-  });
+  }
   std::vector<TrainingMetric> out;
   for (auto& [name, ranked] : best) out.push_back(ranked.second);
   return out;

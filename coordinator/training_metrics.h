@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/id_map.h"
 #include "common/messages.h"
 #include "coordinator/membership.h"
 
@@ -42,11 +41,16 @@ class TrainingMetrics {
   proto::TrainingStatus Snapshot() const;
 
  private:
-  struct Reported {
-    std::string id;       // the worker's
+  // What the worker in one slot (WorkerInfo::slot) reported last: 16 bytes a worker (256 KB at
+  // 16,384), the only entry a heartbeat without metrics reads; its metrics are apart.
+  struct Tally {
+    uint32_t owner = 0;  // OwnerOf its worker; 0: nobody reported in this slot yet
+    bool has_metrics = false;
     int64_t samples = 0;  // the last running total seen
-    std::vector<proto::TrainingMetric> metrics;
   };
+  // Tells the workers that held one slot apart: their join orders (unique to each worker), plus 1,
+  // to 32 bits (a slot would have to see 2^32 joins to take one worker for another).
+  static uint32_t OwnerOf(const WorkerInfo& w) { return static_cast<uint32_t>(w.join_order + 1); }
 
   // The job's value of each name now: the lowest-ranked member's.
   std::vector<proto::TrainingMetric> JobMetrics() const;
@@ -56,7 +60,10 @@ class TrainingMetrics {
   Clock* clock_;
   const Membership* membership_;
   TimePoint start_;
-  IdMap<Reported> reported_;  // by worker id: O(1) per heartbeat, a flat table (common/id_map.h)
+  // By the worker's slot: O(1) per heartbeat, no hashing. An entry whose owner is not the slot's
+  // worker's any more is a removed worker's, replaced when the slot reports again.
+  std::vector<Tally> tallies_;
+  std::vector<std::vector<proto::TrainingMetric>> metrics_;  // by slot: the latest kept
   int64_t samples_ = 0;
   // Time running: the state now, and since when it is being integrated.
   proto::JobState state_ = proto::JobState::kForming;

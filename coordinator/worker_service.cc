@@ -37,13 +37,14 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
                                               " standby workers (max_workers)"));
     return;
   }
-  Status s = membership_->Join(*req, identity, clock_->Now());
+  Status s = membership_->Join(*req, identity);
   if (!s.ok()) {
     outbox_->SendError(identity, e.request_id, s);
     return;
   }
-  host_manager_->OnJoined(membership_->Find(req->worker_id));
-  health_->Beat(req->worker_id);
+  WorkerInfo* joined = membership_->Find(req->worker_id);  // it joined: not null
+  host_manager_->OnJoined(joined);
+  health_->Beat(joined->slot);
   journal_->Join(req->worker_id);
   if (layouts_->Learn(*req)) journal_->State(layouts_->state());
   proto::JoinReply reply;
@@ -69,7 +70,7 @@ void WorkerService::OnLeave(const std::string& identity, const proto::Envelope& 
     return;
   }
   outbox_->Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id);
-  health_->Forget(w->id);
+  health_->Forget(w->slot);
   switch (w->state) {
     case WorkerState::kStandby:
     case WorkerState::kLeaving:
@@ -115,8 +116,7 @@ void WorkerService::OnHeartbeat(const std::string& identity, const proto::Envelo
     return;
   }
   if (w->state == WorkerState::kMember || w->state == WorkerState::kStandby) {
-    health_->Beat(w->id);
-    w->last_heartbeat = clock_->Now();
+    health_->Beat(w->slot);
     if (heartbeat_listener_) heartbeat_listener_(*w, *hb);
   }
   w->step = std::max(w->step, hb->step);
@@ -191,7 +191,7 @@ void WorkerService::OnProcessExited(const std::string& identity, proto::Role rol
     LOG(INFO) << "worker " << w->id << " exited with code 0; waiting for its Leave";
     return;
   }
-  health_->Forget(w->id);
+  health_->Forget(w->slot);
   switch (w->state) {
     case WorkerState::kLeaving:
     case WorkerState::kStandby:
@@ -210,9 +210,18 @@ void WorkerService::OnProcessExited(const std::string& identity, proto::Role rol
   }
 }
 
+std::vector<std::string> WorkerService::ExpiredIds() {
+  std::vector<std::string> ids;
+  for (uint32_t slot : health_->TakeExpired()) {
+    if (const WorkerInfo* w = membership_->AtSlot(slot)) ids.push_back(w->id);
+  }
+  std::sort(ids.begin(), ids.end());  // the order they are handled and logged in
+  return ids;
+}
+
 void WorkerService::ExpireHeartbeats() {
   std::vector<std::string> lost;
-  const auto expired = health_->TakeExpired();
+  const auto expired = ExpiredIds();
   for (const auto& id : expired) {
     WorkerInfo* w = membership_->Find(id);
     if (w == nullptr) continue;

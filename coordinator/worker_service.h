@@ -81,6 +81,9 @@ class WorkerService {
   void ExpireHeartbeats();
 
  private:
+  // The ids of the workers whose heartbeat deadline passed (HealthMonitor::TakeExpired), sorted.
+  std::vector<std::string> ExpiredIds();
+
   const CoordinatorOptions* options_;
   Clock* clock_;
   Membership* membership_;

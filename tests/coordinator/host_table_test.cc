@@ -17,7 +17,7 @@ class HostTableTest : public ::testing::Test {
     return h.ok() ? *h : nullptr;
   }
   void Join(const std::string& id, const std::string& host, WorkerState state) {
-    ASSERT_TRUE(membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id, clock_.Now()).ok());
+    ASSERT_TRUE(membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id).ok());
     if (state == WorkerState::kMember) {
       membership_.AssignRanks({id});
     } else {

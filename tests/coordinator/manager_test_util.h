@@ -47,8 +47,8 @@ class ManagerTest : public ::testing::Test {
   // Worker `id` on `host` joins as a standby worker (what WorkerService::OnJoin does).
   void Join(const std::string& id, const std::string& host = "n1") {
     ASSERT_TRUE(
-        membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id, clock_.Now()).ok());
-    health_.Beat(id);
+        membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id).ok());
+    health_.Beat(membership_.Find(id)->slot);
     host_manager_.OnJoined(membership_.Find(id));
     generations_.MaybeFormFirstGeneration();
     resizes_.ContinueIfWaitingForWorkers();

@@ -9,8 +9,8 @@ proto::JoinRequest Req(const std::string& id) { return proto::JoinRequest{id, "h
 
 TEST(MembershipTest, JoinRegistersStandbyInJoinOrder) {
   Membership m;
-  ASSERT_TRUE(m.Join(Req("b"), "id-b", TimePoint{}).ok());
-  ASSERT_TRUE(m.Join(Req("a"), "id-a", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("b"), "id-b").ok());
+  ASSERT_TRUE(m.Join(Req("a"), "id-a").ok());
   EXPECT_EQ(m.Standby(), (std::vector<std::string>{"b", "a"}));
   EXPECT_TRUE(m.Members().empty());
   EXPECT_EQ(m.Find("a")->identity, "id-a");
@@ -19,7 +19,7 @@ TEST(MembershipTest, JoinRegistersStandbyInJoinOrder) {
 
 TEST(MembershipTest, RanksAndStates) {
   Membership m;
-  for (auto id : {"a", "b", "c"}) ASSERT_TRUE(m.Join(Req(id), id, TimePoint{}).ok());
+  for (auto id : {"a", "b", "c"}) ASSERT_TRUE(m.Join(Req(id), id).ok());
   m.AssignRanks({"c", "a"});
   EXPECT_EQ(m.Members(), (std::vector<std::string>{"c", "a"}));
   EXPECT_EQ(m.Find("a")->rank, 1);
@@ -33,28 +33,28 @@ TEST(MembershipTest, RanksAndStates) {
 
 TEST(MembershipTest, LiveMemberCannotJoinTwiceButLostOneMay) {
   Membership m;
-  ASSERT_TRUE(m.Join(Req("a"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("a"), "x").ok());
   // A retried join of a standby worker is fine and keeps its place.
-  ASSERT_TRUE(m.Join(Req("a"), "y", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("a"), "y").ok());
   EXPECT_EQ(m.Find("a")->identity, "y");
   m.AssignRanks({"a"});
-  EXPECT_EQ(m.Join(Req("a"), "z", TimePoint{}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Join(Req("a"), "z").code(), StatusCode::kInvalidArgument);
   m.SetState("a", WorkerState::kLost);
-  EXPECT_TRUE(m.Join(Req("a"), "z", TimePoint{}).ok());
+  EXPECT_TRUE(m.Join(Req("a"), "z").ok());
   EXPECT_EQ(m.Find("a")->state, WorkerState::kStandby);
-  EXPECT_EQ(m.Join(Req(""), "q", TimePoint{}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(m.Join(Req(std::string(300, 'x')), "q", TimePoint{}).code(),
+  EXPECT_EQ(m.Join(Req(""), "q").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Join(Req(std::string(300, 'x')), "q").code(),
             StatusCode::kInvalidArgument);
 }
 
 TEST(MembershipTest, FreshWorkerIdsCountUpAndSkipIdsInUse) {
   Membership m;
-  ASSERT_TRUE(m.Join(Req("w1"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("w1"), "x").ok());
   EXPECT_EQ(m.NextWorkerId(), "w0");
   EXPECT_EQ(m.NextWorkerId(), "w2");
   EXPECT_EQ(m.NextWorkerId(), "w3");
   // Removed ids are never handed out again.
-  ASSERT_TRUE(m.Join(Req("w4"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("w4"), "x").ok());
   m.Remove("w4");
   EXPECT_EQ(m.NextWorkerId(), "w5");
 }
@@ -66,7 +66,7 @@ TEST(MembershipTest, IndexesFollowStatesRanksAndHosts) {
   Membership m;
   for (int i = 0; i < 6; ++i) {
     proto::JoinRequest r{"w" + std::to_string(i), i < 3 ? "h0" : "h1", 0, 1};
-    ASSERT_TRUE(m.Join(r, "id", TimePoint{}).ok());
+    ASSERT_TRUE(m.Join(r, "id").ok());
   }
   EXPECT_EQ(m.StandbyCount(), 6u);
   m.AssignRanks({"w4", "w1", "w2"});
@@ -89,7 +89,7 @@ TEST(MembershipTest, IndexesFollowStatesRanksAndHosts) {
   EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0"}));
   EXPECT_EQ(m.StandbyCount(), 1u);
   // A lost worker joining again is standby at the back of the queue.
-  ASSERT_TRUE(m.Join(proto::JoinRequest{"w5", "h2", 0, 1}, "id2", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(proto::JoinRequest{"w5", "h2", 0, 1}, "id2").ok());
   EXPECT_EQ(m.Standby(), (std::vector<std::string>{"w0", "w5"}));
   EXPECT_TRUE(m.On("h1").size() == 2u);  // w0, w4: w5 moved to h2 with its new join
   std::vector<std::string> all;
@@ -117,7 +117,7 @@ TEST(MembershipTest, SlotCountsAndTheLeavingFollowEveryChange) {
   };
   for (int i = 0; i < 6; ++i) {
     proto::JoinRequest r{"w" + std::to_string(i), i < 3 ? "h0" : "h1", 0, 1};
-    ASSERT_TRUE(m.Join(r, "id", TimePoint{}).ok());
+    ASSERT_TRUE(m.Join(r, "id").ok());
   }
   check("joined");
   EXPECT_EQ(m.SlotsHeldOn("h0"), 3u);
@@ -138,7 +138,7 @@ TEST(MembershipTest, SlotCountsAndTheLeavingFollowEveryChange) {
   m.Remove("w1");
   check("removed");
   EXPECT_TRUE(m.Leaving().empty());
-  ASSERT_TRUE(m.Join(proto::JoinRequest{"w4", "h2", 0, 1}, "id2", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(proto::JoinRequest{"w4", "h2", 0, 1}, "id2").ok());
   check("lost one joined again elsewhere");
   EXPECT_EQ(m.SlotsHeldOn("h2"), 1u);
   m.SetState("w4", WorkerState::kStandby);
@@ -154,23 +154,23 @@ TEST(MembershipTest, FreshWorkerIdsSkipALaunchersIds) {
   Membership m;
   for (int i = 0; i < 300; ++i) {
     if (i == 130) continue;
-    ASSERT_TRUE(m.Join(Req("w" + std::to_string(i)), "x", TimePoint{}).ok());
+    ASSERT_TRUE(m.Join(Req("w" + std::to_string(i)), "x").ok());
   }
-  ASSERT_TRUE(m.Join(Req("w007"), "x", TimePoint{}).ok());
-  ASSERT_TRUE(m.Join(Req("wx"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("w007"), "x").ok());
+  ASSERT_TRUE(m.Join(Req("wx"), "x").ok());
   m.MarkSeen("w301");
   m.MarkSeen("w99999999999");  // beyond the numbers tracked: found through the id
   EXPECT_EQ(m.NextWorkerId(), "w130");
   EXPECT_EQ(m.NextWorkerId(), "w300");
   EXPECT_EQ(m.NextWorkerId(), "w302");
-  ASSERT_TRUE(m.Join(Req("w303"), "x", TimePoint{}).ok());
+  ASSERT_TRUE(m.Join(Req("w303"), "x").ok());
   EXPECT_EQ(m.NextWorkerId(), "w304");
 }
 
 TEST(MembershipTest, AGrowKeepsTheRanksOfMembersAndIndexesTheNewOnes) {
   Membership m;
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(m.Join(proto::JoinRequest{"w" + std::to_string(i), "h", 0, 1}, "id", {}).ok());
+    ASSERT_TRUE(m.Join(proto::JoinRequest{"w" + std::to_string(i), "h", 0, 1}, "id").ok());
   }
   m.AssignRanks({"w1", "w2"});
   m.AssignRanks({"w1", "w2", "w4", "w0"});  // the first two keep their ranks
@@ -194,8 +194,7 @@ TEST(MembershipTest, ManyWorkers) {
   std::vector<std::string> ranks;
   for (int i = 0; i < kN; ++i) {
     const std::string id = "w" + std::to_string(i);
-    ASSERT_TRUE(m.Join(proto::JoinRequest{id, "h" + std::to_string(i / 8), 0, 1}, id,
-                       TimePoint{}).ok());
+    ASSERT_TRUE(m.Join(proto::JoinRequest{id, "h" + std::to_string(i / 8), 0, 1}, id).ok());
     if (i % 2 == 0) ranks.insert(ranks.begin() + (ranks.size() / 2), id);
   }
   m.AssignRanks(ranks);
@@ -213,8 +212,8 @@ TEST(MembershipTest, MemberInfosCountOnAndFinishedFollowEveryChange) {
   auto on = [](const std::string& id, const std::string& host) {
     return proto::JoinRequest{id, host, 0, 1};
   };
-  for (auto id : {"a", "b", "c"}) ASSERT_TRUE(m.Join(on(id, "h1"), id, TimePoint{}).ok());
-  ASSERT_TRUE(m.Join(on("d", "h2"), "d", TimePoint{}).ok());
+  for (auto id : {"a", "b", "c"}) ASSERT_TRUE(m.Join(on(id, "h1"), id).ok());
+  ASSERT_TRUE(m.Join(on("d", "h2"), "d").ok());
   m.AssignRanks({"c", "d", "a"});
   const std::vector<const WorkerInfo*> infos = m.MemberInfos();
   ASSERT_EQ(infos.size(), 3u);

@@ -23,7 +23,7 @@ class TrainingMetricsTest : public ::testing::Test {
       proto::JoinRequest j;
       j.worker_id = id;
       j.host = "h";
-      ASSERT_TRUE(membership_.Join(j, id, clock_.Now()).ok());
+      ASSERT_TRUE(membership_.Join(j, id).ok());
     }
     membership_.AssignRanks({"w0", "w1", "w2", "w3"});
     for (const char* id : {"w0", "w1", "w2", "w3"}) membership_.SetState(id, WorkerState::kMember);
@@ -77,6 +77,29 @@ TEST_F(TrainingMetricsTest, TheJobsValueIsTheLowestRankedMembersAndBadNamesAreDr
   s = metrics_.Snapshot();
   ASSERT_EQ(s.metrics.size(), 3u);
   EXPECT_EQ(s.metrics[1].value, 2.0);
+}
+
+// Numbers are kept by the worker's slot in Membership: a worker that takes over the slot of one
+// removed (here under the same id, a new process) starts with none of its predecessor's numbers,
+// and a heartbeat without metrics clears the worker's own.
+TEST_F(TrainingMetricsTest, AWorkerInARemovedWorkersSlotStartsAfresh) {
+  Beat("w0", 5, 100, {{"loss", 1.5, 5}});
+  const uint32_t slot = membership_.Find("w0")->slot;
+  membership_.Remove("w0");
+  proto::JoinRequest j;
+  j.worker_id = "w0";
+  j.host = "h";
+  ASSERT_TRUE(membership_.Join(j, "w0").ok());
+  ASSERT_EQ(membership_.Find("w0")->slot, slot) << "the freed slot is reused";
+  membership_.AssignRanks({"w0", "w1", "w2", "w3"});
+  EXPECT_TRUE(metrics_.Snapshot().metrics.empty()) << "the removed worker's loss is gone";
+  Beat("w0", 6, 40);  // a fresh process: its 40 samples count in full
+  EXPECT_EQ(metrics_.Snapshot().samples, 100 + 40);
+  Beat("w0", 7, 60, {{"loss", 1.2, 7}});
+  ASSERT_EQ(metrics_.Snapshot().metrics.size(), 1u);
+  EXPECT_EQ(metrics_.Snapshot().samples, 100 + 60);
+  Beat("w0", 8, 60);
+  EXPECT_TRUE(metrics_.Snapshot().metrics.empty()) << "the latest heartbeat had none";
 }
 
 TEST_F(TrainingMetricsTest, AtMostSixteenNamesPerWorkerAreKept) {

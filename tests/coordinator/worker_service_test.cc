@@ -57,7 +57,7 @@ TEST_F(WorkerServiceTest, AJoinIsAnsweredAndTheInitialWorkersFormTheFirstGenerat
   EXPECT_EQ(replies[0].first, "id-a");
   EXPECT_EQ(replies[0].second.heartbeat_interval_ms, 200);
   EXPECT_EQ(replies[0].second.heartbeat_timeout_ms, 1500);
-  EXPECT_TRUE(health_.Watching("a"));
+  EXPECT_TRUE(health_.Watching(membership_.Find("a")->slot));
   ServiceJoin("b");
   EXPECT_EQ(Sent<proto::NewGeneration>(T::kNewGeneration).size(), 2u);
   // A live member's id is refused; so is a standby worker beyond max_workers.
