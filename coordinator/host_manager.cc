@@ -40,6 +40,7 @@ void HostManager::OnAgentRegister(const std::string& identity, const proto::Enve
     return;
   }
   outbox_->Send(identity, proto::MessageType::kAck, proto::Ack{}, e.request_id);
+  if ((*host)->heartbeats) agent_deadlines_.Beat((*host)->position);  // its deadline moved on
   if (generations_->job_over()) {
     // An agent registering again after a restart may have missed the job's end.
     proto::Shutdown shutdown;
@@ -67,6 +68,7 @@ bool HostManager::OnAgentHeartbeat(const std::string& sender) {
   const bool first = !host->heartbeats;
   host->heartbeats = true;
   host->last_heartbeat = clock_->Now();
+  agent_deadlines_.Beat(host->position);
   if (first && host->state == proto::HostState::kUp) Notify();
   return true;
 }
@@ -134,14 +136,12 @@ void HostManager::FailedStart(HostInfo* host, const std::string& id, const std::
 
 void HostManager::Tick() {
   const TimePoint now = clock_->Now();
-  for (auto& host : hosts_->hosts()) {
-    if (!host.heartbeats) continue;
+  for (uint32_t position : agent_deadlines_.TakeExpired()) {  // in registration order
+    HostInfo& host = hosts_->hosts()[position];
     if (host.state != proto::HostState::kUp && host.state != proto::HostState::kDraining) continue;
-    if (now - host.last_heartbeat > options_->heartbeat_timeout) {
-      LoseHost(&host, "its agent " + host.agent + " was silent for " +
-                          std::to_string(Ms(now - host.last_heartbeat)) + " ms");
-      if (generations_->job_over()) return;
-    }
+    LoseHost(&host, "its agent " + host.agent + " was silent for " +
+                        std::to_string(Ms(now - host.last_heartbeat)) + " ms");
+    if (generations_->job_over()) return;
   }
   for (const auto& [id, host] : hosts_->TakeExpiredSpawns(now)) {
     FailedStart(host, id,

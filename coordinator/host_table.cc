@@ -30,6 +30,7 @@ StatusOr<HostInfo*> HostTable::Register(const proto::AgentRegister& request,
     hosts_.emplace_back();
     host = &hosts_.back();
     host->name = request.host;
+    host->position = static_cast<uint32_t>(hosts_.size() - 1);
   }
   const size_t position = by_name_.at(request.host);
   if (host->agent != agent) {

@@ -25,6 +25,7 @@ namespace elastra::coordinator {
 
 struct HostInfo {
   std::string name;
+  uint32_t position = 0;  // its place in HostTable::hosts(), fixed: hosts are never removed
   std::string address;  // where its workers bind their collectives
   int32_t slots = 0;    // workers its agent may run at once
   int32_t gpus = 0;

@@ -188,6 +188,29 @@ TEST_F(HostManagerTest, ASilentAgentLosesItsHostAndAllItsWorkersInOneRound) {
   EXPECT_EQ(membership_.Find("spare")->state, WorkerState::kLost) << "standby on b too";
 }
 
+// An agent's silence counts from its latest heartbeat or registration, and a host back after it
+// was lost is watched again from its return (the deadlines wait in a queue: a tick looks only at
+// the hosts whose deadline passed).
+TEST_F(HostManagerTest, AnAgentsDeadlineMovesWithItsRegistrationsAndAReturnedHostIsWatchedAgain) {
+  RegisterHost("a", 2);  // registers and heartbeats: watched (heartbeat timeout 1500 ms)
+  clock_.Advance(Duration(1000));
+  RegisterHost("a", 2, /*heartbeats=*/false);  // registers again, no heartbeat: a fresh deadline
+  clock_.Advance(Duration(1000));
+  host_manager_.Tick();
+  EXPECT_EQ(hosts_.Find("a")->state, proto::HostState::kUp) << "1 s after its registration";
+  clock_.Advance(Duration(501));
+  host_manager_.Tick();
+  EXPECT_EQ(hosts_.Find("a")->state, proto::HostState::kLost);
+  RegisterHost("a", 2, /*heartbeats=*/false);
+  EXPECT_EQ(hosts_.Find("a")->state, proto::HostState::kUp) << "back";
+  clock_.Advance(Duration(1500));
+  host_manager_.Tick();
+  EXPECT_EQ(hosts_.Find("a")->state, proto::HostState::kUp) << "exactly at its deadline";
+  clock_.Advance(Duration(1));
+  host_manager_.Tick();
+  EXPECT_EQ(hosts_.Find("a")->state, proto::HostState::kLost) << "silent again since its return";
+}
+
 TEST_F(HostManagerTest, AMissedDeadlineIsAHostLossOnlyWhenItsAgentIsSilentToo) {
   RegisterHost("a", 4);
   RegisterHost("b", 4);
