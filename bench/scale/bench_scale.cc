@@ -32,7 +32,7 @@
 //                                 go through the coordinator's store, as before protocol 7
 //        --thread-clock           time each call by the thread CPU clock (a system call per
 //                                 reading) instead of the monotonic clock (CallClock)
-//        --repeat R (3; 1 with --quick)  runs of each size, in passes over all sizes; each event
+//        --repeat R (5; 1 with --quick)  runs of each size, in passes over all sizes; each event
 //                                 counts with its median run
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -74,7 +74,7 @@ struct Flags {
   bool quick = false;
   double budget_s = 270;
   bool curve = true;
-  int repeat = 3;  // runs of each size; each event counts with its median run (MedianOf)
+  int repeat = 5;  // runs of each size; each event counts with its median run (MedianOf)
   std::string journal_dir;
   ScaleParams params;
 };
