@@ -17,7 +17,7 @@
 //   admin    ResizeRequest{wait = true} and its two replies.
 // What the processes do between messages takes modelled time (JobModel). The rendezvous is run
 // for real by a sample of the ranks; each of their key-value requests is sent with the weight of
-// the requests it stands for (docs/scale.md, "What is simulated").
+// the requests it stands for (docs/scale.md, "What it runs").
 //
 // Not thread-safe: the simulation's thread.
 #pragma once
