@@ -8,8 +8,8 @@
 // backward-shift deletion, so no tombstones pile up. Each value has a slot, a dense number below
 // the most values held at once, fixed while it lives and reused after it is erased: other tables
 // keyed by the same ids can be flat arrays by slot (AtSlot finds the value again). T must have a
-// std::string member `id`, set by Emplace and unchanged after. `Hasher` hashes a std::string_view (a test passes one that
-// collides). Thread-compatible.
+// std::string member `id`, set by Emplace and unchanged after. `Hasher` hashes a std::string_view
+// (a test passes one that collides). Thread-compatible.
 #pragma once
 
 #include <cstddef>

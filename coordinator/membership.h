@@ -40,10 +40,10 @@ struct alignas(64) WorkerInfo {
   // arrays by slot (HealthMonitor, TrainingMetrics) instead of tables by id; AtSlot goes back.
   uint32_t slot = 0;
   int64_t step = -1;
-  uint64_t join_order = 0;  // unique to each join of a new worker (a retried join keeps it)
-  std::string identity;     // ROUTER identity of the latest message
+  uint64_t join_order = 0;    // unique to each join of a new worker (a retried join keeps it)
+  std::string identity;       // ROUTER identity of the latest message
   TimePoint last_shutdown{};  // declared lost: when its heartbeat was last answered with Shutdown
-  std::string host;  // changed by Membership::SetHost only
+  std::string host;           // changed by Membership::SetHost only
   int32_t device = -1;
   int64_t pid = 0;
   std::string rendezvous;  // where it serves its rendezvous records (6 bytes), or empty

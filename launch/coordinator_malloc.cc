@@ -9,8 +9,8 @@
 // of a free extent over 64 times its size, so each change faulted its memory in afresh: about
 // 2,000 page faults in a planned grow at 16,384 workers, 16-20 ms of its 50 on the machine of
 // docs/scale.md, where a fault costs 5-8 us. With these options the coordinator keeps the pages
-// it once used (its resident size stays at its peak: about 250 MB at 16,384 workers, most of it
-// the first generation's frames) and reuses any free extent, so a change after the first faults
+// it once used (its resident size stays at its peak: bench_scale's, simulator included, is about
+// 180 MB at 16,384 workers) and reuses any free extent, so a change after the first faults
 // almost nothing in.
 extern "C" {
 // Read by jemalloc (its documented `malloc_conf` symbol): never purge freed pages, dirty or
