@@ -408,7 +408,7 @@ int Main(int argc, char** argv) {
   const double hb_cpu_per_msg_ms =
       hb && hb->cost.msgs_in > 0 ? hb->cost.cpu_ms / static_cast<double>(hb->cost.msgs_in) : -1;
   const double hb_cpu_per_s =
-      measured_max ? (hb && hb->window_s > 0 ? hb->cost.cpu_ms / hb->window_s : -1)
+      measured_max ? (hb ? hb->CpuPerSecond() : -1)
                    : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
   const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
 

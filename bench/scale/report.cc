@@ -82,7 +82,7 @@ std::vector<Series> AllSeries() {
   }
   s.push_back({"heartbeats.cpu_per_s", [=](const ScaleRun& r) {
                  auto* e = ev(r, "heartbeats");
-                 return e && e->ok && e->window_s > 0 ? e->cost.cpu_ms / e->window_s : -1;
+                 return e && e->ok ? e->CpuPerSecond() : -1;
                }});
   s.push_back({"heartbeats.bytes_per_s", [=](const ScaleRun& r) {
                  auto* e = ev(r, "heartbeats");

@@ -316,7 +316,7 @@ ScaleRun MedianOf(std::vector<ScaleRun> runs) {
     median.on_cpu = std::min(median.on_cpu, r.on_cpu);
   }
   auto cost = [](const EventResult& e) {
-    return e.name == "heartbeats" ? e.cost.cpu_ms / std::max(e.window_s, 1e-9) : e.cost.cpu_ms;
+    return e.name == "heartbeats" ? e.CpuPerSecond() : e.cost.cpu_ms;
   };
   for (auto& e : median.events) {
     std::vector<std::pair<double, size_t>> ok;  // (cost, run) of the runs where it succeeded

@@ -39,6 +39,10 @@ struct EventResult {
   double time_s = -1;   // simulated seconds from the trigger to the outcome (see docs/scale.md)
   double window_s = 0;  // simulated seconds measured
   int workers = 0;      // members of the committed generation afterwards
+
+  // The coordinator's CPU per simulated second of the window (the heartbeats' figure); -1 when
+  // nothing was measured.
+  double CpuPerSecond() const { return window_s > 0 ? cost.cpu_ms / window_s : -1; }
 };
 
 struct ScaleRun {
