@@ -107,6 +107,36 @@ class IdMap {
 
   size_t size() const { return size_; }
 
+  // For a caller that looks up several ids in a row (a batch of messages, each naming its
+  // sender), so that their cache misses overlap instead of following one another: PrefetchProbe
+  // starts loading the probe line where the search for `id` begins; PrefetchValue, called once
+  // that line has had time to arrive (a lookup or two later), reads it and starts loading the
+  // value whose hash matches, and returns that value's slot (kNoSlot when none matches). It
+  // compares no ids: the slot is a guess, right unless two ids' hashes agree. Neither changes
+  // anything.
+  void PrefetchProbe(std::string_view id) const {
+    if (size_ != 0) __builtin_prefetch(&probes_[Hash(id) & mask_]);
+  }
+  uint32_t PrefetchValue(std::string_view id) const {
+    const uint32_t slot = GuessSlot(id);
+    if (slot == kNoSlot) return kNoSlot;
+    const char* value = reinterpret_cast<const char*>(&At(slot));
+    for (size_t line = 0; line < sizeof(T) && line < 2 * kLine; line += kLine) {
+      __builtin_prefetch(value + line);
+    }
+    return slot;
+  }
+  // The slot PrefetchValue guessed for `id`, from the probe line it read: a guess, as there.
+  uint32_t GuessSlot(std::string_view id) const {
+    if (size_ == 0) return kNoSlot;
+    const uint64_t h = Hash(id);
+    for (size_t s = h & mask_;; s = (s + 1) & mask_) {
+      const Probe& p = probes_[s];
+      if (p.slot == kEmpty) return kNoSlot;
+      if (p.hash == static_cast<uint32_t>(h)) return p.slot;
+    }
+  }
+
   // `fn(const T&)` for each value, in no particular order. O(values ever held at once).
   template <typename Fn>
   void ForEach(Fn&& fn) const {
@@ -117,6 +147,7 @@ class IdMap {
 
  private:
   static constexpr uint32_t kEmpty = kNoSlot;
+  static constexpr size_t kLine = 64;  // a cache line
   static constexpr size_t kBlockBits = 10;
   static constexpr size_t kBlock = size_t{1} << kBlockBits;
   struct Probe {

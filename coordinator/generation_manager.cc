@@ -90,6 +90,12 @@ Status GenerationManager::OnPaused(const std::string& id, const proto::PausedRep
   return OkStatus();
 }
 
+void GenerationManager::Prefetch(int rank) const {
+  if (rank < 0) return;
+  reconf_.Prefetch(HintOf(rank));
+  if (static_cast<size_t>(rank) < members_.size()) __builtin_prefetch(&members_[rank]);
+}
+
 Status GenerationManager::OnReady(const std::string& id, const proto::GenerationReady& ready,
                                   int rank) {
   ELASTRA_RETURN_IF_ERROR(reconf_.RecordReady(id, ready, HintOf(rank)));

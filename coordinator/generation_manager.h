@@ -110,6 +110,9 @@ class GenerationManager {
   // A GenerationReady from `id`. Reconfiguration's error when it was not expected. Commits the
   // generation once every member is ready. `rank`: the sender's rank (its new one).
   Status OnReady(const std::string& id, const proto::GenerationReady& ready, int rank = -1);
+  // Starts loading what a PausedReport or GenerationReady from the worker of rank `rank` will
+  // read (CoordinatorCore::PrefetchAhead). Changes nothing.
+  void Prefetch(int rank) const;
   // True when a FailureReport about `generation` concerns what the members run now (the
   // generation being built, else the committed one) and no recovery is under way.
   bool FailureIsCurrent(uint64_t generation) const;

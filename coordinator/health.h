@@ -26,6 +26,10 @@ class HealthMonitor {
   // Starts watching `slot` (or refreshes its deadline). A slot stands for whatever holds it: a
   // worker that takes over a slot is watched from its own first beat.
   void Beat(uint32_t slot);
+  // Starts loading `slot`'s entry, for a beat soon (CoordinatorCore::PrefetchAhead).
+  void Prefetch(uint32_t slot) const {
+    if (slot < last_.size()) __builtin_prefetch(&last_[slot]);
+  }
   // Stops watching `slot` (its worker finished, is leaving, or was removed). Any slot may be given.
   void Forget(uint32_t slot);
   bool Watching(uint32_t slot) const { return slot < last_.size() && last_[slot] != kNotWatched; }

@@ -61,6 +61,13 @@ class Membership {
   // The worker in `slot` (WorkerInfo::slot), nullptr when none is. O(1).
   WorkerInfo* AtSlot(uint32_t slot) { return workers_.AtSlot(slot); }
   const WorkerInfo* AtSlot(uint32_t slot) const { return workers_.AtSlot(slot); }
+  // For a batch of messages (CoordinatorCore::PrefetchAhead): start loading the probe line of
+  // `id`, then (once it has arrived) its record, whose slot PrefetchRecord and GuessSlot return;
+  // a guess, unchecked, kNoSlot when none (IdMap::PrefetchValue). Change nothing.
+  void PrefetchProbe(const std::string& id) const { workers_.PrefetchProbe(id); }
+  uint32_t PrefetchRecord(const std::string& id) const { return workers_.PrefetchValue(id); }
+  uint32_t GuessSlot(const std::string& id) const { return workers_.GuessSlot(id); }
+  static constexpr uint32_t kNoSlot = IdMap<WorkerInfo>::kNoSlot;
 
   // Find for each of `ids`, in order (nullptr where unknown): one lookup each for callers that
   // need several fields of a list of workers.

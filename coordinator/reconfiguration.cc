@@ -132,6 +132,20 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
   return OkStatus();
 }
 
+void Reconfiguration::Prefetch(size_t hint) const {
+  auto fetch = [hint](const auto& v) {
+    if (hint < v.size()) __builtin_prefetch(&v[hint]);
+  };
+  if (phase_ == Phase::kPausing || phase_ == Phase::kRecovering) {
+    fetch(participants_);
+    fetch(answers_);
+    fetch(paused_);
+  } else if (phase_ == Phase::kBuilding) {
+    fetch(plan_.members);
+    fetch(ready_ms_);
+  }
+}
+
 bool Reconfiguration::AllPaused() const { return answered_ == live_; }
 
 bool Reconfiguration::AllReady() const {

@@ -90,6 +90,9 @@ class Reconfiguration {
   bool AllReady() const;
   // Whether plan member `id` reported the generation being built ready. O(1).
   bool IsReady(const std::string& id) const;
+  // Starts loading what a report from the participant at `hint` (its rank, as RecordPaused and
+  // RecordReady take it) will read in this phase (CoordinatorCore::PrefetchAhead).
+  void Prefetch(size_t hint) const;
   // Whether participant `id` answered. O(1).
   bool HasAnswered(const std::string& id) const;
   // Participants that answered / did not answer, by old rank.

@@ -35,6 +35,11 @@ class TrainingMetrics {
   void OnHeartbeat(const std::string& worker, const proto::Heartbeat& hb, const Layout& layout);
   // The same for a worker already looked up (the coordinator's heartbeat handler's).
   void OnHeartbeat(const WorkerInfo& w, const proto::Heartbeat& hb, const Layout& layout);
+  // Starts loading the tally of the worker in `slot`, for its heartbeat soon
+  // (CoordinatorCore::PrefetchAhead).
+  void Prefetch(uint32_t slot) const {
+    if (slot < tallies_.size()) __builtin_prefetch(&tallies_[slot]);
+  }
   // The job's state after every message or tick: the time spent running adds up from here.
   void ObserveState(proto::JobState state);
 

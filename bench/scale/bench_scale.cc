@@ -32,6 +32,8 @@
 //                                 go through the coordinator's store, as before protocol 7
 //        --thread-clock           time each call by the thread CPU clock (a system call per
 //                                 reading) instead of the monotonic clock (CallClock)
+//        --no-look-ahead          decode and handle each message alone, not with the next ones
+//                                 prefetched as CoordinatorServer does (PrefetchAhead)
 //        --repeat R (5; 1 with --quick)  runs of each size, in passes over all sizes; each event
 //                                 counts with its median run
 #include <sys/resource.h>
@@ -146,7 +148,7 @@ int Usage() {
                "  [--heartbeat-periods K] [--rendezvous-sample S] [--server-batch B] [--fsync-ms X]\n"
                "  [--latency-us X] [--coordinator-gbps X] [--step-ms X] [--journal-dir DIR]\n"
                "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n"
-               "  [--store-rendezvous] [--thread-clock] [--repeat R]\n");
+               "  [--store-rendezvous] [--thread-clock] [--no-look-ahead] [--repeat R]\n");
   return 2;
 }
 
@@ -171,6 +173,8 @@ int Main(int argc, char** argv) {
       p.job.peer_rendezvous = false;
     } else if (a == "--repeat" && (v = value())) {
       f.repeat = std::atoi(v);
+    } else if (a == "--no-look-ahead") {
+      p.server.look_ahead = false;
     } else if (a == "--thread-clock") {
       SetCallClock(CallClock::kThreadCpu);
     } else if (a == "--event-timeout-s" && (v = value())) {
@@ -437,6 +441,7 @@ int Main(int argc, char** argv) {
   out["max_workers"] = max_workers;
   out["allocator"] = kAllocator;
   out["call_clock"] = CallClockName(GetCallClock());
+  out["look_ahead"] = p.server.look_ahead;
   double on_cpu = 1;
   for (const auto& r : runs) on_cpu = std::min(on_cpu, r.on_cpu);
   out["on_cpu_min"] = std::round(on_cpu * 1000) / 1000;

@@ -261,7 +261,14 @@ void SimCoordinator::Loop(uint64_t wake) {
   while (up() && !inbox_.empty() && inbox_.front().ready <= now && handled < limit) {
     Inbound m = std::move(inbox_.front());
     inbox_.pop_front();
-    t += HandleOne(m, t);
+    // The messages after it that this pass reads too: arrived when it began, within its batch.
+    size_t ahead = 0;
+    if (server_.look_ahead) {
+      const size_t most = std::min<size_t>(coordinator::CoordinatorCore::kLookAhead,
+                                           static_cast<size_t>(limit - handled - 1));
+      while (ahead < most && ahead < inbox_.size() && inbox_[ahead].ready <= now) ++ahead;
+    }
+    t += HandleOne(m, t, ahead);
     ++handled;
   }
   // Draining: what arrived while this batch was handled is read before deadlines are checked,
@@ -285,7 +292,7 @@ void SimCoordinator::SetClock(SimTime at) {
   clock_at_ = at;
 }
 
-SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at) {
+SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at, size_t ahead) {
   SetClock(at);
   Client& c = clients_[m.client];
   const std::string identity = IdentityOf(m.client);
@@ -294,7 +301,17 @@ SimTime SimCoordinator::HandleOne(Inbound& m, SimTime at) {
 
   const int64_t cpu0 = CallClockNanos();
   std::vector<Outgoing> out;
-  auto envelope = proto::DecodeEnvelope(m.frame);
+  if (!m.envelope) m.envelope.emplace(proto::DecodeEnvelope(m.frame));
+  const StatusOr<proto::Envelope>& envelope = *m.envelope;
+  if (ahead > 0) {
+    const proto::Envelope* next[coordinator::CoordinatorCore::kLookAhead] = {};
+    for (size_t k = 0; k < ahead; ++k) {
+      Inbound& n = inbox_[k];
+      if (!n.envelope) n.envelope.emplace(proto::DecodeEnvelope(n.frame));
+      if (n.envelope->ok()) next[k] = &**n.envelope;
+    }
+    core_->PrefetchAhead(std::span<const proto::Envelope* const>(next, ahead));
+  }
   if (envelope.ok()) {
     type = envelope->type;
     out = core_->Handle(identity, c.role, *envelope);

@@ -131,6 +131,11 @@ struct ServerModel {
   int batch = 0;
   SimTime tick_us = 10 * kMs;  // CoordinatorServer's kLoopPollMs
   double fsync_us = 100;       // modelled latency of one journal fdatasync
+  // As CoordinatorServer: before a message is handled, the next ones already read (up to
+  // CoordinatorCore::kLookAhead, of those that had arrived when the pass began) are decoded and
+  // handed to CoordinatorCore::PrefetchAhead; that work is charged to the message handled.
+  // False: each message is decoded and handled alone (--no-look-ahead, for comparison).
+  bool look_ahead = true;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -303,14 +308,17 @@ class SimCoordinator {
     uint64_t epoch;
     std::string frame;
     double weight;
+    // Decoded ahead of its turn (ServerModel::look_ahead), else empty until it is handled.
+    std::optional<StatusOr<proto::Envelope>> envelope;
   };
 
   void Transmit(int client, std::string frame, double weight);
   void Arrive(int client, uint64_t epoch, std::string frame, double weight);
   void Wake(SimTime at);
   void Loop(uint64_t wake);
-  // One message: decode, Handle, book, send. Returns the service time it took.
-  SimTime HandleOne(Inbound& m, SimTime at);
+  // One message: decode, Handle, book, send. Returns the service time it took. `ahead`: how many
+  // of the messages queued after it the pass may read now (ServerModel::look_ahead).
+  SimTime HandleOne(Inbound& m, SimTime at, size_t ahead);
   SimTime TickOnce(SimTime at);
   void SetClock(SimTime at);
   // Sends what a call answered, leaving at `at`. `weight` counts rendezvous replies.

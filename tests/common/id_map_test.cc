@@ -1,7 +1,8 @@
 // IdMap (common/id_map.h): against std::unordered_map over random inserts, replacements and
 // erases, with the standard hash and with hashes that collide (long probe runs that wrap around
 // the table, which backward-shift deletion must keep reachable); values never move, and each keeps
-// its slot, which AtSlot finds it by.
+// its slot, which AtSlot finds it by; the prefetching calls guess that slot (exactly where no two
+// ids' hashes agree, a live slot or none where they do).
 #include "common/id_map.h"
 
 #include <algorithm>
@@ -32,8 +33,10 @@ struct WrappingHash {
   }
 };
 
+// `exact_guesses`: no two ids' hashes agree, so GuessSlot finds each id's own slot and no slot for
+// an id not held.
 template <typename Map>
-void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
+void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations, bool exact_guesses) {
   Map map;
   std::unordered_map<std::string, int> want;
   std::unordered_map<std::string, const Value*> where;  // what Find returned when inserted
@@ -69,6 +72,17 @@ void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
         const std::string probe = "w" + std::to_string(i);
         const Value* v = map.Find(probe);
         auto it = want.find(probe);
+        map.PrefetchProbe(probe);
+        const uint32_t guess = map.PrefetchValue(probe);
+        ASSERT_EQ(map.GuessSlot(probe), guess) << probe;
+        if (guess != IdMap<Value>::kNoSlot) {
+          ASSERT_NE(map.AtSlot(guess), nullptr) << "a guess is a live slot: " << probe;
+        }
+        if (exact_guesses) {
+          ASSERT_EQ(guess, it == want.end() ? IdMap<Value>::kNoSlot : slot_of[probe]) << probe;
+        } else if (it != want.end()) {
+          ASSERT_NE(guess, IdMap<Value>::kNoSlot) << "a held id's guess: " << probe;
+        }
         if (it == want.end()) {
           ASSERT_EQ(v, nullptr) << probe << " after " << op << " operations";
         } else {
@@ -89,19 +103,19 @@ void CheckAgainstUnorderedMap(uint32_t seed, int ids, int operations) {
 
 TEST(IdMap, MatchesAnUnorderedMap) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
-    CheckAgainstUnorderedMap<IdMap<Value>>(seed, 3000, 20000);
+    CheckAgainstUnorderedMap<IdMap<Value>>(seed, 3000, 20000, /*exact_guesses=*/true);
   }
 }
 
 TEST(IdMap, MatchesAnUnorderedMapWhenHashesCollide) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
-    CheckAgainstUnorderedMap<IdMap<Value, CollidingHash>>(seed, 200, 6000);
+    CheckAgainstUnorderedMap<IdMap<Value, CollidingHash>>(seed, 200, 6000, /*exact_guesses=*/false);
   }
 }
 
 TEST(IdMap, MatchesAnUnorderedMapWhenRunsWrapAroundTheTable) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
-    CheckAgainstUnorderedMap<IdMap<Value, WrappingHash>>(seed, 40, 4000);
+    CheckAgainstUnorderedMap<IdMap<Value, WrappingHash>>(seed, 40, 4000, /*exact_guesses=*/false);
   }
 }
 
