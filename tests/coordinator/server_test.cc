@@ -243,6 +243,40 @@ TEST_F(ServerTest, MalformedFramesAreAnsweredCountedAndServingGoesOn) {
   EXPECT_EQ(status["counters"]["malformed_frames"], 4);
 }
 
+// Frames sent back to back reach the server together: it reads up to kMaxBatch at a wakeup and
+// hands the core the next ones before each (CoordinatorCore::PrefetchAhead). Good and malformed
+// frames mixed in one burst are each answered, in the order sent.
+TEST_F(ServerTest, ABurstOfGoodAndMalformedFramesIsAnsweredInOrder) {
+  StartServer(1);
+  RawClient raw(server_->address(), server_->public_key(), worker_keys_);
+  constexpr int kFrames = 60;
+  for (int i = 0; i < kFrames; ++i) {
+    const std::string good = proto::MakeFrame(MessageType::kStatusRequest, proto::StatusRequest{},
+                                              "job", 0, "raw", static_cast<uint64_t>(i + 1));
+    if (i % 7 == 3) {
+      raw.Send({good.substr(0, good.size() - 3)});  // truncated
+    } else if (i % 11 == 5) {
+      raw.Send({good, good});  // two frames
+    } else {
+      raw.Send({good});
+    }
+  }
+  int malformed = 0;
+  for (int i = 0; i < kFrames; ++i) {
+    auto e = raw.Recv();
+    ASSERT_TRUE(e.has_value()) << "no answer to frame " << i;
+    if (i % 7 == 3 || i % 11 == 5) {
+      EXPECT_EQ(e->type, MessageType::kError) << "frame " << i;
+      EXPECT_EQ(e->request_id, 0u) << "frame " << i;
+      ++malformed;
+    } else {
+      EXPECT_EQ(e->type, MessageType::kStatusReply) << "frame " << i;
+      EXPECT_EQ(e->request_id, static_cast<uint64_t>(i + 1)) << "frame " << i;
+    }
+  }
+  EXPECT_EQ(server_->malformed_frames(), static_cast<uint64_t>(malformed));
+}
+
 TEST_F(ServerTest, AdminGrowsTheJobEndToEnd) {
   StartServer(1);
   auto w0 = Connect(worker_keys_, "w0");
