@@ -9,7 +9,8 @@
 // the coordinator's CPU time (DecodeEnvelope + Handle and Tick, each timed by the call clock:
 // sim.h, CallClock), the bytes and messages it sends and receives, and the simulated time to the
 // outcome. ZeroMQ and CURVE are not simulated: their CPU per message is measured apart
-// (curve_probe.h) and reported beside. Each size runs --repeat times (passes over all sizes),
+// (curve_probe.h) and reported beside, as is a heartbeat handled with nothing run between two
+// (lone_heartbeats.h: heartbeat_alone_us, per size). Each size runs --repeat times (passes over all sizes),
 // each event counting with its median run (MedianOf). A table, then one JSON line: max_workers,
 // change_cpu_ms and change_bytes (the planned grow at max_workers), heartbeat_core_fraction (and
 // _curve_, _zmq_), exponents (least-squares slope of log cost over log N per cost).
@@ -54,6 +55,7 @@
 #include <vector>
 
 #include "bench/scale/curve_probe.h"
+#include "bench/scale/lone_heartbeats.h"
 #include "bench/scale/report.h"
 #include "bench/scale/scenario.h"
 #include "common/codec.h"
@@ -416,6 +418,20 @@ int Main(int argc, char** argv) {
                    : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
   const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
 
+  // A heartbeat with nothing run between two (lone_heartbeats.h), beside the simulation's.
+  std::printf("\na heartbeat, us: the core alone (nothing run between two, senders at random) / in "
+              "the simulation (its window's CPU over its messages):");
+  std::vector<std::pair<int, double>> lone;
+  for (const auto& r : runs) {
+    lone.emplace_back(r.n, MeasureLoneHeartbeats(r.n, f.quick ? 20000 : 100000, 3, p.seed));
+    const EventResult* window = r.Find("heartbeats");
+    const double in_sim = window && window->cost.msgs_in > 0
+                              ? window->cost.cpu_ms * 1000 / window->cost.msgs_in
+                              : -1;
+    std::printf("%s %d: %.2f / %.2f", lone.size() > 1 ? ";" : "", r.n, lone.back().second, in_sim);
+  }
+  std::printf("\n");
+
   CurveFigures curve;
   if (f.curve) {
     const std::string hb_frame = proto::MakeFrame(proto::MessageType::kHeartbeat,
@@ -473,6 +489,9 @@ int Main(int argc, char** argv) {
   out["curve_us_per_msg"] = curve.curve_us();
   out["heartbeat_period_ms"] = sized.heartbeat_interval.count();
   out["heartbeat_core_us_per_msg"] = hb_cpu_per_msg_ms * 1000;
+  Json alone = Json::object();
+  for (const auto& [n, us] : lone) alone[std::to_string(n)] = std::round(us * 1000) / 1000;
+  out["heartbeat_alone_us"] = alone;
   out["heartbeat_timeout_ms"] = sized.heartbeat_timeout.count();
   out["exponents"] = exponents;
   out["ok"] = all_ok;

@@ -1,6 +1,9 @@
 // MedianOf (scenario.h): several runs of one size become one, each event as its median run
-// measured it, and an event that failed in any run fails in the result.
+// measured it, and an event that failed in any run fails in the result. MeasureLoneHeartbeats
+// (lone_heartbeats.h) forms its generation before it times anything.
 #include "bench/scale/scenario.h"
+
+#include "bench/scale/lone_heartbeats.h"
 
 #include <gtest/gtest.h>
 
@@ -67,6 +70,12 @@ TEST(MedianOf, AnEventThatFailedInAnyRunFails) {
   EXPECT_EQ(m.Find("grow")->detail, "resize: no room");
   EXPECT_FALSE(m.ok());
   EXPECT_TRUE(m.Find("shrink")->ok);
+}
+
+// The lone heartbeats' core forms its first generation through its own handlers (-1 otherwise)
+// before the heartbeats are timed.
+TEST(LoneHeartbeats, TheGenerationFormsAndEachHeartbeatIsTimed) {
+  EXPECT_GT(MeasureLoneHeartbeats(/*workers=*/24, /*heartbeats=*/500, /*passes=*/3, /*seed=*/1), 0);
 }
 
 }  // namespace
