@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 
@@ -82,21 +84,69 @@ SimTime LinkTime(size_t bytes, double gbps) {
 // EventLoop
 
 void EventLoop::At(SimTime t, std::function<void()> f) {
-  queue_.push(Event{std::max(t, now_), seq_++, std::move(f)});
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    callbacks_[slot] = std::move(f);
+  } else {
+    if (callbacks_.size() >= (size_t{1} << kSlotBits)) {
+      std::fprintf(stderr, "bench_scale: more than %zu simulated events pending at once\n",
+                   size_t{1} << kSlotBits);
+      std::abort();
+    }
+    slot = static_cast<uint32_t>(callbacks_.size());
+    callbacks_.push_back(std::move(f));
+  }
+  heap_.push_back(Key{std::max(t, now_), (seq_++ << kSlotBits) | slot});
+  SiftUp(heap_.size() - 1);
+}
+
+void EventLoop::SiftUp(size_t i) {
+  const Key key = heap_[i];
+  while (i > 0) {
+    const size_t parent = (i - 1) / kArity;
+    if (!(key < heap_[parent])) break;
+    heap_[i] = heap_[parent];
+    i = parent;
+  }
+  heap_[i] = key;
+}
+
+void EventLoop::SiftDown(size_t i) {
+  const Key key = heap_[i];
+  const size_t n = heap_.size();
+  for (;;) {
+    const size_t first = i * kArity + 1;
+    if (first >= n) break;
+    size_t least = first;
+    for (size_t c = first + 1; c < std::min(first + kArity, n); ++c) {
+      if (heap_[c] < heap_[least]) least = c;
+    }
+    if (!(heap_[least] < key)) break;
+    heap_[i] = heap_[least];
+    i = least;
+  }
+  heap_[i] = key;
 }
 
 bool EventLoop::RunUntil(const std::function<bool()>& done, SimTime until) {
   while (!done()) {
-    if (queue_.empty() || queue_.top().t > until) {
+    if (heap_.empty() || heap_.front().t > until) {
       now_ = std::max(now_, until);
       return done();
     }
-    // The queue hands out const references; the event is popped right after the move.
-    Event e = std::move(const_cast<Event&>(queue_.top()));
-    queue_.pop();
-    now_ = e.t;
+    const Key next = heap_.front();
+    heap_.front() = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) SiftDown(0);
+    const auto slot = static_cast<uint32_t>(next.order & ((uint64_t{1} << kSlotBits) - 1));
+    std::function<void()> f = std::move(callbacks_[slot]);
+    callbacks_[slot] = nullptr;
+    free_slots_.push_back(slot);
+    now_ = next.t;
     ++events_run_;
-    e.f();
+    f();
   }
   return true;
 }

@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <queue>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,17 +94,23 @@ class EventLoop {
   uint64_t events_run() const { return events_run_; }
 
  private:
-  struct Event {
+  // The pending events: a 4-ary min-heap of 16-byte keys, by time and then the order scheduled,
+  // each naming its callback's place in callbacks_ (where callbacks stay put). Four children share
+  // a cache line, so taking the next event reads one line a level, log4 of the events pending.
+  // The simulation shares its thread, and so its caches, with the core it measures: the lines it
+  // reads between two messages are lines of the core's that the next message misses.
+  struct Key {
     SimTime t;
-    uint64_t seq;
-    std::function<void()> f;
+    uint64_t order;  // (the order scheduled << kSlotBits) | the callback's slot
+    bool operator<(const Key& o) const { return t != o.t ? t < o.t : order < o.order; }
   };
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.t != b.t ? a.t > b.t : a.seq > b.seq;
-    }
-  };
-  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  static constexpr int kSlotBits = 24;  // events pending at once: 16.7 million at most
+  static constexpr size_t kArity = 4;
+  void SiftUp(size_t i);
+  void SiftDown(size_t i);
+  std::vector<Key> heap_;
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<uint32_t> free_slots_;
   SimTime now_ = 0;
   uint64_t seq_ = 0;
   uint64_t events_run_ = 0;
