@@ -191,28 +191,30 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
 
 void CoordinatorCore::PrefetchAhead(std::span<const proto::Envelope* const> next) const {
   using T = proto::MessageType;
+  // next[i] when it names a worker the core would look up (any message but a join).
+  auto named = [next](size_t i) -> const proto::Envelope* {
+    if (i >= next.size() || next[i] == nullptr) return nullptr;
+    const proto::Envelope* e = next[i];
+    return e->sender.empty() || e->type == T::kJoin ? nullptr : e;
+  };
   // The message handled next: what its record points to (the record arrived over the last two).
-  if (!next.empty() && next[0] != nullptr && !next[0]->sender.empty() &&
-      (next[0]->type == T::kPaused || next[0]->type == T::kGenerationReady)) {
-    if (const WorkerInfo* w = membership_.AtSlot(membership_.GuessSlot(next[0]->sender))) {
+  if (const proto::Envelope* e = named(0);
+      e != nullptr && (e->type == T::kPaused || e->type == T::kGenerationReady)) {
+    if (const WorkerInfo* w = membership_.AtSlot(membership_.GuessSlot(e->sender))) {
       generations_.Prefetch(w->rank);
     }
   }
   // The one after: its record (its probe line arrived over the last handling), and for a
   // heartbeat its deadline and tally.
-  if (next.size() > 1 && next[1] != nullptr && !next[1]->sender.empty() &&
-      next[1]->type != T::kJoin) {
-    const uint32_t slot = membership_.PrefetchRecord(next[1]->sender);
-    if (slot != Membership::kNoSlot && next[1]->type == T::kHeartbeat) {
+  if (const proto::Envelope* e = named(1)) {
+    const uint32_t slot = membership_.PrefetchRecord(e->sender);
+    if (slot != Membership::kNoSlot && e->type == T::kHeartbeat) {
       health_.Prefetch(slot);
       training_.Prefetch(slot);
     }
   }
   // The third: its probe line.
-  if (next.size() > 2 && next[2] != nullptr && !next[2]->sender.empty() &&
-      next[2]->type != T::kJoin) {
-    membership_.PrefetchProbe(next[2]->sender);
-  }
+  if (const proto::Envelope* e = named(2)) membership_.PrefetchProbe(e->sender);
 }
 
 std::vector<Outgoing> CoordinatorCore::Tick() {
