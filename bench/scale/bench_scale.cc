@@ -10,10 +10,11 @@
 // sim.h, CallClock), the bytes and messages it sends and receives, and the simulated time to the
 // outcome. ZeroMQ and CURVE are not simulated: their CPU per message is measured apart
 // (curve_probe.h) and reported beside, as is a heartbeat handled with nothing run between two
-// (lone_heartbeats.h: heartbeat_alone_us, per size). Each size runs --repeat times (passes over all sizes),
-// each event counting with its median run (MedianOf). A table, then one JSON line: max_workers,
-// change_cpu_ms and change_bytes (the planned grow at max_workers), heartbeat_core_fraction (and
-// _curve_, _zmq_), exponents (least-squares slope of log cost over log N per cost).
+// (lone_heartbeats.h: heartbeat_alone_us, per size). Each size runs --repeat times (passes over
+// all sizes), each event counting with its median run (MedianOf). A table, then one JSON line:
+// max_workers, change_cpu_ms and change_bytes (the planned grow at max_workers),
+// heartbeat_core_fraction (and _curve_, _zmq_), exponents (least-squares slope of log cost over
+// log N per cost).
 //
 // Sizes whose NewGeneration broadcast would not fit in this machine's memory, or whose run would
 // not fit in the time budget, are skipped and their figures extrapolated from the fit (said so in
@@ -411,8 +412,7 @@ int Main(int argc, char** argv) {
   // The core's share: measured at max_workers when it ran; else the CPU per message of the largest
   // run's heartbeat window (heartbeats, agent messages and ticks) times that rate. The period
   // differs between sizes, so the CPU per second does not follow one power of N.
-  const double hb_cpu_per_msg_ms =
-      hb && hb->cost.msgs_in > 0 ? hb->cost.cpu_ms / static_cast<double>(hb->cost.msgs_in) : -1;
+  const double hb_cpu_per_msg_ms = hb ? hb->CpuPerMessageMs() : -1;
   const double hb_cpu_per_s =
       measured_max ? (hb ? hb->CpuPerSecond() : -1)
                    : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
@@ -425,10 +425,9 @@ int Main(int argc, char** argv) {
   for (const auto& r : runs) {
     lone.emplace_back(r.n, MeasureLoneHeartbeats(r.n, f.quick ? 20000 : 100000, 3, p.seed));
     const EventResult* window = r.Find("heartbeats");
-    const double in_sim = window && window->cost.msgs_in > 0
-                              ? window->cost.cpu_ms * 1000 / window->cost.msgs_in
-                              : -1;
-    std::printf("%s %d: %.2f / %.2f", lone.size() > 1 ? ";" : "", r.n, lone.back().second, in_sim);
+    const double in_sim_ms = window ? window->CpuPerMessageMs() : -1;
+    std::printf("%s %d: %.2f / %.2f", lone.size() > 1 ? ";" : "", r.n, lone.back().second,
+                in_sim_ms > 0 ? in_sim_ms * 1000 : -1);
   }
   std::printf("\n");
 

@@ -18,15 +18,6 @@ using proto::MessageType;
 constexpr char kJob[] = "scale";
 constexpr int kHostSize = 8;
 
-std::string FrameOf(MessageType type, const std::string& sender, const std::string& payload) {
-  proto::Envelope e;
-  e.type = type;
-  e.job = kJob;
-  e.sender = sender;
-  e.payload = payload;
-  return proto::EncodeEnvelope(e);
-}
-
 }  // namespace
 
 double MeasureLoneHeartbeats(int workers, int heartbeats, int passes, uint64_t seed) {
@@ -47,12 +38,11 @@ double MeasureLoneHeartbeats(int workers, int heartbeats, int passes, uint64_t s
   };
   for (int i = 0; i < workers; ++i) {
     proto::JoinRequest join{ids[i], "host-" + std::to_string(i / kHostSize), 0, 100 + i};
-    handle(FrameOf(MessageType::kJoin, ids[i], proto::EncodePayload(join)), "id-" + ids[i]);
+    handle(proto::MakeFrame(MessageType::kJoin, join, kJob, 0, ids[i], 0), "id-" + ids[i]);
   }
   for (const std::string& id : ids) {
-    handle(FrameOf(MessageType::kGenerationReady, id,
-                 proto::EncodePayload(proto::GenerationReady{1, 1, 1, 0})),
-           "id-" + id);
+    const proto::GenerationReady ready{1, 1, 1, 0};
+    handle(proto::MakeFrame(MessageType::kGenerationReady, ready, kJob, 0, id, 0), "id-" + id);
   }
   if (core.generation() != 1 || core.state() != proto::JobState::kRunning) {
     logging::ResetSink();
@@ -63,7 +53,7 @@ double MeasureLoneHeartbeats(int workers, int heartbeats, int passes, uint64_t s
   for (int i = 0; i < heartbeats; ++i) {
     const std::string& id = ids[rng() % ids.size()];
     frames.push_back(
-        FrameOf(MessageType::kHeartbeat, id, proto::EncodePayload(proto::Heartbeat{i})));
+        proto::MakeFrame(MessageType::kHeartbeat, proto::Heartbeat{i}, kJob, 0, id, 0));
     identities.push_back("id-" + id);
   }
   const int64_t overhead = CallClockOverheadNanos();

@@ -43,6 +43,10 @@ struct EventResult {
   // The coordinator's CPU per simulated second of the window (the heartbeats' figure); -1 when
   // nothing was measured.
   double CpuPerSecond() const { return window_s > 0 ? cost.cpu_ms / window_s : -1; }
+  // The coordinator's CPU per message it received, in ms; -1 when it received none.
+  double CpuPerMessageMs() const {
+    return cost.msgs_in > 0 ? cost.cpu_ms / static_cast<double>(cost.msgs_in) : -1;
+  }
 };
 
 struct ScaleRun {
