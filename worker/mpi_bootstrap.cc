@@ -302,6 +302,12 @@ std::string MpiBootstrap::StartCoordinator(bool spans_hosts, const std::string& 
     args.push_back("--http");
     args.push_back(http);
   }
+  // ELASTRA_RESUME=CKPT_ROOT: start from the newest committed checkpoint there, as `elastra run
+  // --resume` does (docs/checkpoints.md); a root with none fails the coordinator's first generation.
+  if (const std::string resume = Getenv("ELASTRA_RESUME"); !resume.empty()) {
+    args.push_back("--resume");
+    args.push_back(resume);
+  }
   coordinator_ = std::make_unique<CoordinatorProcess>(ElastraBinary(), state_dir, args);
   auto started = coordinator_->Start();
   auto endpoint =
