@@ -346,6 +346,9 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
   if (s.ok()) s = env_->RenameFile(tmp_path, final_path);
   if (!s.ok()) {
     env_->RemoveFile(tmp_path).IgnoreError();
+    // Only an empty directory goes (rmdir): another rank's shard keeps it. A checkpoint with a
+    // shard that failed is never committed, so a rank whose write then fails too loses nothing.
+    env_->RemoveDir(dir).IgnoreError();
     return s.WithContext(context);
   }
   ELASTRA_RETURN_IF_ERROR(env_->SyncDir(dir).WithContext(context));
@@ -420,30 +423,57 @@ StatusOr<std::string> CommitCheckpoint(const CommitOptions& options, const Check
   return dir;
 }
 
-Status PruneCheckpoints(Env* env, const std::string& root, int keep_last) {
-  if (keep_last < 1) return InvalidArgumentError("keep_last must be at least 1");
+namespace {
+
+struct DirEntry {
+  int64_t step;
+  uint64_t generation;
+  std::string name;
+  bool committed;
+};
+
+// The checkpoint directories under `root`, newest first.
+StatusOr<std::vector<DirEntry>> CheckpointDirs(Env* env, const std::string& root) {
   ELASTRA_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(root));
-  struct Entry {
-    int64_t step;
-    uint64_t generation;
-    std::string name;
-    bool committed;
-  };
-  std::vector<Entry> entries;
+  std::vector<DirEntry> entries;
   for (const std::string& n : names) {
-    Entry e{0, 0, n, false};
+    DirEntry e{0, 0, n, false};
     if (!ParseCheckpointDirName(n, &e.step, &e.generation)) continue;
     e.committed = env->FileExists(JoinPath(JoinPath(root, n), kManifestName));
     entries.push_back(e);
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) {
     return std::tie(a.step, a.generation) > std::tie(b.step, b.generation);
   });
+  return entries;
+}
+
+// Removes the directory of `e` under `root`. A committed one loses its manifest first, so a crash
+// half-way leaves an uncommitted directory, never a committed one with files missing.
+Status RemoveCheckpointDir(Env* env, const std::string& root, const DirEntry& e) {
+  const std::string dir = JoinPath(root, e.name);
+  Status s;
+  if (e.committed) {
+    s = env->RemoveFile(JoinPath(dir, kManifestName));
+    if (s.ok()) s = env->SyncDir(dir);
+  }
+  if (s.ok()) s = env->RemoveDirRecursively(dir);
+  if (s.ok()) {
+    LOG(INFO) << "removed " << (e.committed ? "old checkpoint " : "uncommitted checkpoint ")
+              << dir;
+  }
+  return s;
+}
+
+}  // namespace
+
+Status PruneCheckpoints(Env* env, const std::string& root, int keep_last) {
+  if (keep_last < 1) return InvalidArgumentError("keep_last must be at least 1");
+  ELASTRA_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, CheckpointDirs(env, root));
   int kept = 0;
   bool seen_committed = false;
   Status first_error;
-  for (const Entry& e : entries) {
-    const std::string dir = JoinPath(root, e.name);
+  for (const DirEntry& e : entries) {
     bool remove = false;
     if (e.committed) {
       seen_committed = true;
@@ -452,23 +482,29 @@ Status PruneCheckpoints(Env* env, const std::string& root, int keep_last) {
       remove = seen_committed;  // older than a committed one: a failed attempt
     }
     if (!remove) continue;
-    Status s;
-    if (e.committed) {
-      // The manifest goes first, so a crash half-way leaves an uncommitted directory, never a
-      // committed one with files missing.
-      s = env->RemoveFile(JoinPath(dir, kManifestName));
-      if (s.ok()) s = env->SyncDir(dir);
-    }
-    if (s.ok()) s = env->RemoveDirRecursively(dir);
+    Status s = RemoveCheckpointDir(env, root, e);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (first_error.ok()) first_error = env->SyncDir(root);
+  return first_error;
+}
+
+StatusOr<int> RemoveUncommittedCheckpoints(Env* env, const std::string& root) {
+  ELASTRA_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, CheckpointDirs(env, root));
+  int removed = 0;
+  Status first_error;
+  for (const DirEntry& e : entries) {
+    if (e.committed) continue;
+    Status s = RemoveCheckpointDir(env, root, e);
     if (s.ok()) {
-      LOG(INFO) << "removed " << (e.committed ? "old checkpoint " : "uncommitted checkpoint ")
-                << dir;
+      ++removed;
     } else if (first_error.ok()) {
       first_error = s;
     }
   }
-  if (first_error.ok()) first_error = env->SyncDir(root);
-  return first_error;
+  if (removed > 0 && first_error.ok()) first_error = env->SyncDir(root);
+  if (!first_error.ok()) return first_error;
+  return removed;
 }
 
 }  // namespace elastra::checkpoint

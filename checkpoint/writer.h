@@ -206,4 +206,10 @@ StatusOr<std::string> CommitCheckpoint(const CommitOptions& options, const Check
 // left alone: their write may be in flight.
 Status PruneCheckpoints(Env* env, const std::string& root, int keep_last);
 
+// Removes every uncommitted checkpoint directory under `root` (no MANIFEST), newer ones included,
+// and touches no committed one: for the end of a job, when no write can be in flight any more
+// (docs/checkpoints.md, "How a job ends"). The number removed, or the first error (the others
+// are still tried).
+StatusOr<int> RemoveUncommittedCheckpoints(Env* env, const std::string& root);
+
 }  // namespace elastra::checkpoint
