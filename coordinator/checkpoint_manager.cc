@@ -14,6 +14,7 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
     return InvalidArgumentError("rank " + std::to_string(r.rank) + " of " +
                                 std::to_string(r.ranks));
   }
+  if (!r.root.empty()) roots_.insert(r.root);
   if (r.step <= latest_step_) return OkStatus();  // older than what is committed
   Pending& p = pending_[{r.generation, r.step}];
   p.ranks = r.ranks;
@@ -24,16 +25,24 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
                  << r.error << "; it will not be committed";
     if (!p.failed) Failed(r.step, "rank " + std::to_string(r.rank) + ": " + r.error);
     p.failed = true;
-  } else {
+    p.descriptors.erase(r.rank);
+    p.failed_ranks.insert(r.rank);
+  } else if (!p.failed_ranks.contains(r.rank)) {
     p.descriptors[r.rank] = r.descriptor;
     if (r.write_seconds > p.write_seconds) p.write_seconds = r.write_seconds;
   }
-  if (p.failed || static_cast<int32_t>(p.descriptors.size()) < p.ranks) return OkStatus();
-  Commit(r, p);
+  const auto reported = static_cast<int32_t>(p.descriptors.size() + p.failed_ranks.size());
+  if (reported < p.ranks) return OkStatus();
+  // Every rank reported: the checkpoint is committed, or it never will be and its files go (the
+  // other ranks' shards would otherwise stay until the job's end).
+  if (p.failed || !Commit(r, p)) {
+    Discard(p.root, r.generation, r.step);
+    pending_.erase({r.generation, r.step});
+  }
   return OkStatus();
 }
 
-void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
+bool CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<checkpoint::ShardDescriptor> shards;
   for (const auto& [rank, bytes] : p.descriptors) {
@@ -45,7 +54,7 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
       Failed(r.step, "rank " + std::to_string(rank) + " sent an unreadable descriptor: " +
                          d.status().ToString());
       p.failed = true;
-      return;
+      return false;
     }
     shards.push_back(std::move(d).value());
   }
@@ -60,19 +69,45 @@ void CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   if (!dir.ok()) {
     LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
     Failed(r.step, "commit: " + dir.status().ToString());
-  } else {
-    latest_dir_ = *dir;
-    latest_step_ = r.step;
-    const double commit_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // A restart still knows it.
-    JournalRecorder::LogFailure(
-        Record(r.step, r.generation, *dir, bytes, p.write_seconds + commit_seconds));
-    LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
+    return false;
   }
+  latest_dir_ = *dir;
+  latest_step_ = r.step;
+  const double commit_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // A restart still knows it.
+  JournalRecorder::LogFailure(
+      Record(r.step, r.generation, *dir, bytes, p.write_seconds + commit_seconds));
+  LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   // Older pending ones can never complete now.
   for (auto it = pending_.begin(); it != pending_.end();) {
     it = it->first.second <= r.step ? pending_.erase(it) : std::next(it);
+  }
+  return true;
+}
+
+void CheckpointManager::Discard(const std::string& root, uint64_t generation, int64_t step) {
+  const std::string dir = checkpoint::CheckpointDir(root, {job_, step, generation});
+  if (env_->FileExists(checkpoint::JoinPath(dir, checkpoint::kManifestName))) return;
+  Status s = env_->RemoveDirRecursively(dir);
+  if (s.ok()) {
+    LOG(INFO) << "removed uncommitted checkpoint " << dir;
+  } else if (env_->IsDirectory(dir)) {
+    LOG(WARNING) << "cannot remove uncommitted checkpoint " << dir << ": " << s;
+  }
+}
+
+void CheckpointManager::EndJob() {
+  pending_.clear();
+  for (const std::string& root : roots_) {
+    auto removed = checkpoint::RemoveUncommittedCheckpoints(env_, root);
+    if (!removed.ok()) {
+      LOG(WARNING) << "the job ended; uncommitted checkpoints under " << root
+                   << " not all removed: " << removed.status();
+    } else if (*removed > 0) {
+      LOG(INFO) << "the job ended; removed " << *removed << " uncommitted checkpoint(s) under "
+                << root;
+    }
   }
 }
 
@@ -95,6 +130,7 @@ StatusOr<checkpoint::CheckpointInfo> CheckpointManager::ResumeFrom(const std::st
     return NotFoundError("no committed checkpoint under " + root +
                          (list.ok() ? std::string() : ": " + list.status().message()));
   }
+  roots_.insert(root);
   const checkpoint::CheckpointInfo& newest = list->front();
   latest_dir_ = newest.dir;
   latest_step_ = newest.step;
@@ -103,6 +139,10 @@ StatusOr<checkpoint::CheckpointInfo> CheckpointManager::ResumeFrom(const std::st
 
 void CheckpointManager::Restore(const std::vector<JournalCheckpoint>& committed) {
   committed_ = committed;
+  for (const JournalCheckpoint& c : committed_) {
+    const size_t slash = c.dir.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) roots_.insert(c.dir.substr(0, slash));
+  }
   if (!committed_.empty()) {
     // The newest committed checkpoint: what a failure with no live holder reloads.
     latest_dir_ = committed_.back().dir;

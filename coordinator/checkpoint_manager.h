@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,12 @@ class CheckpointManager {
   // when a rank failed, a descriptor was unreadable or the commit's write failed: those are
   // logged, nothing is committed, and the latest checkpoint stays what it was.
   Status OnWritten(const proto::CheckpointWritten& report);
+
+  // The job ended (finished, failed): no rank writes any more, so a checkpoint still pending can
+  // never be committed. Removes every uncommitted checkpoint directory under the roots the job
+  // wrote to (docs/checkpoints.md, "How a job ends"), so that a later --resume or `ckpt list` has
+  // none to skip; what cannot be removed is logged.
+  void EndJob();
 
   // Journals a committed checkpoint and remembers it in committed(). The journal's error when it
   // could not be written (then it is not remembered either). `bytes`: the shard files' total
@@ -73,9 +80,13 @@ class CheckpointManager {
     bool failed = false;
     double write_seconds = 0;  // the slowest rank's write so far
     std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
+    std::set<int32_t> failed_ranks;              // ranks whose write failed
   };
-  void Commit(const proto::CheckpointWritten& r, Pending& p);
+  // Commits the checkpoint of `r` (every rank reported success); false when that failed.
+  bool Commit(const proto::CheckpointWritten& r, Pending& p);
   void Failed(int64_t step, std::string why);
+  // Removes the directory of a checkpoint that will never be committed.
+  void Discard(const std::string& root, uint64_t generation, int64_t step);
 
   std::string job_;
   int keep_;
@@ -85,6 +96,7 @@ class CheckpointManager {
   std::string latest_dir_;
   int64_t latest_step_ = -1;
   std::vector<JournalCheckpoint> committed_;
+  std::set<std::string> roots_;  // every root a rank reported or the job resumed from
   std::string last_error_;
   int64_t last_error_step_ = -1;
 };

@@ -628,7 +628,11 @@ void GenerationManager::Commit() {
 
 void GenerationManager::FinishJob() {
   job_state_ = proto::JobState::kFinished;
-  journal_->End(JobOutcome::kFinished, "every member finished");
+  // Every member left after its last checkpoint write was reported (Worker::Finish), so the
+  // checkpoints that can be committed are; what is left uncommitted goes.
+  checkpoints_->EndJob();
+  journal_->End(JobOutcome::kFinished, "every member finished", checkpoints_->latest_step(),
+                checkpoints_->latest_dir());
   proto::Shutdown shutdown;
   shutdown.exit_code = 0;
   shutdown.reason = "every member finished";
@@ -645,7 +649,8 @@ void GenerationManager::FinishJob() {
 
 void GenerationManager::FailJob(const std::string& why) {
   job_state_ = proto::JobState::kFailed;
-  journal_->End(JobOutcome::kFailed, why);
+  checkpoints_->EndJob();
+  journal_->End(JobOutcome::kFailed, why, checkpoints_->latest_step(), checkpoints_->latest_dir());
   reconf_.Reset();
   proto::Shutdown shutdown;
   shutdown.exit_code = 1;

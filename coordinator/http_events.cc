@@ -83,6 +83,10 @@ JournalEvent JournalEventReader::EventOf(const json& r) {
   } else if (t == "end") {
     e.type = "job_end";
     data = {{"outcome", r.value("outcome", "")}, {"reason", r.value("reason", "")}};
+    if (r.contains("checkpoint_step")) {  // the job's last committed checkpoint
+      data["checkpoint_step"] = r.value("checkpoint_step", int64_t{0});
+      data["checkpoint_dir"] = r.value("checkpoint_dir", "");
+    }
   } else {
     return e;
   }

@@ -445,8 +445,14 @@ Status Journal::RecordTarget(int32_t workers) {
   return Append(json{{"t", "target"}, {"workers", workers}});
 }
 
-Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason) {
-  return Append(json{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}});
+Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step,
+                          const std::string& checkpoint_dir) {
+  json r{{"t", "end"}, {"outcome", ToString(outcome)}, {"reason", reason}};
+  if (checkpoint_step >= 0) {
+    r["checkpoint_step"] = checkpoint_step;
+    r["checkpoint_dir"] = checkpoint_dir;
+  }
+  return Append(r);
 }
 
 }  // namespace elastra::coordinator

@@ -228,7 +228,10 @@ class Journal {
   Status RecordTarget(int32_t workers);
   // The training state the workers registered (recorded once, when the first one joined).
   Status RecordState(const StateSpec& state);
-  Status RecordEnd(JobOutcome outcome, const std::string& reason);
+  // `checkpoint_step` and `checkpoint_dir`: the job's last committed checkpoint (the one a
+  // --resume starts from), written only when there is one (step >= 0).
+  Status RecordEnd(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step = -1,
+                   const std::string& checkpoint_dir = "");
 
   // CRC-32C (Castagnoli) of `data`.
   static uint32_t Crc32c(const void* data, size_t size);

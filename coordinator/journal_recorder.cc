@@ -171,8 +171,11 @@ void JournalRecorder::State(const StateSpec& state) {
   if (journal_) LogFailure(journal_->RecordState(state));
 }
 
-void JournalRecorder::End(JobOutcome outcome, const std::string& reason) {
-  if (journal_) LogFailure(journal_->RecordEnd(outcome, reason));
+void JournalRecorder::End(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step,
+                          const std::string& checkpoint_dir) {
+  if (journal_) {
+    LogFailure(journal_->RecordEnd(outcome, reason, checkpoint_step, checkpoint_dir));
+  }
 }
 
 Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir,

@@ -45,7 +45,8 @@ class JournalRecorder {
                      const Status& why);
   void Target(int32_t workers);
   void State(const StateSpec& state);
-  void End(JobOutcome outcome, const std::string& reason);
+  void End(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step = -1,
+           const std::string& checkpoint_dir = "");
   // The journal's error, not logged: a committed checkpoint that is not journaled is still
   // committed, and the caller decides what to say.
   Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir,

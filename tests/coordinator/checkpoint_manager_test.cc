@@ -150,6 +150,47 @@ TEST_F(CheckpointManagerTest, ABadReportIsRefusedAndAFailedRankCommitsNothing) {
   EXPECT_TRUE(m.committed().empty());
 }
 
+// A checkpoint that can never be committed does not stay on disk once every rank reported: the
+// other ranks' shards go with its directory (docs/checkpoints.md, "How a job ends").
+TEST_F(CheckpointManagerTest, AFailedWriteOrCommitRemovesItsDirectory) {
+  CheckpointManager m("job", 3, &env_, &journal_);
+  BothWrote(m, 10);
+  auto failed = Shard(1, 20);
+  failed.ok = false;
+  failed.descriptor.clear();
+  failed.error = "kResourceExhausted: disk full";
+  ASSERT_TRUE(m.OnWritten(Shard(0, 20)).ok());
+  const fs::path step20 = checkpoint::CheckpointDir(root_, {"job", 20, 1});
+  ASSERT_TRUE(fs::exists(step20 / "shard-00000.bin"));
+  ASSERT_TRUE(m.OnWritten(failed).ok());
+  EXPECT_FALSE(fs::exists(step20)) << "a failed checkpoint's directory was left behind";
+  EXPECT_EQ(m.last_error_step(), 20);
+  env_.SetDiskSpace(0);  // the manifest of step 30 does not fit
+  BothWrote(m, 30);
+  env_.Reset();
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointDir(root_, {"job", 30, 1})));
+  EXPECT_EQ(m.latest_step(), 10);
+  EXPECT_EQ(OnDisk(), (std::vector<int64_t>{10}));
+}
+
+// At the job's end nothing can complete a pending checkpoint: its directory goes, and so does
+// one no rank reported (a rank killed between its write and its report), under every root the
+// job wrote to; the committed ones stay.
+TEST_F(CheckpointManagerTest, TheJobsEndRemovesEveryUncommittedCheckpoint) {
+  CheckpointManager m("job", 3, &env_, &journal_);
+  BothWrote(m, 10);
+  ASSERT_TRUE(m.OnWritten(Shard(0, 20)).ok());  // rank 1 never reports
+  Shard(1, 30);                                  // written, never reported
+  ASSERT_TRUE(fs::exists(checkpoint::CheckpointDir(root_, {"job", 20, 1})));
+  ASSERT_TRUE(fs::exists(checkpoint::CheckpointDir(root_, {"job", 30, 1})));
+  m.EndJob();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(root_)) left.push_back(e.path().filename());
+  EXPECT_EQ(left, (std::vector<std::string>{fs::path(m.latest_dir()).filename()}));
+  EXPECT_EQ(OnDisk(), (std::vector<int64_t>{10}));
+  EXPECT_EQ(m.latest_step(), 10);
+}
+
 TEST_F(CheckpointManagerTest, AFailedManifestWriteKeepsThePreviousCheckpoint) {
   CheckpointManager m("job", 3, &env_, &journal_);
   BothWrote(m, 10);
