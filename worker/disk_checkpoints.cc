@@ -27,6 +27,7 @@ void DiskCheckpoints::Restart(const TensorCollection& state, const Layout& layou
                               std::function<bool()> may_report,
                               std::function<void(const proto::CheckpointWritten&)> send) {
   writer_.reset();  // waits for a write in flight (reported only if reporting was on)
+  last_started_ = -1;
   reporting_ = std::make_shared<std::atomic<bool>>(true);
   if (options_.checkpoint_dir.empty() || options_.checkpoint_every <= 0) return;
   checkpoint::WriterOptions wo;
@@ -95,7 +96,23 @@ void DiskCheckpoints::MaybeSnapshot(const TensorCollection& state, int64_t step,
   }
   checkpoint::CheckpointId id{options_.job, step, generation};
   auto started = writer_->Snapshot(id, checkpoint::ViewOf(state, layout, coords));
-  if (!started.ok()) LOG(WARNING) << "checkpoint of step " << step << ": " << started.status();
+  if (!started.ok()) {
+    LOG(WARNING) << "checkpoint of step " << step << ": " << started.status();
+  } else if (*started == checkpoint::CheckpointWriter::SnapshotResult::kStarted) {
+    last_started_ = step;
+  }
+}
+
+void DiskCheckpoints::Finish(const TensorCollection& state, int64_t step, uint64_t generation,
+                             const Layout& layout, const Coordinates& coords) {
+  if (writer_ != nullptr && step > 0 && step % options_.checkpoint_every == 0 &&
+      last_started_ != step) {
+    LOG(INFO) << "checkpoint of the last step, " << step << ", taken now (skipped while the "
+              << "previous write was in flight)";
+    writer_->WaitForWrite().status().IgnoreError();  // reported by the writer's thread
+    MaybeSnapshot(state, step, generation, layout, coords);
+  }
+  Stop();
 }
 
 StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Coordinates& coords,

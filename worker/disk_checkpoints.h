@@ -60,6 +60,13 @@ class DiskCheckpoints {
   void MaybeSnapshot(const TensorCollection& state, int64_t step, uint64_t generation,
                      const Layout& layout, const Coordinates& coords);
 
+  // After the last step, `step`, before the worker leaves the job: when a checkpoint of it was due
+  // and skipped because the previous write was still in flight, takes it now (the state is still
+  // that of `step`), so that the job's last checkpoint step is always written on every rank. Then
+  // Stop(): every write durable and reported.
+  void Finish(const TensorCollection& state, int64_t step, uint64_t generation,
+              const Layout& layout, const Coordinates& coords);
+
   // Lets a write in flight finish and report, and frees the writer and its (page-locked) image.
   void Stop() { writer_.reset(); }
 
@@ -68,6 +75,7 @@ class DiskCheckpoints {
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // when checkpoints are on
   std::shared_ptr<std::atomic<bool>> reporting_;          // shared with writer_'s callback
   std::function<bool()> may_report_;                      // false while fenced
+  int64_t last_started_ = -1;  // the step of the newest snapshot started
 };
 
 // Loads the shards of coordinates `coords` in generation `gen` into `state` from the newest

@@ -78,6 +78,11 @@ StatusOr<StepAction> ReconfigurationLoop::StepEnd(const Status& step_status) {
 
 void ReconfigurationLoop::Finish() {
   if (left_) return;
+  // The last checkpoint write finishes and its report goes out before the Leave, on the same
+  // socket: the coordinator, which ends the job at the last member's Leave, has every rank's
+  // report of it by then and commits it first (docs/checkpoints.md, "How a job ends").
+  checkpoints_->Finish(*state_, step(), channel_->generation(), builder_->layout(),
+                       builder_->coords());
   proto::LeaveRequest req{proto::LeaveReason::kFinished, "finished training"};
   auto reply = channel_->client().Call<proto::Ack>(MessageType::kLeave, req, milliseconds(4000),
                                                    channel_->generation());
@@ -220,6 +225,9 @@ std::optional<StatusOr<StepAction>> ReconfigurationLoop::WhileFenced() {
 Status ReconfigurationLoop::Removed(const Status& why) {
   groups_->Interrupt();
   if (!options_.park_when_removed) {
+    // Nothing of this worker's generation is committed any more: a write in flight is not
+    // published (its temporary file goes), so none is left for the job's end to clean up.
+    checkpoints_->SetReporting(false);
     LOG(ERROR) << why.message() << "; this worker stops (its agent may start a fresh one)";
     return why;
   }

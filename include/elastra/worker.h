@@ -155,7 +155,9 @@ class Worker {
   // the coordinator gone past decision_timeout, state mismatch).
   StatusOr<StepAction> StepEnd(const Status& step_status);
 
-  // Tells the coordinator this worker finished training (call after the last step).
+  // Tells the coordinator this worker finished training (call after the last step). Returns once
+  // this rank's checkpoint write in flight, if any, is durable and reported, so that the job's
+  // last checkpoint is committed before the job ends.
   void Finish();
 
   // Numbers from the training loop, carried to the coordinator with the next heartbeat (no message
