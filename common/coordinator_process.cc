@@ -109,8 +109,16 @@ bool CoordinatorProcess::PollExited(int* status) {
   return true;
 }
 
-void CoordinatorProcess::Stop(milliseconds grace) {
+void CoordinatorProcess::Stop(milliseconds grace, milliseconds own_exit) {
   if (pid_ == 0) return;
+  const auto exit_by = std::chrono::steady_clock::now() + own_exit;
+  while (std::chrono::steady_clock::now() < exit_by) {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = 0;
+      return;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
   kill(pid_, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (std::chrono::steady_clock::now() < deadline) {

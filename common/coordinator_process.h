@@ -46,8 +46,10 @@ class CoordinatorProcess {
   // wait status in `status`, and pid() becomes 0.
   bool PollExited(int* status);
 
-  // SIGTERM, then SIGKILL after `grace`; waits for it.
-  void Stop(std::chrono::milliseconds grace);
+  // SIGTERM, then SIGKILL after `grace`; waits for it. With `own_exit` > 0 it first waits up to
+  // that long for the process to exit by itself (a coordinator exits once the job is over).
+  void Stop(std::chrono::milliseconds grace,
+            std::chrono::milliseconds own_exit = std::chrono::milliseconds(0));
 
   // "exit code N" or "signal N" for a wait status.
   static std::string Describe(int status);

@@ -221,8 +221,10 @@ int RunJob(const RunOptions& flags) {
     }
     code = agent.Run();
   }
-  // The coordinator writes the final status to <state_dir>/status.json when the job ends.
-  coordinator.Stop(milliseconds(5000));
+  // The coordinator writes the final status to <state_dir>/status.json when the job ends, and
+  // exits by itself then. After a signal the workers' exits are still on their way to it: it
+  // gets up to 5 s to end the job (and remove its uncommitted checkpoints) before a SIGTERM.
+  coordinator.Stop(milliseconds(5000), /*own_exit=*/milliseconds(5000));
   LOG(INFO) << "exiting with " << code;
   return code;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "coordinator/http_events.h"
 #include "examples/log_check.h"
 #include "tests/integration/job_harness.h"
 
@@ -38,6 +39,7 @@ class CheckpointJobTest : public ::testing::Test {
   // Committed checkpoint directories, newest first.
   std::vector<fs::path> Committed() const {
     std::vector<fs::path> dirs;
+    if (!fs::exists(ckpt_)) return dirs;  // no rank wrote yet
     for (const auto& e : fs::directory_iterator(ckpt_)) {
       if (fs::exists(e.path() / "MANIFEST")) dirs.push_back(e.path());
     }
@@ -145,6 +147,73 @@ TEST_F(CheckpointJobTest, ResumeAFourWorkerCheckpointWithTwoAndWithSix) {
     EXPECT_EQ(resumed->applied.begin()->second.dp, n);
     ExpectMatches({log1, log}, steps);
   }
+}
+
+// The checkpoint of a job's last step is committed before the job ends (issue 38): `ckpt list`
+// shows it first, status.json and the journal's job_end event (GET /v1/events) name it, no
+// uncommitted directory is left, and --resume starts after it. A checkpoint every step with a
+// 1 ms step keeps a write in flight at almost every step end, the last one included.
+TEST_F(CheckpointJobTest, TheLastStepIsCommittedBeforeTheJobEndsAndResumedAfter) {
+  const int first = 40, steps = 60;
+  const std::string log1 = root_ + "/first.jsonl";
+  std::string state_dir;
+  {
+    Job job(4, Args(first, 1, /*every=*/1));
+    ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+    fs::copy_file(job.log_path(), log1);
+    state_dir = root_ + "/state";
+    fs::copy(job.state_dir(), state_dir, fs::copy_options::recursive);
+  }
+  for (const auto& e : fs::directory_iterator(ckpt_)) {
+    EXPECT_TRUE(fs::exists(e.path() / "MANIFEST")) << "uncommitted: " << e.path();
+  }
+  ASSERT_FALSE(Committed().empty());
+  const fs::path last = Committed().front();
+  EXPECT_EQ(StepOf(last), first);
+  auto listed = RunShell(ElastraBinary() + " ckpt list " + ckpt_);
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  // The first row under the header is the newest: step 40.
+  const size_t row = listed.out.find('\n') + 1;
+  EXPECT_EQ(listed.out.substr(row, listed.out.find(' ', row) - row), std::to_string(first))
+      << listed.out;
+  std::ifstream status_file(state_dir + "/status.json");
+  const auto status = nlohmann::json::parse(status_file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(status.is_object()) << "status.json unreadable";
+  EXPECT_EQ(status["checkpoints"].value("committed_step", int64_t{-1}), first) << status.dump();
+  EXPECT_EQ(status["checkpoints"].value("committed_dir", ""), last.string()) << status.dump();
+  auto events = coordinator::JournalEventReader(state_dir + "/journal.bin", 0).ReadNew();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().type, "job_end");
+  const auto end = nlohmann::json::parse(events.back().data);
+  EXPECT_EQ(end.value("outcome", ""), "finished") << events.back().data;
+  EXPECT_EQ(end.value("checkpoint_step", int64_t{-1}), first) << events.back().data;
+  EXPECT_EQ(end.value("checkpoint_dir", ""), last.string()) << events.back().data;
+
+  Job job(2, Args(steps, 1, /*every=*/10), {}, {"--resume", ckpt_});
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  auto resumed = examples::ReadTrainLog(job.log_path());
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_FALSE(resumed->applied.empty());
+  EXPECT_EQ(resumed->applied.begin()->first, first) << "resumed at the wrong step";
+  ExpectMatches({log1, job.log_path()}, steps);
+}
+
+// Ctrl-C on `elastra run` while every step writes a checkpoint: the launcher stops the workers,
+// the coordinator fails the job (no member survived) and removes the uncommitted directories of
+// the writes the stop cut short before it exits; every checkpoint left is committed and loads.
+TEST_F(CheckpointJobTest, ASignalledRunLeavesOnlyCommittedCheckpoints) {
+  Job job(3, Args(kUntilStopped, 1, /*every=*/1));
+  ASSERT_TRUE(job.WaitFor([&](const nlohmann::json&) { return Committed().size() >= 2; },
+                          seconds(60)))
+      << LauncherLog(job);
+  job.Signal(SIGINT);
+  EXPECT_EQ(job.Wait(seconds(60)), 128 + SIGINT) << LauncherLog(job);
+  ASSERT_FALSE(Committed().empty());
+  for (const auto& e : fs::directory_iterator(ckpt_)) {
+    EXPECT_TRUE(fs::exists(e.path() / "MANIFEST")) << "uncommitted: " << e.path();
+  }
+  auto verify = RunShell(ElastraBinary() + " ckpt verify " + ckpt_);
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
 }
 
 TEST_F(CheckpointJobTest, CorruptOrIncompleteCheckpointsFallBackToThePreviousOne) {

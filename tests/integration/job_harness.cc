@@ -130,6 +130,10 @@ int Job::Wait(std::chrono::seconds timeout) {
   return -1;
 }
 
+void Job::Signal(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
 std::string LauncherLog(const Job& job) {
   std::ifstream in(job.dir() + "/launcher.log");
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -59,6 +59,8 @@ class Job {
   pid_t CoordinatorPid() const;
   // Waits for `elastra run` to exit; returns its exit code (-1 on timeout, after killing it).
   int Wait(std::chrono::seconds timeout);
+  // Sends `sig` to `elastra run` (as a user's Ctrl-C or a scheduler's SIGTERM would).
+  void Signal(int sig);
 
  private:
   std::string dir_;
