@@ -1,5 +1,6 @@
 # make demo: a local elastic training run, resized 4 -> 2 -> 3 and losing a worker.
-# make test: the whole test suite, then every fuzz target for 20 s.
+# make test: the whole test suite, the leftovers check (tests/leftovers/), then every fuzz
+#   target for 20 s.
 # make fuzz FUZZ_SECONDS=N: every fuzz target for N s (clang build in build-fuzz/).
 # make soak MINUTES=N SEED=S: the chaos soak (tests/soak/) for about N minutes with seed S.
 # make test-asan / make test-tsan: the suite under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -76,6 +77,7 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 300 -j 2
+	@bash tests/leftovers/check.sh
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
 
 fuzz: deps
@@ -113,6 +115,7 @@ test-asan: deps
 	  -DELASTRA_SANITIZE=address,undefined $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)
 	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 600 -j 2 -R '$(ASAN_TESTS)'
+	@bash tests/leftovers/check.sh
 
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SAN_FLAGS) -DELASTRA_SANITIZE=thread $(CMAKE_FLAGS) \

@@ -14,10 +14,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <thread>
 #include <tuple>
 
+#include "checkpoint/reader.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {
@@ -110,7 +112,15 @@ class ClusterJobTest : public ::testing::Test {
 // 3 hosts x 2 slots: the job starts at 4 (hosts 0 and 1 filled), grows to 6 with pp=3 x tp=2
 // (host 2's agent starts the two new workers; each tensor-parallel pair shares a host), and
 // shrinks to 3.
+// The workers checkpoint every step to a directory the hosts share: the job's last step is
+// committed before the coordinator exits, and no uncommitted checkpoint is left (issue 38).
 TEST_F(ClusterJobTest, GrowsAndShrinksAcrossThreeHostsWithTensorGroupsInsideHosts) {
+  char tmpl[] = "/tmp/elastra-cluster-ckpt-XXXXXX";
+  const std::string ckpt = mkdtemp(tmpl);
+  for (const std::string& a : {std::string("--checkpoint-dir"), ckpt,
+                               std::string("--checkpoint-every"), std::string("1")}) {
+    args_.push_back(a);
+  }
   MakeJob(3);
   ASSERT_TRUE(job_->StartCoordinator(4, 6).ok()) << job_->Logs();
   ASSERT_TRUE(job_->StartAgent(0, 2).ok()) << job_->Logs();
@@ -157,6 +167,13 @@ TEST_F(ClusterJobTest, GrowsAndShrinksAcrossThreeHostsWithTensorGroupsInsideHost
   EXPECT_EQ(log.applied.rbegin()->second.dp * log.applied.rbegin()->second.pp *
                 log.applied.rbegin()->second.tp,
             3);
+  auto newest = checkpoint::ListCheckpoints(checkpoint::Env::Default(), ckpt);
+  ASSERT_TRUE(newest.ok() && !newest->empty()) << ckpt;
+  EXPECT_EQ(newest->front().step, StepsApplied(job_->log_path()));
+  for (const auto& e : std::filesystem::directory_iterator(ckpt)) {
+    EXPECT_TRUE(std::filesystem::exists(e.path() / "MANIFEST")) << "uncommitted: " << e.path();
+  }
+  std::filesystem::remove_all(ckpt);
 }
 
 // Host loss: host 1's machine dies mid-training (its agent and both its workers SIGKILLed at
