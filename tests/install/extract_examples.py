@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the C++ examples of README.md and of public headers' comments to OUTDIR/NAME.cc.
+"""Writes the C++ examples of Markdown pages (README.md, the user's guide in docs/) and of public
+headers' comments to OUTDIR/NAME.cc.
 
 usage: extract_examples.py OUTDIR FILE...
 

@@ -43,7 +43,7 @@ TEST(LaunchCli, HelpPrintsUsageAndExitsZero) {
   CommandResult verify = Elastra({"ckpt", "verify", "--help"});
   EXPECT_EQ(verify.code, 0);
   EXPECT_NE(verify.out.find("Usage: elastra ckpt verify"), std::string::npos) << verify.out;
-  // Every flag README.md documents for `elastra run` is in its help.
+  // Every flag docs/launching.md documents for `elastra run` is in its help.
   CommandResult run = Elastra({"run", "--help"});
   for (const char* flag : {"--nproc", "--state-dir", "--max-workers", "--job", "--resume", "--gpus",
                            "-- PROGRAM ARGS..."}) {
