@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/messages.h"
-#include "coordinator/model_description.h"
-#include "coordinator/planner.h"
+#include "planner/model_description.h"
+#include "planner/planner.h"
 #include "elastra/layout.h"
 #include "elastra/sharding.h"
 #include "elastra/status.h"

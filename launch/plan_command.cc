@@ -15,8 +15,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "coordinator/model_description.h"
-#include "coordinator/planner.h"
+#include "planner/model_description.h"
+#include "planner/planner.h"
 #include "elastra/sharding.h"
 #include "launch/cli.h"
 #include "launch/commands.h"

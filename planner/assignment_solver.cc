@@ -1,6 +1,6 @@
 // The Hungarian algorithm (SolveAssignment) and the branch and bound over group choices
 // (GroupSearch) of the rank assignment. See assignment_solver.h and docs/resharding.md.
-#include "coordinator/assignment_solver.h"
+#include "planner/assignment_solver.h"
 
 #include <algorithm>
 #include <limits>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/planner.h"
+#include "planner/planner.h"
 
 namespace elastra {
 

@@ -1,5 +1,5 @@
 // Parsing of the model description JSON.
-#include "coordinator/model_description.h"
+#include "planner/model_description.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,7 +1,7 @@
 // The planner's layout search: every (dp, pp, tp) the workers allow, scored by the cost model
 // (planner_cost.h), ranked, and the best one's ranks assigned (rank_assignment.h). See planner.h
 // and docs/resharding.md.
-#include "coordinator/planner.h"
+#include "planner/planner.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/planner_cost.h"
-#include "coordinator/rank_assignment.h"
+#include "planner/planner_cost.h"
+#include "planner/rank_assignment.h"
 
 namespace elastra {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/model_description.h"
+#include "planner/model_description.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 

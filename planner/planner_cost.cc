@@ -1,7 +1,7 @@
 // The planner's cost model: memory, compute and communication of a layout, the recomputation and
 // sequence-parallelism choice that makes it fastest while it fits, and ScoreLayout. See
 // planner_cost.h, planner.h and docs/resharding.md.
-#include "coordinator/planner_cost.h"
+#include "planner/planner_cost.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/model_description.h"
-#include "coordinator/planner.h"
+#include "planner/model_description.h"
+#include "planner/planner.h"
 #include "elastra/layout.h"
 
 namespace elastra::planner_internal {

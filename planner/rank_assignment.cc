@@ -1,7 +1,7 @@
 // Rank assignment: the analytic kept-bytes estimate, the groups of workers a TP group stays
 // inside, the exact assignment (per-unit Hungarian, local search, branch and bound) and the large
 // heuristic, and AssignRanks. See rank_assignment.h, planner.h and docs/resharding.md.
-#include "coordinator/rank_assignment.h"
+#include "planner/rank_assignment.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "coordinator/assignment_solver.h"
+#include "planner/assignment_solver.h"
 #include "elastra/sharding.h"
 
 namespace elastra {

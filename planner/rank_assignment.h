@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "coordinator/planner.h"
+#include "planner/planner.h"
 #include "elastra/status.h"
 
 namespace elastra::planner_internal {

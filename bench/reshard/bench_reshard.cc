@@ -57,8 +57,8 @@
 
 #include "collectives/gloo/gloo_communicator.h"
 #include "collectives/kv_store.h"
-#include "coordinator/model_description.h"
-#include "coordinator/planner.h"
+#include "planner/model_description.h"
+#include "planner/planner.h"
 #include "elastra/sharding.h"
 #include "tests/collectives/gloo_thread_ranks.h"
 #include "tests/reshard/global_shards.h"

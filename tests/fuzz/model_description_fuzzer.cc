@@ -1,4 +1,4 @@
-// Fuzz target: the model description the planner lays out (coordinator/model_description), in
+// Fuzz target: the model description the planner lays out (planner/model_description), in
 // both of its forms: the JSON file `elastra plan --model` reads, and the {"model": ..., "pins":
 // ...} text a worker sends in its JoinRequest, which the coordinator's LayoutPolicy learns from
 // and plans with. What parses is planned for a few worker counts on one or two hosts, so the cost
@@ -11,8 +11,8 @@
 
 #include "common/messages.h"
 #include "coordinator/layout_policy.h"
-#include "coordinator/model_description.h"
-#include "coordinator/planner.h"
+#include "planner/model_description.h"
+#include "planner/planner.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

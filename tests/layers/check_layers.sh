@@ -13,9 +13,11 @@ declare -A allowed=(
   [collectives]="common"
   [state]="common collectives"
   [checkpoint]="common"
-  [coordinator]="common checkpoint"
+  # Pure computation: layouts, the cost and memory model, rank assignment, model descriptions.
+  [planner]="common"
+  [coordinator]="common checkpoint planner"
   [worker]="common collectives state checkpoint"
-  [launch]="common collectives state checkpoint coordinator worker"
+  [launch]="common collectives state checkpoint planner coordinator worker"
   [examples]="torch_interop"
   # elastra::torch (LibTorch interop): a user of the public headers, like the examples.
   [torch_interop]=""
@@ -95,13 +97,15 @@ check_tree() {
 if [ "${1:-}" = --self-test ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  mkdir -p "$tmp/base/common" "$tmp/base/coordinator" "$tmp/base/worker" "$tmp/base/include/elastra"
+  mkdir -p "$tmp/base/common" "$tmp/base/planner" "$tmp/base/coordinator" "$tmp/base/worker" \
+    "$tmp/base/include/elastra"
   echo '#include "common/status.h"' >"$tmp/base/worker/a.cc"
   echo '#include "elastra/status.h"' >"$tmp/base/include/elastra/worker.h"
   check_tree "$tmp/base" >/dev/null || { echo "self-test: a clean tree was refused"; exit 1; }
   bad=(
     'coordinator/b.cc:#include "worker/a.h"'
     'common/c.h:#include "coordinator/x.h"'
+    'planner/e.cc:#include "coordinator/x.h"'
     'coordinator/d.cc:#include "elastra/worker.h"'
     'include/elastra/status.h:#include <zmq.h>'
     'include/elastra/status.h:#include "elastra/worker.h"'

@@ -9,8 +9,8 @@
 #include <random>
 #include <set>
 
-#include "coordinator/assignment_solver.h"
-#include "coordinator/planner.h"
+#include "planner/assignment_solver.h"
+#include "planner/planner.h"
 #include "elastra/sharding.h"
 #include "common/reshard_plan.h"
 

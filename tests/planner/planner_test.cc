@@ -1,5 +1,5 @@
 // Tests of the model description parser and the planner (layout choice and rank assignment).
-#include "coordinator/planner.h"
+#include "planner/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-#include "coordinator/model_description.h"
+#include "planner/model_description.h"
 
 namespace elastra {
 namespace {

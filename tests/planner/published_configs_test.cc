@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/planner.h"
+#include "planner/planner.h"
 
 namespace elastra {
 namespace {
