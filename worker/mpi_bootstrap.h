@@ -117,6 +117,7 @@ class MpiBootstrap {
   std::condition_variable supervisor_cv_;
   bool stopping_ = false;
   std::atomic<bool> coordinator_ended_{false};  // it exited by itself: the job is over
+  std::atomic<int> job_exit_code_{-1};  // its exit code then: 0 finished, 1 failed
   bool finalize_mpi_ = false;
 };
 
