@@ -53,8 +53,8 @@ TSAN_TESTS ?= ^(ServerTest|ControlClientLease|WorkerFence|HttpServerTest|Embedde
 # that other builds loaded too, a coordinator answered nothing for 7 s (a worker gave up connecting).
 TSAN_JOB_TESTS ?= ^ElasticJob\.(ResizeDownThenUpMatchesReference|KilledWorkerIsDetectedAndSurvivorsRollBack|KillDuringReconfigurationRecovers|LayoutChangesOfEveryDimensionMatchReference)$$
 
-TSAN_TARGETS ?= coordinator_server_test lease_test fencing_test coordinator_http_server_test \
-  coordinator_embedded_test push_inbox_test checkpoint_test disk_checkpoints_test \
+TSAN_TARGETS ?= coordinator_server_test lease_test fencing_test http_server_test \
+  embedded_test push_inbox_test checkpoint_test disk_checkpoints_test \
   gloo_communicator_test gloo_errors_test gloo_failure_test gloo_mesh_test gloo_exchangev_test \
   record_server_test group_manager_test reshard_test coordinator_kv_store_test \
   coordinator_kv_service_test elastic_job_test

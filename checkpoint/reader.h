@@ -17,7 +17,7 @@
 
 #include "elastra/host_bytes.h"
 #include "elastra/status.h"
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/format.h"
 
 namespace elastra::checkpoint {

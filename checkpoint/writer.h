@@ -23,7 +23,7 @@
 
 #include "elastra/layout.h"
 #include "elastra/status.h"
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/format.h"
 
 namespace elastra::checkpoint {

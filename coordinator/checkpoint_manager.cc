@@ -88,7 +88,7 @@ bool CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
 
 void CheckpointManager::Discard(const std::string& root, uint64_t generation, int64_t step) {
   const std::string dir = checkpoint::CheckpointDir(root, {job_, step, generation});
-  if (env_->FileExists(checkpoint::JoinPath(dir, checkpoint::kManifestName))) return;
+  if (env_->FileExists(JoinPath(dir, checkpoint::kManifestName))) return;
   Status s = env_->RemoveDirRecursively(dir);
   if (s.ok()) {
     LOG(INFO) << "removed uncommitted checkpoint " << dir;

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/reader.h"
 #include "common/messages.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
@@ -26,7 +26,7 @@ namespace elastra::coordinator {
 class CheckpointManager {
  public:
   // `env` and `journal` are not owned and must outlive the manager. `keep` is at least 1.
-  CheckpointManager(std::string job, int keep, checkpoint::Env* env, JournalRecorder* journal)
+  CheckpointManager(std::string job, int keep, Env* env, JournalRecorder* journal)
       : job_(std::move(job)), keep_(keep), env_(env), journal_(journal) {}
 
   // One rank's report. When every rank of that generation and step reported success, commits
@@ -90,7 +90,7 @@ class CheckpointManager {
 
   std::string job_;
   int keep_;
-  checkpoint::Env* env_;
+  Env* env_;
   JournalRecorder* journal_;
   std::map<std::pair<uint64_t, int64_t>, Pending> pending_;
   std::string latest_dir_;

@@ -18,7 +18,7 @@ CoordinatorOptions Normalized(CoordinatorOptions o) {
   o = ScaledHeartbeats(o);
   if (o.recover_timeout.count() <= 0) o.recover_timeout = o.heartbeat_timeout;
   if (o.clock == nullptr) o.clock = SystemClock::Get();
-  if (o.env == nullptr) o.env = checkpoint::Env::Default();
+  if (o.env == nullptr) o.env = Env::Default();
   return o;
 }
 

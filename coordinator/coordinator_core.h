@@ -32,7 +32,7 @@
 #include "coordinator/health.h"
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/kv_service.h"
 #include "coordinator/layout_policy.h"

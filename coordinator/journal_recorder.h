@@ -10,11 +10,22 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/journal.h"
 #include "coordinator/membership.h"
 #include "coordinator/reconfiguration.h"
+#include "journal/journal.h"
 
 namespace elastra::coordinator {
+
+// The journal's vocabulary (journal/journal.h), as the managers use it.
+using journal::ChangeKind;
+using journal::JobOutcome;
+using journal::Journal;
+using journal::JournalCheckpoint;
+using journal::JournalGeneration;
+using journal::JournalResize;
+using journal::JournalState;
+using journal::JournalWorker;
+using journal::JournalWorkerState;
 
 class JournalRecorder {
  public:

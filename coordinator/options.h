@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "common/clock.h"
 #include "common/keys.h"
 
@@ -56,7 +56,7 @@ struct CoordinatorOptions {
   // The filesystem (the checkpoint Env seam) for the journal, checkpoint commits and listing
   // resume_from; tests pass a FaultInjectionEnv to fail writes or fill the disk. nullptr means
   // Env::Default(). Not owned; must outlive the coordinator.
-  checkpoint::Env* env = checkpoint::Env::Default();
+  Env* env = Env::Default();
 };
 
 }  // namespace elastra::coordinator

@@ -24,7 +24,7 @@
 #include "coordinator/generation_manager.h"
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/layout_policy.h"
 #include "coordinator/membership.h"

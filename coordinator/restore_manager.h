@@ -13,7 +13,7 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "coordinator/membership.h"
 #include "coordinator/options.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/format.h"
 #include "checkpoint/reader.h"
 #include "elastra/data_type.h"
@@ -20,7 +20,6 @@ namespace {
 
 using checkpoint::CheckpointInfo;
 using checkpoint::CheckpointReader;
-using checkpoint::Env;
 
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -32,7 +31,7 @@ std::string BaseName(std::string path) {
 bool IsCheckpointDir(Env* env, const std::string& dir) {
   int64_t step;
   uint64_t generation;
-  return env->FileExists(checkpoint::JoinPath(dir, checkpoint::kManifestName)) ||
+  return env->FileExists(JoinPath(dir, checkpoint::kManifestName)) ||
          checkpoint::ParseCheckpointDirName(BaseName(dir), &step, &generation);
 }
 

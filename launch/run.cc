@@ -20,7 +20,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "common/status_json.h"
-#include "coordinator/embedded.h"
+#include "launch/embedded.h"
 #include "coordinator/server.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
@@ -131,7 +131,7 @@ CLI::Option* AddHttpFlag(CLI::App* app, std::string* out) {
       ->add_option_function<std::string>(
           "--http",
           [out](const std::string& text) {
-            auto parsed = coordinator::ParseHttpListen(text);
+            auto parsed = http::ParseHttpListen(text);
             if (!parsed.ok()) throw FlagError(parsed.status().message());
             *out = text;
           },
@@ -231,7 +231,7 @@ int RunJob(const RunOptions& flags) {
 
 int RunCoordinator(const CoordinatorOptions& flags) {
   logging::SetTag("coordinator");
-  coordinator::EmbeddedOptions o;
+  EmbeddedOptions o;
   o.state_dir = flags.state_dir;
   o.job = flags.job;
   o.bind = flags.bind;
@@ -243,7 +243,7 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
   o.http = flags.http;
-  auto embedded = coordinator::StartEmbeddedCoordinator(o);
+  auto embedded = StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
     return 1;

@@ -129,7 +129,7 @@ StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Co
   const std::string dir = gen.checkpoint_dir;
   const std::string root = dir.substr(0, dir.find_last_of('/'));
   std::vector<std::string> candidates;
-  auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root);
+  auto list = checkpoint::ListCheckpoints(Env::Default(), root);
   if (list.ok()) {
     bool reached = false;
     for (const auto& info : *list) {
@@ -139,7 +139,7 @@ StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Co
   }
   if (candidates.empty()) candidates.push_back(dir);
   for (const std::string& candidate : candidates) {
-    auto loaded = checkpoint::LoadCheckpointInto(checkpoint::Env::Default(), candidate,
+    auto loaded = checkpoint::LoadCheckpointInto(Env::Default(), candidate,
                                                  checkpoint::RequestsFor(*state),
                                                  checkpoint::BuffersOf(*state));
     Status mine = loaded.ok() ? OkStatus() : loaded.status();

@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/host_memory.h"
@@ -63,9 +63,9 @@ void DropCache(const std::string& path) {
 }
 
 void DropCacheDir(const std::string& dir) {
-  auto names = ck::Env::Default()->GetChildren(dir);
+  auto names = elastra::Env::Default()->GetChildren(dir);
   if (!names.ok()) Die(names.status().ToString());
-  for (const std::string& n : *names) DropCache(ck::JoinPath(dir, n));
+  for (const std::string& n : *names) DropCache(elastra::JoinPath(dir, n));
 }
 
 double RunDd(const std::string& cmd) {
@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
   }
   const uint64_t per_tensor = bytes / tensors / 8 * 8;
   bytes = per_tensor * tensors;
-  ck::Env* env = ck::Env::Default();
+  elastra::Env* env = elastra::Env::Default();
   if (!env->CreateDir(dir).ok()) Die("cannot create " + dir);
-  const std::string root = ck::JoinPath(dir, "ckpt");
-  const std::string dd_file = ck::JoinPath(dir, "dd.bin");
+  const std::string root = elastra::JoinPath(dir, "ckpt");
+  const std::string dd_file = elastra::JoinPath(dir, "dd.bin");
 
   // The training state: `tensors` float64 tensors, filled (so every page is real).
   std::vector<std::vector<double>> state(tensors, std::vector<double>(per_tensor / 8));

@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "bench/device/bench_device.h"
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/writer.h"
 #include "elastra/device_buffer.h"
 #include "elastra/tensor_collection.h"
@@ -96,8 +96,8 @@ StatusOr<Json> RunCheckpointIn(const Flags& flags, const std::string& work) {
   ELASTRA_RETURN_IF_ERROR(state.SetDevice(0));
   ELASTRA_RETURN_IF_ERROR(state.MoveToDevice());
 
-  const std::string root = ck::JoinPath(work, "ckpt");
-  const std::string dd_file = ck::JoinPath(work, "dd.bin");
+  const std::string root = elastra::JoinPath(work, "ckpt");
+  const std::string dd_file = elastra::JoinPath(work, "dd.bin");
   ck::WriterOptions wo;
   wo.root = root;
   wo.reserve_bytes = bytes + ck::kShardHeaderBytes + kTensors * ck::kRegionAlignment;

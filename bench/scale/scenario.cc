@@ -87,7 +87,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   Meter meter;
   Cost scratch;
   meter.Measure(&scratch);
-  CountingEnv env(checkpoint::Env::Default());
+  CountingEnv env(Env::Default());
   coordinator::CoordinatorOptions options;
   options.job = "scale";
   options.initial_workers = n;

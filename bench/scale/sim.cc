@@ -183,9 +183,9 @@ void Meter::BeforeBooking(const std::vector<Outgoing>& out, SimTime started) {
 // ---------------------------------------------------------------------------------------------
 // CountingEnv
 
-class CountingFile : public checkpoint::WritableFile {
+class CountingFile : public WritableFile {
  public:
-  CountingFile(std::unique_ptr<checkpoint::WritableFile> base, CountingEnv* env)
+  CountingFile(std::unique_ptr<WritableFile> base, CountingEnv* env)
       : base_(std::move(base)), env_(env) {}
   Status Append(std::span<const std::byte> data) override {
     env_->appended_bytes_ += data.size();
@@ -198,22 +198,22 @@ class CountingFile : public checkpoint::WritableFile {
   Status Close() override { return base_->Close(); }
 
  private:
-  std::unique_ptr<checkpoint::WritableFile> base_;
+  std::unique_ptr<WritableFile> base_;
   CountingEnv* env_;
 };
 
-StatusOr<std::unique_ptr<checkpoint::WritableFile>> CountingEnv::NewWritableFile(
+StatusOr<std::unique_ptr<WritableFile>> CountingEnv::NewWritableFile(
     const std::string& path) {
   auto f = base_->NewWritableFile(path);
   if (!f.ok()) return f.status();
-  return std::unique_ptr<checkpoint::WritableFile>(new CountingFile(std::move(f).value(), this));
+  return std::unique_ptr<WritableFile>(new CountingFile(std::move(f).value(), this));
 }
 
-StatusOr<std::unique_ptr<checkpoint::WritableFile>> CountingEnv::NewAppendableFile(
+StatusOr<std::unique_ptr<WritableFile>> CountingEnv::NewAppendableFile(
     const std::string& path) {
   auto f = base_->NewAppendableFile(path);
   if (!f.ok()) return f.status();
-  return std::unique_ptr<checkpoint::WritableFile>(new CountingFile(std::move(f).value(), this));
+  return std::unique_ptr<WritableFile>(new CountingFile(std::move(f).value(), this));
 }
 
 Status CountingEnv::TruncateFile(const std::string& path, uint64_t size) {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "common/clock.h"
 #include "common/messages.h"
 #include "coordinator/coordinator_core.h"
@@ -217,18 +217,18 @@ class Meter {
 // ---------------------------------------------------------------------------------------------
 // The journal's filesystem: the real one (Env::Default()), counting fdatasyncs.
 
-class CountingEnv : public checkpoint::Env {
+class CountingEnv : public Env {
  public:
-  explicit CountingEnv(checkpoint::Env* base) : base_(base) {}
+  explicit CountingEnv(Env* base) : base_(base) {}
   uint64_t syncs() const { return syncs_; }
   uint64_t appended_bytes() const { return appended_bytes_; }
 
-  StatusOr<std::unique_ptr<checkpoint::WritableFile>> NewWritableFile(
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override;
-  StatusOr<std::unique_ptr<checkpoint::WritableFile>> NewAppendableFile(
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
       const std::string& path) override;
   Status TruncateFile(const std::string& path, uint64_t size) override;
-  StatusOr<std::unique_ptr<checkpoint::RandomAccessFile>> NewRandomAccessFile(
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
     return base_->NewRandomAccessFile(path);
   }
@@ -250,7 +250,7 @@ class CountingEnv : public checkpoint::Env {
 
  private:
   friend class CountingFile;
-  checkpoint::Env* base_;
+  Env* base_;
   uint64_t syncs_ = 0;
   uint64_t appended_bytes_ = 0;
 };

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/format.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"

@@ -167,7 +167,7 @@ TEST_F(ClusterJobTest, GrowsAndShrinksAcrossThreeHostsWithTensorGroupsInsideHost
   EXPECT_EQ(log.applied.rbegin()->second.dp * log.applied.rbegin()->second.pp *
                 log.applied.rbegin()->second.tp,
             3);
-  auto newest = checkpoint::ListCheckpoints(checkpoint::Env::Default(), ckpt);
+  auto newest = checkpoint::ListCheckpoints(Env::Default(), ckpt);
   ASSERT_TRUE(newest.ok() && !newest->empty()) << ckpt;
   EXPECT_EQ(newest->front().step, StepsApplied(job_->log_path()));
   for (const auto& e : std::filesystem::directory_iterator(ckpt)) {

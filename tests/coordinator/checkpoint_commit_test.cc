@@ -23,11 +23,11 @@ class CheckpointCommitTest : public ::testing::Test {
     root_ = (fs::temp_directory_path() / ("elastra_commit_test_" + std::to_string(getpid())))
                 .string();
     fs::remove_all(root_);
-    MakeCore(checkpoint::Env::Default());
+    MakeCore(Env::Default());
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  void MakeCore(checkpoint::Env* env) {
+  void MakeCore(Env* env) {
     CoordinatorOptions o;
     o.job = "job";
     o.initial_workers = 2;
@@ -107,7 +107,7 @@ class CheckpointCommitTest : public ::testing::Test {
   }
 
   size_t Committed() {
-    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
+    auto list = checkpoint::ListCheckpoints(Env::Default(), root_);
     return list.ok() ? list->size() : 0;
   }
 
@@ -124,7 +124,7 @@ TEST_F(CheckpointCommitTest, CommitsOnlyWhenEveryRankReported) {
   auto second = WriteShard(1, 10);
   Send("b", T::kCheckpointWritten, proto::EncodePayload(second));
   ASSERT_EQ(Committed(), 1u);
-  auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
+  auto list = checkpoint::ListCheckpoints(Env::Default(), root_);
   EXPECT_EQ(list->front().step, 10);
   EXPECT_EQ(list->front().layout, (Layout{2, 1, 1}));
 }
@@ -189,7 +189,7 @@ TEST_F(CheckpointCommitTest, GarbageReportsAreCountedNotCommitted) {
 // The commit's own write fails (the disk is full): no checkpoint appears, the job goes on, and
 // the previous checkpoint stays the one a new generation is told to load from.
 TEST_F(CheckpointCommitTest, AFullDiskAtCommitKeepsThePreviousCheckpoint) {
-  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  FaultInjectionEnv env(Env::Default());
   MakeCore(&env);
   FormGeneration();
 

@@ -9,14 +9,15 @@
 #include <filesystem>
 
 #include "checkpoint/writer.h"
-#include "coordinator/http_events.h"
-#include "coordinator/journal.h"
+#include "journal/events.h"
+#include "journal/journal.h"
 #include <nlohmann/json.hpp>
 
 namespace elastra::coordinator {
 namespace {
 
 namespace fs = std::filesystem;
+using journal::JournalEventReader;
 
 class CheckpointManagerTest : public ::testing::Test {
  protected:
@@ -69,14 +70,14 @@ class CheckpointManagerTest : public ::testing::Test {
 
   std::vector<int64_t> OnDisk() {
     std::vector<int64_t> steps;
-    auto list = checkpoint::ListCheckpoints(checkpoint::Env::Default(), root_);
+    auto list = checkpoint::ListCheckpoints(Env::Default(), root_);
     if (list.ok()) {
       for (const auto& c : *list) steps.push_back(c.step);
     }
     return steps;  // newest first
   }
 
-  checkpoint::FaultInjectionEnv env_{checkpoint::Env::Default()};
+  FaultInjectionEnv env_{Env::Default()};
   Membership membership_;
   JournalRecorder journal_{&membership_};  // no journal: records are no-ops
   std::string root_;

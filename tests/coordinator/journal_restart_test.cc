@@ -13,18 +13,19 @@
 #include "common/codec.h"
 #include "common/mesh_peers.h"
 #include "coordinator/coordinator_core.h"
-#include "coordinator/journal.h"
-#include "tests/coordinator/journal_test_util.h"
+#include "journal/journal.h"
+#include "tests/journal/test_util.h"
 
 namespace elastra::coordinator {
 namespace {
 
 using T = proto::MessageType;
+using journal::JournalTest;
 
 class RestartTest : public JournalTest {
  protected:
   std::unique_ptr<CoordinatorCore> NewCore(int initial_workers,
-                                           checkpoint::Env* env = checkpoint::Env::Default()) {
+                                           Env* env = Env::Default()) {
     CoordinatorOptions o;
     o.env = env;
     o.job = "job";
@@ -84,7 +85,7 @@ class RestartTest : public JournalTest {
 
 // A journal that cannot be written (a full disk) is logged; the job itself goes on.
 TEST_F(RestartTest, AJournalThatCannotBeWrittenDoesNotStopTheJob) {
-  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  FaultInjectionEnv env(Env::Default());
   auto core = NewCore(2, &env);
   env.SetDiskSpace(0);
   StartTwo(*core);

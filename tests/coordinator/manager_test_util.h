@@ -110,7 +110,7 @@ class ManagerTest : public ::testing::Test {
   Outbox outbox_{"job", &membership_, [this] { return generations_.generation(); }};
   JournalRecorder journal_{&membership_};
   LayoutPolicy layouts_;
-  CheckpointManager checkpoints_{"job", 3, checkpoint::Env::Default(), &journal_};
+  CheckpointManager checkpoints_{"job", 3, Env::Default(), &journal_};
   GenerationManager generations_{&options_, &clock_,   &membership_, &hosts_,      &health_,
                                  &outbox_,  &journal_, &layouts_,    &checkpoints_};
   HostManager host_manager_{&options_, &clock_,   &membership_, &hosts_,

@@ -22,7 +22,7 @@ class RestoreManagerTest : public ManagerTest {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     options_.state_dir = tmpl;
     options_.job = "job";
-    options_.env = checkpoint::Env::Default();
+    options_.env = Env::Default();
     options_.heartbeat_timeout = Duration(1500);
     generations_.AddRecoveryListener([this] { restore_.OnRecoveryStarted(); });
   }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "coordinator/coordinator_core.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/memory_env.h"
 

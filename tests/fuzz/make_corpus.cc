@@ -20,7 +20,7 @@
 #include "common/codec.h"
 #include "common/keys.h"
 #include "coordinator/coordinator_core.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "tests/fuzz/checkpoint_frame.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/memory_env.h"

@@ -5,7 +5,7 @@
 
 namespace elastra::fuzz {
 
-class MemoryWritableFile : public checkpoint::WritableFile {
+class MemoryWritableFile : public WritableFile {
  public:
   MemoryWritableFile(MemoryEnv* env, std::shared_ptr<std::string> data)
       : env_(env), data_(std::move(data)) {}
@@ -28,7 +28,7 @@ class MemoryWritableFile : public checkpoint::WritableFile {
   bool closed_ = false;
 };
 
-class MemoryRandomAccessFile : public checkpoint::RandomAccessFile {
+class MemoryRandomAccessFile : public RandomAccessFile {
  public:
   MemoryRandomAccessFile(MemoryEnv* env, std::shared_ptr<std::string> data)
       : env_(env), data_(std::move(data)) {}
@@ -53,8 +53,8 @@ class MemoryRandomAccessFile : public checkpoint::RandomAccessFile {
 };
 
 void MemoryEnv::AddParents(const std::string& path) {
-  for (std::string d = checkpoint::DirName(path); d != "." && d != "/" && !d.empty();
-       d = checkpoint::DirName(d)) {
+  for (std::string d = DirName(path); d != "." && d != "/" && !d.empty();
+       d = DirName(d)) {
     if (!dirs_.insert(d).second) break;
   }
 }
@@ -71,17 +71,17 @@ const std::string* MemoryEnv::GetFile(const std::string& path) const {
   return it == files_.end() ? nullptr : it->second.get();
 }
 
-StatusOr<std::unique_ptr<checkpoint::WritableFile>> MemoryEnv::NewWritableFile(
+StatusOr<std::unique_ptr<WritableFile>> MemoryEnv::NewWritableFile(
     const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dirs_.count(path)) return InternalError(path + " is a directory");
   AddParents(path);
   auto data = std::make_shared<std::string>();
   files_[path] = data;
-  return std::unique_ptr<checkpoint::WritableFile>(new MemoryWritableFile(this, data));
+  return std::unique_ptr<WritableFile>(new MemoryWritableFile(this, data));
 }
 
-StatusOr<std::unique_ptr<checkpoint::WritableFile>> MemoryEnv::NewAppendableFile(
+StatusOr<std::unique_ptr<WritableFile>> MemoryEnv::NewAppendableFile(
     const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dirs_.count(path)) return InternalError(path + " is a directory");
@@ -90,7 +90,7 @@ StatusOr<std::unique_ptr<checkpoint::WritableFile>> MemoryEnv::NewAppendableFile
     AddParents(path);
     data = std::make_shared<std::string>();
   }
-  return std::unique_ptr<checkpoint::WritableFile>(new MemoryWritableFile(this, data));
+  return std::unique_ptr<WritableFile>(new MemoryWritableFile(this, data));
 }
 
 Status MemoryEnv::TruncateFile(const std::string& path, uint64_t size) {
@@ -101,12 +101,12 @@ Status MemoryEnv::TruncateFile(const std::string& path, uint64_t size) {
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<checkpoint::RandomAccessFile>> MemoryEnv::NewRandomAccessFile(
+StatusOr<std::unique_ptr<RandomAccessFile>> MemoryEnv::NewRandomAccessFile(
     const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(path);
   if (it == files_.end()) return NotFoundError(path + " does not exist");
-  return std::unique_ptr<checkpoint::RandomAccessFile>(
+  return std::unique_ptr<RandomAccessFile>(
       new MemoryRandomAccessFile(this, it->second));
 }
 
@@ -161,10 +161,10 @@ StatusOr<std::vector<std::string>> MemoryEnv::GetChildren(const std::string& dir
   if (!dirs_.count(dir)) return NotFoundError(dir + " does not exist");
   std::set<std::string> names;
   for (const auto& [path, data] : files_) {
-    if (checkpoint::DirName(path) == dir) names.insert(path.substr(path.find_last_of('/') + 1));
+    if (DirName(path) == dir) names.insert(path.substr(path.find_last_of('/') + 1));
   }
   for (const auto& path : dirs_) {
-    if (checkpoint::DirName(path) == dir) names.insert(path.substr(path.find_last_of('/') + 1));
+    if (DirName(path) == dir) names.insert(path.substr(path.find_last_of('/') + 1));
   }
   return std::vector<std::string>(names.begin(), names.end());
 }

@@ -1,4 +1,4 @@
-// MemoryEnv: a checkpoint::Env that keeps every file and directory in memory, so a fuzz target can
+// MemoryEnv: a Env that keeps every file and directory in memory, so a fuzz target can
 // hand the journal, the checkpoint reader or the coordinator a filesystem built from its input
 // without touching the disk. Paths are plain strings (no normalisation beyond JoinPath's). Writes
 // are visible at once; Sync and SyncDir do nothing. Thread-safe (one lock), as every Env.
@@ -11,23 +11,23 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 
 namespace elastra::fuzz {
 
-class MemoryEnv : public checkpoint::Env {
+class MemoryEnv : public Env {
  public:
   // Puts `contents` at `path`, creating the directories above it.
   void SetFile(const std::string& path, std::string contents);
   // The content of `path`, or nullptr when absent. Valid until the next call.
   const std::string* GetFile(const std::string& path) const;
 
-  StatusOr<std::unique_ptr<checkpoint::WritableFile>> NewWritableFile(
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override;
-  StatusOr<std::unique_ptr<checkpoint::WritableFile>> NewAppendableFile(
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
       const std::string& path) override;
   Status TruncateFile(const std::string& path, uint64_t size) override;
-  StatusOr<std::unique_ptr<checkpoint::RandomAccessFile>> NewRandomAccessFile(
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override;
   Status CreateDir(const std::string& path) override;
   Status SyncDir(const std::string& path) override;

@@ -180,14 +180,14 @@ TEST(DeviceStateGpuTest, CheckpointOfDeviceShardsThroughPinnedStaging) {
   }
   EXPECT_EQ(pins, 1);
   ASSERT_TRUE(
-      checkpoint::CommitCheckpoint({checkpoint::Env::Default(), root.string(), 3}, {"job", 3, 1},
+      checkpoint::CommitCheckpoint({Env::Default(), root.string(), 3}, {"job", 3, 1},
                                    {}, {d})
           .ok());
 
   // Load into a fresh host collection and compare with the original values.
   TensorCollection loaded_state = MakeState();
   for (auto& t : loaded_state.mutable_tensors()) std::fill(t.data.begin(), t.data.end(), 0);
-  auto loaded = checkpoint::LoadLatest(checkpoint::Env::Default(), root.string(),
+  auto loaded = checkpoint::LoadLatest(Env::Default(), root.string(),
                                        checkpoint::RequestsFor(loaded_state));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(checkpoint::RestoreInto(std::move(*loaded), &loaded_state).ok());
@@ -198,7 +198,7 @@ TEST(DeviceStateGpuTest, CheckpointOfDeviceShardsThroughPinnedStaging) {
   EXPECT_EQ(loaded_state.View<float>("b")[99], -99.0f);
   EXPECT_EQ(loaded_state.GetScalar("data.cursor"), 11);
   // A device collection refuses a load straight into device shards.
-  auto again = checkpoint::LoadLatest(checkpoint::Env::Default(), root.string(),
+  auto again = checkpoint::LoadLatest(Env::Default(), root.string(),
                                       checkpoint::RequestsFor(c));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(checkpoint::RestoreInto(std::move(*again), &c).code(),

@@ -10,7 +10,7 @@
 
 #include "common/keys.h"
 #include "examples/autoscaler/policy.h"
-#include "tests/coordinator/sse_test_client.h"
+#include "tests/http/sse_test_client.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "coordinator/http_events.h"
+#include "journal/events.h"
 #include "examples/log_check.h"
 #include "tests/integration/job_harness.h"
 
@@ -181,7 +181,7 @@ TEST_F(CheckpointJobTest, TheLastStepIsCommittedBeforeTheJobEndsAndResumedAfter)
   ASSERT_TRUE(status.is_object()) << "status.json unreadable";
   EXPECT_EQ(status["checkpoints"].value("committed_step", int64_t{-1}), first) << status.dump();
   EXPECT_EQ(status["checkpoints"].value("committed_dir", ""), last.string()) << status.dump();
-  auto events = coordinator::JournalEventReader(state_dir + "/journal.bin", 0).ReadNew();
+  auto events = journal::JournalEventReader(state_dir + "/journal.bin", 0).ReadNew();
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().type, "job_end");
   const auto end = nlohmann::json::parse(events.back().data);

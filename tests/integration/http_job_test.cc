@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/keys.h"
-#include "tests/coordinator/sse_test_client.h"
+#include "tests/http/sse_test_client.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {

@@ -15,9 +15,13 @@ declare -A allowed=(
   [checkpoint]="common"
   # Pure computation: layouts, the cost and memory model, rank assignment, model descriptions.
   [planner]="common"
-  [coordinator]="common checkpoint planner"
+  # The job's record: the file, its records, the events read back from it.
+  [journal]="common"
+  [coordinator]="common checkpoint planner journal"
+  # The HTTP API: a client of the coordinator's socket; its events come through an interface.
+  [http]="common"
   [worker]="common collectives state checkpoint"
-  [launch]="common collectives state checkpoint planner coordinator worker"
+  [launch]="common collectives state checkpoint planner journal coordinator http worker"
   [examples]="torch_interop"
   # elastra::torch (LibTorch interop): a user of the public headers, like the examples.
   [torch_interop]=""
@@ -97,7 +101,8 @@ check_tree() {
 if [ "${1:-}" = --self-test ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  mkdir -p "$tmp/base/common" "$tmp/base/planner" "$tmp/base/coordinator" "$tmp/base/worker" \
+  mkdir -p "$tmp/base/common" "$tmp/base/planner" "$tmp/base/journal" "$tmp/base/http" \
+    "$tmp/base/coordinator" "$tmp/base/worker" \
     "$tmp/base/include/elastra"
   echo '#include "common/status.h"' >"$tmp/base/worker/a.cc"
   echo '#include "elastra/status.h"' >"$tmp/base/include/elastra/worker.h"
@@ -106,6 +111,9 @@ if [ "${1:-}" = --self-test ]; then
     'coordinator/b.cc:#include "worker/a.h"'
     'common/c.h:#include "coordinator/x.h"'
     'planner/e.cc:#include "coordinator/x.h"'
+    'journal/f.cc:#include "checkpoint/x.h"'
+    'http/g.cc:#include "journal/x.h"'
+    'coordinator/h.cc:#include "http/x.h"'
     'coordinator/d.cc:#include "elastra/worker.h"'
     'include/elastra/status.h:#include <zmq.h>'
     'include/elastra/status.h:#include "elastra/worker.h"'

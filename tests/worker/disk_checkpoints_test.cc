@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "checkpoint/format.h"
 #include "checkpoint/writer.h"
 #include "collectives/gloo/gloo_communicator.h"
@@ -67,11 +67,11 @@ class LoadNewestCheckpointTest : public ::testing::Test {
     EXPECT_TRUE(d.ok()) << d.status();
     auto dir = checkpoint::CommitCheckpoint({nullptr, root_, 5}, id, Layout{}, {*d});
     EXPECT_TRUE(dir.ok()) << dir.status();
-    return checkpoint::JoinPath(root_, checkpoint::CheckpointDirName(step, 1));
+    return JoinPath(root_, checkpoint::CheckpointDirName(step, 1));
   }
 
   static void Corrupt(const std::string& dir) {
-    std::fstream f(checkpoint::JoinPath(dir, checkpoint::ShardFileName(0)),
+    std::fstream f(JoinPath(dir, checkpoint::ShardFileName(0)),
                    std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(checkpoint::kShardHeaderBytes + 3));
     char c = 0x55;
@@ -184,8 +184,8 @@ class WorkerCheckpointReports : public ::testing::Test {
     checkpoints.Stop();  // waits for the write and its report
     // A fenced worker starts no checkpoint: no shard of its old generation appears (docs/hosts.md).
     const bool fenced = !reporting || !lease_held;
-    EXPECT_EQ(fs::exists(checkpoint::JoinPath(
-                  checkpoint::JoinPath(options_.checkpoint_dir,
+    EXPECT_EQ(fs::exists(JoinPath(
+                  JoinPath(options_.checkpoint_dir,
                                        checkpoint::CheckpointDirName(step, 1)),
                   checkpoint::ShardFileName(0))),
               !fenced)

@@ -1,4 +1,4 @@
-#include "coordinator/http_metrics.h"
+#include "http/metrics.h"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-namespace elastra::coordinator {
+namespace elastra::http {
 namespace {
 
 using proto::GenerationReason;
@@ -179,7 +179,7 @@ JournalEventMetrics::JournalEventMetrics() {
   }
 }
 
-void JournalEventMetrics::Add(const JournalEvent& e) {
+void JournalEventMetrics::Add(const JobEvent& e) {
   ++counts_[e.type];
   if (e.type != "checkpoint" && e.type != "generation") return;
   const auto data = nlohmann::json::parse(e.data, nullptr, /*allow_exceptions=*/false);
@@ -220,4 +220,4 @@ std::string JournalEventMetrics::Text() const {
   return w.Take();
 }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

@@ -1,4 +1,4 @@
-#include "coordinator/http_server.h"
+#include "http/server.h"
 
 #include <httplib.h>
 
@@ -17,11 +17,10 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "common/status_json.h"
-#include "coordinator/http_dashboard.h"
-#include "coordinator/http_events.h"
-#include "coordinator/http_metrics.h"
+#include "http/dashboard.h"
+#include "http/metrics.h"
 
-namespace elastra::coordinator {
+namespace elastra::http {
 namespace {
 
 using nlohmann::json;
@@ -316,7 +315,7 @@ class HttpServer::Impl {
         });
     server_.Get("/v1/events", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res, Access::kRead)) return;
-      if (options_.journal_path.empty()) return Error(res, 404, "this job keeps no journal");
+      if (!options_.events) return Error(res, 404, "this job keeps no journal");
       uint64_t after = 0;
       const std::string last = req.get_header_value("Last-Event-ID");
       if (!last.empty()) {
@@ -333,14 +332,14 @@ class HttpServer::Impl {
         ++streams_;
       }
       res.set_header("Cache-Control", "no-cache");
-      auto reader = std::make_shared<JournalEventReader>(options_.journal_path, after);
+      std::shared_ptr<JobEventSource> reader = options_.events(after);
       auto quiet_since =
           std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
       res.set_chunked_content_provider(
           "text/event-stream",
           [this, reader, quiet_since](size_t, httplib::DataSink& sink) {
             std::string out;
-            for (const JournalEvent& e : reader->ReadNew()) {
+            for (const JobEvent& e : reader->ReadNew()) {
               out += "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data +
                      "\n\n";
             }
@@ -395,12 +394,12 @@ class HttpServer::Impl {
   // Counts of the journal's events since the job started (restarts included): what the status
   // does not carry, such as checkpoint commits. Read incrementally, one reader for all scrapes.
   std::string JournalMetrics() {
-    if (options_.journal_path.empty()) return "";
+    if (!options_.events) return "";
     std::lock_guard<std::mutex> lock(journal_mu_);
     if (!journal_reader_) {
-      journal_reader_ = std::make_unique<JournalEventReader>(options_.journal_path, 0);
+      journal_reader_ = options_.events(0);
     }
-    for (const JournalEvent& e : journal_reader_->ReadNew()) journal_metrics_.Add(e);
+    for (const JobEvent& e : journal_reader_->ReadNew()) journal_metrics_.Add(e);
     return journal_metrics_.Text();
   }
 
@@ -535,7 +534,7 @@ class HttpServer::Impl {
   std::vector<std::thread> trackers_;
 
   std::mutex journal_mu_;  // guards what /metrics reads from the journal
-  std::unique_ptr<JournalEventReader> journal_reader_;
+  std::unique_ptr<JobEventSource> journal_reader_;
   JournalEventMetrics journal_metrics_;
 };
 
@@ -559,4 +558,4 @@ void HttpServer::Stop() { impl_->Stop(); }
 const std::string& HttpServer::url() const { return impl_->url(); }
 int HttpServer::port() const { return impl_->port(); }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

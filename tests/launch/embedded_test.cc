@@ -1,6 +1,6 @@
 // The embedded coordinator's files: join.json beside coordinator.json, the advertised address,
 // and what a restart binds and publishes.
-#include "coordinator/embedded.h"
+#include "launch/embedded.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 
-namespace elastra::coordinator {
+namespace elastra::launch {
 namespace {
+
+
 
 std::string FakeIp() { return "10.1.2.3"; }
 
@@ -113,4 +115,4 @@ TEST_F(EmbeddedTest, ALoopbackBindPublishesItself) {
 }
 
 }  // namespace
-}  // namespace elastra::coordinator
+}  // namespace elastra::launch

@@ -1,4 +1,4 @@
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 
 #include <algorithm>
 #include <array>
@@ -8,9 +8,9 @@
 
 #include "common/codec.h"
 #include "common/logging.h"
-#include "coordinator/journal_records.h"
+#include "journal/records.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 namespace {
 
 using nlohmann::json;
@@ -67,7 +67,7 @@ std::string Frame(const std::string& payload) {
 }
 
 // Copies `from` to `to` (mode 0600, replaced when it exists) in bounded pieces.
-Status CopyFile(checkpoint::Env* env, const std::string& from, const std::string& to) {
+Status CopyFile(Env* env, const std::string& from, const std::string& to) {
   ELASTRA_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(from));
   ELASTRA_ASSIGN_OR_RETURN(const uint64_t size, in->Size());
   ELASTRA_ASSIGN_OR_RETURN(auto out, env->NewAppendableFile(to));
@@ -154,7 +154,7 @@ uint32_t Journal::Crc32c(const void* data, size_t size) {
 }
 
 StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std::string>* warnings,
-                                       uint64_t* consistent_bytes, checkpoint::Env* env) {
+                                       uint64_t* consistent_bytes, Env* env) {
   auto opened = env->NewRandomAccessFile(path);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {
@@ -162,7 +162,7 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
     }
     return InternalError("opening the journal " + path + ": " + opened.status().message());
   }
-  const std::unique_ptr<checkpoint::RandomAccessFile> file = std::move(opened).value();
+  const std::unique_ptr<RandomAccessFile> file = std::move(opened).value();
   auto size = file->Size();
   if (!size.ok()) {
     return InternalError("reading the journal " + path + ": " + size.status().message());
@@ -227,8 +227,8 @@ StatusOr<JournalState> Journal::Replay(const std::string& path, std::vector<std:
   return state;
 }
 
-Journal::Journal(std::string path, checkpoint::Env* env,
-                 std::unique_ptr<checkpoint::WritableFile> file, uint64_t size, JournalState state,
+Journal::Journal(std::string path, Env* env,
+                 std::unique_ptr<WritableFile> file, uint64_t size, JournalState state,
                  std::vector<std::string> warnings)
     : path_(std::move(path)),
       env_(env),
@@ -239,7 +239,7 @@ Journal::Journal(std::string path, checkpoint::Env* env,
 
 Journal::~Journal() { file_->Close().IgnoreError(); }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, checkpoint::Env* env) {
+StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, Env* env) {
   std::vector<std::string> warnings;
   uint64_t good = 0;
   JournalState state;
@@ -267,17 +267,17 @@ StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, checkp
                            " back to its consistent part: " + cut.message());
     }
   }
-  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  env->SyncDir(DirName(path)).IgnoreError();
   return std::unique_ptr<Journal>(
       new Journal(path, env, std::move(file).value(), good, std::move(state), std::move(warnings)));
 }
 
-StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, checkpoint::Env* env) {
+StatusOr<std::unique_ptr<Journal>> Journal::Create(const std::string& path, Env* env) {
   auto file = env->NewAppendableFile(path);
   Status s = file.status();
   if (s.ok()) s = env->TruncateFile(path, 0);
   if (!s.ok()) return InternalError("creating the journal " + path + ": " + s.message());
-  env->SyncDir(checkpoint::DirName(path)).IgnoreError();
+  env->SyncDir(DirName(path)).IgnoreError();
   return std::unique_ptr<Journal>(
       new Journal(path, env, std::move(file).value(), 0, JournalState{}, {}));
 }
@@ -455,4 +455,4 @@ Status Journal::RecordEnd(JobOutcome outcome, const std::string& reason, int64_t
   return Append(r);
 }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

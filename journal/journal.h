@@ -7,7 +7,7 @@
 // file ends inside it: a kill mid-write), has a bad header or checksum, or does not make sense,
 // logs a warning, and returns the state up to there; Open then cuts the file back to that point
 // (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends follow
-// the last consistent record. All file I/O goes through a checkpoint::Env (the project's
+// the last consistent record. All file I/O goes through a Env (the project's
 // filesystem seam), so tests can fail an append or cut the power. Thread-compatible (owned by the
 // coordinator's loop).
 #pragma once
@@ -23,12 +23,12 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/env.h"
+#include "common/env.h"
 #include "common/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 
 // The journal's vocabulary. Each is written by its name (ToString) inside the JSON records, so the
 // file format is the same as when these were plain strings; replay refuses an unknown name.
@@ -165,16 +165,16 @@ class Journal {
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.
   // `env` is not owned and must outlive the journal.
   static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path,
-                                                 checkpoint::Env* env = checkpoint::Env::Default());
+                                                 Env* env = Env::Default());
   // Opens `path` as a new, empty journal: an older file there is replaced.
   static StatusOr<std::unique_ptr<Journal>> Create(
-      const std::string& path, checkpoint::Env* env = checkpoint::Env::Default());
+      const std::string& path, Env* env = Env::Default());
   // Replays `path` read-only. `warnings` (may be null) gets one line per record skipped;
   // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing,
   // kInternal when it cannot be read.
   static StatusOr<JournalState> Replay(const std::string& path, std::vector<std::string>* warnings,
                                        uint64_t* consistent_bytes = nullptr,
-                                       checkpoint::Env* env = checkpoint::Env::Default());
+                                       Env* env = Env::Default());
 
   ~Journal();
   Journal(const Journal&) = delete;
@@ -237,7 +237,7 @@ class Journal {
   static uint32_t Crc32c(const void* data, size_t size);
 
  private:
-  Journal(std::string path, checkpoint::Env* env, std::unique_ptr<checkpoint::WritableFile> file,
+  Journal(std::string path, Env* env, std::unique_ptr<WritableFile> file,
           uint64_t size, JournalState state, std::vector<std::string> warnings);
   // Appends the record `r` (built by a Record* function), fsyncs it and applies it to state_.
   Status Append(nlohmann::json r);
@@ -248,11 +248,11 @@ class Journal {
   Status Write(const std::string& payload, JournalRecord&& record);
 
   std::string path_;
-  checkpoint::Env* env_;
-  std::unique_ptr<checkpoint::WritableFile> file_;
+  Env* env_;
+  std::unique_ptr<WritableFile> file_;
   uint64_t size_ = 0;  // bytes in the file: every record appended so far
   JournalState state_;
   std::vector<std::string> warnings_;
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

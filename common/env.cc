@@ -1,4 +1,4 @@
-#include "checkpoint/env.h"
+#include "common/env.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace elastra::checkpoint {
+namespace elastra {
 namespace {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
@@ -524,4 +524,4 @@ Status FaultInjectionEnv::SimulatePowerLoss() {
   return OkStatus();
 }
 
-}  // namespace elastra::checkpoint
+}  // namespace elastra

@@ -1,6 +1,6 @@
 // The coordinator's journal: round trips, a torn tail, corrupt bytes, faults through the Env, and
 // records that never crash the replay.
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 #include <random>
 
 #include "common/codec.h"
-#include "tests/coordinator/journal_test_util.h"
+#include "tests/journal/test_util.h"
 #include "tests/fuzz/memory_env.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -301,7 +301,7 @@ TEST_F(JournalTest, UnknownNamesAreRefusedOnReplayWithTheName) {
 }
 
 TEST_F(JournalTest, AFailedAppendLeavesNothingAndTheNextRecordFollowsTheLastGoodOne) {
-  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  FaultInjectionEnv env(Env::Default());
   auto j = Journal::Open(path_, &env);
   ASSERT_TRUE(j.ok()) << j.status();
   Journal& journal = **j;
@@ -333,7 +333,7 @@ TEST_F(JournalTest, AFailedAppendLeavesNothingAndTheNextRecordFollowsTheLastGood
 }
 
 TEST_F(JournalTest, EveryRecordSurvivesAPowerCut) {
-  checkpoint::FaultInjectionEnv env(checkpoint::Env::Default());
+  FaultInjectionEnv env(Env::Default());
   {
     auto j = Journal::Open(path_, &env);
     ASSERT_TRUE(j.ok()) << j.status();
@@ -529,4 +529,4 @@ TEST_F(JournalTest, MissingFileIsNotFound) {
 }
 
 }  // namespace
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

@@ -1,5 +1,5 @@
-// Env: the filesystem seam of the checkpoint engine (as leveldb's Env). Everything the engine
-// does to files goes through it, so tests can swap in FaultInjectionEnv to fail a write, fill the
+// Env: the filesystem seam (as leveldb's Env) of the checkpoint engine and the journal. Everything
+// they do to files goes through it, so tests can swap in FaultInjectionEnv to fail a write, fill the
 // disk or cut power between a write and a rename. PosixEnv is the real one. Env implementations
 // are thread-safe; a WritableFile or RandomAccessFile is used by one thread at a time.
 #pragma once
@@ -15,7 +15,7 @@
 
 #include "elastra/status.h"
 
-namespace elastra::checkpoint {
+namespace elastra {
 
 // A file opened for writing from its start (NewWritableFile) or after its end (NewAppendableFile).
 // Bytes are durable only after Sync().
@@ -191,4 +191,4 @@ class FaultInjectionEnv : public Env {
   bool power_cut_ = false;
 };
 
-}  // namespace elastra::checkpoint
+}  // namespace elastra

@@ -2,7 +2,7 @@
 // endpoint, the token rules, and the error codes; garbage, an oversized body and clients that
 // connect and stall never keep the API or the coordinator from answering. The resize that
 // completes over HTTP on a real job is tests/integration/http_job_test.cc.
-#include "coordinator/http_server.h"
+#include "http/server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -18,14 +18,23 @@
 #include <thread>
 
 #include "common/keys.h"
-#include "coordinator/embedded.h"
-#include "coordinator/http_events.h"
-#include "coordinator/http_metrics.h"
-#include "coordinator/journal.h"
-#include "tests/coordinator/sse_test_client.h"
+#include "launch/embedded.h"
+#include "journal/events.h"
+#include "http/metrics.h"
+#include "journal/journal.h"
+#include "tests/http/sse_test_client.h"
 
-namespace elastra::coordinator {
+namespace elastra::http {
 namespace {
+
+using journal::JobOutcome;
+using journal::Journal;
+using journal::JournalEventReader;
+using journal::JournalGeneration;
+using journal::JournalWorkerState;
+using launch::EmbeddedCoordinator;
+using launch::EmbeddedOptions;
+using launch::StartEmbeddedCoordinator;
 
 using nlohmann::json;
 
@@ -499,7 +508,9 @@ TEST_F(HttpServerTest, EventsStreamAsServerSentEventsAndResumeFromLastEventId) {
   h.coordinator.client_keys = coordinator_.info.admin;
   h.coordinator.job = "web";
   h.coordinator.sender = "admin-test";
-  h.journal_path = path;
+  h.events = [path](uint64_t after) -> std::unique_ptr<JobEventSource> {
+    return std::make_unique<JournalEventReader>(path, after);
+  };
   h.max_event_streams = 2;
   h.event_keepalive = std::chrono::milliseconds(100);
   auto api = HttpServer::Start(h);
@@ -545,4 +556,4 @@ TEST_F(HttpServerTest, EventsStreamAsServerSentEventsAndResumeFromLastEventId) {
 }
 
 }  // namespace
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

@@ -8,12 +8,19 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "coordinator/http_events.h"
-#include "coordinator/http_metrics.h"
-#include "coordinator/journal.h"
+#include "journal/events.h"
+#include "http/metrics.h"
+#include "journal/journal.h"
 
-namespace elastra::coordinator {
+namespace elastra::http {
 namespace {
+
+using journal::ChangeKind;
+using journal::Journal;
+using journal::JournalGeneration;
+using journal::JournalWorkerState;
+using journal::JournalWorker;
+using journal::JournalEventReader;
 
 using nlohmann::json;
 
@@ -47,7 +54,7 @@ class JournalEventMetricsTest : public ::testing::Test {
     g.restore_step = restored;
     ASSERT_TRUE(journal_->RecordCommit(g).ok());
   }
-  std::vector<JournalEvent> Events() { return JournalEventReader(dir_ + "/journal.bin", 0).ReadNew(); }
+  std::vector<JobEvent> Events() { return JournalEventReader(dir_ + "/journal.bin", 0).ReadNew(); }
 
   std::string dir_;
   std::unique_ptr<Journal> journal_;
@@ -202,4 +209,4 @@ TEST_F(JournalEventMetricsTest, AGenerationBegunAsADifferenceListsItsWorkers) {
 }
 
 }  // namespace
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

@@ -13,13 +13,16 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "common/control_client.h"
+#include "common/job_events.h"
 #include "elastra/status.h"
 
-namespace elastra::coordinator {
+namespace elastra::http {
 
 struct HttpOptions {
   // Where to listen: "HOST:PORT"; ":PORT" listens on 127.0.0.1; port 0 picks a free port.
@@ -40,9 +43,10 @@ struct HttpOptions {
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
   // HTTP worker threads (each serves one connection at a time).
   int threads = 8;
-  // The coordinator's journal, which GET /v1/events streams (coordinator/http_events.h); empty:
-  // no event stream (404).
-  std::string journal_path;
+  // The job's events from a position on (an event id; 0: from the start), which GET /v1/events
+  // streams and /metrics counts: the launcher hands the journal's reader (journal/events.h).
+  // Empty: no event stream (404) and no event metrics.
+  std::function<std::unique_ptr<JobEventSource>(uint64_t after)> events;
   // Event streams open at once (each holds a thread); more are answered 503.
   int max_event_streams = 4;
   // How often an open event stream looks for new journal records, and sends a comment line when
@@ -91,4 +95,4 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

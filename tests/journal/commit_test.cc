@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/journal.h"
-#include "tests/coordinator/journal_test_util.h"
+#include "journal/journal.h"
+#include "tests/journal/test_util.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 namespace {
 
 // The payloads of the journal's records, in order.
@@ -414,4 +414,4 @@ TEST_F(JournalTest, ABuildWrittenAsADifferenceFromTheCommittedMembersReplays) {
 }
 
 }  // namespace
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

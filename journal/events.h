@@ -1,5 +1,5 @@
 // The job's events as GET /v1/events streams them (docs/http.md, "GET /v1/events"), read from the
-// coordinator's journal (coordinator/journal.h): the journal already records, before their effects
+// coordinator's journal (journal/journal.h): the journal already records, before their effects
 // leave the coordinator, each generation formed, worker or host lost, resize accepted and ended,
 // checkpoint committed and the job's end. An event's id is the byte offset in the journal just
 // past its record: ids grow, a restarted coordinator appends after the records it took back (so
@@ -12,16 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace elastra::coordinator {
+#include "common/job_events.h"
 
-struct JournalEvent {
-  uint64_t id = 0;   // the journal offset just past the record
-  std::string type;  // generation, worker_lost, host_lost, resize_accepted, resize_refused,
-                     // resize_end, checkpoint, job_end
-  std::string data;  // one line of JSON: {"type": ..., fields of the record}
-};
+namespace elastra::journal {
 
-class JournalEventReader {
+class JournalEventReader : public JobEventSource {
  public:
   // Events with an id above `after` only.
   JournalEventReader(std::string journal_path, uint64_t after)
@@ -30,10 +25,10 @@ class JournalEventReader {
   // The events of the records appended since the last call (all of them the first time), up to
   // the last whole, intact record; none when the journal is missing. Records that are no event
   // (joins, ids, changes begun) are skipped.
-  std::vector<JournalEvent> ReadNew();
+  std::vector<JobEvent> ReadNew() override;
 
  private:
-  JournalEvent EventOf(const nlohmann::json& record);
+  JobEvent EventOf(const nlohmann::json& record);
 
   std::string path_;
   uint64_t after_;
@@ -45,4 +40,4 @@ class JournalEventReader {
   std::vector<std::string> committed_members_;  // of the latest commit read
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

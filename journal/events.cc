@@ -1,14 +1,14 @@
-#include "coordinator/http_events.h"
+#include "journal/events.h"
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/journal.h"
-#include "coordinator/journal_records.h"
+#include "journal/journal.h"
+#include "journal/records.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 namespace {
 
 using nlohmann::json;
@@ -28,8 +28,8 @@ std::vector<std::string> IdsOf(const json& r, const char* field) {
 }  // namespace
 
 // The event a journal record is, or an empty type when it is none.
-JournalEvent JournalEventReader::EventOf(const json& r) {
-  JournalEvent e;
+JobEvent JournalEventReader::EventOf(const json& r) {
+  JobEvent e;
   const std::string t = r.value("t", "");
   json data;
   if (t == "commit") {
@@ -95,8 +95,8 @@ JournalEvent JournalEventReader::EventOf(const json& r) {
   return e;
 }
 
-std::vector<JournalEvent> JournalEventReader::ReadNew() {
-  std::vector<JournalEvent> events;
+std::vector<JobEvent> JournalEventReader::ReadNew() {
+  std::vector<JobEvent> events;
   std::ifstream in(path_, std::ios::binary);
   if (!in) return events;
   in.seekg(static_cast<std::streamoff>(offset_));
@@ -140,7 +140,7 @@ std::vector<JournalEvent> JournalEventReader::ReadNew() {
       }
     }
     if (offset_ <= after_) continue;
-    JournalEvent e = EventOf(r);
+    JobEvent e = EventOf(r);
     if (e.type.empty()) continue;
     e.id = offset_;
     events.push_back(std::move(e));
@@ -148,4 +148,4 @@ std::vector<JournalEvent> JournalEventReader::ReadNew() {
   return events;
 }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "common/messages.h"
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 
 class JournalTest : public ::testing::Test {
  protected:
@@ -76,4 +76,4 @@ class JournalTest : public ::testing::Test {
   std::string path_;
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

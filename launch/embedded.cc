@@ -1,4 +1,4 @@
-#include "coordinator/embedded.h"
+#include "launch/embedded.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,11 +11,19 @@
 
 #include "common/logging.h"
 #include "common/net.h"
-#include "coordinator/journal.h"
 #include "coordinator/options.h"
+#include "journal/events.h"
+#include "journal/journal.h"
 
-namespace elastra::coordinator {
+namespace elastra::launch {
 namespace {
+
+using coordinator::CoordinatorOptions;
+using coordinator::CoordinatorServer;
+using http::HttpOptions;
+using http::HttpServer;
+using http::LoadOrCreateTokens;
+using journal::Journal;
 
 long long EnvInt(const char* name, long long fallback) {
   const char* v = std::getenv(name);
@@ -182,7 +190,9 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
     h.coordinator.client_keys = e.info.admin;
     h.coordinator.job = e.info.job;
     h.coordinator.sender = "admin-http";
-    h.journal_path = journal_path;
+    h.events = [journal_path](uint64_t after) -> std::unique_ptr<JobEventSource> {
+      return std::make_unique<journal::JournalEventReader>(journal_path, after);
+    };
     auto server = HttpServer::Start(h);
     // A restart listens on the old port; the old process may still be releasing it for a moment.
     for (int tries = 0; options.restart && !server.ok() &&
@@ -206,4 +216,4 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   return e;
 }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::launch

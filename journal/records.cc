@@ -1,4 +1,4 @@
-#include "coordinator/journal_records.h"
+#include "journal/records.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 #include "common/codec.h"
 #include "common/mesh_peers.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 namespace {
 
 using nlohmann::json;
@@ -653,4 +653,4 @@ json WorkerJson(const JournalWorker& w) {
   return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
 }
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal

@@ -15,11 +15,11 @@
 #include <string>
 
 #include "common/keys.h"
-#include "coordinator/http_server.h"
 #include "coordinator/server.h"
 #include "elastra/status.h"
+#include "http/server.h"
 
-namespace elastra::coordinator {
+namespace elastra::launch {
 
 struct EmbeddedOptions {
   // Where coordinator.json and the keys go; created when missing.
@@ -52,10 +52,10 @@ struct EmbeddedOptions {
 };
 
 struct EmbeddedCoordinator {
-  std::unique_ptr<CoordinatorServer> server;
+  std::unique_ptr<coordinator::CoordinatorServer> server;
   ConnectionInfo info;  // what coordinator.json holds (the advertised address, keys, pid)
   ConnectionInfo join;  // what join.json holds (no admin keys, no pid)
-  std::unique_ptr<HttpServer> http;  // null without EmbeddedOptions::http; stops before `server`
+  std::unique_ptr<http::HttpServer> http;  // null without EmbeddedOptions::http; stops before `server`
 };
 
 // kInvalidArgument when the state directory cannot be made or an option is out of range,
@@ -76,4 +76,4 @@ std::string FirstNonLoopbackIPv4();
 // journaled (a journal from before the bind was recorded).
 std::string RestartBindAddress(const std::string& journaled_bind, const std::string& published);
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::launch

@@ -1,4 +1,4 @@
-// The dashboard GET / serves (docs/http.md, "GET /"): coordinator/dashboard.html, compiled into
+// The dashboard GET / serves (docs/http.md, "GET /"): http/dashboard.html, compiled into
 // the library at build time, so the page needs nothing from the network or the disk. It shows the
 // job from GET /v1/job and follows GET /v1/events; its charts are SVG drawn by its own script.
 // Thread-safe (constant).
@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-namespace elastra::coordinator {
+namespace elastra::http {
 
 // The whole page (HTML with its style and script inline).
 std::string_view DashboardHtml();
@@ -18,4 +18,4 @@ inline constexpr char kDashboardCsp[] =
     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'";
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

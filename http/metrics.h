@@ -10,21 +10,21 @@
 #include <string>
 
 #include "common/messages.h"
-#include "coordinator/http_events.h"
+#include "common/job_events.h"
 
-namespace elastra::coordinator {
+namespace elastra::http {
 
 // Every metric is named elastra_*, has a # HELP and a # TYPE line, and label values are escaped.
 std::string PrometheusMetrics(const proto::JobStatus& status);
 
-// The metrics made from the job's journal events (coordinator/http_events.h), which the status
+// The metrics made from the job's journal events (common/job_events.h), which the status
 // does not carry and which survive a coordinator restart: events by type, the newest committed
 // checkpoint's step and bytes, the steps rolled back by recoveries. Fed every event once, in order.
 // Thread-compatible.
 class JournalEventMetrics {
  public:
   JournalEventMetrics();
-  void Add(const JournalEvent& event);
+  void Add(const JobEvent& event);
   // Prometheus text, in the same conventions as PrometheusMetrics.
   std::string Text() const;
 
@@ -37,4 +37,4 @@ class JournalEventMetrics {
   int64_t rolled_back_steps_ = 0;
 };
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::http

@@ -1,4 +1,4 @@
-// The journal's records as JSON (coordinator/journal.h has the file format): building them,
+// The journal's records as JSON (journal/journal.h has the file format): building them,
 // reading one into a typed record checked against the state it follows, and applying it.
 //
 // A record is read whole and checked before anything changes (ReadJournalRecord), then applied in
@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/journal.h"
+#include "journal/journal.h"
 #include "elastra/status.h"
 
-namespace elastra::coordinator {
+namespace elastra::journal {
 
 // Bounds on what a record may hold (a record within them is at most a few MiB).
 inline constexpr size_t kJournalMaxWorkers = 1 << 16;  // the CLI's most (launch/cli.h)
@@ -128,4 +128,4 @@ nlohmann::json WorkerJson(const JournalWorker& worker);
 std::string HexOf(const std::string& bytes);
 bool BytesOfHex(const std::string& hex, std::string* bytes);
 
-}  // namespace elastra::coordinator
+}  // namespace elastra::journal
