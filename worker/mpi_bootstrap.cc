@@ -505,7 +505,12 @@ MpiBootstrap::~MpiBootstrap() {
     co.client_keys = info_.worker;
     co.job = info_.job;
     co.sender = worker_id_ + "-bootstrap";
-    auto client = ControlClient::Connect(co);
+    // Once the coordinator ended the job there is nothing to wait for, and connecting to it would
+    // wait for an answer that never comes (5 s measured, before the finalize barrier).
+    StatusOr<std::unique_ptr<ControlClient>> client =
+        coordinator_ended_ ? StatusOr<std::unique_ptr<ControlClient>>(
+                                 UnavailableError("the coordinator ended the job"))
+                           : ControlClient::Connect(co);
     // Parked workers look at the job's state about once a second and then say they leave; give
     // them a few seconds after the job is over.
     std::optional<SteadyClock::time_point> over_since;
