@@ -2,14 +2,12 @@
 #include "collectives/gloo/stream_mesh.h"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -17,28 +15,25 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <map>
 #include <random>
 
 #include <gloo/transport/tcp/address.h>
 
 #include "collectives/gloo/gloo_mesh.h"
+#include "collectives/gloo/stream_mesh_internal.h"
 #include "collectives/wire_bytes.h"
 #include "common/logging.h"
 
 namespace elastra {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x454c5348;   // "ELSH"
-constexpr uint32_t kHeaderMagic = 0x454c5358;  // "ELSX"
-constexpr size_t kHelloBytes = 16;
-constexpr size_t kHeaderBytes = 16;
+using stream_mesh_internal::kHelloBytes;
+using stream_mesh_internal::kHelloMagic;
+
 // A store wait for a peer's address looks at Interrupt() this often.
 constexpr std::chrono::milliseconds kStoreSlice{100};
 // Accepted connections waiting for their hello, beyond the world size, at most.
 constexpr size_t kMaxPending = 64;
-// Segments per sendmsg/recvmsg.
-constexpr size_t kMaxIov = IOV_MAX;
 // An address record's optional tail: the abstract name of the rank's Unix listening socket.
 constexpr char kUnixTag = 'u';
 // The send buffer of a Unix stream socket (the kernel caps it at net.core.wmem_max): a Unix
@@ -87,42 +82,7 @@ socklen_t UnixAddress(const std::string& name, sockaddr_un* address) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-// Advances `iov` past `n` bytes: whole entries consumed move `first` on, a partial one is cut.
-void Advance(std::vector<iovec>& iov, size_t& first, size_t n) {
-  while (n > 0 && first < iov.size()) {
-    iovec& v = iov[first];
-    if (n < v.iov_len) {
-      v.iov_base = static_cast<uint8_t*>(v.iov_base) + n;
-      v.iov_len -= n;
-      return;
-    }
-    n -= v.iov_len;
-    ++first;
-  }
-  while (first < iov.size() && iov[first].iov_len == 0) ++first;
-}
-
 }  // namespace
-
-// One direction of one peer in one call: its header, then its segments.
-struct StreamMesh::Flow {
-  int peer = -1;
-  bool send = false;
-  uint64_t bytes = 0;  // of the payload
-  uint8_t header[kHeaderBytes];
-  size_t header_done = 0;
-  std::vector<iovec> iov;  // the payload's segments, cut as they are consumed
-  size_t first = 0;        // first segment not yet consumed
-  bool done() const { return header_done == kHeaderBytes && first == iov.size(); }
-};
-
-// An accepted connection whose hello is not read yet.
-struct StreamMesh::Pending {
-  int fd = -1;
-  bool local = false;  // accepted on the Unix socket
-  uint8_t hello[kHelloBytes];
-  size_t got = 0;
-};
 
 StreamMesh::StreamMesh(int rank, int size, std::string hostname, KeyValueStore* store,
                        std::string prefix, bool local_streams)
@@ -419,184 +379,6 @@ bool StreamMesh::ReadHello(Pending& p) {
   ++connected_;
   if (p.local) ++local_;
   return true;
-}
-
-Status StreamMesh::ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint32_t tag,
-                                  Clock::time_point deadline) {
-  // One flow per (peer, direction) with bytes, its segments in list order.
-  std::map<std::pair<int, bool>, Flow> by_key;
-  for (const VectoredTransfer& op : ops) {
-    Flow& f = by_key[{op.peer, op.send}];
-    f.peer = op.peer;
-    f.send = op.send;
-    for (const IoSegment& s : op.segments) {
-      if (s.bytes == 0) continue;
-      f.bytes += s.bytes;
-      if (!f.iov.empty() && static_cast<uint8_t*>(f.iov.back().iov_base) + f.iov.back().iov_len ==
-                                static_cast<uint8_t*>(s.data)) {
-        f.iov.back().iov_len += s.bytes;  // follows the previous segment in memory
-      } else {
-        f.iov.push_back({s.data, s.bytes});
-      }
-    }
-  }
-  std::vector<Flow> flows;
-  for (auto& [key, f] : by_key) {
-    if (f.bytes == 0) continue;
-    if (f.send) {
-      wire::Put<uint32_t>(f.header, kHeaderMagic);
-      wire::Put<uint32_t>(f.header + 4, tag);
-      wire::Put<uint64_t>(f.header + 8, f.bytes);
-    }
-    flows.push_back(std::move(f));
-  }
-  if (flows.empty()) return OkStatus();
-  ELASTRA_RETURN_IF_ERROR(EnsureListening(deadline));
-  // The lower peers not connected yet this rank connects to; the higher ones connect to it.
-  std::vector<int> lower;
-  for (const Flow& f : flows) {
-    if (fds_[f.peer] < 0 && f.peer < rank_) lower.push_back(f.peer);
-  }
-  lower.erase(std::unique(lower.begin(), lower.end()), lower.end());  // flows come by peer
-  ELASTRA_RETURN_IF_ERROR(ConnectTo(lower, deadline));
-
-  std::vector<pollfd> polled;
-  std::vector<int> owner;  // per polled entry: the flow's peer, -1 the wake fd, -2 the listener,
-                           // -3 - i pending_[i]
-  size_t left = flows.size();
-  while (left > 0) {
-    polled.clear();
-    owner.clear();
-    polled.push_back({wake_fd_, POLLIN, 0});
-    owner.push_back(-1);
-    bool awaits_higher = false;
-    std::map<int, short> events;  // by peer
-    for (const Flow& f : flows) {
-      if (f.done()) continue;
-      if (fds_[f.peer] < 0) {
-        awaits_higher = true;
-        continue;
-      }
-      events[f.peer] |= f.send ? POLLOUT : POLLIN;
-    }
-    for (const auto& [peer, ev] : events) {
-      polled.push_back({fds_[peer], ev, 0});
-      owner.push_back(peer);
-    }
-    if (awaits_higher) {
-      for (int listener : {listen_fd_, unix_fd_}) {
-        if (listener < 0) continue;
-        polled.push_back({listener, POLLIN, 0});
-        owner.push_back(-2);
-      }
-      for (size_t i = 0; i < pending_.size(); ++i) {
-        polled.push_back({pending_[i].fd, POLLIN, 0});
-        owner.push_back(-3 - static_cast<int>(i));
-      }
-    }
-    const int rc =
-        ::poll(polled.data(), polled.size(), static_cast<int>(TimeoutUntil(deadline).count()));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return InternalError("stream " + prefix_ + ": " + wire::Errno("poll"));
-    if (polled[0].revents != 0 || interrupted_) {
-      return AbortedError("stream " + prefix_ + ": interrupted");
-    }
-    if (rc == 0) {
-      if (Clock::now() < deadline) continue;
-      for (const Flow& f : flows) {
-        if (f.done()) continue;
-        return TimedOutError(Where(f.peer) + ": exchange (tag " + std::to_string(tag) +
-                             ") timed out " +
-                             (fds_[f.peer] < 0 ? std::string("waiting for the peer to connect")
-                              : f.send         ? "sending"
-                                               : "receiving"));
-      }
-      return TimedOutError("stream " + prefix_ + ": exchange timed out");
-    }
-    std::vector<int> accepting;
-    std::vector<size_t> identified;
-    for (size_t i = 1; i < polled.size(); ++i) {
-      if (polled[i].revents == 0) continue;
-      if (owner[i] == -2) {
-        accepting.push_back(polled[i].fd);
-      } else if (owner[i] <= -3) {
-        const size_t at = static_cast<size_t>(-3 - owner[i]);
-        if (ReadHello(pending_[at])) identified.push_back(at);
-      }
-    }
-    for (auto it = identified.rbegin(); it != identified.rend(); ++it) {
-      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(*it));
-    }
-    for (int listener : accepting) ELASTRA_RETURN_IF_ERROR(AcceptPending(listener));
-    for (size_t i = 1; i < polled.size(); ++i) {
-      if (owner[i] < 0 || polled[i].revents == 0) continue;
-      const int peer = owner[i];
-      const int fd = polled[i].fd;
-      const bool hangup = (polled[i].revents & (POLLERR | POLLHUP)) != 0;
-      for (Flow& f : flows) {
-        if (f.peer != peer || f.done()) continue;
-        if (!f.send && (polled[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-        if (f.send && (polled[i].revents & (POLLOUT | POLLHUP | POLLERR)) == 0) continue;
-        // As much as the socket takes (gives) now.
-        while (!f.done()) {
-          ssize_t n;
-          if (f.send) {
-            iovec parts[kMaxIov];
-            size_t count = 0;
-            if (f.header_done < kHeaderBytes) {
-              parts[count++] = {f.header + f.header_done, kHeaderBytes - f.header_done};
-            }
-            for (size_t k = f.first; k < f.iov.size() && count < kMaxIov; ++k) {
-              parts[count++] = f.iov[k];
-            }
-            msghdr m{};
-            m.msg_iov = parts;
-            m.msg_iovlen = count;
-            n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
-          } else if (f.header_done < kHeaderBytes) {
-            n = ::recv(fd, f.header + f.header_done, kHeaderBytes - f.header_done, 0);
-          } else {
-            msghdr m{};
-            m.msg_iov = f.iov.data() + f.first;
-            m.msg_iovlen = std::min(kMaxIov, f.iov.size() - f.first);
-            n = ::recvmsg(fd, &m, 0);
-          }
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-          if (n < 0)
-            return PeerLostError(Where(peer) + ": " + wire::Errno(f.send ? "send" : "receive"));
-          if (n == 0) {
-            return PeerLostError(Where(peer) + ": the peer closed the connection");
-          }
-          size_t moved = static_cast<size_t>(n);
-          if (f.header_done < kHeaderBytes) {
-            const size_t h = std::min(moved, kHeaderBytes - f.header_done);
-            f.header_done += h;
-            moved -= h;
-            if (!f.send && f.header_done == kHeaderBytes) {
-              const uint32_t magic = wire::Get<uint32_t>(f.header),
-                             their_tag = wire::Get<uint32_t>(f.header + 4);
-              const uint64_t bytes = wire::Get<uint64_t>(f.header + 8);
-              if (magic != kHeaderMagic || their_tag != tag || bytes != f.bytes) {
-                return InternalError(
-                    Where(peer) + ": the peer sends " + std::to_string(bytes) + " bytes with tag " +
-                    std::to_string(their_tag) + ", this rank expects " + std::to_string(f.bytes) +
-                    " with tag " + std::to_string(tag) +
-                    (magic != kHeaderMagic ? " (no message header: a corrupt stream)" : "") +
-                    ": the two sides planned different exchanges");
-              }
-            }
-          }
-          Advance(f.iov, f.first, moved);
-          if (f.done()) --left;
-        }
-        if (hangup && !f.done() && f.send) {
-          return PeerLostError(Where(peer) + ": the connection was reset");
-        }
-      }
-    }
-  }
-  return OkStatus();
 }
 
 }  // namespace elastra

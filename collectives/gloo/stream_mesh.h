@@ -92,9 +92,26 @@ class StreamMesh {
  private:
   struct Flow;
   struct Pending;
+  struct PollSet;
 
+  // Exchange() under mu_, in phases (stream_mesh_exchange.cc): plan the flows, connect, then
+  // poll and move bytes until every flow is done.
   Status ExchangeLocked(const std::vector<VectoredTransfer>& ops, uint32_t tag,
                         Clock::time_point deadline);
+  // One flow per (peer, direction) with bytes, its segments in list order, its header written.
+  static std::vector<Flow> PlanFlows(const std::vector<VectoredTransfer>& ops, uint32_t tag);
+  // What to poll for: the wake fd, the connected peers of unfinished flows, and while a higher
+  // peer is still to connect, the listeners and the pending connections.
+  void FillPollSet(const std::vector<Flow>& flows, PollSet* set) const;
+  // The kTimedOut of an exchange past its deadline, naming the first unfinished flow.
+  Status TimedOut(const std::vector<Flow>& flows, uint32_t tag) const;
+  // Accepts on the listeners and reads the hellos that poll() found ready.
+  Status ServeIncoming(const PollSet& set);
+  // Moves bytes on every peer socket that poll() found ready; `left` counts unfinished flows.
+  Status MoveReady(const PollSet& set, std::vector<Flow>& flows, uint32_t tag, size_t* left);
+  // Sends (receives) on `fd` as much of `f` as the socket takes (gives) now: kPeerLost when the
+  // connection broke, kInternal when the peer's header disagrees with `f`.
+  Status Pump(Flow& f, int fd, uint32_t tag) const;
   // Listens and publishes the address, once.
   Status EnsureListening(Clock::time_point deadline);
   // Listens on a Unix socket too and appends its name to `record`; on failure (logged) peers on
