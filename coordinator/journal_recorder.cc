@@ -149,8 +149,8 @@ void JournalRecorder::Resize(int32_t workers, bool has_layout, const Layout& lay
   LogFailure(journal_->RecordResize(z));
 }
 
-void JournalRecorder::ResizeEnd() {
-  if (journal_) LogFailure(journal_->RecordResizeEnd());
+void JournalRecorder::ResizeEnd(bool done, uint64_t generation) {
+  if (journal_) LogFailure(journal_->RecordResizeEnd(done, generation));
 }
 
 void JournalRecorder::ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,

@@ -51,7 +51,9 @@ class JournalRecorder {
   void HostLost(const std::string& host, const std::string& why,
                 const std::vector<std::string>& workers);
   void Resize(int32_t workers, bool has_layout, const Layout& layout);
-  void ResizeEnd();
+  // `done`: the job runs at the size asked (else the resize failed); `generation`: the committed
+  // generation it ended at.
+  void ResizeEnd(bool done, uint64_t generation);
   void ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                      const Status& why);
   void Target(int32_t workers);

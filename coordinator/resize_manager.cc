@@ -395,6 +395,7 @@ void ResizeManager::SetTarget(int workers, bool journal) {
 }
 
 void ResizeManager::Reply(proto::ResizePhase phase, const std::string& message) {
+  if (pending_) pending_->answered = phase;
   if (!pending_) return;
   if (pending_->wait) {
     proto::ResizeReply reply;
@@ -441,8 +442,9 @@ void ResizeManager::Restore(const std::optional<JournalResize>& resize, int targ
 void ResizeManager::End() {
   if (!pending_) return;
   const bool resize = pending_->reason == GenerationReason::kResize;
+  const bool done = pending_->answered == proto::ResizePhase::kDone;
   pending_.reset();
-  if (resize) journal_->ResizeEnd();
+  if (resize) journal_->ResizeEnd(done, generations_->generation());
 }
 
 }  // namespace elastra::coordinator

@@ -48,6 +48,8 @@ class ResizeManager {
     TimePoint received{};
     bool waiting_for_workers = false;  // it waits for workers to start and join
     TimePoint spawn_deadline{};
+    // The last phase answered: how the change ended once it ends (journaled with resize_end).
+    proto::ResizePhase answered = proto::ResizePhase::kAccepted;
   };
 
   // Every pointer is not owned and must outlive the manager.

@@ -71,8 +71,13 @@ JobEvent JournalEventReader::EventOf(const json& r) {
     if (r.contains("layout")) data["layout"] = r.value("layout", json::object());
     if (r.contains("host")) data["host"] = r.value("host", "");
   } else if (t == "resize_end") {
+    // How it ended, the generation it formed, and which resize it was (the id of its
+    // resize_accepted event): a scheduler needs no earlier event to tell (docs/http.md).
     e.type = "resize_end";
     data = json::object();
+    if (r.contains("outcome")) data["outcome"] = r.value("outcome", "");
+    if (r.contains("generation")) data["generation"] = r.value("generation", uint64_t{0});
+    if (resize_accepted_ != 0) data["resize"] = resize_accepted_;
   } else if (t == "checkpoint") {
     e.type = "checkpoint";
     data = {{"step", r.value("step", int64_t{0})},
@@ -139,6 +144,7 @@ std::vector<JobEvent> JournalEventReader::ReadNew() {
         committed_members_.clear();
       }
     }
+    if (r.value("t", "") == "resize") resize_accepted_ = offset_;  // its event's id
     if (offset_ <= after_) continue;
     JobEvent e = EventOf(r);
     if (e.type.empty()) continue;

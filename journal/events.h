@@ -38,6 +38,7 @@ class JournalEventReader : public JobEventSource {
   uint64_t build_target_ = 0;
   std::vector<std::string> build_members_;
   std::vector<std::string> committed_members_;  // of the latest commit read
+  uint64_t resize_accepted_ = 0;  // the id of the latest resize_accepted event read (0: none)
 };
 
 }  // namespace elastra::journal

@@ -421,7 +421,10 @@ Status Journal::RecordResize(const JournalResize& z) {
                      {"layout", LayoutJson(z.layout)}});
 }
 
-Status Journal::RecordResizeEnd() { return Append(json{{"t", "resize_end"}}); }
+Status Journal::RecordResizeEnd(bool done, uint64_t generation) {
+  return Append(json{{"t", "resize_end"}, {"outcome", done ? "done" : "failed"},
+                     {"generation", generation}});
+}
 
 Status Journal::RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                                     const std::string& why) {

@@ -215,7 +215,9 @@ class Journal {
   Status RecordCheckpoint(int64_t step, uint64_t generation, const std::string& dir,
                           int64_t bytes = -1, double seconds = -1);
   Status RecordResize(const JournalResize& resize);
-  Status RecordResizeEnd();
+  // How the resize ended: `done` (the job runs at the size asked) or failed, and the committed
+  // generation it ended at.
+  Status RecordResizeEnd(bool done, uint64_t generation);
   // A resize (host empty) or drain (of `host`) the coordinator refused, and why: an event for
   // GET /v1/events; no state of the job's (replay skips it).
   Status RecordResizeRefused(int32_t workers, const Layout* layout, const std::string& host,

@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CHECK(journal.ok()) << journal.status();
     CHECK_EQ((*journal)->state().records, state->records);
     const Status appended = (*journal)->state().empty() ? (*journal)->RecordJob("job", 1, 8)
-                                                        : (*journal)->RecordResizeEnd();
+                                                        : (*journal)->RecordResizeEnd(true, 2);
     CHECK_OK(appended);
     const uint64_t records = (*journal)->state().records;
     journal->reset();

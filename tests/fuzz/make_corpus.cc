@@ -536,7 +536,7 @@ void JournalSeeds() {
   g.reason = proto::GenerationReason::kResize;
   g.layout = Layout{1, 1, 1};
   g.members = {a};
-  ok = ok && journal.RecordCommit(g).ok() && journal.RecordResizeEnd().ok() &&
+  ok = ok && journal.RecordCommit(g).ok() && journal.RecordResizeEnd(true, 2).ok() &&
        journal.RecordWorkerState("w1", coordinator::JournalWorkerState::kRemoved).ok() &&
        journal.RecordWorkerState("w0", coordinator::JournalWorkerState::kFinished).ok() &&
        journal.RecordEnd(coordinator::JobOutcome::kFinished, "training finished").ok();

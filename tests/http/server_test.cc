@@ -479,14 +479,23 @@ TEST(JournalEventReaderTest, EventsFromRecordsIdsAreOffsetsAndResumeAfterAnId) {
   // the same events, and a reader resuming after the last one sees only what came since.
   auto reopened = Journal::Open(path);
   ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_TRUE((*reopened)->RecordResizeEnd(/*done=*/false, 1).ok());
   ASSERT_TRUE((*reopened)->RecordEnd(JobOutcome::kFinished, "done").ok());
   auto later = all.ReadNew();
-  ASSERT_EQ(later.size(), 1u);
-  EXPECT_EQ(later[0].type, "job_end");
+  ASSERT_EQ(later.size(), 2u);
+  // A resize_end says how the resize ended, at which generation, and which resize it was.
+  EXPECT_EQ(later[0].type, "resize_end");
+  const json end = json::parse(later[0].data);
+  EXPECT_EQ(end.value("outcome", ""), "failed") << later[0].data;
+  EXPECT_EQ(end.value("generation", uint64_t{0}), 1u) << later[0].data;
+  EXPECT_EQ(end.value("resize", uint64_t{0}), events[1].id) << later[0].data;
+  EXPECT_EQ(later[1].type, "job_end");
   auto resumed = JournalEventReader(path, events[1].id).ReadNew();
-  ASSERT_EQ(resumed.size(), 3u);
+  ASSERT_EQ(resumed.size(), 4u);
   EXPECT_EQ(resumed[0].id, events[2].id);
-  EXPECT_EQ(resumed[2].id, later[0].id);
+  EXPECT_EQ(resumed[3].id, later[1].id);
+  // Resumed after its resize_accepted, the reader still names the resize it ended.
+  EXPECT_EQ(json::parse(resumed[2].data).value("resize", uint64_t{0}), events[1].id);
 
   // A torn tail (a record still being written) is not read until it is whole.
   { std::ofstream(path, std::ios::app | std::ios::binary) << std::string("EJR1\x10\0\0\0", 8); }

@@ -276,6 +276,19 @@ TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
     return e.type == "generation" && json::parse(e.data)["workers"].size() == 3;
   });
   EXPECT_NE(formed, before.end()) << "the generation of 3 workers";
+  // Its resize_end says, without the events before it, that the resize was done, at the
+  // generation of 3 workers, and which resize it ended.
+  const auto accepted = std::find_if(before.begin(), before.end(),
+                                     [](const SseEvent& e) { return e.type == "resize_accepted"; });
+  const json end = json::parse(before.back().data);
+  EXPECT_EQ(before.back().type, "resize_end");
+  EXPECT_EQ(end.value("outcome", ""), "done") << before.back().data;
+  if (formed != before.end() && accepted != before.end()) {
+    EXPECT_EQ(end.value("generation", uint64_t{0}),
+              json::parse(formed->data).value("generation", uint64_t{0}))
+        << before.back().data;
+    EXPECT_EQ(end.value("resize", uint64_t{0}), accepted->id) << before.back().data;
+  }
 
   // SIGKILL the coordinator; elastra run restarts it on the same state directory and URL.
   const pid_t old_pid = job.CoordinatorPid();

@@ -70,7 +70,7 @@ TEST_F(JournalTest, RoundTrip) {
     g.members = {W("w0")};
     ASSERT_TRUE((*j)->RecordCommit(g).ok());
     ASSERT_TRUE((*j)->RecordWorkerState("w0", JournalWorkerState::kFinished).ok());
-    ASSERT_TRUE((*j)->RecordResizeEnd().ok());
+    ASSERT_TRUE((*j)->RecordResizeEnd(true, 2).ok());
     ASSERT_TRUE((*j)->RecordEnd(JobOutcome::kFinished, "every member finished").ok());
   }
   s = Journal::Replay(path_, &warnings);
@@ -379,7 +379,7 @@ TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
     EXPECT_EQ((*j)->state().target_workers, 2);
     ASSERT_TRUE((*j)->RecordResize(JournalResize{5, false, Layout{}}).ok());
     EXPECT_EQ((*j)->state().target_workers, 5);
-    ASSERT_TRUE((*j)->RecordResizeEnd().ok());
+    ASSERT_TRUE((*j)->RecordResizeEnd(true, 2).ok());
     ASSERT_TRUE((*j)->RecordTarget(3).ok());  // a drain no other host could take
   }
   auto s = Journal::Replay(path_, nullptr);
