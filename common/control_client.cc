@@ -77,24 +77,6 @@ bool ReadMonitorEvent(void* monitor, uint16_t* event, int32_t* value) {
 
 }  // namespace
 
-void Lease::Heard(TimePoint now, bool ack) {
-  if (Expired(now)) fenced_ = true;
-  last_heard_ = now;
-  if (ack) armed_ = true;
-}
-
-bool Lease::Fenced(TimePoint now) {
-  if (Expired(now)) fenced_ = true;
-  return fenced_;
-}
-
-Duration LeaseFor(Duration heartbeat_timeout, Duration coordinator_interval,
-                  Duration own_interval) {
-  const Duration interval = std::max(coordinator_interval, own_interval);
-  if (heartbeat_timeout.count() <= 0 || interval >= heartbeat_timeout) return Duration(0);
-  return std::max(heartbeat_timeout - 2 * interval, (heartbeat_timeout + interval) / 2);
-}
-
 class ControlClient::Impl {
  public:
   explicit Impl(ControlClientOptions options) : options_(std::move(options)) {
