@@ -17,14 +17,11 @@
 #include "common/coordinator_process.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "worker/mpirun_job.h"
 #include "elastra/config.h"
 
 #if ELASTRA_HAVE_MPI
 #include <mpi.h>
-#endif
-#if ELASTRA_HAVE_MPI && ELASTRA_HAVE_PMIX_HEADERS
-#include <dlfcn.h>
-#include <pmix.h>
 #endif
 
 namespace elastra {
@@ -129,50 +126,6 @@ bool WaitUntil(MPI_Request* request, SteadyClock::time_point deadline) {
   }
 }
 
-// Ends the mpirun job: asks Open MPI's runtime to halt its daemons, which kill what is left of the
-// job, and mpirun exits (with 0 under --enable-recovery: it then ignores the ranks' exit codes).
-// Why it is needed: with --enable-recovery, Open MPI 4.1.4's orted tells mpirun about only the
-// first of its ranks that ends abnormally (killed, or exited without MPI_Finalize) and never
-// reports the others, so once a rank on a host mpirun does not run on died, mpirun waits for that
-// host's survivors forever, even after they exited (docs/mpi.md, "When ranks were lost"). The
-// request goes through the PMIx client that MPI_Init started in this process (PMIx_Job_control
-// with PMIX_JOB_CTRL_TERMINATE and no target); the library is looked up, not linked, so that only
-// the instance Open MPI loaded is used. kUnavailable when there is none (an Open MPI built with its
-// own internal PMIx, or no PMIx headers at build time).
-Status EndMpirunJob() {
-#if ELASTRA_HAVE_PMIX_HEADERS
-  void* lib = nullptr;
-  for (const char* name : {"libpmix.so.2", "libpmix.so"}) {
-    if ((lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) != nullptr) break;
-  }
-  if (lib == nullptr) return UnavailableError("no PMIx client library is loaded in this process");
-  auto init = reinterpret_cast<decltype(&PMIx_Init)>(dlsym(lib, "PMIx_Init"));
-  auto control = reinterpret_cast<decltype(&PMIx_Job_control)>(dlsym(lib, "PMIx_Job_control"));
-  if (init == nullptr || control == nullptr) {
-    return UnavailableError("the loaded PMIx library has no PMIx_Init / PMIx_Job_control");
-  }
-  pmix_proc_t me;
-  std::memset(&me, 0, sizeof(me));
-  // MPI_Init already connected this process; a second PMIx_Init only counts a reference.
-  pmix_status_t rc = init(&me, nullptr, 0);
-  if (rc != PMIX_SUCCESS) return UnavailableError("PMIx_Init failed: " + std::to_string(rc));
-  pmix_info_t terminate;
-  std::memset(&terminate, 0, sizeof(terminate));
-  std::strncpy(terminate.key, PMIX_JOB_CTRL_TERMINATE, PMIX_MAX_KEYLEN);
-  terminate.value.type = PMIX_BOOL;
-  terminate.value.data.flag = true;
-  pmix_info_t* results = nullptr;
-  size_t nresults = 0;
-  rc = control(nullptr, 0, &terminate, 1, &results, &nresults);
-  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
-    return UnavailableError("PMIx_Job_control(PMIX_JOB_CTRL_TERMINATE) failed: " +
-                            std::to_string(rc));
-  }
-  return OkStatus();
-#else
-  return UnavailableError("this Elastra build found no PMIx headers");
-#endif
-}
 #endif
 
 }  // namespace
@@ -589,6 +542,7 @@ MpiBootstrap::~MpiBootstrap() {
       }
     }
     g_finalized = true;
+    if (hosted_coordinator && job_failed) FailMpirunJob();
   }
 #endif
 }

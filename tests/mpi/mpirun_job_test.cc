@@ -384,6 +384,22 @@ TEST(MpirunJob, TheLastStepsCheckpointIsCommittedAndResumedFrom) {
   RunShell("rm -rf " + root);
 }
 
+// A job that fails ends mpirun with a non-zero code, also under --enable-recovery (where mpirun
+// itself ignores its ranks' exit codes): here the job cannot resume from a root that holds no
+// checkpoint, so the coordinator fails it at the start.
+TEST(MpirunJob, AFailedJobEndsMpirunNonZeroWithEnableRecovery) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+  std::vector<std::string> flags = kKeepAlive;
+  for (const char* f : {"-x", "ELASTRA_RESUME=/nonexistent/elastra-checkpoints"}) {
+    flags.push_back(f);
+  }
+  MpirunJob job(2, flags, TrainArgs(20, 1));
+  const int code = job.Wait(seconds(120));
+  EXPECT_NE(code, 0) << job.output();
+  EXPECT_NE(code, -1) << "mpirun did not end by itself: " << job.output();
+  EXPECT_NE(job.output().find("cannot resume"), std::string::npos) << job.output();
+}
+
 // The coordinator runs as a child process of MPI rank 0 (`elastra coordinator`), not inside a
 // training process: SIGKILLed, it is started again by rank 0 on the same state directory, takes
 // the job back from its journal, and the same ranks go on training.
