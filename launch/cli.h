@@ -56,7 +56,7 @@ struct GpusFlag {
 CLI::Option* AddGpusFlag(CLI::App* app, GpusFlag* out);
 
 // Replaces CLI11's generated "Usage: elastra run [OPTIONS] [PROGRAM...]" in `app`'s help with
-// these lines, the forms README.md documents.
+// these lines, the forms docs/cli.md documents.
 void SetUsage(CLI::App* app, std::vector<std::string> lines);
 
 // Prints "elastra COMMAND: why" and a pointer to --help on stderr; returns 2. For the usage

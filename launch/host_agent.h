@@ -32,7 +32,7 @@
 
 namespace elastra::launch {
 
-// The exit codes of `elastra agent` (README.md, "Running across hosts").
+// The exit codes of `elastra agent` (docs/launching.md, "Running across hosts").
 inline constexpr int kAgentExitOk = 0;          // the job finished, or this host was drained
 inline constexpr int kAgentExitFailed = 1;      // the job failed, or a drain asked for failed
 inline constexpr int kAgentExitUsage = 2;       // bad usage

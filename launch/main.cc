@@ -1,4 +1,5 @@
-// elastra: the command-line entry point. See README.md for every subcommand's output.
+// elastra: the command-line entry point. docs/cli.md and docs/launching.md have every
+// subcommand's output.
 #include "launch/cli.h"
 #include "launch/commands.h"
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   launch::AddPlanCommand(&app, &exit_code);
   launch::AddCkptCommand(&app, &exit_code);
   launch::AddKeygenCommand(&app, &exit_code);
-  app.footer("Run 'elastra COMMAND --help' for a command's flags; README.md has the user guide.");
+  app.footer(
+      "Run 'elastra COMMAND --help' for a command's flags; docs/launching.md and docs/cli.md "
+      "have the user guide.");
   return launch::ParseAndRun(app, launch::Args(argv + 1, argv + argc), exit_code);
 }

@@ -1,4 +1,4 @@
-// What README.md's gpu-state example leaves to the user: the kernels, and a main. Linked, not run
+// What docs/training.md's gpu-state example leaves to the user: the kernels, and a main. Linked, not run
 // (it needs a job and a GPU).
 #include <elastra/worker.h>
 

@@ -1,4 +1,4 @@
-// What the training-metrics example of README.md leaves to the user: a job to report into.
+// What the training-metrics example of docs/training.md leaves to the user: a job to report into.
 // Linked, not run (it needs a job).
 #include <elastra/worker.h>
 
