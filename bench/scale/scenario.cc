@@ -58,19 +58,76 @@ bool AllMembersHeard(const CoordinatorCore& core) {
   return true;
 }
 
-}  // namespace
+// One run of the scenario in progress: what every event's phase shares.
+struct Scenario {
+  int n;
+  const ScaleParams& p;
+  ScaleRun& run;
+  EventLoop& loop;
+  Meter& meter;
+  Cost& scratch;
+  SimCoordinator& coordinator;
+  SimJob& job;
+  std::chrono::steady_clock::time_point wall0;
+  bool failed = false;
 
-ScaleRun RunScale(int n, const ScaleParams& p) {
-  ScaleRun run;
-  run.n = n;
-  const auto wall0 = std::chrono::steady_clock::now();
-  const int64_t thread_cpu0 = ThreadCpuNanos();
-  auto over_budget = [&] {
+  bool OverBudget() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() >
            p.wall_budget_s;
-  };
+  }
 
-  auto counts = std::make_shared<LogCounts>();
+  EventResult& Event(const std::string& name) {
+    for (auto& e : run.events) {
+      if (e.name == name) return e;
+    }
+    return run.events.front();
+  }
+
+  // Runs the simulation for event `e` until `done` (or its timeout), its costs booked to `e`.
+  bool Measure(EventResult& e, const std::function<bool()>& done) {
+    meter.Measure(&e.cost);
+    const SimTime t0 = loop.now();
+    uint64_t checks = 0;
+    bool budget = false;
+    const bool ok = loop.RunUntil(
+        [&] {
+          if ((++checks & 0xFFF) == 0 && OverBudget()) budget = true;
+          return budget || done();
+        },
+        t0 + p.event_timeout_us);
+    e.window_s = static_cast<double>(loop.now() - t0) / kSec;
+    meter.Measure(&scratch);
+    if (budget) {
+      e.detail = "stopped: the wall-clock budget ran out";
+      return false;
+    }
+    if (!ok) e.detail = "no outcome within " + std::to_string(p.event_timeout_us / kSec) + " s";
+    return ok;
+  }
+
+  void Settle() {
+    meter.Measure(&scratch);
+    loop.RunFor(p.settle_us);
+  }
+
+  bool Committed(uint64_t after, int world) const {
+    return coordinator.up() && coordinator.core().generation() > after &&
+           coordinator.core().state() == JobState::kRunning &&
+           coordinator.core().layout().world() == world;
+  }
+
+  int WorkersNow() const { return coordinator.up() ? coordinator.core().layout().world() : 0; }
+
+  void Finish(EventResult& e, bool ok, const std::string& why) {
+    e.ok = ok;
+    if (!ok && e.detail.empty()) e.detail = why;
+    e.workers = WorkersNow();
+    failed = failed || !ok;
+  }
+};
+
+// Counts what the core logs into `counts` instead of printing it.
+void CountLogs(const std::shared_ptr<LogCounts>& counts) {
   logging::SetSink([counts](logging::Severity s, const std::string& line) {
     std::lock_guard<std::mutex> lock(counts->mu);
     if (s >= logging::Severity::kError) {
@@ -81,6 +138,171 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
       if (line.find("lost: missed heartbeat deadline") != std::string::npos) ++counts->expired;
     }
   });
+}
+
+// 1-2. The join storm; the first generation starts inside the Handle of the last join.
+void RunJoinStorm(Scenario& s) {
+  EventResult& join = s.Event("join");
+  EventResult& first = s.Event("first_generation");
+  SimTime first_started = -1;
+  s.meter.SwitchOn(proto::MessageType::kNewGeneration, &first.cost,
+                   [&](SimTime t) { first_started = t; });
+  const SimTime t0 = s.loop.now();
+  s.job.Launch(s.n);
+  bool ok = s.Measure(join, [&] { return s.job.joined() + s.job.join_failures() >= s.n; });
+  join.time_s = static_cast<double>(s.job.last_join_reply() - t0) / kSec;
+  s.Finish(join, ok && s.job.join_failures() == 0,
+           std::to_string(s.job.join_failures()) + " workers could not join");
+  if (!s.failed) {
+    ok = s.Measure(first, [&] { return s.Committed(0, s.n); });
+    if (ok && first_started >= 0) {
+      first.time_s = static_cast<double>(s.loop.now() - first_started) / kSec;
+    }
+    s.Finish(first, ok, "the first generation did not form");
+  }
+}
+
+// 3. Heartbeats in steady state.
+void RunHeartbeats(Scenario& s) {
+  EventResult& hb = s.Event("heartbeats");
+  const uint64_t g = s.coordinator.core().generation();
+  s.meter.Measure(&hb.cost);
+  const SimTime t0 = s.loop.now();
+  // The period in force: a large job's is longer than the default (ScaledHeartbeats).
+  const auto period = s.coordinator.core().options().heartbeat_interval;
+  const int64_t periods = std::max<int64_t>(
+      s.p.heartbeat_periods, (s.p.heartbeat_min_beats + s.n - 1) / std::max(1, s.n));
+  s.loop.RunFor(static_cast<SimTime>(periods) * period.count() * kMs);
+  s.meter.Measure(&s.scratch);
+  hb.window_s = static_cast<double>(s.loop.now() - t0) / kSec;
+  hb.time_s = hb.window_s;
+  s.Finish(hb, s.coordinator.core().generation() == g,
+           "the generation changed while only heartbeats were expected");
+}
+
+// 4-5. A planned grow by one host, then the shrink back.
+void RunResizes(Scenario& s) {
+  for (const auto& [name, target] :
+       {std::pair<std::string, int>{"grow", s.n + s.p.job.host_size},
+        std::pair<std::string, int>{"shrink", s.n}}) {
+    if (s.failed) break;
+    EventResult& e = s.Event(name);
+    s.job.Resize(target);
+    const bool ok = s.Measure(e, [&] { return s.job.resize().over; });
+    if (s.job.resize().over) {
+      e.time_s = static_cast<double>(s.job.resize().answered - s.job.resize().sent) / kSec;
+    }
+    s.Finish(e, ok && s.job.resize().phase == proto::ResizePhase::kDone &&
+                    s.job.resize().workers == target,
+             "resize: " + s.job.resize().message);
+    if (!s.failed) s.Settle();
+  }
+}
+
+// 6. 1% of the workers fail at once.
+void RunFailOnePercent(Scenario& s) {
+  EventResult& e = s.Event("fail_1pct");
+  const uint64_t g = s.coordinator.core().generation();
+  const int before = s.WorkersNow();
+  const int k = std::max(1, s.n / 100);
+  const auto killed = s.job.KillMembers(k);
+  const SimTime t0 = s.loop.now();
+  const bool ok = s.Measure(e, [&] { return s.Committed(g, before - k); });
+  if (ok) e.time_s = static_cast<double>(s.loop.now() - t0) / kSec;
+  s.Finish(e, ok, "no recovery to " + std::to_string(before - k) + " workers");
+  if (ok) e.detail = std::to_string(killed.size()) + " killed";
+  if (!s.failed) s.Settle();
+}
+
+// 7. A host vanishes with its agent: only heartbeats tell.
+void RunHostLost(Scenario& s) {
+  EventResult& e = s.Event("host_lost");
+  const uint64_t g = s.coordinator.core().generation();
+  const int before = s.WorkersNow();
+  const std::string host = s.job.KillHost();
+  const SimTime t0 = s.loop.now();
+  const bool ok = !host.empty() &&
+                  s.Measure(e, [&] { return s.Committed(g, before - s.p.job.host_size); });
+  if (ok) e.time_s = static_cast<double>(s.loop.now() - t0) / kSec;
+  s.Finish(e, ok, host.empty() ? "no host whose workers all are members" : "no recovery");
+  if (ok) e.detail = host;
+  if (!s.failed) s.Settle();
+}
+
+// 8. The coordinator dies and a new one takes the job back from the journal.
+void RunRestart(Scenario& s) {
+  EventResult& e = s.Event("restart");
+  SimCoordinator& coordinator = s.coordinator;
+  const uint64_t g = coordinator.core().generation();
+  const int before = s.WorkersNow();
+  s.meter.Measure(&e.cost);
+  coordinator.Crash();
+  coordinator.Restart(s.p.restart_delay_us, s.p.reconnect_us);
+  const SimTime t0 = s.loop.now();
+  bool reconnected = false;
+  std::function<void()> probe = [&] {
+    if (coordinator.up() && AllMembersHeard(coordinator.core())) {
+      reconnected = true;
+      return;
+    }
+    s.loop.After(10 * kMs, probe);
+  };
+  s.loop.After(s.p.restart_delay_us, probe);
+  const bool ok = s.Measure(e, [&] {
+    return reconnected && coordinator.core().state() == JobState::kRunning;
+  });
+  if (ok) e.time_s = static_cast<double>(s.loop.now() - t0) / kSec;
+  s.run.replay_cpu_ms = coordinator.start_cpu_ms();
+  e.cost.cpu_ms += s.run.replay_cpu_ms;
+  e.cost.busy_ms += s.run.replay_cpu_ms;
+  if (s.run.replay_cpu_ms > e.cost.longest_call_ms) {
+    e.cost.longest_call_ms = s.run.replay_cpu_ms;
+    e.cost.longest_call = "journal replay";
+  }
+  const bool same = coordinator.up() && coordinator.core().restored() &&
+                    coordinator.core().generation() == g && s.WorkersNow() == before;
+  s.Finish(e, ok && same,
+           ok ? "took back generation " +
+                    std::to_string(coordinator.up() ? coordinator.core().generation() : 0) +
+                    " of " + std::to_string(s.WorkersNow()) + " workers, expected " +
+                    std::to_string(g) + " of " + std::to_string(before)
+              : "the workers did not all reconnect");
+}
+
+// The run's totals, once every event ran or one failed: the journal's, the job's, the
+// simulation's and the logs'.
+void CollectTotals(Scenario& s, const CountingEnv& env, LogCounts& counts) {
+  ScaleRun& run = s.run;
+  for (auto& e : run.events) {
+    if (!e.ok && e.detail.empty()) e.detail = "skipped (an earlier event failed)";
+  }
+  run.journal_bytes = env.appended_bytes();
+  run.journal_syncs = env.syncs();
+  run.join_failures = s.job.join_failures();
+  run.build_failures = s.job.build_failures();
+  run.first_build_error = s.job.first_build_error();
+  run.rendezvous_sample = s.job.rendezvous_samples();
+  run.sim_events = s.loop.events_run();
+  run.messages_handled = s.coordinator.messages_handled();
+  logging::ResetSink();
+  {
+    std::lock_guard<std::mutex> lock(counts.mu);
+    run.warnings = counts.warnings;
+    run.errors = counts.errors;
+    run.expired_heartbeats = counts.expired;
+    run.first_errors = counts.first_errors;
+  }
+}
+
+}  // namespace
+
+ScaleRun RunScale(int n, const ScaleParams& p) {
+  ScaleRun run;
+  run.n = n;
+  const auto wall0 = std::chrono::steady_clock::now();
+  const int64_t thread_cpu0 = ThreadCpuNanos();
+  auto counts = std::make_shared<LogCounts>();
+  CountLogs(counts);
 
   const std::string state_dir = MakeStateDir(p.journal_root);
   EventLoop loop(p.seed);
@@ -97,205 +319,26 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   SimJob job(&loop, &coordinator, p.job, options.job);
 
   for (const auto& name : EventNames()) run.events.push_back(EventResult{name});
-  auto event = [&](const std::string& name) -> EventResult& {
-    for (auto& e : run.events) {
-      if (e.name == name) return e;
-    }
-    return run.events.front();
-  };
-  bool failed = state_dir.empty();
-  if (failed) event("join").detail = "cannot make a state directory under " + p.journal_root;
-  if (!failed) {
+  Scenario s{n, p, run, loop, meter, scratch, coordinator, job, wall0};
+  s.failed = state_dir.empty();
+  if (s.failed) s.Event("join").detail = "cannot make a state directory under " + p.journal_root;
+  if (!s.failed) {
     Status started = coordinator.Start();
     if (!started.ok()) {
-      failed = true;
-      event("join").detail = "the coordinator did not start: " + started.ToString();
+      s.failed = true;
+      s.Event("join").detail = "the coordinator did not start: " + started.ToString();
     }
   }
 
-  // Runs the simulation for event `e` until `done` (or its timeout), its costs booked to `e`.
-  auto measure = [&](EventResult& e, const std::function<bool()>& done) {
-    meter.Measure(&e.cost);
-    const SimTime t0 = loop.now();
-    uint64_t checks = 0;
-    bool budget = false;
-    const bool ok = loop.RunUntil(
-        [&] {
-          if ((++checks & 0xFFF) == 0 && over_budget()) budget = true;
-          return budget || done();
-        },
-        t0 + p.event_timeout_us);
-    e.window_s = static_cast<double>(loop.now() - t0) / kSec;
-    meter.Measure(&scratch);
-    if (budget) {
-      e.detail = "stopped: the wall-clock budget ran out";
-      return false;
-    }
-    if (!ok) e.detail = "no outcome within " + std::to_string(p.event_timeout_us / kSec) + " s";
-    return ok;
-  };
-  auto settle = [&] {
-    meter.Measure(&scratch);
-    loop.RunFor(p.settle_us);
-  };
-  auto committed = [&](uint64_t after, int world) {
-    return coordinator.up() && coordinator.core().generation() > after &&
-           coordinator.core().state() == JobState::kRunning &&
-           coordinator.core().layout().world() == world;
-  };
-  auto workers_now = [&] { return coordinator.up() ? coordinator.core().layout().world() : 0; };
-  auto finish = [&](EventResult& e, bool ok, const std::string& why) {
-    e.ok = ok;
-    if (!ok && e.detail.empty()) e.detail = why;
-    e.workers = workers_now();
-    failed = failed || !ok;
-  };
+  if (!s.failed) RunJoinStorm(s);
+  if (!s.failed) s.Settle();
+  if (!s.failed) RunHeartbeats(s);
+  RunResizes(s);
+  if (!s.failed) RunFailOnePercent(s);
+  if (!s.failed) RunHostLost(s);
+  if (!s.failed) RunRestart(s);
 
-  // 1-2. The join storm; the first generation starts inside the Handle of the last join.
-  if (!failed) {
-    EventResult& join = event("join");
-    EventResult& first = event("first_generation");
-    SimTime first_started = -1;
-    meter.SwitchOn(proto::MessageType::kNewGeneration, &first.cost,
-                   [&](SimTime t) { first_started = t; });
-    const SimTime t0 = loop.now();
-    job.Launch(n);
-    bool ok = measure(join, [&] { return job.joined() + job.join_failures() >= n; });
-    join.time_s = static_cast<double>(job.last_join_reply() - t0) / kSec;
-    finish(join, ok && job.join_failures() == 0,
-           std::to_string(job.join_failures()) + " workers could not join");
-    if (!failed) {
-      ok = measure(first, [&] { return committed(0, n); });
-      if (ok && first_started >= 0) {
-        first.time_s = static_cast<double>(loop.now() - first_started) / kSec;
-      }
-      finish(first, ok, "the first generation did not form");
-    }
-  }
-  if (!failed) settle();
-
-  // 3. Heartbeats in steady state.
-  if (!failed) {
-    EventResult& hb = event("heartbeats");
-    const uint64_t g = coordinator.core().generation();
-    meter.Measure(&hb.cost);
-    const SimTime t0 = loop.now();
-    // The period in force: a large job's is longer than the default (ScaledHeartbeats).
-    const auto period = coordinator.core().options().heartbeat_interval;
-    const int64_t periods = std::max<int64_t>(
-        p.heartbeat_periods, (p.heartbeat_min_beats + n - 1) / std::max(1, n));
-    loop.RunFor(static_cast<SimTime>(periods) * period.count() * kMs);
-    meter.Measure(&scratch);
-    hb.window_s = static_cast<double>(loop.now() - t0) / kSec;
-    hb.time_s = hb.window_s;
-    finish(hb, coordinator.core().generation() == g,
-           "the generation changed while only heartbeats were expected");
-  }
-
-  // 4-5. A planned grow by one host, then the shrink back.
-  for (const auto& [name, target] : {std::pair<std::string, int>{"grow", n + p.job.host_size},
-                                     std::pair<std::string, int>{"shrink", n}}) {
-    if (failed) break;
-    EventResult& e = event(name);
-    job.Resize(target);
-    const bool ok = measure(e, [&] { return job.resize().over; });
-    if (job.resize().over) {
-      e.time_s = static_cast<double>(job.resize().answered - job.resize().sent) / kSec;
-    }
-    finish(e, ok && job.resize().phase == proto::ResizePhase::kDone &&
-                  job.resize().workers == target,
-           "resize: " + job.resize().message);
-    if (!failed) settle();
-  }
-
-  // 6. 1% of the workers fail at once.
-  if (!failed) {
-    EventResult& e = event("fail_1pct");
-    const uint64_t g = coordinator.core().generation();
-    const int before = workers_now();
-    const int k = std::max(1, n / 100);
-    const auto killed = job.KillMembers(k);
-    const SimTime t0 = loop.now();
-    const bool ok = measure(e, [&] { return committed(g, before - k); });
-    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
-    finish(e, ok, "no recovery to " + std::to_string(before - k) + " workers");
-    if (ok) e.detail = std::to_string(killed.size()) + " killed";
-    if (!failed) settle();
-  }
-
-  // 7. A host vanishes with its agent: only heartbeats tell.
-  if (!failed) {
-    EventResult& e = event("host_lost");
-    const uint64_t g = coordinator.core().generation();
-    const int before = workers_now();
-    const std::string host = job.KillHost();
-    const SimTime t0 = loop.now();
-    const bool ok =
-        !host.empty() && measure(e, [&] { return committed(g, before - p.job.host_size); });
-    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
-    finish(e, ok, host.empty() ? "no host whose workers all are members" : "no recovery");
-    if (ok) e.detail = host;
-    if (!failed) settle();
-  }
-
-  // 8. The coordinator dies and a new one takes the job back from the journal.
-  if (!failed) {
-    EventResult& e = event("restart");
-    const uint64_t g = coordinator.core().generation();
-    const int before = workers_now();
-    meter.Measure(&e.cost);
-    coordinator.Crash();
-    coordinator.Restart(p.restart_delay_us, p.reconnect_us);
-    const SimTime t0 = loop.now();
-    bool reconnected = false;
-    std::function<void()> probe = [&] {
-      if (coordinator.up() && AllMembersHeard(coordinator.core())) {
-        reconnected = true;
-        return;
-      }
-      loop.After(10 * kMs, probe);
-    };
-    loop.After(p.restart_delay_us, probe);
-    const bool ok = measure(e, [&] {
-      return reconnected && coordinator.core().state() == JobState::kRunning;
-    });
-    if (ok) e.time_s = static_cast<double>(loop.now() - t0) / kSec;
-    run.replay_cpu_ms = coordinator.start_cpu_ms();
-    e.cost.cpu_ms += run.replay_cpu_ms;
-    e.cost.busy_ms += run.replay_cpu_ms;
-    if (run.replay_cpu_ms > e.cost.longest_call_ms) {
-      e.cost.longest_call_ms = run.replay_cpu_ms;
-      e.cost.longest_call = "journal replay";
-    }
-    const bool same = coordinator.up() && coordinator.core().restored() &&
-                      coordinator.core().generation() == g && workers_now() == before;
-    finish(e, ok && same,
-           ok ? "took back generation " +
-                    std::to_string(coordinator.up() ? coordinator.core().generation() : 0) +
-                    " of " + std::to_string(workers_now()) + " workers, expected " +
-                    std::to_string(g) + " of " + std::to_string(before)
-              : "the workers did not all reconnect");
-  }
-
-  for (auto& e : run.events) {
-    if (!e.ok && e.detail.empty()) e.detail = "skipped (an earlier event failed)";
-  }
-  run.journal_bytes = env.appended_bytes();
-  run.journal_syncs = env.syncs();
-  run.join_failures = job.join_failures();
-  run.build_failures = job.build_failures();
-  run.first_build_error = job.first_build_error();
-  run.rendezvous_sample = job.rendezvous_samples();
-  run.sim_events = loop.events_run();
-  run.messages_handled = coordinator.messages_handled();
-  logging::ResetSink();
-  {
-    std::lock_guard<std::mutex> lock(counts->mu);
-    run.warnings = counts->warnings;
-    run.errors = counts->errors;
-    run.expired_heartbeats = counts->expired;
-    run.first_errors = counts->first_errors;
-  }
+  CollectTotals(s, env, *counts);
   if (!state_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(state_dir, ec);
