@@ -155,27 +155,25 @@ int Usage() {
   return 2;
 }
 
-}  // namespace
-
-int Main(int argc, char** argv) {
-  Flags f;
-  ScaleParams& p = f.params;
+// Reads the flags into `f`; false on a flag it does not know or a bad value.
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  ScaleParams& p = f->params;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
     if (a == "--quick") {
-      f.quick = true;
+      f->quick = true;
     } else if (a == "--no-nccl") {
       p.job.nccl = false;
     } else if (a == "--no-curve") {
-      f.curve = false;
+      f->curve = false;
     } else if (a == "--every-rank-sets") {
       p.job.every_rank_sets = true;
     } else if (a == "--store-rendezvous") {
       p.job.peer_rendezvous = false;
     } else if (a == "--repeat" && (v = value())) {
-      f.repeat = std::atoi(v);
+      f->repeat = std::atoi(v);
     } else if (a == "--no-look-ahead") {
       p.server.look_ahead = false;
     } else if (a == "--thread-clock") {
@@ -183,11 +181,11 @@ int Main(int argc, char** argv) {
     } else if (a == "--event-timeout-s" && (v = value())) {
       p.event_timeout_us = static_cast<SimTime>(std::atof(v) * kSec);
     } else if ((a == "--max-workers") && (v = value())) {
-      f.max_workers = std::atoi(v);
+      f->max_workers = std::atoi(v);
     } else if (a == "--sizes" && (v = value())) {
-      if (!ParseSizes(v, &f.sizes)) return Usage();
+      if (!ParseSizes(v, &f->sizes)) return false;
     } else if (a == "--budget-s" && (v = value())) {
-      f.budget_s = std::atof(v);
+      f->budget_s = std::atof(v);
     } else if (a == "--heartbeat-periods" && (v = value())) {
       p.heartbeat_periods = std::atoi(v);
     } else if (a == "--rendezvous-sample" && (v = value())) {
@@ -203,40 +201,45 @@ int Main(int argc, char** argv) {
     } else if (a == "--step-ms" && (v = value())) {
       p.job.step_us = static_cast<SimTime>(std::atof(v) * kMs);
     } else if (a == "--journal-dir" && (v = value())) {
-      f.journal_dir = v;
+      f->journal_dir = v;
     } else if (a == "--seed" && (v = value())) {
       p.seed = std::strtoull(v, nullptr, 10);
     } else {
-      return Usage();
+      return false;
     }
   }
-  if (f.max_workers < 8 || p.heartbeat_periods < 1 || p.job.rendezvous_sample < 2 ||
-      p.job.step_us <= 0 || f.budget_s <= 0 || f.repeat < 1) {
-    return Usage();
-  }
-  if (f.quick) {
+  return f->max_workers >= 8 && p.heartbeat_periods >= 1 && p.job.rendezvous_sample >= 2 &&
+         p.job.step_us > 0 && f->budget_s > 0 && f->repeat >= 1;
+}
+
+// What --quick and the flags left out mean: the sizes, the journal's directory.
+void ApplyDefaults(Flags* f) {
+  ScaleParams& p = f->params;
+  if (f->quick) {
     p.heartbeat_periods = std::min(p.heartbeat_periods, 5);
     p.heartbeat_min_beats = 0;
     p.job.rendezvous_sample = std::min(p.job.rendezvous_sample, 16);
-    f.repeat = 1;
+    f->repeat = 1;
   }
-  if (f.sizes.empty()) {
+  if (f->sizes.empty()) {
     for (int n : {256, 1024, 4096, 16384}) {
-      if (n <= f.max_workers && (!f.quick || n <= 1024)) f.sizes.push_back(n);
+      if (n <= f->max_workers && (!f->quick || n <= 1024)) f->sizes.push_back(n);
     }
-    if (!f.quick && (f.sizes.empty() || f.sizes.back() != f.max_workers)) {
-      f.sizes.push_back(f.max_workers);
+    if (!f->quick && (f->sizes.empty() || f->sizes.back() != f->max_workers)) {
+      f->sizes.push_back(f->max_workers);
     }
   }
-  std::sort(f.sizes.begin(), f.sizes.end());
-  f.sizes.erase(std::unique(f.sizes.begin(), f.sizes.end()), f.sizes.end());
+  std::sort(f->sizes.begin(), f->sizes.end());
+  f->sizes.erase(std::unique(f->sizes.begin(), f->sizes.end()), f->sizes.end());
   struct stat st{};
-  if (f.journal_dir.empty()) {
-    f.journal_dir = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  if (f->journal_dir.empty()) {
+    f->journal_dir = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   }
-  p.journal_root = f.journal_dir;
-  const int max_workers = std::max(f.max_workers, f.sizes.back());
+  p.journal_root = f->journal_dir;
+}
 
+void PrintModel(const Flags& f) {
+  const ScaleParams& p = f.params;
   std::printf(
       "bench_scale: the real CoordinatorCore (codec, journal) with N simulated workers in hosts of "
       "%d\n  modelled: latency %lld us one way (+0-%lld us), coordinator link %.0f Gb/s, worker "
@@ -252,60 +255,110 @@ int Main(int argc, char** argv) {
                          : "drains its socket before each tick",
       kAllocator, CallClockName(GetCallClock()));
   std::fflush(stdout);
+}
 
-  const auto wall0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  };
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Why the first run at `n` would not fit (this machine's memory, or the `left` seconds of the
+// budget at `slowdown` wall seconds per CPU second); empty when it fits.
+std::string SkipReason(int n, int last_n, double last_cpu_s, double slowdown, double left) {
+  const size_t frame_bytes = NewGenerationBytes(n);
+  // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
+  const double need_gb = static_cast<double>(frame_bytes) * n * 1.3 / 1e9 + 0.5;
+  const double avail_gb = MemAvailableGb();
+  const double predict_s = PredictCpuSeconds(n, last_n, last_cpu_s) * slowdown;
+  char why[320];
+  if (need_gb > 0.8 * avail_gb) {
+    std::snprintf(why, sizeof(why),
+                  "one NewGeneration broadcast holds %d frames of %s at once (%.1f GB; %.1f "
+                  "GB available)",
+                  n, Bytes(static_cast<double>(frame_bytes)).c_str(), need_gb, avail_gb);
+    return why;
+  }
+  if (predict_s > left) {
+    std::snprintf(why, sizeof(why),
+                  "predicted %.0f s here (%.1fx wall per CPU second); %.0f s of the budget "
+                  "left (--budget-s)",
+                  predict_s, slowdown, left);
+    return why;
+  }
+  return "";
+}
+
+// One run's line, and what went wrong in it.
+void PrintRun(int n, int pass, int repeat, const ScaleRun& run, double cpu_s) {
+  char which[32] = "";
+  if (repeat > 1) std::snprintf(which, sizeof(which), " (run %d of %d)", pass + 1, repeat);
+  std::printf(
+      "N=%d%s: %.1f s wall (%.1f s CPU, its thread on the CPU %.0f%% of the time), %s "
+      "simulated events, %s messages handled, journal %s in %s syncs, replay %.1f ms, %d "
+      "sampled rendezvous ranks%s\n",
+      n, which, run.wall_s, cpu_s, run.on_cpu * 100,
+      Count(static_cast<double>(run.sim_events)).c_str(),
+      Count(static_cast<double>(run.messages_handled)).c_str(),
+      Bytes(static_cast<double>(run.journal_bytes)).c_str(),
+      Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
+      run.rendezvous_sample, run.ok() ? "" : "  (FAILED)");
+  if (GetCallClock() == CallClock::kMonotonic && run.on_cpu < kOnCpuWarning) {
+    std::printf("  the thread lost the core %.0f%% of the time: the calls' times include some "
+                "of that (run again on an idle machine, or with --thread-clock)\n",
+                (1 - run.on_cpu) * 100);
+  }
+  if (run.expired_heartbeats > 0) {
+    std::printf("  %llu workers were declared lost for missed heartbeats\n",
+                static_cast<unsigned long long>(run.expired_heartbeats));
+  }
+  if (run.build_failures > 0) {
+    std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
+                run.first_build_error.c_str());
+  }
+  for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
+  for (const auto& e : run.events) {
+    if (!e.ok) std::printf("  %s: %s\n", e.name.c_str(), e.detail.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// The runs of every size, and the sizes skipped.
+struct Sweep {
   std::map<int, std::vector<ScaleRun>> repeats;  // each size's runs, in the order run
   std::map<int, std::string> skipped;
   bool all_ok = true;
+  int passes = 0;
+};
+
+// The sizes run in passes, each pass every size once: a slow spell of this machine (another
+// tenant's memory traffic) then falls on all sizes alike instead of on one, and each event of a
+// size counts with its median run (MedianOf).
+Sweep RunSizes(const Flags& f, std::chrono::steady_clock::time_point wall0) {
+  Sweep sweep;
   double run_wall = 0, run_cpu = 0;  // of the sizes run: how much wall time a CPU second costs here
   int last_n = 0;
   double last_cpu_s = 0;
-  int passes = 0;
-  // The sizes run in passes, each pass every size once: a slow spell of this machine (another
-  // tenant's memory traffic) then falls on all sizes alike instead of on one, and each event of a
-  // size counts with its median run (MedianOf).
   for (int pass = 0; pass < f.repeat; ++pass) {
     for (int n : f.sizes) {
-      if (skipped.count(n)) continue;
-      const double left = f.budget_s - elapsed();
+      if (sweep.skipped.count(n)) continue;
+      const double left = f.budget_s - SecondsSince(wall0);
       if (pass > 0) {
         // Again only when the first run of this size fits what is left of the budget.
-        if (repeats[n].front().wall_s * 1.5 > left) {
+        if (sweep.repeats[n].front().wall_s * 1.5 > left) {
           std::printf("N=%d: no run %d of %d (%.0f s of the budget left; --budget-s)\n", n,
                       pass + 1, f.repeat, left);
           continue;
         }
       } else {
-        const size_t frame_bytes = NewGenerationBytes(n);
-        // The core builds every member's NewGeneration in one call (Outbox::Take returns them all).
-        const double need_gb = static_cast<double>(frame_bytes) * n * 1.3 / 1e9 + 0.5;
-        const double avail_gb = MemAvailableGb();
         const double slowdown = run_cpu > 1 ? std::max(1.0, run_wall / run_cpu) : 1.5;
-        const double predict_s = PredictCpuSeconds(n, last_n, last_cpu_s) * slowdown;
-        char why[320];
-        if (need_gb > 0.8 * avail_gb) {
-          std::snprintf(why, sizeof(why),
-                        "one NewGeneration broadcast holds %d frames of %s at once (%.1f GB; %.1f "
-                        "GB available)",
-                        n, Bytes(static_cast<double>(frame_bytes)).c_str(), need_gb, avail_gb);
-          skipped[n] = why;
-        } else if (predict_s > left) {
-          std::snprintf(why, sizeof(why),
-                        "predicted %.0f s here (%.1fx wall per CPU second); %.0f s of the budget "
-                        "left (--budget-s)",
-                        predict_s, slowdown, left);
-          skipped[n] = why;
-        }
-        if (skipped.count(n)) {
-          std::printf("N=%d skipped: %s\n", n, skipped[n].c_str());
+        const std::string why = SkipReason(n, last_n, last_cpu_s, slowdown, left);
+        if (!why.empty()) {
+          sweep.skipped[n] = why;
+          std::printf("N=%d skipped: %s\n", n, sweep.skipped[n].c_str());
           std::fflush(stdout);
           continue;
         }
       }
-      ScaleParams run_params = p;
+      ScaleParams run_params = f.params;
       run_params.wall_budget_s = std::max(10.0, left);
       const double cpu0 = ProcessCpuSeconds();
       ScaleRun run = RunScale(n, run_params);
@@ -316,58 +369,17 @@ int Main(int argc, char** argv) {
         last_n = n;
         last_cpu_s = cpu_s;
       }
-      passes = std::max(passes, pass + 1);
-      char which[32] = "";
-      if (f.repeat > 1) std::snprintf(which, sizeof(which), " (run %d of %d)", pass + 1, f.repeat);
-      std::printf(
-          "N=%d%s: %.1f s wall (%.1f s CPU, its thread on the CPU %.0f%% of the time), %s "
-          "simulated events, %s messages handled, journal %s in %s syncs, replay %.1f ms, %d "
-          "sampled rendezvous ranks%s\n",
-          n, which, run.wall_s, cpu_s, run.on_cpu * 100,
-          Count(static_cast<double>(run.sim_events)).c_str(),
-          Count(static_cast<double>(run.messages_handled)).c_str(),
-          Bytes(static_cast<double>(run.journal_bytes)).c_str(),
-          Count(static_cast<double>(run.journal_syncs)).c_str(), run.replay_cpu_ms,
-          run.rendezvous_sample, run.ok() ? "" : "  (FAILED)");
-      if (GetCallClock() == CallClock::kMonotonic && run.on_cpu < kOnCpuWarning) {
-        std::printf("  the thread lost the core %.0f%% of the time: the calls' times include some "
-                    "of that (run again on an idle machine, or with --thread-clock)\n",
-                    (1 - run.on_cpu) * 100);
-      }
-      if (run.expired_heartbeats > 0) {
-        std::printf("  %llu workers were declared lost for missed heartbeats\n",
-                    static_cast<unsigned long long>(run.expired_heartbeats));
-      }
-      if (run.build_failures > 0) {
-        std::printf("  %d times a rank could not build its generation: %s\n", run.build_failures,
-                    run.first_build_error.c_str());
-      }
-      for (const auto& line : run.first_errors) std::printf("  logged: %s\n", line.c_str());
-      for (const auto& e : run.events) {
-        if (!e.ok) std::printf("  %s: %s\n", e.name.c_str(), e.detail.c_str());
-      }
-      std::fflush(stdout);
-      all_ok = all_ok && run.ok();
-      repeats[n].push_back(std::move(run));
+      sweep.passes = std::max(sweep.passes, pass + 1);
+      PrintRun(n, pass, f.repeat, run, cpu_s);
+      sweep.all_ok = sweep.all_ok && run.ok();
+      sweep.repeats[n].push_back(std::move(run));
     }
   }
-  std::vector<ScaleRun> runs;
-  for (int n : f.sizes) {
-    if (repeats.count(n)) runs.push_back(MedianOf(std::move(repeats[n])));
-  }
-  if (runs.empty()) {
-    std::fprintf(stderr, "bench_scale: no size could run\n");
-    return 1;
-  }
+  return sweep;
+}
 
-  if (passes > 1) {
-    std::printf("\neach event below: the median of its %d runs at that size (by coordinator CPU)\n",
-                passes);
-  }
-  PrintTable(runs);
-  PrintHot(runs.back());
-
-  // Growth exponents over the sizes run.
+// Growth exponents over the sizes run, printed and returned by series (rounded to 0.01).
+std::map<std::string, double> PrintExponents(const std::vector<ScaleRun>& runs) {
   std::map<std::string, double> exponents;
   std::printf("\ngrowth exponents (cost ~ N^k, least squares over N =");
   for (const auto& r : runs) std::printf(" %d", r.n);
@@ -382,92 +394,116 @@ int Main(int argc, char** argv) {
     std::printf("  %-26s %5.2f%s", s.name.c_str(), k, ++column % 3 == 0 ? "\n" : "");
   }
   std::printf("\n");
+  return exponents;
+}
 
-  // The figures at max_workers: measured when it ran, else extrapolated from the largest run.
-  const ScaleRun& top = runs.back();
-  const bool measured_max = top.n == max_workers;
-  auto at_max = [&](const std::string& series, double value) {
-    if (measured_max || value <= 0) return value;
+// The figures at max_workers: measured when it ran, else extrapolated from the largest run.
+struct AtMax {
+  const ScaleRun& top;
+  int max_workers;
+  const std::map<std::string, double>& exponents;
+
+  bool measured() const { return top.n == max_workers; }
+  double operator()(const std::string& series, double value) const {
+    if (measured() || value <= 0) return value;
     auto it = exponents.find(series);
     if (it == exponents.end()) return -1.0;  // one size only: nothing to extrapolate with
     return value * std::pow(static_cast<double>(max_workers) / top.n, it->second);
-  };
-  const EventResult* grow = top.Find("grow");
-  const EventResult* hb = top.Find("heartbeats");
-  const EventResult* fail = top.Find("fail_1pct");
-  const double change_core_cpu = at_max("grow.cpu", grow ? grow->cost.change_cpu_ms() : -1);
-  const double change_core_bytes =
-      at_max("grow.bytes", grow ? static_cast<double>(grow->cost.change_bytes()) : -1);
-  const double change_kv_cpu = at_max("rendezvous.cpu", grow ? grow->cost.kv_cpu_ms_all : -1);
-  const double change_kv_bytes = at_max("rendezvous.bytes", grow ? grow->cost.kv_bytes_all : -1);
+  }
+};
+
+// Heartbeats at max_workers: the core's share of a core, and ZeroMQ's and CURVE's beside it.
+struct HeartbeatFigures {
+  coordinator::CoordinatorOptions sized;  // the options the core uses at max_workers
+  double period_s = 0;
+  double rate = 0;  // heartbeats per second, the agents' included
+  double cpu_per_msg_ms = -1;
+  double core_fraction = -1;
+  double curve_fraction = -1;
+  double zmq_fraction = -1;
+};
+
+HeartbeatFigures HeartbeatsAtMax(const AtMax& at_max, const ScaleParams& p) {
+  HeartbeatFigures h;
+  const int max_workers = at_max.max_workers;
+  const EventResult* hb = at_max.top.Find("heartbeats");
   // Heartbeats per second at max_workers: the workers' at the period the core uses for that size
   // (ScaledHeartbeats; the scenario's options), the agents' (one per host) at their 200 ms.
-  coordinator::CoordinatorOptions sized;
-  sized.initial_workers = max_workers;
-  sized.max_workers = max_workers + p.job.host_size * 8;
-  sized = coordinator::ScaledHeartbeats(sized);
-  const double hb_period_s = static_cast<double>(sized.heartbeat_interval.count()) / 1000;
-  const double hb_rate =
-      max_workers / hb_period_s + static_cast<double>(max_workers) / p.job.host_size / 0.2;
+  h.sized.initial_workers = max_workers;
+  h.sized.max_workers = max_workers + p.job.host_size * 8;
+  h.sized = coordinator::ScaledHeartbeats(h.sized);
+  h.period_s = static_cast<double>(h.sized.heartbeat_interval.count()) / 1000;
+  h.rate = max_workers / h.period_s + static_cast<double>(max_workers) / p.job.host_size / 0.2;
   // The core's share: measured at max_workers when it ran; else the CPU per message of the largest
   // run's heartbeat window (heartbeats, agent messages and ticks) times that rate. The period
   // differs between sizes, so the CPU per second does not follow one power of N.
-  const double hb_cpu_per_msg_ms = hb ? hb->CpuPerMessageMs() : -1;
-  const double hb_cpu_per_s =
-      measured_max ? (hb ? hb->CpuPerSecond() : -1)
-                   : (hb_cpu_per_msg_ms > 0 ? hb_cpu_per_msg_ms * hb_rate : -1);
-  const double hb_core_fraction = hb_cpu_per_s > 0 ? hb_cpu_per_s / 1000 : -1;
+  h.cpu_per_msg_ms = hb ? hb->CpuPerMessageMs() : -1;
+  const double cpu_per_s = at_max.measured()
+                               ? (hb ? hb->CpuPerSecond() : -1)
+                               : (h.cpu_per_msg_ms > 0 ? h.cpu_per_msg_ms * h.rate : -1);
+  h.core_fraction = cpu_per_s > 0 ? cpu_per_s / 1000 : -1;
+  return h;
+}
 
-  // A heartbeat with nothing run between two (lone_heartbeats.h), beside the simulation's.
+// A heartbeat with nothing run between two (lone_heartbeats.h), beside the simulation's; printed
+// and returned by size, in us.
+std::vector<std::pair<int, double>> PrintLoneHeartbeats(const std::vector<ScaleRun>& runs,
+                                                        bool quick, uint64_t seed) {
   std::printf("\na heartbeat, us: the core alone (nothing run between two, senders at random) / in "
               "the simulation (its window's CPU over its messages):");
   std::vector<std::pair<int, double>> lone;
   for (const auto& r : runs) {
-    lone.emplace_back(r.n, MeasureLoneHeartbeats(r.n, f.quick ? 20000 : 100000, 3, p.seed));
+    lone.emplace_back(r.n, MeasureLoneHeartbeats(r.n, quick ? 20000 : 100000, 3, seed));
     const EventResult* window = r.Find("heartbeats");
     const double in_sim_ms = window ? window->CpuPerMessageMs() : -1;
     std::printf("%s %d: %.2f / %.2f", lone.size() > 1 ? ";" : "", r.n, lone.back().second,
                 in_sim_ms > 0 ? in_sim_ms * 1000 : -1);
   }
   std::printf("\n");
+  return lone;
+}
 
-  CurveFigures curve;
-  if (f.curve) {
-    const std::string hb_frame = proto::MakeFrame(proto::MessageType::kHeartbeat,
-                                                  proto::Heartbeat{123456}, "scale", 7, "w12345", 0);
-    curve = MeasureCurve(hb_frame.size(), 16, f.quick ? 40000 : 200000);
-    std::printf(
-        "\nZeroMQ and CURVE on this machine (a %zu-byte heartbeat frame): libsodium box open %.2f "
-        "us; libzmq ROUTER receive %.2f us (NULL) / %.2f us (CURVE) per message%s%s\n",
-        curve.message_bytes, curve.sodium_open_us, curve.zmq_null_us, curve.zmq_curve_us,
-        curve.error.empty() ? "" : "; ", curve.error.c_str());
-  }
-  const double hb_curve_fraction = curve.curve_us() > 0 ? hb_rate * curve.curve_us() / 1e6 : -1;
-  const double hb_zmq_fraction = curve.zmq_curve_us > 0 ? hb_rate * curve.zmq_curve_us / 1e6 : -1;
+CurveFigures PrintCurve(bool quick) {
+  const std::string hb_frame = proto::MakeFrame(proto::MessageType::kHeartbeat,
+                                                proto::Heartbeat{123456}, "scale", 7, "w12345", 0);
+  CurveFigures curve = MeasureCurve(hb_frame.size(), 16, quick ? 40000 : 200000);
   std::printf(
-      "heartbeats at %d workers (period %.0f ms, timeout %lld ms): core %.4f of a core%s, CURVE "
-      "%.4f, libzmq receive with CURVE %.4f (%.0f heartbeats/s with the agents')\n",
-      max_workers, hb_period_s * 1000, static_cast<long long>(sized.heartbeat_timeout.count()),
-      hb_core_fraction, measured_max ? "" : " (extrapolated)", hb_curve_fraction, hb_zmq_fraction,
-      hb_rate);
+      "\nZeroMQ and CURVE on this machine (a %zu-byte heartbeat frame): libsodium box open %.2f "
+      "us; libzmq ROUTER receive %.2f us (NULL) / %.2f us (CURVE) per message%s%s\n",
+      curve.message_bytes, curve.sodium_open_us, curve.zmq_null_us, curve.zmq_curve_us,
+      curve.error.empty() ? "" : "; ", curve.error.c_str());
+  return curve;
+}
 
+// The one JSON line.
+Json ResultJson(const Flags& f, const std::vector<ScaleRun>& runs, const Sweep& sweep,
+                const AtMax& at_max, const HeartbeatFigures& hbf, const CurveFigures& curve,
+                const std::vector<std::pair<int, double>>& lone) {
+  const ScaleRun& top = at_max.top;
+  const EventResult* grow = top.Find("grow");
+  const EventResult* fail = top.Find("fail_1pct");
+  const double change_core_cpu = at_max("grow.cpu", grow ? grow->cost.change_cpu_ms() : -1);
+  const double change_core_bytes =
+      at_max("grow.bytes", grow ? static_cast<double>(grow->cost.change_bytes()) : -1);
+  const double change_kv_cpu = at_max("rendezvous.cpu", grow ? grow->cost.kv_cpu_ms_all : -1);
+  const double change_kv_bytes = at_max("rendezvous.bytes", grow ? grow->cost.kv_bytes_all : -1);
   Json out;
   out["bench"] = "scale";
-  out["max_workers"] = max_workers;
+  out["max_workers"] = at_max.max_workers;
   out["allocator"] = kAllocator;
   out["call_clock"] = CallClockName(GetCallClock());
-  out["look_ahead"] = p.server.look_ahead;
+  out["look_ahead"] = f.params.server.look_ahead;
   double on_cpu = 1;
   for (const auto& r : runs) on_cpu = std::min(on_cpu, r.on_cpu);
   out["on_cpu_min"] = std::round(on_cpu * 1000) / 1000;
   out["measured_max_workers"] = top.n;
-  out["at_max_workers"] = measured_max ? "measured" : "extrapolated";
+  out["at_max_workers"] = at_max.measured() ? "measured" : "extrapolated";
   Json sizes = Json::array();
   for (const auto& r : runs) sizes.push_back(r.n);
   out["sizes"] = sizes;
-  out["runs_per_size"] = passes;
+  out["runs_per_size"] = sweep.passes;
   Json skips = Json::object();
-  for (const auto& [n, why] : skipped) skips[std::to_string(n)] = why;
+  for (const auto& [n, why] : sweep.skipped) skips[std::to_string(n)] = why;
   out["skipped"] = skips;
   out["change_cpu_ms"] = change_core_cpu + std::max(0.0, change_kv_cpu);
   out["change_bytes"] = change_core_bytes + std::max(0.0, change_kv_bytes);
@@ -479,24 +515,71 @@ int Main(int argc, char** argv) {
   out["change_kv_cpu_ms"] = change_kv_cpu;
   out["change_kv_bytes"] = change_kv_bytes;
   out["change_time_s"] = at_max("grow.time", grow ? grow->time_s : -1);
-  out["change_time_with_rendezvous_s"] = grow && measured_max ? TimeWithRendezvous(*grow) : -1;
+  out["change_time_with_rendezvous_s"] =
+      grow && at_max.measured() ? TimeWithRendezvous(*grow) : -1;
   out["failure_time_s"] = at_max("fail_1pct.time", fail ? fail->time_s : -1);
-  out["heartbeat_core_fraction"] = hb_core_fraction;
-  out["heartbeat_curve_fraction"] = hb_curve_fraction;
-  out["heartbeat_zmq_fraction"] = hb_zmq_fraction;
-  out["heartbeat_total_fraction"] = hb_core_fraction + std::max(0.0, hb_zmq_fraction);
+  out["heartbeat_core_fraction"] = hbf.core_fraction;
+  out["heartbeat_curve_fraction"] = hbf.curve_fraction;
+  out["heartbeat_zmq_fraction"] = hbf.zmq_fraction;
+  out["heartbeat_total_fraction"] = hbf.core_fraction + std::max(0.0, hbf.zmq_fraction);
   out["curve_us_per_msg"] = curve.curve_us();
-  out["heartbeat_period_ms"] = sized.heartbeat_interval.count();
-  out["heartbeat_core_us_per_msg"] = hb_cpu_per_msg_ms * 1000;
+  out["heartbeat_period_ms"] = hbf.sized.heartbeat_interval.count();
+  out["heartbeat_core_us_per_msg"] = hbf.cpu_per_msg_ms * 1000;
   Json alone = Json::object();
   for (const auto& [n, us] : lone) alone[std::to_string(n)] = std::round(us * 1000) / 1000;
   out["heartbeat_alone_us"] = alone;
-  out["heartbeat_timeout_ms"] = sized.heartbeat_timeout.count();
-  out["exponents"] = exponents;
-  out["ok"] = all_ok;
-  out["wall_s"] = std::round(elapsed() * 10) / 10;
+  out["heartbeat_timeout_ms"] = hbf.sized.heartbeat_timeout.count();
+  out["exponents"] = at_max.exponents;
+  out["ok"] = sweep.all_ok;
+  return out;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  Flags f;
+  if (!ParseFlags(argc, argv, &f)) return Usage();
+  ApplyDefaults(&f);
+  const ScaleParams& p = f.params;
+  const int max_workers = std::max(f.max_workers, f.sizes.back());
+  PrintModel(f);
+
+  const auto wall0 = std::chrono::steady_clock::now();
+  Sweep sweep = RunSizes(f, wall0);
+  std::vector<ScaleRun> runs;
+  for (int n : f.sizes) {
+    if (sweep.repeats.count(n)) runs.push_back(MedianOf(std::move(sweep.repeats[n])));
+  }
+  if (runs.empty()) {
+    std::fprintf(stderr, "bench_scale: no size could run\n");
+    return 1;
+  }
+
+  if (sweep.passes > 1) {
+    std::printf("\neach event below: the median of its %d runs at that size (by coordinator CPU)\n",
+                sweep.passes);
+  }
+  PrintTable(runs);
+  PrintHot(runs.back());
+  const std::map<std::string, double> exponents = PrintExponents(runs);
+  const AtMax at_max{runs.back(), max_workers, exponents};
+  HeartbeatFigures hbf = HeartbeatsAtMax(at_max, p);
+  const auto lone = PrintLoneHeartbeats(runs, f.quick, p.seed);
+  CurveFigures curve;
+  if (f.curve) curve = PrintCurve(f.quick);
+  hbf.curve_fraction = curve.curve_us() > 0 ? hbf.rate * curve.curve_us() / 1e6 : -1;
+  hbf.zmq_fraction = curve.zmq_curve_us > 0 ? hbf.rate * curve.zmq_curve_us / 1e6 : -1;
+  std::printf(
+      "heartbeats at %d workers (period %.0f ms, timeout %lld ms): core %.4f of a core%s, CURVE "
+      "%.4f, libzmq receive with CURVE %.4f (%.0f heartbeats/s with the agents')\n",
+      max_workers, hbf.period_s * 1000, static_cast<long long>(hbf.sized.heartbeat_timeout.count()),
+      hbf.core_fraction, at_max.measured() ? "" : " (extrapolated)", hbf.curve_fraction,
+      hbf.zmq_fraction, hbf.rate);
+
+  Json out = ResultJson(f, runs, sweep, at_max, hbf, curve, lone);
+  out["wall_s"] = std::round(SecondsSince(wall0) * 10) / 10;
   std::printf("%s\n", out.dump().c_str());
-  return all_ok ? 0 : 1;
+  return sweep.all_ok ? 0 : 1;
 }
 
 }  // namespace elastra::scale
