@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -119,30 +120,270 @@ int RunReference(const Flags& flags) {
   return 0;
 }
 
-int RunElastic(const Flags& flags) {
+// The model as the planner sees it (docs/resharding.md): each block is a "layer" whose fc1 and
+// fc2 are the MLP of a transformer layer; heads = hidden lets tp be any divisor.
+std::string PlannerModelJson(const Flags& flags) {
+  char model[512];
+  std::snprintf(model, sizeof(model),
+                "{\"model\":{\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"ffn_hidden\":%d,"
+                "\"vocab\":%d,\"seq_len\":1,\"global_batch\":%lld,\"micro_batch\":1,"
+                "\"dtype\":\"fp32\",\"optimizer\":\"adam\",\"zero\":0,"
+                "\"device_memory_gib\":16},\"pins\":{\"tp\":%d,\"pp\":%d,\"only_dp\":%s}}",
+                flags.layers, flags.hidden, flags.hidden, flags.ffn, kInputs,
+                static_cast<long long>(flags.global_batch), flags.pin_tp, flags.pin_pp,
+                flags.only_dp ? "true" : "false");
+  return model;
+}
+
+// The worker's options: those of the environment (elastra run, mpirun), and what the flags add.
+elastra::StatusOr<elastra::WorkerOptions> ElasticOptions(const Flags& flags) {
   auto options = elastra::WorkerOptions::FromEnvironment();
-  if (!options.ok()) {
-    std::fprintf(stderr, "train_mlp: %s\n", options.status().ToString().c_str());
-    return 2;
-  }
+  if (!options.ok()) return options;
   if (flags.commit_every > 0) options->commit_every = flags.commit_every;
-  if (flags.plan) {
-    // The model as the planner sees it (docs/resharding.md): each block is a "layer" whose fc1
-    // and fc2 are the MLP of a transformer layer; heads = hidden lets tp be any divisor.
-    char model[512];
-    std::snprintf(model, sizeof(model),
-                  "{\"model\":{\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"ffn_hidden\":%d,"
-                  "\"vocab\":%d,\"seq_len\":1,\"global_batch\":%lld,\"micro_batch\":1,"
-                  "\"dtype\":\"fp32\",\"optimizer\":\"adam\",\"zero\":0,"
-                  "\"device_memory_gib\":16},\"pins\":{\"tp\":%d,\"pp\":%d,\"only_dp\":%s}}",
-                  flags.layers, flags.hidden, flags.hidden, flags.ffn, kInputs,
-                  static_cast<long long>(flags.global_batch), flags.pin_tp, flags.pin_pp,
-                  flags.only_dp ? "true" : "false");
-    options->model_json = model;
-  }
+  if (flags.plan) options->model_json = PlannerModelJson(flags);
   if (!flags.checkpoint_dir.empty()) {
     options->checkpoint_dir = flags.checkpoint_dir;
     options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;
+  }
+  return options;
+}
+
+// Registers the model's state with the worker and joins the job. Returns the exit status when
+// it cannot, nullopt when training can begin.
+std::optional<int> StartWorker(const Flags& flags, int device, Model& model,
+                               elastra::Worker& worker) {
+  // The parameters are initialized whole in host memory; with a device, Start() moves the shards
+  // there.
+  if (Status s = model.Register(&worker.state()); !s.ok()) {
+    std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (flags.cuda) {
+    if (Status s = worker.state().SetDevice(device); !s.ok()) {
+      std::fprintf(stderr, "train_mlp: --device cuda: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  if (Status s = worker.Start(); !s.ok()) {
+    std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (!flags.cuda && worker.world().backend() == elastra::Backend::kNccl) {
+    std::fprintf(stderr,
+                 "train_mlp: the nccl backend takes device buffers: use --device cuda or "
+                 "ELASTRA_BACKEND=gloo\n");
+    return 2;
+  }
+  if (!flags.stop_file.empty() && worker.world().backend() == elastra::Backend::kNccl) {
+    std::fprintf(stderr, "train_mlp: --stop-file needs host collectives, not the nccl backend\n");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// Where the worker sits in `layout` and whom it talks to.
+Placement PlacementOf(elastra::Worker& worker, const elastra::Layout& layout) {
+  Placement at;
+  at.dp = layout.dp;
+  at.pp = layout.pp;
+  at.tp = layout.tp;
+  at.coords = worker.coordinates();
+  at.dp_group = &worker.dp_group();
+  at.pp_group = &worker.pp_group();
+  at.tp_group = &worker.tp_group();
+  at.world = &worker.world();
+  return at;
+}
+
+// Every rank remembers the last steps it counted. Only rank 0 logs, and a step counts on the
+// ranks that held their lease when its agreement completed: when rank 0 dies or is fenced right
+// after the agreement, the others count the step and rank 0 never logs it. So the worker that
+// becomes rank 0 through a change logs again the steps it remembers below the step its state is
+// at (the same records, or the ones rank 0 missed; the log's reader keeps the last).
+class CountedSteps {
+ public:
+  CountedSteps(const Flags& flags, int commit_every, StepLog* log)
+      : flags_(flags),
+        log_(log),
+        remember_(2 * static_cast<size_t>(std::max(1, commit_every)) + 2) {}
+
+  void Add(int64_t step, uint64_t generation, const elastra::Layout& layout, double loss,
+           int64_t begin) {
+    counted_.push_back({step, generation, layout, loss, begin});
+    if (counted_.size() > remember_) counted_.pop_front();
+  }
+
+  // After StepEnd(): `logged` is whether this worker was rank 0 before it, `before` the
+  // generation then.
+  void AfterStepEnd(const elastra::Worker& worker, bool logged, uint64_t before) {
+    // Steps a rollback undid are forgotten: they are applied (and remembered) again.
+    while (!counted_.empty() && counted_.back().step >= worker.step()) counted_.pop_back();
+    if (logged || worker.rank() != 0 || worker.generation() == before) return;
+    for (const Counted& c : counted_) {
+      if (c.step < worker.step()) {
+        log_->Write(c.step, c.generation, c.layout, c.loss, c.begin, c.begin + flags_.global_batch);
+      }
+    }
+  }
+
+ private:
+  struct Counted {
+    int64_t step;
+    uint64_t generation;
+    elastra::Layout layout;
+    double loss;
+    int64_t begin;
+  };
+  const Flags& flags_;
+  StepLog* log_;
+  const size_t remember_;
+  std::deque<Counted> counted_;
+};
+
+// The training loop of a started worker: steps until --steps (or --stop-file), each ended with
+// StepEnd(), which recovers from a failure or carries out a change. Rank 0 logs each step.
+class ElasticLoop {
+ public:
+  ElasticLoop(const Flags& flags, int device, int commit_every, elastra::Worker& worker,
+              Model& model, MlpOps& ops)
+      : flags_(flags),
+        device_(device),
+        worker_(worker),
+        model_(model),
+        ops_(ops),
+        log_(flags.log),
+        inject_(InjectedFailureFromEnvironment()),
+        counted_(flags, commit_every, &log_) {}
+
+  // Returns the process's exit status.
+  int Run() {
+    while (worker_.step() < flags_.steps) {
+      Next next = flags_.stop_file.empty() ? Next::kTrain : CheckStopFile();
+      if (next == Next::kRetry) continue;
+      if (next == Next::kTrain) next = TrainStep();
+      if (next == Next::kStop) break;
+      if (next == Next::kExit) return exit_status_;
+    }
+    if (worker_.rank() == 0) {
+      std::printf("train_mlp: %lld steps%s, final loss %.6g, generation %llu, %s%s\n",
+                  static_cast<long long>(stopped_at_ >= 0 ? stopped_at_ : flags_.steps),
+                  stopped_at_ >= 0 ? " (stopped by --stop-file)" : "", loss_,
+                  static_cast<unsigned long long>(worker_.generation()),
+                  worker_.layout().ToString().c_str(), DeviceNote(device_).c_str());
+    }
+    worker_.Finish();
+    return 0;
+  }
+
+ private:
+  // What the loop does next: train the step, try it again (after a recovery), stop at
+  // --stop-file, or end the process with exit_status_.
+  enum class Next { kTrain, kRetry, kStop, kExit };
+
+  Next Exit(int status) {
+    exit_status_ = status;
+    return Next::kExit;
+  }
+
+  // Every member asks at the same point of the same step, also right after a reconfiguration
+  // (a joiner's first step), so they all stop together.
+  Next CheckStopFile() {
+    int64_t seen = access(flags_.stop_file.c_str(), F_OK) == 0 ? 1 : 0;
+    Status agreed =
+        worker_.world().Allreduce(&seen, 1, elastra::DataType::kInt64, elastra::ReduceOp::kMax);
+    if (!agreed.ok()) {
+      // A failed collective like any other: the worker recovers and the step is retried.
+      const bool logged = worker_.rank() == 0;
+      const uint64_t before = worker_.generation();
+      auto action = worker_.StepEnd(agreed);
+      if (!action.ok()) {
+        std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
+        return Exit(1);
+      }
+      if (*action == elastra::StepAction::kLeave) return Exit(0);
+      counted_.AfterStepEnd(worker_, logged, before);
+      return Next::kRetry;
+    }
+    if (seen != 0) {
+      stopped_at_ = worker_.step();
+      return Next::kStop;
+    }
+    return Next::kTrain;
+  }
+
+  // One step: the model's, then StepEnd(); logged and reported when it was applied.
+  Next TrainStep() {
+    auto start = std::chrono::steady_clock::now();
+    int64_t step = worker_.step();
+    uint64_t generation = worker_.generation();
+    elastra::Layout layout = worker_.layout();
+    bool logs = worker_.rank() == 0;
+    int64_t begin = worker_.state().GetScalar("cursor");
+    const Placement at = PlacementOf(worker_, layout);
+    if (step == inject_.step && worker_.worker_id() == inject_.worker_id) {
+      ops_.FailForTest(elastra::InternalError("injected by ELASTRA_TEST_FAIL_OPS"));
+    }
+    // Step() looks the shards (DeviceView with --device cuda) up afresh, so the views it uses are
+    // always those of the current generation, also after a StepEnd that returned kReconfigured.
+    Status s = model_.Step(&worker_.state(), at, &loss_);
+    if (model_.device_failed()) {
+      // Not handed to StepEnd(): a recovery would bring this process back on the failed device.
+      // Returning closes this worker's communicators and coordinator connection (as for the
+      // other fatal errors below), so the peers' collectives and the coordinator see it gone and
+      // the job recovers without it.
+      std::fprintf(stderr, "train_mlp: step %lld failed%s: %s; this worker gives up\n",
+                   static_cast<long long>(step), DeviceNote(device_).c_str(), s.ToString().c_str());
+      return Exit(1);
+    }
+    if (s.ok()) PadStep(start, flags_.step_time_ms);
+    auto action = worker_.StepEnd(s);
+    if (!action.ok()) {
+      std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
+      return Exit(1);
+    }
+    // StepEnd advances step() only when this step was applied (also when it then paused for a
+    // planned change); after a rollback step() is back at the restored commit.
+    if (worker_.step() == step + 1) {
+      if (logs) log_.Write(step, generation, layout, loss_, begin, begin + flags_.global_batch);
+      counted_.Add(step, generation, layout, loss_, begin);
+      Report(at, layout);
+    }
+    if (*action == elastra::StepAction::kLeave) return Exit(0);
+    counted_.AfterStepEnd(worker_, logs, generation);
+    return Next::kTrain;
+  }
+
+  // The coordinator's status, metrics and dashboard show these (rank 0's loss is the job's; the
+  // samples are this replica's share of the global batch).
+  void Report(const Placement& at, const elastra::Layout& layout) {
+    const int64_t dp_rank = at.coords.dp_rank;
+    const int64_t share =
+        flags_.global_batch * (dp_rank + 1) / layout.dp - flags_.global_batch * dp_rank / layout.dp;
+    Status reported = worker_.Report("loss", loss_);
+    if (reported.ok()) reported = worker_.ReportSamples(share);
+    if (!reported.ok()) {
+      std::fprintf(stderr, "train_mlp: %s\n", reported.ToString().c_str());
+    }
+  }
+
+  const Flags& flags_;
+  const int device_;
+  elastra::Worker& worker_;
+  Model& model_;
+  MlpOps& ops_;
+  StepLog log_;
+  const InjectedFailure inject_;
+  CountedSteps counted_;
+  double loss_ = 0;
+  int64_t stopped_at_ = -1;
+  int exit_status_ = 0;
+};
+
+int RunElastic(const Flags& flags) {
+  auto options = ElasticOptions(flags);
+  if (!options.ok()) {
+    std::fprintf(stderr, "train_mlp: %s\n", options.status().ToString().c_str());
+    return 2;
   }
   // Under mpirun a worker that a shrink takes out parks inside StepEnd(); the model's scratch
   // memory goes back to the device then, and comes back with the next step's allocations.
@@ -166,150 +407,9 @@ int RunElastic(const Flags& flags) {
   if (ops == nullptr) return 1;
   Model model(flags, ops.get());
   model_to_park = &model;
-  // The parameters are initialized whole in host memory; with a device, Start() moves the shards
-  // there.
-  if (Status s = model.Register(&worker->state()); !s.ok()) {
-    std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (flags.cuda) {
-    if (Status s = worker->state().SetDevice(device); !s.ok()) {
-      std::fprintf(stderr, "train_mlp: --device cuda: %s\n", s.ToString().c_str());
-      return 1;
-    }
-  }
-  if (Status s = worker->Start(); !s.ok()) {
-    std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (!flags.cuda && worker->world().backend() == elastra::Backend::kNccl) {
-    std::fprintf(stderr,
-                 "train_mlp: the nccl backend takes device buffers: use --device cuda or "
-                 "ELASTRA_BACKEND=gloo\n");
-    return 2;
-  }
-  if (!flags.stop_file.empty() && worker->world().backend() == elastra::Backend::kNccl) {
-    std::fprintf(stderr, "train_mlp: --stop-file needs host collectives, not the nccl backend\n");
-    return 2;
-  }
-  StepLog log(flags.log);
-  const InjectedFailure inject = InjectedFailureFromEnvironment();
-  double loss = 0;
-  int64_t stopped_at = -1;
-  // Every rank remembers the last steps it counted. Only rank 0 logs, and a step counts on the
-  // ranks that held their lease when its agreement completed: when rank 0 dies or is fenced right
-  // after the agreement, the others count the step and rank 0 never logs it. So the worker that
-  // becomes rank 0 through a change logs again the steps it remembers below the step its state
-  // is at (the same records, or the ones rank 0 missed; the log's reader keeps the last).
-  struct Counted {
-    int64_t step;
-    uint64_t generation;
-    elastra::Layout layout;
-    double loss;
-    int64_t begin;
-  };
-  std::deque<Counted> counted;
-  const size_t remember = 2 * static_cast<size_t>(std::max(1, options->commit_every)) + 2;
-  auto became_logger = [&](bool logged, uint64_t before) {
-    // Steps a rollback undid are forgotten: they are applied (and remembered) again.
-    while (!counted.empty() && counted.back().step >= worker->step()) counted.pop_back();
-    if (logged || worker->rank() != 0 || worker->generation() == before) return;
-    for (const Counted& c : counted) {
-      if (c.step < worker->step()) {
-        log.Write(c.step, c.generation, c.layout, c.loss, c.begin, c.begin + flags.global_batch);
-      }
-    }
-  };
-  while (worker->step() < flags.steps) {
-    if (!flags.stop_file.empty()) {
-      // Every member asks at the same point of the same step, also right after a reconfiguration
-      // (a joiner's first step), so they all stop together.
-      int64_t seen = access(flags.stop_file.c_str(), F_OK) == 0 ? 1 : 0;
-      Status agreed = worker->world().Allreduce(&seen, 1, elastra::DataType::kInt64,
-                                                elastra::ReduceOp::kMax);
-      if (!agreed.ok()) {
-        // A failed collective like any other: the worker recovers and the step is retried.
-        const bool logged = worker->rank() == 0;
-        const uint64_t before = worker->generation();
-        auto action = worker->StepEnd(agreed);
-        if (!action.ok()) {
-          std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
-          return 1;
-        }
-        if (*action == elastra::StepAction::kLeave) return 0;
-        became_logger(logged, before);
-        continue;
-      }
-      if (seen != 0) {
-        stopped_at = worker->step();
-        break;
-      }
-    }
-    auto start = std::chrono::steady_clock::now();
-    int64_t step = worker->step();
-    uint64_t generation = worker->generation();
-    elastra::Layout layout = worker->layout();
-    bool logs = worker->rank() == 0;
-    int64_t begin = worker->state().GetScalar("cursor");
-    Placement at;
-    at.dp = layout.dp;
-    at.pp = layout.pp;
-    at.tp = layout.tp;
-    at.coords = worker->coordinates();
-    at.dp_group = &worker->dp_group();
-    at.pp_group = &worker->pp_group();
-    at.tp_group = &worker->tp_group();
-    at.world = &worker->world();
-    if (step == inject.step && worker->worker_id() == inject.worker_id) {
-      ops->FailForTest(elastra::InternalError("injected by ELASTRA_TEST_FAIL_OPS"));
-    }
-    // Step() looks the shards (DeviceView with --device cuda) up afresh, so the views it uses are
-    // always those of the current generation, also after a StepEnd that returned kReconfigured.
-    Status s = model.Step(&worker->state(), at, &loss);
-    if (model.device_failed()) {
-      // Not handed to StepEnd(): a recovery would bring this process back on the failed device.
-      // Returning closes this worker's communicators and coordinator connection (as for the
-      // other fatal errors below), so the peers' collectives and the coordinator see it gone and
-      // the job recovers without it.
-      std::fprintf(stderr, "train_mlp: step %lld failed%s: %s; this worker gives up\n",
-                   static_cast<long long>(step), DeviceNote(device).c_str(), s.ToString().c_str());
-      return 1;
-    }
-    if (s.ok()) PadStep(start, flags.step_time_ms);
-    auto action = worker->StepEnd(s);
-    if (!action.ok()) {
-      std::fprintf(stderr, "train_mlp: %s\n", action.status().ToString().c_str());
-      return 1;
-    }
-    // StepEnd advances step() only when this step was applied (also when it then paused for a
-    // planned change); after a rollback step() is back at the restored commit.
-    if (worker->step() == step + 1) {
-      if (logs) log.Write(step, generation, layout, loss, begin, begin + flags.global_batch);
-      counted.push_back({step, generation, layout, loss, begin});
-      if (counted.size() > remember) counted.pop_front();
-      // The coordinator's status, metrics and dashboard show these (rank 0's loss is the job's;
-      // the samples are this replica's share of the global batch).
-      const int64_t dp_rank = at.coords.dp_rank;
-      const int64_t share =
-          flags.global_batch * (dp_rank + 1) / layout.dp - flags.global_batch * dp_rank / layout.dp;
-      Status reported = worker->Report("loss", loss);
-      if (reported.ok()) reported = worker->ReportSamples(share);
-      if (!reported.ok()) {
-        std::fprintf(stderr, "train_mlp: %s\n", reported.ToString().c_str());
-      }
-    }
-    if (*action == elastra::StepAction::kLeave) return 0;
-    became_logger(logs, generation);
-  }
-  if (worker->rank() == 0) {
-    std::printf("train_mlp: %lld steps%s, final loss %.6g, generation %llu, %s%s\n",
-                static_cast<long long>(stopped_at >= 0 ? stopped_at : flags.steps),
-                stopped_at >= 0 ? " (stopped by --stop-file)" : "", loss,
-                static_cast<unsigned long long>(worker->generation()),
-                worker->layout().ToString().c_str(), DeviceNote(device).c_str());
-  }
-  worker->Finish();
-  return 0;
+  if (std::optional<int> failed = StartWorker(flags, device, model, *worker)) return *failed;
+  ElasticLoop loop(flags, device, options->commit_every, *worker, model, *ops);
+  return loop.Run();
 }
 
 }  // namespace
