@@ -14,6 +14,8 @@ packages=(
   chromium prometheus
   libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin python3
+  # PMIx's headers: MPI rank 0 ends an mpirun job whose ranks were lost (worker/mpirun_job.h).
+  libpmix-dev
   # make fuzz (and so make test): clang and its libFuzzer runtime (docs/hardening.md).
   clang-14 libclang-rt-14-dev
   # elastra::torch and examples/gpt: Debian's CPU LibTorch 1.13, and the English text train_gpt
