@@ -1,6 +1,7 @@
 // The reshard executor's memory: host and device shard buffers behind one interface (the
 // executor is a template over it), the staging buffers, the row-by-row packing of rectangles,
-// and the pool of old shards that serve as new ones. Private to state/ (reshard_executor.cc).
+// and the pool of old shards that serve as new ones. Private to state/ (reshard_executor.cc,
+// reshard_transfer.cc).
 #pragma once
 
 #include <sys/mman.h>
