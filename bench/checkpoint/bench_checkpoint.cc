@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,9 +75,9 @@ double RunDd(const std::string& cmd) {
   return Since(t);
 }
 
-}  // namespace
+constexpr uint64_t kBlock = 64ull << 20;
 
-int main(int argc, char** argv) {
+struct Flags {
   uint64_t bytes = 1ull << 30;
   int tensors = 16;
   int reps = 3;
@@ -84,192 +85,274 @@ int main(int argc, char** argv) {
   int writer_nice = ck::WriterOptions{}.write_thread_nice;
   bool overlap = ck::WriterOptions{}.write_while_copying;
   std::string dir = "/tmp/elastra_bench_checkpoint_" + std::to_string(::getpid());
+};
+
+// Reads the flags; dies on a flag it does not know or a bad value.
+Flags ParseFlags(int argc, char** argv) {
+  Flags fl;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
-    if (f == "--bytes") bytes = std::strtoull(v.c_str(), nullptr, 10);
-    else if (f == "--tensors") tensors = std::atoi(v.c_str());
-    else if (f == "--reps") reps = std::atoi(v.c_str());
-    else if (f == "--dir") dir = v;
-    else if (f == "--load-threads") load_threads = std::atoi(v.c_str());
-    else if (f == "--writer-nice") writer_nice = std::atoi(v.c_str());
-    else if (f == "--overlap") overlap = std::atoi(v.c_str()) != 0;
+    if (f == "--bytes") fl.bytes = std::strtoull(v.c_str(), nullptr, 10);
+    else if (f == "--tensors") fl.tensors = std::atoi(v.c_str());
+    else if (f == "--reps") fl.reps = std::atoi(v.c_str());
+    else if (f == "--dir") fl.dir = v;
+    else if (f == "--load-threads") fl.load_threads = std::atoi(v.c_str());
+    else if (f == "--writer-nice") fl.writer_nice = std::atoi(v.c_str());
+    else if (f == "--overlap") fl.overlap = std::atoi(v.c_str()) != 0;
     else Die("unknown flag " + f + " (flags: --bytes N --tensors T --reps R --dir DIR --load-threads N --writer-nice N --overlap 0|1)");
   }
   if (argc % 2 == 0) Die("every flag takes a value");
-  const uint64_t block = 64ull << 20;
-  if (tensors < 1 || reps < 1 || bytes < block || bytes % (block) != 0) {
+  if (fl.tensors < 1 || fl.reps < 1 || fl.bytes < kBlock || fl.bytes % (kBlock) != 0) {
     Die("--bytes must be a multiple of 64 MiB, --tensors and --reps at least 1");
   }
-  const uint64_t per_tensor = bytes / tensors / 8 * 8;
-  bytes = per_tensor * tensors;
-  elastra::Env* env = elastra::Env::Default();
-  if (!env->CreateDir(dir).ok()) Die("cannot create " + dir);
-  const std::string root = elastra::JoinPath(dir, "ckpt");
-  const std::string dd_file = elastra::JoinPath(dir, "dd.bin");
+  return fl;
+}
 
-  // The training state: `tensors` float64 tensors, filled (so every page is real).
-  std::vector<std::vector<double>> state(tensors, std::vector<double>(per_tensor / 8));
-  for (int t = 0; t < tensors; ++t) {
-    for (size_t i = 0; i < state[t].size(); ++i) state[t][i] = t * 1e9 + static_cast<double>(i);
-  }
+// What every repetition works on: the training state, the checkpoint writer, dd's files, and the
+// buffers the loads and the memcpy go into.
+struct Bench {
+  Flags flags;
+  uint64_t per_tensor = 0;
+  uint64_t bytes = 0;  // flags.bytes, rounded down to whole float64 tensors
+  elastra::Env* env = nullptr;
+  std::string root, dd_file, dd_source;
+  std::vector<std::vector<double>> state;
   ck::StateView view;
   std::vector<ck::RegionRequest> requests;
+  std::unique_ptr<ck::CheckpointWriter> writer;
+  std::vector<std::vector<double>> restored;
+  std::vector<std::span<std::byte>> into;
+  elastra::HostBytes dst;
+};
+
+// The medians' inputs: one entry per repetition.
+struct Timings {
+  std::vector<double> dd_zero_s;
+  std::vector<double> save_s, dd_write_s, load_s, load_fresh_s, dd_read_s, stall_s, memcpy_s;
+};
+
+// The training state: `tensors` float64 tensors, filled (so every page is real), and the view the
+// writer saves and the requests the loads ask for.
+void MakeState(Bench* b) {
+  const int tensors = b->flags.tensors;
+  const uint64_t per_tensor = b->per_tensor;
+  b->state.assign(tensors, std::vector<double>(per_tensor / 8));
+  for (int t = 0; t < tensors; ++t) {
+    for (size_t i = 0; i < b->state[t].size(); ++i) {
+      b->state[t][i] = t * 1e9 + static_cast<double>(i);
+    }
+  }
   for (int t = 0; t < tensors; ++t) {
     ck::TensorShard s;
     s.name = "layer" + std::to_string(t) + ".weight";
     s.shape = {static_cast<int64_t>(per_tensor / 8)};
     s.dtype = elastra::DataType::kFloat64;
     s.region = ck::Box::Whole(s.shape);
-    s.data = {reinterpret_cast<const std::byte*>(state[t].data()), per_tensor};
-    view.tensors.push_back(s);
-    requests.push_back({s.name, {s.region}, s.shape, s.dtype});
+    s.data = {reinterpret_cast<const std::byte*>(b->state[t].data()), per_tensor};
+    b->view.tensors.push_back(s);
+    b->requests.push_back({s.name, {s.region}, s.shape, s.dtype});
   }
-  view.scalars = {{"elastra.step", 0}, {"data.cursor", 0}};
+  b->view.scalars = {{"elastra.step", 0}, {"data.cursor", 0}};
+}
 
+void CreateWriter(Bench* b) {
   ck::WriterOptions wo;
-  wo.root = root;
-  wo.write_thread_nice = writer_nice;
-  wo.write_while_copying = overlap;
-  wo.reserve_bytes = bytes + ck::kShardHeaderBytes + tensors * ck::kRegionAlignment;
+  wo.root = b->root;
+  wo.write_thread_nice = b->flags.writer_nice;
+  wo.write_while_copying = b->flags.overlap;
+  wo.reserve_bytes = b->bytes + ck::kShardHeaderBytes + b->flags.tensors * ck::kRegionAlignment;
   auto writer = ck::CheckpointWriter::Create(wo);
   if (!writer.ok()) Die(writer.status().ToString());
+  b->writer = std::move(*writer);
+}
 
-  // dd's source: the state's bytes in tmpfs (memory), so dd writes exactly what we write.
-  const std::string dd_source =
-      (env->IsDirectory("/dev/shm") ? std::string("/dev/shm") : dir) + "/elastra_bench_src_" +
-      std::to_string(::getpid());
-  {
-    auto f = env->NewWritableFile(dd_source);
-    if (!f.ok()) Die(f.status().ToString());
-    for (int t = 0; t < tensors; ++t) {
-      if (!(*f)->Append({reinterpret_cast<const std::byte*>(state[t].data()), per_tensor}).ok()) {
-        Die("cannot write " + dd_source);
-      }
+// dd's source: the state's bytes in tmpfs (memory), so dd writes exactly what we write.
+void WriteDdSource(Bench* b) {
+  b->dd_source = (b->env->IsDirectory("/dev/shm") ? std::string("/dev/shm") : b->flags.dir) +
+                 "/elastra_bench_src_" + std::to_string(::getpid());
+  auto f = b->env->NewWritableFile(b->dd_source);
+  if (!f.ok()) Die(f.status().ToString());
+  for (const auto& t : b->state) {
+    if (!(*f)->Append({reinterpret_cast<const std::byte*>(t.data()), b->per_tensor}).ok()) {
+      Die("cannot write " + b->dd_source);
     }
-    if (!(*f)->Close().ok()) Die("cannot write " + dd_source);
   }
+  if (!(*f)->Close().ok()) Die("cannot write " + b->dd_source);
+}
 
-  std::vector<double> dd_zero_s;
-  std::vector<double> save_s, dd_write_s, load_s, load_fresh_s, dd_read_s, stall_s, memcpy_s;
+void MakeTargets(Bench* b) {
   // What a load in place overwrites: a state of the same size, already in memory.
-  std::vector<std::vector<double>> restored(tensors, std::vector<double>(per_tensor / 8, -1.0));
-  std::vector<std::span<std::byte>> into;
-  for (auto& t : restored) into.push_back({reinterpret_cast<std::byte*>(t.data()), per_tensor});
+  b->restored.assign(b->flags.tensors, std::vector<double>(b->per_tensor / 8, -1.0));
+  for (auto& t : b->restored) {
+    b->into.push_back({reinterpret_cast<std::byte*>(t.data()), b->per_tensor});
+  }
   // memcpy baseline: the same bytes into a destination that is already touched, as the
   // writer's reserved staging buffer is.
   // Memory of the same kind as the writer's staging image (huge pages where the kernel gives
   // them, common/host_memory.h): on the test VM a memcpy into 4 KiB pages that sat idle was up to
   // 8x slower than into huge pages, which would compare the pages, not the copies.
-  elastra::HostBytes dst = elastra::NewHostBuffer(bytes);
-  std::memset(dst.data(), 1, bytes);
+  b->dst = elastra::NewHostBuffer(b->bytes);
+  std::memset(b->dst.data(), 1, b->bytes);
+}
 
-  for (int r = 0; r < reps; ++r) {
-    const int64_t step = r + 1;
-    view.scalars[0].second = step;
-    // The stall's reference right before it, in the same conditions: a memcpy of the same bytes
-    // into a buffer already touched, as the writer's reserved staging buffer is. First the state
-    // is read once, untimed, so that neither copy is the one that brings it back into memory
-    // after the rest of the repetition (on the test VM idle pages cost up to 8x on their next
-    // touch); dst and the staging image have both sat idle since the last repetition.
-    double sum = 0;
-    for (const auto& t : state) {
-      for (size_t i = 0; i < t.size(); i += 512) sum += t[i];
-    }
-    if (sum < 0) Die("impossible");
-    auto t2 = Clock::now();
-    for (int t = 0; t < tensors; ++t) {
-      std::memcpy(dst.data() + t * per_tensor, state[t].data(), per_tensor);
-    }
-    memcpy_s.push_back(Since(t2));
-    // Save: the stall (Snapshot) + the background write + the commit, as seen by a caller that
-    // waits for it.
-    auto t0 = Clock::now();
-    auto started = (*writer)->Snapshot({"bench", step, 1}, view);
-    const double stall = Since(t0);
-    if (!started.ok()) Die(started.status().ToString());
-    auto desc = (*writer)->WaitForWrite();
-    if (!desc.ok()) Die(desc.status().ToString());
-    auto committed =
-        ck::CommitCheckpoint({nullptr, root, 1}, {"bench", step, 1}, {}, {*desc});
-    if (!committed.ok()) Die(committed.status().ToString());
-    save_s.push_back(Since(t0));
-    stall_s.push_back(stall);
-    DropCacheDir(*committed);
+// Everything the repetitions need, in the order it was always set up.
+void SetUp(Bench* b) {
+  const Flags& fl = b->flags;
+  b->per_tensor = fl.bytes / fl.tensors / 8 * 8;
+  b->bytes = b->per_tensor * fl.tensors;
+  b->env = elastra::Env::Default();
+  if (!b->env->CreateDir(fl.dir).ok()) Die("cannot create " + fl.dir);
+  b->root = elastra::JoinPath(fl.dir, "ckpt");
+  b->dd_file = elastra::JoinPath(fl.dir, "dd.bin");
+  MakeState(b);
+  CreateWriter(b);
+  WriteDdSource(b);
+  MakeTargets(b);
+}
 
-    dd_zero_s.push_back(RunDd("dd if=/dev/zero of=" + dd_file + " bs=64M count=" +
-                              std::to_string(bytes / block) + " oflag=direct conv=fsync"));
-    DropCache(dd_file);
-    dd_write_s.push_back(
-        RunDd("dd if=" + dd_source + " of=" + dd_file + " bs=64M oflag=direct conv=fsync"));
-    DropCache(dd_file);
-
-    // Load: manifest, seek-and-read every region, verify every checksum; into place, then into
-    // fresh buffers.
-    DropCacheDir(*committed);
-    auto t1 = Clock::now();
-    auto in_place = ck::LoadLatestInto(env, root, requests, into, load_threads);
-    load_s.push_back(Since(t1));
-    if (!in_place.ok()) Die(in_place.status().ToString());
-    for (int t = 0; t < tensors; ++t) {
-      if (in_place->step != step || restored[t] != state[t]) {
-        Die("the state loaded in place differs from the saved one");
-      }
-    }
-    for (auto& t : restored) std::fill(t.begin(), t.end(), -1.0);
-    DropCacheDir(*committed);
-    auto t3 = Clock::now();
-    auto loaded = ck::LoadLatest(env, root, requests, load_threads);
-    load_fresh_s.push_back(Since(t3));
-    if (!loaded.ok()) Die(loaded.status().ToString());
-    if (loaded->step != step ||
-        std::memcmp(loaded->regions.back().data(), state.back().data(), per_tensor) != 0) {
-      Die("the loaded state differs from the saved one");
-    }
-    loaded = elastra::NotFoundError("released");
-
-    DropCache(dd_file);
-    dd_read_s.push_back(RunDd("dd if=" + dd_file + " of=/dev/null bs=64M"));
-
-    std::fprintf(stderr,
-                 "rep %d: save %.3f s (stall %.1f ms), dd write %.3f s (from /dev/zero %.3f s), "
-                 "load %.3f s (fresh buffers %.3f s), dd read %.3f s, memcpy %.1f ms\n",
-                 r, save_s.back(), stall * 1e3, dd_write_s.back(), dd_zero_s.back(), load_s.back(),
-                 load_fresh_s.back(), dd_read_s.back(), memcpy_s.back() * 1e3);
+// The stall's reference right before it, in the same conditions: a memcpy of the same bytes
+// into a buffer already touched, as the writer's reserved staging buffer is. First the state
+// is read once, untimed, so that neither copy is the one that brings it back into memory
+// after the rest of the repetition (on the test VM idle pages cost up to 8x on their next
+// touch); dst and the staging image have both sat idle since the last repetition.
+double TimeMemcpy(Bench* b) {
+  double sum = 0;
+  for (const auto& t : b->state) {
+    for (size_t i = 0; i < t.size(); i += 512) sum += t[i];
   }
-  writer->reset();
-  env->RemoveFile(dd_source).IgnoreError();
-  if (!env->RemoveFile(dd_file).ok()) std::fprintf(stderr, "could not remove %s\n", dd_file.c_str());
-  std::error_code ec;
-  auto list = ck::ListCheckpoints(env, root);
+  if (sum < 0) Die("impossible");
+  auto t2 = Clock::now();
+  for (int t = 0; t < b->flags.tensors; ++t) {
+    std::memcpy(b->dst.data() + t * b->per_tensor, b->state[t].data(), b->per_tensor);
+  }
+  return Since(t2);
+}
+
+// Save: the stall (Snapshot) + the background write + the commit, as seen by a caller that
+// waits for it. Returns the committed checkpoint's directory.
+std::string TimeSave(Bench* b, int64_t step, Timings* tm) {
+  auto t0 = Clock::now();
+  auto started = b->writer->Snapshot({"bench", step, 1}, b->view);
+  const double stall = Since(t0);
+  if (!started.ok()) Die(started.status().ToString());
+  auto desc = b->writer->WaitForWrite();
+  if (!desc.ok()) Die(desc.status().ToString());
+  auto committed =
+      ck::CommitCheckpoint({nullptr, b->root, 1}, {"bench", step, 1}, {}, {*desc});
+  if (!committed.ok()) Die(committed.status().ToString());
+  tm->save_s.push_back(Since(t0));
+  tm->stall_s.push_back(stall);
+  return *committed;
+}
+
+void TimeDdWrites(Bench* b, Timings* tm) {
+  tm->dd_zero_s.push_back(RunDd("dd if=/dev/zero of=" + b->dd_file + " bs=64M count=" +
+                                std::to_string(b->bytes / kBlock) + " oflag=direct conv=fsync"));
+  DropCache(b->dd_file);
+  tm->dd_write_s.push_back(
+      RunDd("dd if=" + b->dd_source + " of=" + b->dd_file + " bs=64M oflag=direct conv=fsync"));
+  DropCache(b->dd_file);
+}
+
+// Load: manifest, seek-and-read every region, verify every checksum; into place, then into
+// fresh buffers (released on return, before dd reads).
+void TimeLoads(Bench* b, int64_t step, const std::string& committed, Timings* tm) {
+  const int load_threads = b->flags.load_threads;
+  DropCacheDir(committed);
+  auto t1 = Clock::now();
+  auto in_place = ck::LoadLatestInto(b->env, b->root, b->requests, b->into, load_threads);
+  tm->load_s.push_back(Since(t1));
+  if (!in_place.ok()) Die(in_place.status().ToString());
+  for (int t = 0; t < b->flags.tensors; ++t) {
+    if (in_place->step != step || b->restored[t] != b->state[t]) {
+      Die("the state loaded in place differs from the saved one");
+    }
+  }
+  for (auto& t : b->restored) std::fill(t.begin(), t.end(), -1.0);
+  DropCacheDir(committed);
+  auto t3 = Clock::now();
+  auto loaded = ck::LoadLatest(b->env, b->root, b->requests, load_threads);
+  tm->load_fresh_s.push_back(Since(t3));
+  if (!loaded.ok()) Die(loaded.status().ToString());
+  if (loaded->step != step ||
+      std::memcmp(loaded->regions.back().data(), b->state.back().data(), b->per_tensor) != 0) {
+    Die("the loaded state differs from the saved one");
+  }
+  loaded = elastra::NotFoundError("released");
+}
+
+void RunRep(Bench* b, int r, Timings* tm) {
+  const int64_t step = r + 1;
+  b->view.scalars[0].second = step;
+  tm->memcpy_s.push_back(TimeMemcpy(b));
+  const std::string committed = TimeSave(b, step, tm);
+  DropCacheDir(committed);
+
+  TimeDdWrites(b, tm);
+  TimeLoads(b, step, committed, tm);
+
+  DropCache(b->dd_file);
+  tm->dd_read_s.push_back(RunDd("dd if=" + b->dd_file + " of=/dev/null bs=64M"));
+
+  std::fprintf(stderr,
+               "rep %d: save %.3f s (stall %.1f ms), dd write %.3f s (from /dev/zero %.3f s), "
+               "load %.3f s (fresh buffers %.3f s), dd read %.3f s, memcpy %.1f ms\n",
+               r, tm->save_s.back(), tm->stall_s.back() * 1e3, tm->dd_write_s.back(),
+               tm->dd_zero_s.back(), tm->load_s.back(), tm->load_fresh_s.back(),
+               tm->dd_read_s.back(), tm->memcpy_s.back() * 1e3);
+}
+
+void CleanUp(Bench* b) {
+  b->writer.reset();
+  elastra::Env* env = b->env;
+  env->RemoveFile(b->dd_source).IgnoreError();
+  if (!env->RemoveFile(b->dd_file).ok()) {
+    std::fprintf(stderr, "could not remove %s\n", b->dd_file.c_str());
+  }
+  auto list = ck::ListCheckpoints(env, b->root);
   if (list.ok()) {
     for (const auto& c : *list) env->RemoveDirRecursively(c.dir).IgnoreError();
   }
-  env->RemoveDir(root).IgnoreError();
-  env->RemoveDir(dir).IgnoreError();
+  env->RemoveDir(b->root).IgnoreError();
+  env->RemoveDir(b->flags.dir).IgnoreError();
+}
 
-  const double gib = static_cast<double>(bytes) / (1ull << 30);
-  const double save = Median(save_s), ddw = Median(dd_write_s), load = Median(load_s),
-               ddr = Median(dd_read_s), stall = Median(stall_s), mc = Median(memcpy_s);
+void PrintJson(const Bench& b, const Timings& tm) {
+  const double gib = static_cast<double>(b.bytes) / (1ull << 30);
+  const double save = Median(tm.save_s), ddw = Median(tm.dd_write_s), load = Median(tm.load_s),
+               ddr = Median(tm.dd_read_s), stall = Median(tm.stall_s), mc = Median(tm.memcpy_s);
   nlohmann::ordered_json out;
   out["bench"] = "checkpoint";
-  out["bytes"] = bytes;
-  out["tensors"] = tensors;
-  out["reps"] = reps;
-  out["dir"] = dir;
+  out["bytes"] = b.bytes;
+  out["tensors"] = b.flags.tensors;
+  out["reps"] = b.flags.reps;
+  out["dir"] = b.flags.dir;
   out["cache"] = "writes O_DIRECT+fsync for both, reads after posix_fadvise(DONTNEED) for both";
   out["dd_source"] = "the same bytes, from tmpfs";
   out["save_gib_s"] = gib / save;
   out["dd_write_gib_s"] = gib / ddw;
-  out["dd_zero_write_gib_s"] = gib / Median(dd_zero_s);
+  out["dd_zero_write_gib_s"] = gib / Median(tm.dd_zero_s);
   out["load_gib_s"] = gib / load;
-  out["load_fresh_gib_s"] = gib / Median(load_fresh_s);
+  out["load_fresh_gib_s"] = gib / Median(tm.load_fresh_s);
   out["dd_read_gib_s"] = gib / ddr;
   out["stall_ms"] = stall * 1e3;
   out["memcpy_ms"] = mc * 1e3;
   out["save_vs_dd"] = ddw / save;
   out["load_vs_dd"] = ddr / load;
-  out["load_fresh_vs_dd"] = ddr / Median(load_fresh_s);
+  out["load_fresh_vs_dd"] = ddr / Median(tm.load_fresh_s);
   out["stall_vs_memcpy"] = stall / mc;
   std::printf("%s\n", out.dump().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Bench b;
+  b.flags = ParseFlags(argc, argv);
+  SetUp(&b);
+  Timings tm;
+  for (int r = 0; r < b.flags.reps; ++r) RunRep(&b, r, &tm);
+  CleanUp(&b);
+  PrintJson(b, tm);
   return 0;
 }
