@@ -150,12 +150,10 @@ constexpr int kModes = 4;
 constexpr int kStaged = 2;
 constexpr int kBatched = 3;
 
-ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
-                       const Layout& to, int per_host, int reps, int index) {
-  ChangeResult out;
-  const int n = std::max(from.world(), to.world());
-  std::vector<int> hosts(n);
-  for (int w = 0; w < n; ++w) hosts[w] = w / per_host;
+// The plan of one change: the planner's assignment of workers to `to` (fewest bytes moved), then
+// the reshard plan's transfers. Exits on an error.
+ReshardPlan PlanChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
+                       const Layout& to, const std::vector<int>& hosts) {
   std::vector<int> identity(from.world());
   std::iota(identity.begin(), identity.end(), 0);
   PlannerOptions po;
@@ -173,37 +171,44 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
     std::fprintf(stderr, "bench_reshard: %s\n", plan.status().ToString().c_str());
     std::exit(1);
   }
-  out.moved = plan->bytes_moved;
-  out.lower_bound = plan->bytes_lower_bound;
+  return std::move(*plan);
+}
 
-  // Bytes per (src, dst) pair for the raw copy.
-  std::map<std::pair<int, int>, int64_t> pair_bytes;
-  for (const Transfer& t : plan->transfers) pair_bytes[{t.src, t.dst}] += t.bytes;
-
-  std::vector<ShardMap> initial(n);
-  for (int w = 0; w < n; ++w) initial[w] = ShardsOf(state, plan->from, w);
-
-  InMemoryKeyValueStore store;
-  auto comms = ConnectAll(&store, "c" + std::to_string(index) + "/", n);
+// Raw gloo contexts for n thread-ranks, each with a device of its own, connected in a full mesh.
+std::vector<std::shared_ptr<gloo::rendezvous::Context>> ConnectRaw(int n, int index) {
   auto raw_store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> raw(n);
-  {
-    std::vector<std::thread> threads;
-    for (int w = 0; w < n; ++w) {
-      threads.emplace_back([&, w] {
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        raw[w] = std::make_shared<gloo::rendezvous::Context>(w, n);
-        gloo::rendezvous::PrefixStore prefixed("raw" + std::to_string(index), *raw_store);
-        raw[w]->connectFullMesh(prefixed, device);
-        raw[w]->setTimeout(std::chrono::milliseconds(120000));
-      });
-    }
-    for (auto& t : threads) t.join();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      raw[w] = std::make_shared<gloo::rendezvous::Context>(w, n);
+      gloo::rendezvous::PrefixStore prefixed("raw" + std::to_string(index), *raw_store);
+      raw[w]->connectFullMesh(prefixed, device);
+      raw[w]->setTimeout(std::chrono::milliseconds(120000));
+    });
   }
+  for (auto& t : threads) t.join();
+  return raw;
+}
 
-  std::barrier sync(n);
+// What the rank threads of one change share: the plan, the connections, and the best times.
+struct ChangeRun {
+  ChangeRun(const StateSpec& spec, ReshardPlan change_plan, int workers, int repetitions)
+      : state(spec), plan(std::move(change_plan)), n(workers), reps(repetitions), sync(workers),
+        rank_transfer(workers, 0), errors(workers) {}
+
+  const StateSpec& state;
+  const ReshardPlan plan;
+  const int n;
+  const int reps;
+  std::map<std::pair<int, int>, int64_t> pair_bytes;  // bytes per (src, dst) pair, for raw
+  std::vector<ShardMap> initial;                        // each worker's shards before
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> raw;
+  std::barrier<> sync;
   double best_ours[kModes] = {1e30, 1e30, 1e30, 1e30}, best_raw = 1e30;
   // CPU seconds of the whole process (all ranks and their gloo threads) in the timed region,
   // least over the repetitions: less noisy than wall time on a loaded machine.
@@ -211,112 +216,136 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   // The transfer phase alone (sends, receives, packing; without allocating the new shards,
   // the local copies and freeing the old shards): the slowest rank's, best repetition.
   double best_transfer[kModes] = {1e30, 1e30, 1e30, 1e30};
-  std::vector<double> rank_transfer(n, 0);
-  bool verified = false, ok = true;
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < n; ++w) {
-    threads.emplace_back([&, w] {
-      // Raw buffers: one per pair, sized like the plan's traffic.
-      std::vector<std::vector<uint8_t>> send_bufs, recv_bufs;
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends, recvs;
-      std::vector<int> send_peer, recv_peer;
-      for (const auto& [pair, bytes] : pair_bytes) {
-        if (pair.first == w) {
-          send_bufs.emplace_back(bytes, 1);
-          sends.push_back(raw[w]->createUnboundBuffer(send_bufs.back().data(), bytes));
-          send_peer.push_back(pair.second);
-        }
-        if (pair.second == w) {
-          recv_bufs.emplace_back(bytes, 0);
-          recvs.push_back(raw[w]->createUnboundBuffer(recv_bufs.back().data(), bytes));
-          recv_peer.push_back(pair.first);
-        }
-      }
-      for (int rep = 0; rep < reps; ++rep) {
-        for (int mode = g_batched_only ? kStaged : 0; mode < kModes; ++mode) {
-          ReshardExecutorOptions options = g_options;
-          options.concurrent_peers = mode == 1;
-          options.batched = mode >= kStaged;
-          if (mode == kStaged) options.vectored = false;
-          if (g_keep_arena) options.arena = g_arenas[w].get();
-          ShardMap shards = initial[w];
-          sync.arrive_and_wait();
-          const auto t0 = Clock::now();
-          const double c0 = CpuSeconds();
-          const long f0 = PageFaults();
-          if (w == 0) g_perf->Enable(kModeNames[mode], true);
-          sync.arrive_and_wait();
-          ReshardExecutorStats st;
-          Status s = ExecuteReshard(*plan, *comms[w], &shards, options, &st);
-          sync.arrive_and_wait();
-          if (w == 0) g_perf->Enable(kModeNames[mode], false);
-          const double ours = std::chrono::duration<double>(Clock::now() - t0).count();
-          const double cpu_ours = CpuSeconds() - c0;
-          const long faults = PageFaults() - f0;
-          if (!s.ok()) errors[w] = s.ToString();
-          if (rep == 0 && ShardsOf(state, plan->to, w) != shards) {
-            errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
-          }
-          const char* verbose = getenv("BENCH_RESHARD_VERBOSE");
-          if (verbose != nullptr && (w == 0 || std::strcmp(verbose, "all") == 0)) {
-            std::printf(
-                "  rank%d rep %d %s: cpu %.4f faults %ld total %.4f plan %.4f alloc %.4f local "
-                "%.4f transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new "
-                "shards: %lld bytes allocated, %lld reused, %lld in place)\n",
-                w, rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_plan, st.seconds_allocate,
-                st.seconds_local, st.seconds_transfer, static_cast<long long>(st.bytes_sent),
-                static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
-                static_cast<long long>(st.messages_sent),
-                static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused),
-                static_cast<long long>(st.bytes_in_place));
-          }
-          if (w == 0) best_ours[mode] = std::min(best_ours[mode], ours);
-          if (w == 0) best_cpu[mode] = std::min(best_cpu[mode], cpu_ours);
-          rank_transfer[w] = st.seconds_transfer;
-          sync.arrive_and_wait();
-          if (w == 0) {
-            double slowest = 0;
-            for (double x : rank_transfer) slowest = std::max(slowest, x);
-            best_transfer[mode] = std::min(best_transfer[mode], slowest);
-          }
-        }
-        sync.arrive_and_wait();
-        const auto t1 = Clock::now();
-        const double c1 = CpuSeconds();
-        if (w == 0) g_perf->Enable("raw", true);
-        sync.arrive_and_wait();
-        try {
-          for (size_t i = 0; i < recvs.size(); ++i) recvs[i]->recv(recv_peer[i], 7);
-          for (size_t i = 0; i < sends.size(); ++i) sends[i]->send(send_peer[i], 7);
-          for (auto& b : sends) b->waitSend();
-          for (auto& b : recvs) b->waitRecv();
-        } catch (const std::exception& e) {
-          errors[w] = std::string("raw gloo: ") + e.what();
-        }
-        sync.arrive_and_wait();
-        const double rawt = std::chrono::duration<double>(Clock::now() - t1).count();
-        const double cpu_raw = CpuSeconds() - c1;
-        if (w == 0) g_perf->Enable("raw", false);
-        if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
-          std::printf("  rank0 rep %d raw: cpu %.4f total %.4f\n", rep, cpu_raw, rawt);
-        }
-        if (w == 0) best_raw = std::min(best_raw, rawt);
-        if (w == 0) best_cpu_raw = std::min(best_cpu_raw, cpu_raw);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (!e.empty()) {
-      std::fprintf(stderr, "bench_reshard: %s -> %s: %s\n", from.ToString().c_str(),
-                   to.ToString().c_str(), e.c_str());
-      ok = false;
+  std::vector<double> rank_transfer;
+  std::vector<std::string> errors;
+};
+
+// A rank's raw buffers: one per pair, sized like the plan's traffic.
+struct RawBuffers {
+  std::vector<std::vector<uint8_t>> send_bufs, recv_bufs;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends, recvs;
+  std::vector<int> send_peer, recv_peer;
+};
+
+void MakeRawBuffers(ChangeRun& run, int w, RawBuffers* b) {
+  for (const auto& [pair, bytes] : run.pair_bytes) {
+    if (pair.first == w) {
+      b->send_bufs.emplace_back(bytes, 1);
+      b->sends.push_back(run.raw[w]->createUnboundBuffer(b->send_bufs.back().data(), bytes));
+      b->send_peer.push_back(pair.second);
+    }
+    if (pair.second == w) {
+      b->recv_bufs.emplace_back(bytes, 0);
+      b->recvs.push_back(run.raw[w]->createUnboundBuffer(b->recv_bufs.back().data(), bytes));
+      b->recv_peer.push_back(pair.first);
     }
   }
-  verified = ok;
-  if (!ok) std::exit(1);
+}
+
+// BENCH_RESHARD_VERBOSE: one rank's phases of one repetition of one schedule.
+void PrintRankPhases(int w, int rep, int mode, double cpu_ours, long faults, double ours,
+                     const ReshardExecutorStats& st) {
+  const char* verbose = getenv("BENCH_RESHARD_VERBOSE");
+  if (verbose != nullptr && (w == 0 || std::strcmp(verbose, "all") == 0)) {
+    std::printf(
+        "  rank%d rep %d %s: cpu %.4f faults %ld total %.4f plan %.4f alloc %.4f local "
+        "%.4f transfer %.4f (sent %lld, received %lld, staged %lld bytes, %lld messages; new "
+        "shards: %lld bytes allocated, %lld reused, %lld in place)\n",
+        w, rep, kModeNames[mode], cpu_ours, faults, ours, st.seconds_plan, st.seconds_allocate,
+        st.seconds_local, st.seconds_transfer, static_cast<long long>(st.bytes_sent),
+        static_cast<long long>(st.bytes_received), static_cast<long long>(st.bytes_staged),
+        static_cast<long long>(st.messages_sent),
+        static_cast<long long>(st.bytes_allocated), static_cast<long long>(st.bytes_reused),
+        static_cast<long long>(st.bytes_in_place));
+  }
+}
+
+// Rank w's ExecuteReshard in schedule `mode`, timed from a barrier before to a barrier after.
+void RunOurs(ChangeRun& run, int w, int rep, int mode) {
+  ReshardExecutorOptions options = g_options;
+  options.concurrent_peers = mode == 1;
+  options.batched = mode >= kStaged;
+  if (mode == kStaged) options.vectored = false;
+  if (g_keep_arena) options.arena = g_arenas[w].get();
+  ShardMap shards = run.initial[w];
+  run.sync.arrive_and_wait();
+  const auto t0 = Clock::now();
+  const double c0 = CpuSeconds();
+  const long f0 = PageFaults();
+  if (w == 0) g_perf->Enable(kModeNames[mode], true);
+  run.sync.arrive_and_wait();
+  ReshardExecutorStats st;
+  Status s = ExecuteReshard(run.plan, *run.comms[w], &shards, options, &st);
+  run.sync.arrive_and_wait();
+  if (w == 0) g_perf->Enable(kModeNames[mode], false);
+  const double ours = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_ours = CpuSeconds() - c0;
+  const long faults = PageFaults() - f0;
+  if (!s.ok()) run.errors[w] = s.ToString();
+  if (rep == 0 && ShardsOf(run.state, run.plan.to, w) != shards) {
+    run.errors[w] = "worker " + std::to_string(w) + ": shards differ from the global slices";
+  }
+  PrintRankPhases(w, rep, mode, cpu_ours, faults, ours, st);
+  if (w == 0) run.best_ours[mode] = std::min(run.best_ours[mode], ours);
+  if (w == 0) run.best_cpu[mode] = std::min(run.best_cpu[mode], cpu_ours);
+  run.rank_transfer[w] = st.seconds_transfer;
+  run.sync.arrive_and_wait();
+  if (w == 0) {
+    double slowest = 0;
+    for (double x : run.rank_transfer) slowest = std::max(slowest, x);
+    run.best_transfer[mode] = std::min(run.best_transfer[mode], slowest);
+  }
+}
+
+// Rank w's raw sends and receives of the same bytes, every one posted at once, then waited on.
+void RunRaw(ChangeRun& run, int w, int rep, RawBuffers& b) {
+  run.sync.arrive_and_wait();
+  const auto t1 = Clock::now();
+  const double c1 = CpuSeconds();
+  if (w == 0) g_perf->Enable("raw", true);
+  run.sync.arrive_and_wait();
+  try {
+    for (size_t i = 0; i < b.recvs.size(); ++i) b.recvs[i]->recv(b.recv_peer[i], 7);
+    for (size_t i = 0; i < b.sends.size(); ++i) b.sends[i]->send(b.send_peer[i], 7);
+    for (auto& s : b.sends) s->waitSend();
+    for (auto& r : b.recvs) r->waitRecv();
+  } catch (const std::exception& e) {
+    run.errors[w] = std::string("raw gloo: ") + e.what();
+  }
+  run.sync.arrive_and_wait();
+  const double rawt = std::chrono::duration<double>(Clock::now() - t1).count();
+  const double cpu_raw = CpuSeconds() - c1;
+  if (w == 0) g_perf->Enable("raw", false);
+  if (w == 0 && getenv("BENCH_RESHARD_VERBOSE")) {
+    std::printf("  rank0 rep %d raw: cpu %.4f total %.4f\n", rep, cpu_raw, rawt);
+  }
+  if (w == 0) run.best_raw = std::min(run.best_raw, rawt);
+  if (w == 0) run.best_cpu_raw = std::min(run.best_cpu_raw, cpu_raw);
+}
+
+// Rank w's thread: every repetition, each schedule of ours and then raw.
+void RankLoop(ChangeRun& run, int w) {
+  RawBuffers bufs;
+  MakeRawBuffers(run, w, &bufs);
+  for (int rep = 0; rep < run.reps; ++rep) {
+    for (int mode = g_batched_only ? kStaged : 0; mode < kModes; ++mode) RunOurs(run, w, rep, mode);
+    RunRaw(run, w, rep, bufs);
+  }
+}
+
+// The change's figures, its JSON and its table line.
+ChangeResult Report(ChangeRun& run, const Layout& from, const Layout& to, bool verified) {
+  const ReshardPlan& plan = run.plan;
+  const int n = run.n;
+  auto& best_ours = run.best_ours;
+  const auto& best_cpu = run.best_cpu;
+  auto& best_transfer = run.best_transfer;
+  const double best_raw = run.best_raw, best_cpu_raw = run.best_cpu_raw;
+  // --batched-only ran neither the serial nor the concurrent schedule.
   if (g_batched_only) best_ours[0] = best_ours[1] = best_transfer[0] = best_transfer[1] = 0;
+  ChangeResult out;
+  out.moved = plan.bytes_moved;
+  out.lower_bound = plan.bytes_lower_bound;
   out.ours_s = best_ours[kBatched];
   out.staged_s = best_ours[kStaged];
   out.concurrent_s = best_ours[1];
@@ -327,9 +356,9 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   out.staged_cpu_s = best_cpu[kStaged];
   out.raw_cpu_s = best_cpu_raw;
   out.json = {{"from", from.ToString()}, {"to", to.ToString()}, {"workers", n},
-              {"bytes_moved", plan->bytes_moved}, {"bytes_lower_bound", plan->bytes_lower_bound},
-              {"bytes_local", plan->bytes_local}, {"transfers", plan->num_transfers()},
-              {"max_sent", plan->max_sent}, {"max_received", plan->max_received},
+              {"bytes_moved", plan.bytes_moved}, {"bytes_lower_bound", plan.bytes_lower_bound},
+              {"bytes_local", plan.bytes_local}, {"transfers", plan.num_transfers()},
+              {"max_sent", plan.max_sent}, {"max_received", plan.max_received},
               {"ours_batched_s", best_ours[kBatched]}, {"ours_staged_s", best_ours[kStaged]},
               {"ours_concurrent_s", best_ours[1]}, {"ours_serial_s", best_ours[0]},
               {"raw_s", best_raw},
@@ -346,12 +375,41 @@ ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, co
   std::printf("%-16s -> %-16s %d workers  moved %7.1f MiB = lower bound %7.1f MiB  batched %.3f s"
               "  staged %.3f s  concurrent %.3f s  serial %.3f s  raw %.3f s  (%.2fx, %.2fx, "
               "%.2fx, %.2fx)\n",
-              from.ToString().c_str(), to.ToString().c_str(), n, plan->bytes_moved / 1048576.0,
-              plan->bytes_lower_bound / 1048576.0, best_ours[kBatched], best_ours[kStaged],
+              from.ToString().c_str(), to.ToString().c_str(), n, plan.bytes_moved / 1048576.0,
+              plan.bytes_lower_bound / 1048576.0, best_ours[kBatched], best_ours[kStaged],
               best_ours[1], best_ours[0], best_raw, best_ours[kBatched] / best_raw,
               best_ours[kStaged] / best_raw, best_ours[1] / best_raw, best_ours[0] / best_raw);
   std::fflush(stdout);
   return out;
+}
+
+ChangeResult RunChange(const ModelDescription& model, const StateSpec& state, const Layout& from,
+                       const Layout& to, int per_host, int reps, int index) {
+  const int n = std::max(from.world(), to.world());
+  std::vector<int> hosts(n);
+  for (int w = 0; w < n; ++w) hosts[w] = w / per_host;
+  ChangeRun run(state, PlanChange(model, state, from, to, hosts), n, reps);
+  for (const Transfer& t : run.plan.transfers) run.pair_bytes[{t.src, t.dst}] += t.bytes;
+  run.initial.resize(n);
+  for (int w = 0; w < n; ++w) run.initial[w] = ShardsOf(state, run.plan.from, w);
+
+  InMemoryKeyValueStore store;
+  run.comms = ConnectAll(&store, "c" + std::to_string(index) + "/", n);
+  run.raw = ConnectRaw(n, index);
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) threads.emplace_back([&run, w] { RankLoop(run, w); });
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  for (const auto& e : run.errors) {
+    if (!e.empty()) {
+      std::fprintf(stderr, "bench_reshard: %s -> %s: %s\n", from.ToString().c_str(),
+                   to.ToString().c_str(), e.c_str());
+      ok = false;
+    }
+  }
+  if (!ok) std::exit(1);
+  return Report(run, from, to, /*verified=*/ok);
 }
 
 int Main(int argc, char** argv) {
