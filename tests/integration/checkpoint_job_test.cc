@@ -47,6 +47,16 @@ class CheckpointJobTest : public ::testing::Test {
     return dirs;
   }
 
+  // Checkpoint directories without a MANIFEST: none may be left once a job ended.
+  std::vector<fs::path> Uncommitted() const {
+    std::vector<fs::path> dirs;
+    if (!fs::exists(ckpt_)) return dirs;
+    for (const auto& e : fs::directory_iterator(ckpt_)) {
+      if (!fs::exists(e.path() / "MANIFEST")) dirs.push_back(e.path());
+    }
+    return dirs;
+  }
+
   // The step a committed checkpoint directory holds ("ckpt-<step>-g<generation>").
   static int64_t StepOf(const fs::path& dir) {
     return std::stoll(dir.filename().string().substr(5, 12));
@@ -164,9 +174,7 @@ TEST_F(CheckpointJobTest, TheLastStepIsCommittedBeforeTheJobEndsAndResumedAfter)
     state_dir = root_ + "/state";
     fs::copy(job.state_dir(), state_dir, fs::copy_options::recursive);
   }
-  for (const auto& e : fs::directory_iterator(ckpt_)) {
-    EXPECT_TRUE(fs::exists(e.path() / "MANIFEST")) << "uncommitted: " << e.path();
-  }
+  for (const fs::path& d : Uncommitted()) ADD_FAILURE() << "uncommitted: " << d;
   ASSERT_FALSE(Committed().empty());
   const fs::path last = Committed().front();
   EXPECT_EQ(StepOf(last), first);
@@ -209,9 +217,7 @@ TEST_F(CheckpointJobTest, ASignalledRunLeavesOnlyCommittedCheckpoints) {
   job.Signal(SIGINT);
   EXPECT_EQ(job.Wait(seconds(60)), 128 + SIGINT) << LauncherLog(job);
   ASSERT_FALSE(Committed().empty());
-  for (const auto& e : fs::directory_iterator(ckpt_)) {
-    EXPECT_TRUE(fs::exists(e.path() / "MANIFEST")) << "uncommitted: " << e.path();
-  }
+  for (const fs::path& d : Uncommitted()) ADD_FAILURE() << "uncommitted: " << d;
   auto verify = RunShell(ElastraBinary() + " ckpt verify " + ckpt_);
   EXPECT_EQ(verify.exit_code, 0) << verify.out;
 }
