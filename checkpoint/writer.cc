@@ -346,9 +346,6 @@ StatusOr<ShardDescriptor> CheckpointWriter::WriteShard(const CheckpointId& id) {
   if (s.ok()) s = env_->RenameFile(tmp_path, final_path);
   if (!s.ok()) {
     env_->RemoveFile(tmp_path).IgnoreError();
-    // Only an empty directory goes (rmdir): another rank's shard keeps it. A checkpoint with a
-    // shard that failed is never committed, so a rank whose write then fails too loses nothing.
-    env_->RemoveDir(dir).IgnoreError();
     return s.WithContext(context);
   }
   ELASTRA_RETURN_IF_ERROR(env_->SyncDir(dir).WithContext(context));
