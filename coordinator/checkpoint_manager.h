@@ -15,7 +15,7 @@
 
 #include "common/env.h"
 #include "checkpoint/reader.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "journal/journal.h"
 #include "coordinator/journal_recorder.h"
 #include "elastra/layout.h"

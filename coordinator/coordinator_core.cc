@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/codec.h"
-#include "common/keys.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 
 namespace elastra::coordinator {
 namespace {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
@@ -76,7 +76,7 @@ class CoordinatorCore {
   // Heartbeat deadlines, key-value wait deadlines, recovery and spawn deadlines.
   std::vector<Outgoing> Tick();
 
-  // The job as `elastra status` shows it (common/status_json.h makes the JSON).
+  // The job as `elastra status` shows it (protocol/status_json.h makes the JSON).
   proto::JobStatus Snapshot() const;
   proto::JobState state() const { return generations_.state(); }
   uint64_t generation() const { return generations_.generation(); }

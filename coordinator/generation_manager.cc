@@ -6,7 +6,7 @@
 #include "common/id_index.h"
 #include "common/logging.h"
 #include "common/mesh_peers.h"
-#include "common/state_move_plan.h"
+#include "state/plan/state_move_plan.h"
 
 namespace elastra::coordinator {
 

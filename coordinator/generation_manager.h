@@ -19,7 +19,7 @@
 
 #include "common/clock.h"
 #include "common/id_index.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_table.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_table.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 
 namespace elastra::coordinator {
 

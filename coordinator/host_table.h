@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/membership.h"
 #include "elastra/status.h"
 

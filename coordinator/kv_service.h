@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/outbox.h"
 

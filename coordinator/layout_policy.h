@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "planner/model_description.h"
 #include "planner/planner.h"
 #include "elastra/layout.h"

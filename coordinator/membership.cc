@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/mesh_peers.h"
 
 namespace elastra::coordinator {

@@ -20,12 +20,12 @@
 
 #include "common/clock.h"
 #include "common/id_map.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 
 namespace elastra::coordinator {
 
-using proto::WorkerState;  // standby, member, leaving, lost, finished (common/messages.h)
+using proto::WorkerState;  // standby, member, leaving, lost, finished (protocol/messages.h)
 
 // The fields every message from the worker reads or writes come first: the first cache line of
 // the record (it starts on a line) holds what a lookup compares and a heartbeat reads (id, state,

@@ -8,7 +8,7 @@
 
 #include "common/env.h"
 #include "common/clock.h"
-#include "common/keys.h"
+#include "protocol/keys.h"
 
 namespace elastra::coordinator {
 

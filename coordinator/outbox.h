@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/messages.h"
+#include "protocol/codec.h"
+#include "protocol/messages.h"
 #include "coordinator/membership.h"
 #include "elastra/status.h"
 

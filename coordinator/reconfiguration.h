@@ -12,7 +12,7 @@
 
 #include "common/clock.h"
 #include "common/id_index.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"

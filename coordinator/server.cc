@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/keys.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
 #include "coordinator/coordinator_core.h"
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/options.h"
 #include "elastra/status.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/membership.h"
 
 namespace elastra::coordinator {

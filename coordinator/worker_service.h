@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_manager.h"

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "common/job_events.h"
 
 namespace elastra::http {

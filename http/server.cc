@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 #include "http/dashboard.h"
 #include "http/metrics.h"
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "common/control_client.h"
+#include "protocol/control_client.h"
 #include "common/job_events.h"
 #include "elastra/status.h"
 

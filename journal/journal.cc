@@ -6,7 +6,7 @@
 #include <span>
 #include <utility>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
 #include "journal/records.h"
 

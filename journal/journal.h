@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/env.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 

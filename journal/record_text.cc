@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "journal/records.h"
 
 namespace elastra::journal {

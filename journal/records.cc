@@ -7,7 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/mesh_peers.h"
 
 namespace elastra::journal {

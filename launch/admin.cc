@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "common/control_client.h"
-#include "common/keys.h"
-#include "common/status_json.h"
+#include "protocol/control_client.h"
+#include "protocol/keys.h"
+#include "protocol/status_json.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 

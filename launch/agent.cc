@@ -9,10 +9,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "common/control_client.h"
-#include "common/keys.h"
+#include "protocol/control_client.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
-#include "common/net.h"
+#include "protocol/net.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/host_agent.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "common/net.h"
+#include "protocol/net.h"
 #include "coordinator/options.h"
 #include "journal/events.h"
 #include "journal/journal.h"

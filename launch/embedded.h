@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "coordinator/server.h"
 #include "elastra/status.h"
 #include "http/server.h"

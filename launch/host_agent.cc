@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
 #include "elastra/device_buffer.h"
 

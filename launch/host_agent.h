@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "common/control_client.h"
-#include "common/keys.h"
-#include "common/messages.h"
+#include "protocol/control_client.h"
+#include "protocol/keys.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 #include "launch/cli.h"
 #include "launch/commands.h"

@@ -20,7 +20,7 @@
 #include "elastra/sharding.h"
 #include "launch/cli.h"
 #include "launch/commands.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra::launch {
 namespace {

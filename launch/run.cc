@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "common/control_client.h"
-#include "common/coordinator_process.h"
-#include "common/keys.h"
+#include "protocol/control_client.h"
+#include "protocol/coordinator_process.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 #include "launch/embedded.h"
 #include "coordinator/server.h"
 #include "launch/cli.h"

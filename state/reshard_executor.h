@@ -40,7 +40,7 @@
 #include "elastra/device_buffer.h"
 #include "elastra/host_bytes.h"
 #include "elastra/status.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/host_memory.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 #include "elastra/communicator.h"
 #include "elastra/device_buffer.h"
 #include "elastra/status.h"

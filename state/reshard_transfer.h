@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 #include "elastra/communicator.h"
 #include "elastra/status.h"
 #include "state/reshard_executor.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
 #include "common/mesh_peers.h"
 

@@ -26,8 +26,8 @@
 
 #include "collectives/peer_record_store.h"
 #include "collectives/record_server.h"
-#include "common/control_client.h"
-#include "common/messages.h"
+#include "protocol/control_client.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 #include "elastra/worker.h"
 #include "worker/coordinator_store.h"

@@ -5,7 +5,7 @@
 #include <functional>
 
 #include "collectives/kv_store.h"
-#include "common/control_client.h"
+#include "protocol/control_client.h"
 
 namespace elastra {
 

@@ -22,8 +22,8 @@
 #include <string>
 
 #include "checkpoint/writer.h"
-#include "common/control_client.h"
-#include "common/messages.h"
+#include "protocol/control_client.h"
+#include "protocol/messages.h"
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"

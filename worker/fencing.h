@@ -1,6 +1,6 @@
 // Fencing: what a worker whose lease ran out does once the coordinator answers again
 // (docs/hosts.md, "Partitions and fencing"). The lease itself is the ControlClient's (Lease in
-// common/control_client.h); ReconfigurationLoop::StepEnd asks it before and after the step
+// protocol/control_client.h); ReconfigurationLoop::StepEnd asks it before and after the step
 // agreement and, when fenced, completes nothing until the coordinator has said where the worker
 // stands. The decision on that answer is here, as a pure function of the job's status, so that
 // every case is tested without a coordinator. Thread-safe (no state).
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra {
 

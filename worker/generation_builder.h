@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"

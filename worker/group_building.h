@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "collectives/kv_store.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"

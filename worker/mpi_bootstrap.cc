@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/control_client.h"
-#include "common/coordinator_process.h"
+#include "protocol/control_client.h"
+#include "protocol/coordinator_process.h"
 #include "common/logging.h"
-#include "common/net.h"
+#include "protocol/net.h"
 #include "worker/mpirun_job.h"
 #include "elastra/config.h"
 

@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "elastra/status.h"
 
 namespace elastra {

@@ -23,7 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 #include "elastra/tensor_collection.h"
 #include "elastra/worker.h"

@@ -1,5 +1,5 @@
 // State moves of a generation change: this worker's part of running the reshard plan (planned by
-// the coordinator, rebuilt from NewGeneration by StateMoveOf: common/state_move_plan.h) over a
+// the coordinator, rebuilt from NewGeneration by StateMoveOf: state/plan/state_move_plan.h) over a
 // communicator, through host memory or device to device. Free functions; thread-compatible.
 #pragma once
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/messages.h"
-#include "common/reshard_plan.h"
-#include "common/state_move_plan.h"
+#include "protocol/messages.h"
+#include "state/plan/reshard_plan.h"
+#include "state/plan/state_move_plan.h"
 #include "state/reshard_executor.h"
 #include "elastra/communicator.h"
 #include "elastra/tensor_collection.h"

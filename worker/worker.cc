@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "elastra/config.h"
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"

@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "common/logging.h"
-#include "common/net.h"
+#include "protocol/net.h"
 #include "elastra/worker.h"
 #include "worker/mpi_bootstrap.h"
 

@@ -24,7 +24,7 @@
 #include "elastra/layout.h"
 #include "elastra/sharding.h"
 #include "state/reshard_executor.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 #include "tests/gpu/file_kv_store.h"
 #include "tests/gpu/rank_process.h"
 

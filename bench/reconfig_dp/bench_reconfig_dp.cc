@@ -51,8 +51,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/control_client.h"
-#include "common/keys.h"
+#include "protocol/control_client.h"
+#include "protocol/keys.h"
 #include "elastra/worker.h"
 #include "testbed/namespace_cluster.h"
 #include "workers_sweep.h"

@@ -59,7 +59,7 @@
 #include "bench/scale/lone_heartbeats.h"
 #include "bench/scale/report.h"
 #include "bench/scale/scenario.h"
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "elastra/config.h"
 
 namespace elastra::scale {

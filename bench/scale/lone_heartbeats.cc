@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/scale/sim.h"
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
 #include "coordinator/coordinator_core.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra::scale {
 

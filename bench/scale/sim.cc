@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
 
 namespace elastra::scale {

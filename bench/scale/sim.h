@@ -22,7 +22,7 @@
 
 #include "common/env.h"
 #include "common/clock.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/options.h"
 #include "elastra/status.h"

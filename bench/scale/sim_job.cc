@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
 #include "common/mesh_peers.h"
 

@@ -1,5 +1,5 @@
 // The simulated job: workers, agents (one per host of JobModel::host_size workers) and an admin
-// client that speak the real protocol (common/messages.h, encoded with the real codec) to a
+// client that speak the real protocol (protocol/messages.h, encoded with the real codec) to a
 // SimCoordinator, as the real ones do:
 //   worker   worker/reconfiguration_loop.cc: Join (10 s timeout), a Heartbeat every interval the
 //            JoinReply names, the per-step pause agreement, PausedReport after the agreed step,
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "bench/scale/sim.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra::scale {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/mesh_peers.h"
 
 namespace elastra::scale {

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "coordinator/coordinator_core.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"

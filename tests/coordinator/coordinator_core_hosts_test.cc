@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 #include "coordinator/coordinator_core.h"
 #include "tests/coordinator/core_test_fixture.h"
 

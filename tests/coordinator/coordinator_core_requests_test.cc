@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 #include "tests/coordinator/core_test_fixture.h"
 
 namespace elastra::coordinator {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/mesh_peers.h"
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 #include "tests/coordinator/core_test_fixture.h"
 
 namespace elastra::coordinator::testing {

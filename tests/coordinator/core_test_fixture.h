@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "coordinator/coordinator_core.h"
 #include "tests/coordinator/merged_generation.h"
 

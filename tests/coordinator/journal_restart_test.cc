@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/mesh_peers.h"
 #include "coordinator/coordinator_core.h"
 #include "journal/journal.h"

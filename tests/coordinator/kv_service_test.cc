@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 
 namespace elastra::coordinator {
 namespace {

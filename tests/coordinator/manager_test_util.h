@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"

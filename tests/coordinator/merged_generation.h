@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra::coordinator {
 

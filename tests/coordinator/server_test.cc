@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "common/codec.h"
-#include "common/status_json.h"
-#include "common/control_client.h"
+#include "protocol/codec.h"
+#include "protocol/status_json.h"
+#include "protocol/control_client.h"
 
 namespace elastra::coordinator {
 namespace {

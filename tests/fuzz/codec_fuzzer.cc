@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/payloads.h"
 

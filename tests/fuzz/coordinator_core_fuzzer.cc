@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "coordinator/coordinator_core.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/memory_env.h"

@@ -6,7 +6,7 @@
 // file's text.
 #include <string>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

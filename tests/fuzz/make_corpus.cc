@@ -17,8 +17,8 @@
 
 #include "checkpoint/format.h"
 #include "checkpoint/writer.h"
-#include "common/codec.h"
-#include "common/keys.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
 #include "coordinator/coordinator_core.h"
 #include "journal/journal.h"
 #include "tests/fuzz/checkpoint_frame.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "coordinator/layout_policy.h"
 #include "planner/model_description.h"
 #include "planner/planner.h"

@@ -5,9 +5,9 @@
 #include <typeinfo>
 
 #include "checkpoint/format.h"
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "common/logging.h"
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 
 namespace elastra::fuzz {
 namespace {

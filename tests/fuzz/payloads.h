@@ -5,7 +5,7 @@
 #include <iterator>
 #include <string_view>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra::fuzz {
 

@@ -20,7 +20,7 @@
 #include "tests/gpu/file_kv_store.h"
 #include "tests/reshard/global_shards.h"
 #include "state/reshard_executor.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "launch/embedded.h"
 #include "journal/events.h"
 #include "http/metrics.h"

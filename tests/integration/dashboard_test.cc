@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "tests/integration/headless_chromium.h"
 #include "tests/integration/job_harness.h"
 

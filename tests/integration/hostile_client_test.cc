@@ -18,10 +18,10 @@
 #include <fstream>
 #include <thread>
 
-#include "common/codec.h"
-#include "common/control_client.h"
-#include "common/keys.h"
-#include "common/messages.h"
+#include "protocol/codec.h"
+#include "protocol/control_client.h"
+#include "protocol/keys.h"
+#include "protocol/messages.h"
 #include "testbed/sanitizers.h"
 #include "tests/integration/job_harness.h"
 

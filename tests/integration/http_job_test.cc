@@ -14,7 +14,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "tests/http/sse_test_client.h"
 #include "tests/integration/job_harness.h"
 

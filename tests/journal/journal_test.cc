@@ -11,7 +11,7 @@
 #include <fstream>
 #include <random>
 
-#include "common/codec.h"
+#include "protocol/codec.h"
 #include "tests/journal/test_util.h"
 #include "tests/fuzz/memory_env.h"
 

@@ -12,7 +12,7 @@
 #include <iterator>
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "journal/journal.h"
 
 namespace elastra::journal {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "tests/launch/elastra_command.h"
 #include "tests/launch/fake_coordinator.h"
 

@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "tests/launch/elastra_command.h"
 #include "tests/launch/fake_coordinator.h"
 

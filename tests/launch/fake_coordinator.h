@@ -13,9 +13,9 @@
 #include <optional>
 #include <string>
 
-#include "common/codec.h"
-#include "common/keys.h"
-#include "common/messages.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 
 namespace elastra::testing {

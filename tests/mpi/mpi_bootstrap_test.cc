@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "common/keys.h"
-#include "common/net.h"
+#include "protocol/keys.h"
+#include "protocol/net.h"
 #include "elastra/worker.h"
 
 namespace elastra {

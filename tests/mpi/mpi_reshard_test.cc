@@ -14,7 +14,7 @@
 #include "elastra/sharding.h"
 #include "tests/reshard/global_shards.h"
 #include "state/reshard_executor.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -12,7 +12,7 @@
 #include "planner/assignment_solver.h"
 #include "planner/planner.h"
 #include "elastra/sharding.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "elastra/sharding.h"
 #include "state/reshard_executor.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra::testing {
 

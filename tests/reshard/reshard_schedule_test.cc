@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "elastra/sharding.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -15,7 +15,7 @@
 #include "tests/collectives/gloo_thread_ranks.h"
 #include "tests/reshard/global_shards.h"
 #include "state/reshard_executor.h"
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 namespace elastra {
 namespace {

@@ -1,4 +1,4 @@
-// The state move addressed per worker (common/state_move_plan.h): for several layout changes,
+// The state move addressed per worker (state/plan/state_move_plan.h): for several layout changes,
 // each worker's plan rebuilt from the NewGeneration addressed to it (sparse tables, its transfers)
 // gives the executor exactly what the whole plan from the full tables gives it: the same copies,
 // the same transfers per peer in the same order, the same regions, geometries and messages.
@@ -9,8 +9,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/state_move_plan.h"
+#include "protocol/codec.h"
+#include "state/plan/state_move_plan.h"
 #include "state/reshard_schedule.h"
 
 namespace elastra {

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/keys.h"
-#include "common/messages.h"
-#include "common/state_move_plan.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
+#include "protocol/messages.h"
+#include "state/plan/state_move_plan.h"
 #include "elastra/worker.h"
 
 namespace elastra::testing {

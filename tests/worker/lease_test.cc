@@ -1,4 +1,4 @@
-// The client's side of the lease (common/control_client.h; docs/hosts.md, "Partitions and
+// The client's side of the lease (protocol/control_client.h; docs/hosts.md, "Partitions and
 // fencing"): Lease as a pure object stepped by hand, LeaseFor's arithmetic and floor, and a
 // ControlClient over a scripted coordinator whose lease runs on a FakeClock: a coordinator that
 // never acks grants no lease, the first HeartbeatAck arms it, silence fences, the fence outlives
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/control_client.h"
+#include "protocol/control_client.h"
 #include "tests/worker/fake_coordinator.h"
 
 namespace elastra {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/keys.h"
-#include "common/net.h"
+#include "protocol/keys.h"
+#include "protocol/net.h"
 #include "elastra/worker.h"
 
 extern char** environ;

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/message_vocabulary.h"
+#include "protocol/message_vocabulary.h"
 
 namespace elastra::proto {
 
@@ -152,7 +152,7 @@ enum class MovePlan : uint8_t {
 template <> inline constexpr MovePlan kLastEnumerator<MovePlan> = MovePlan::kInvalid;
 
 // A recipient's part of the state move of a generation change. The coordinator plans the move
-// once from the full tables (common/state_move_plan.h); each worker gets the transfers it sends
+// once from the full tables (state/plan/state_move_plan.h); each worker gets the transfers it sends
 // or receives, in plan order, and works out its local copies itself.
 struct StateMovePart {
   MovePlan plan = MovePlan::kNone;
@@ -227,7 +227,7 @@ struct NewGeneration {
   std::string build_peers;
   // On the wire the fields every recipient of one change shares come first, then the recipient's
   // own: the coordinator encodes the shared ones once per change and each recipient's behind a
-  // copy of them (MakeFrameShared, common/codec.h; protocol 8).
+  // copy of them (MakeFrameShared, protocol/codec.h; protocol 8).
   template <class A> void SerializeShared(A& ar) {
     ar(generation, layout, restore_step, source_rank, kv_prefix);
     SerializeEnum(ar, reason);

@@ -1,4 +1,4 @@
-#include "common/net.h"
+#include "protocol/net.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

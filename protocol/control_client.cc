@@ -1,4 +1,4 @@
-#include "common/control_client.h"
+#include "protocol/control_client.h"
 
 #include <zmq.h>
 

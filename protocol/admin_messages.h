@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/message_vocabulary.h"
-#include "common/worker_messages.h"  // TrainingMetric, in the status
+#include "protocol/message_vocabulary.h"
+#include "protocol/worker_messages.h"  // TrainingMetric, in the status
 
 namespace elastra::proto {
 
@@ -45,7 +45,7 @@ struct StatusRequest {
   template <class A> void serialize(A&) {}
 };
 
-// The job as the coordinator sees it: what `elastra status` shows (common/status_json.h turns it
+// The job as the coordinator sees it: what `elastra status` shows (protocol/status_json.h turns it
 // into the object `elastra status --json` prints) and what launchers and parked workers decide on.
 struct WorkerStatus {
   std::string id;

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "common/messages.h"
+#include "protocol/messages.h"
 
 namespace elastra::proto {
 

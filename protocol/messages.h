@@ -13,7 +13,7 @@
 //   agent_messages.h      agent <-> coordinator
 #pragma once
 
-#include "common/admin_messages.h"  // IWYU pragma: export
-#include "common/agent_messages.h"  // IWYU pragma: export
-#include "common/message_vocabulary.h"  // IWYU pragma: export
-#include "common/worker_messages.h"  // IWYU pragma: export
+#include "protocol/admin_messages.h"  // IWYU pragma: export
+#include "protocol/agent_messages.h"  // IWYU pragma: export
+#include "protocol/message_vocabulary.h"  // IWYU pragma: export
+#include "protocol/worker_messages.h"  // IWYU pragma: export

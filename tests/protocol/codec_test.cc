@@ -1,7 +1,7 @@
 // The codec: every message round-trips, and no byte string can crash, hang or over-allocate the
 // decoder.
-#include "common/codec.h"
-#include "common/status_json.h"
+#include "protocol/codec.h"
+#include "protocol/status_json.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/codec.h"
+#include "protocol/codec.h"
 
 namespace elastra::proto {
 

@@ -1,5 +1,5 @@
 // The state move of a generation change, planned once and addressed: see state_move_plan.h.
-#include "common/state_move_plan.h"
+#include "state/plan/state_move_plan.h"
 
 #include <algorithm>
 #include <map>

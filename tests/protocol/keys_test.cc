@@ -1,4 +1,4 @@
-#include "common/keys.h"
+#include "protocol/keys.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/codec.h"
-#include "common/keys.h"
-#include "common/messages.h"
+#include "protocol/codec.h"
+#include "protocol/keys.h"
+#include "protocol/messages.h"
 #include "elastra/status.h"
 
 namespace elastra {

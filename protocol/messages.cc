@@ -1,5 +1,5 @@
-// Names of the protocol's enums (common/messages.h): for logs, the status JSON and the journal.
-#include "common/messages.h"
+// Names of the protocol's enums (protocol/messages.h): for logs, the status JSON and the journal.
+#include "protocol/messages.h"
 
 #include "common/id_index.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/message_vocabulary.h"
+#include "protocol/message_vocabulary.h"
 
 namespace elastra::proto {
 

@@ -2,7 +2,7 @@
 // control_client.h).
 #include <algorithm>
 
-#include "common/control_client.h"
+#include "protocol/control_client.h"
 
 namespace elastra {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "common/bounded_archive.h"
-#include "common/messages.h"
+#include "protocol/messages.h"
 #include "common/string_archive.h"
 #include "elastra/status.h"
 

@@ -1,5 +1,5 @@
 // The reshard planner: see reshard_plan.h and docs/resharding.md.
-#include "common/reshard_plan.h"
+#include "state/plan/reshard_plan.h"
 
 #include <algorithm>
 #include <functional>

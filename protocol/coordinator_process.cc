@@ -1,4 +1,4 @@
-#include "common/coordinator_process.h"
+#include "protocol/coordinator_process.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
-// common/net.h: endpoints parse or are refused, the route to loopback (and to this host's own
+// protocol/net.h: endpoints parse or are refused, the route to loopback (and to this host's own
 // addresses) starts where a peer can reach it, candidates on a shared subnet come first, and the
 // probe picks the first address that accepts a connection, naming every one that did not.
-#include "common/net.h"
+#include "protocol/net.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

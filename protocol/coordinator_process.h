@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/keys.h"
+#include "protocol/keys.h"
 #include "elastra/status.h"
 
 namespace elastra {

@@ -1,4 +1,4 @@
-#include "common/keys.h"
+#include "protocol/keys.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

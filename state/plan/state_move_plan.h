@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/id_index.h"
-#include "common/messages.h"
-#include "common/reshard_plan.h"
+#include "protocol/messages.h"
+#include "state/plan/reshard_plan.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
 

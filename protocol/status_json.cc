@@ -1,4 +1,4 @@
-#include "common/status_json.h"
+#include "protocol/status_json.h"
 
 #include <nlohmann/json.hpp>
 
