@@ -1,22 +1,16 @@
 #include "journal/events.h"
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
-#include "journal/journal.h"
+#include "journal/file_storage.h"
 #include "journal/records.h"
 
 namespace elastra::journal {
 namespace {
 
 using nlohmann::json;
-
-uint32_t LittleEndian32(const unsigned char* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
-}
 
 // The ids of a record's list of workers (`begin`'s workers, an older `commit`'s members).
 std::vector<std::string> IdsOf(const json& r, const char* field) {
@@ -26,6 +20,14 @@ std::vector<std::string> IdsOf(const json& r, const char* field) {
 }
 
 }  // namespace
+
+JournalEventReader::JournalEventReader(std::string journal_path, uint64_t after)
+    : JournalEventReader(std::make_unique<FileJournalStorage>(std::move(journal_path)), after) {}
+
+JournalEventReader::JournalEventReader(std::unique_ptr<JournalStorage> storage, uint64_t after)
+    : storage_(std::move(storage)), after_(after) {}
+
+JournalEventReader::~JournalEventReader() = default;
 
 // The event a journal record is, or an empty type when it is none.
 JobEvent JournalEventReader::EventOf(const json& r) {
@@ -100,57 +102,56 @@ JobEvent JournalEventReader::EventOf(const json& r) {
   return e;
 }
 
+void JournalEventReader::Follow(const json& r) {
+  const std::string t = r.value("t", "");
+  if (t == "begin" && r.value("kind", "") == "build") {
+    // Kept for the commit that follows it, also when that commit is the first event after
+    // `after`.
+    build_target_ = r.value("target", uint64_t{0});
+    if (r.contains("members_of")) {
+      // Written as a difference from the committed members (docs/journal.md); the ranks up to
+      // the first that is not one.
+      std::vector<int32_t> dropped;
+      for (const json& d : r.value("dropped", json::array())) {
+        if (!d.is_number_unsigned() || d.get<uint64_t>() > INT32_MAX) break;
+        dropped.push_back(static_cast<int32_t>(d.get<uint64_t>()));
+      }
+      build_members_ = LessDroppedThenAdded(committed_members_, dropped, IdsOf(r, "added"));
+    } else {
+      build_members_ = IdsOf(r, "workers");
+    }
+  }
+  if (t == "commit") {
+    // The members a later begin record may refer to, as the commit's event lists them.
+    if (!r.contains("begin")) {
+      committed_members_ = IdsOf(r, "members");
+    } else if (r.value("begin", uint64_t{0}) == build_target_) {
+      committed_members_ = build_members_;
+    } else {
+      committed_members_.clear();
+    }
+  }
+  if (t == "resize") resize_accepted_ = offset_;  // its event's id
+}
+
 std::vector<JobEvent> JournalEventReader::ReadNew() {
   std::vector<JobEvent> events;
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return events;
-  in.seekg(static_cast<std::streamoff>(offset_));
-  std::string payload;
-  for (;;) {
-    unsigned char header[Journal::kHeaderBytes];
-    if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) break;
-    const uint32_t length = LittleEndian32(header + 4);
-    if (LittleEndian32(header) != Journal::kMagic || length > Journal::kMaxRecordBytes) break;
-    payload.resize(length);
-    if (!in.read(payload.data(), length)) break;  // still being written
-    if (Journal::Crc32c(payload.data(), payload.size()) != LittleEndian32(header + 8)) break;
-    const json r = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-    if (!r.is_object()) break;
-    offset_ += Journal::kHeaderBytes + length;
-    if (r.value("t", "") == "begin" && r.value("kind", "") == "build") {
-      // Kept for the commit that follows it, also when that commit is the first event after
-      // `after`.
-      build_target_ = r.value("target", uint64_t{0});
-      if (r.contains("members_of")) {
-        // Written as a difference from the committed members (docs/journal.md); the ranks up to
-        // the first that is not one.
-        std::vector<int32_t> dropped;
-        for (const json& d : r.value("dropped", json::array())) {
-          if (!d.is_number_unsigned() || d.get<uint64_t>() > INT32_MAX) break;
-          dropped.push_back(static_cast<int32_t>(d.get<uint64_t>()));
-        }
-        build_members_ = LessDroppedThenAdded(committed_members_, dropped, IdsOf(r, "added"));
-      } else {
-        build_members_ = IdsOf(r, "workers");
-      }
-    }
-    if (r.value("t", "") == "commit") {
-      // The members a later begin record may refer to, as the commit's event lists them.
-      if (!r.contains("begin")) {
-        committed_members_ = IdsOf(r, "members");
-      } else if (r.value("begin", uint64_t{0}) == build_target_) {
-        committed_members_ = build_members_;
-      } else {
-        committed_members_.clear();
-      }
-    }
-    if (r.value("t", "") == "resize") resize_accepted_ = offset_;  // its event's id
-    if (offset_ <= after_) continue;
+  auto visit = [&](std::string_view payload, uint64_t next) {
+    const json r = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) return false;
+    offset_ = next;
+    Follow(r);
+    if (offset_ <= after_) return true;
     JobEvent e = EventOf(r);
-    if (e.type.empty()) continue;
-    e.id = offset_;
-    events.push_back(std::move(e));
-  }
+    if (!e.type.empty()) {
+      e.id = offset_;
+      events.push_back(std::move(e));
+    }
+    return true;
+  };
+  // Up to the last whole, intact record (the next one may still be being written); none when the
+  // journal is missing or cannot be read.
+  storage_->Read(offset_, visit, nullptr).status().IgnoreError();
   return events;
 }
 

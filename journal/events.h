@@ -4,23 +4,29 @@
 // checkpoint committed and the job's end. An event's id is the byte offset in the journal just
 // past its record: ids grow, a restarted coordinator appends after the records it took back (so
 // old ids stay valid and no event is lost or repeated), and "after id N" is "records ending past
-// N". Not thread-safe: one reader per stream.
+// N". The records are read through the journal's storage (journal/storage.h) from the position
+// the last call reached. Not thread-safe: one reader per stream.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 #include "common/job_events.h"
+#include "journal/storage.h"
 
 namespace elastra::journal {
 
 class JournalEventReader : public JobEventSource {
  public:
-  // Events with an id above `after` only.
-  JournalEventReader(std::string journal_path, uint64_t after)
-      : path_(std::move(journal_path)), after_(after) {}
+  // Events with an id above `after` only, of the journal file at `journal_path`
+  // (FileJournalStorage over Env::Default()).
+  JournalEventReader(std::string journal_path, uint64_t after);
+  // The same from any storage; an event's id is then the storage's position past its record.
+  JournalEventReader(std::unique_ptr<JournalStorage> storage, uint64_t after);
+  ~JournalEventReader() override;
 
   // The events of the records appended since the last call (all of them the first time), up to
   // the last whole, intact record; none when the journal is missing. Records that are no event
@@ -29,8 +35,11 @@ class JournalEventReader : public JobEventSource {
 
  private:
   JobEvent EventOf(const nlohmann::json& record);
+  // Keeps what a later record refers to (a build's workers, a commit's members, a resize's
+  // event id); offset_ is just past `record`.
+  void Follow(const nlohmann::json& record);
 
-  std::string path_;
+  std::unique_ptr<JournalStorage> storage_;
   uint64_t after_;
   uint64_t offset_ = 0;  // the next record's start: a record boundary this reader has seen
   // The latest `build` begin record read: its target and its workers' ids, for a commit that

@@ -1,32 +1,36 @@
 // Journal: the coordinator's append-only record of the job in its state directory, so that a
 // coordinator killed with SIGKILL and started again takes the job back (docs/journal.md).
 //
-// File: a sequence of records, each a 12-byte header (magic "EJR1", payload length, CRC-32C of
-// the payload; little-endian) followed by a JSON payload. Every append is fsync'ed before it
+// Each Record* function builds a typed record and appends it through one path: encoded (JSON text
+// exists only there, journal/records.h), checked against the state, written to the storage, and
+// applied to state(). The records are kept by a JournalStorage (journal/storage.h): by default the
+// file of checksummed records (journal/file_storage.h: a 12-byte header, magic "EJR1", payload
+// length, CRC-32C of the payload, then the payload), where every append is fsync'ed before it
 // returns. Replay reads records with bounded reads, stops at the first record that is torn (the
 // file ends inside it: a kill mid-write), has a bad header or checksum, or does not make sense,
-// logs a warning, and returns the state up to there; Open then cuts the file back to that point
-// (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends follow
-// the last consistent record. All file I/O goes through a Env (the project's
-// filesystem seam), so tests can fail an append or cut the power. Thread-compatible (owned by the
+// logs a warning, and returns the state up to there; Open then cuts the storage back to that
+// point (a copy of a file with bad bytes in the middle is kept as <path>.corrupt) so later appends
+// follow the last consistent record. All file I/O goes through a Env (the project's filesystem
+// seam), so tests can fail an append or cut the power. Thread-compatible (owned by the
 // coordinator's loop).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/env.h"
-#include "protocol/messages.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
+#include "journal/file_storage.h"
+#include "journal/storage.h"
+#include "protocol/messages.h"
 
 namespace elastra::journal {
 
@@ -153,13 +157,14 @@ struct JournalState {
   const JournalGeneration* current() const { return history.empty() ? nullptr : &history.back(); }
 };
 
-struct JournalRecord;  // journal_records.h
+struct JournalRecord;  // journal/records.h
 
 class Journal {
  public:
-  static constexpr uint32_t kMagic = 0x3152'4A45;  // "EJR1" in file order
-  static constexpr uint32_t kHeaderBytes = 12;
-  static constexpr uint32_t kMaxRecordBytes = 16u << 20;  // a change of 65536 workers fits
+  // The file's format (FileJournalStorage).
+  static constexpr uint32_t kMagic = FileJournalStorage::kMagic;
+  static constexpr uint32_t kHeaderBytes = FileJournalStorage::kHeaderBytes;
+  static constexpr uint32_t kMaxRecordBytes = FileJournalStorage::kMaxRecordBytes;
 
   // Opens the journal at `path` (created, mode 0600, when missing), replays it and readies it for
   // appending after the last consistent record. kInternal when the file cannot be opened or cut.
@@ -167,8 +172,8 @@ class Journal {
   static StatusOr<std::unique_ptr<Journal>> Open(const std::string& path,
                                                  Env* env = Env::Default());
   // Opens `path` as a new, empty journal: an older file there is replaced.
-  static StatusOr<std::unique_ptr<Journal>> Create(
-      const std::string& path, Env* env = Env::Default());
+  static StatusOr<std::unique_ptr<Journal>> Create(const std::string& path,
+                                                   Env* env = Env::Default());
   // Replays `path` read-only. `warnings` (may be null) gets one line per record skipped;
   // `consistent_bytes` (may be null) the length of the consistent prefix. kNotFound when missing,
   // kInternal when it cannot be read.
@@ -176,18 +181,29 @@ class Journal {
                                        uint64_t* consistent_bytes = nullptr,
                                        Env* env = Env::Default());
 
+  // The same over any storage (the three above use a FileJournalStorage at `path`): Open replays
+  // `storage` and cuts it back to its consistent prefix, Create clears it, and Replay reads it
+  // (`consistent_position`: the end of the consistent prefix, as the storage counts). The
+  // storage's error when it cannot be read, cut or cleared; Replay: kNotFound when it holds no
+  // journal.
+  static StatusOr<std::unique_ptr<Journal>> Open(std::unique_ptr<JournalStorage> storage);
+  static StatusOr<std::unique_ptr<Journal>> Create(std::unique_ptr<JournalStorage> storage);
+  static StatusOr<JournalState> Replay(JournalStorage& storage, std::vector<std::string>* warnings,
+                                       uint64_t* consistent_position = nullptr);
+
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
   const JournalState& state() const { return state_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
-  const std::string& path() const { return path_; }
+  // The storage's name: the file's path.
+  const std::string& path() const { return storage_->name(); }
 
-  // Each appends one record, fsyncs it, and applies it to state(). The Env's error when the write
-  // or fsync failed (kResourceExhausted for a full disk, kInternal otherwise; the state is then
-  // unchanged and no part of the record stays in the file), kInvalidArgument when a field is out
-  // of bounds.
+  // Each appends one record, fsyncs it, and applies it to state(). The storage's error when the
+  // write failed (a file: the Env's, kResourceExhausted for a full disk, kInternal otherwise; the
+  // state is then unchanged and no part of the record stays in the file), kInvalidArgument when a
+  // field is out of bounds or the record does not fit the state (nothing is written then).
   Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
                    const std::string& bind = "");
   Status RecordJoin(const JournalWorker& worker);
@@ -236,23 +252,19 @@ class Journal {
                    const std::string& checkpoint_dir = "");
 
   // CRC-32C (Castagnoli) of `data`.
-  static uint32_t Crc32c(const void* data, size_t size);
+  static uint32_t Crc32c(const void* data, size_t size) {
+    return ::elastra::journal::Crc32c(data, size);
+  }
 
  private:
-  Journal(std::string path, Env* env, std::unique_ptr<WritableFile> file,
-          uint64_t size, JournalState state, std::vector<std::string> warnings);
-  // Appends the record `r` (built by a Record* function), fsyncs it and applies it to state_.
-  Status Append(nlohmann::json r);
-  // A begin or commit record: written from typed values when it can be (journal_records.h).
-  Status AppendChange(JournalRecord&& record);
+  Journal(std::unique_ptr<JournalStorage> storage, JournalState state,
+          std::vector<std::string> warnings);
+  // The one append path of every Record* function: encodes `record` (records.h), checks its size
+  // and the record against state_, writes it to the storage and applies it to state_.
+  Status Append(JournalRecord&& record);
   Status AppendCommit(JournalGeneration generation, bool members_begun);
-  // Writes `payload`, the text of `record` (already checked), fsyncs it and applies the record.
-  Status Write(const std::string& payload, JournalRecord&& record);
 
-  std::string path_;
-  Env* env_;
-  std::unique_ptr<WritableFile> file_;
-  uint64_t size_ = 0;  // bytes in the file: every record appended so far
+  std::unique_ptr<JournalStorage> storage_;
   JournalState state_;
   std::vector<std::string> warnings_;
 };

@@ -7,8 +7,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "protocol/codec.h"
 #include "common/mesh_peers.h"
+#include "protocol/codec.h"
 
 namespace elastra::journal {
 namespace {
@@ -156,32 +156,13 @@ void EraseStandby(JournalState* s, const std::string& id) {
   std::erase_if(s->standby, [&](const JournalWorker& w) { return w.id == id; });
 }
 
-// Why a commit of `generation` cannot take its members from the change in flight in `s` (no
-// build of that generation begun and not committed); nullptr when it can.
-const char* BegunMismatch(const JournalState& s, uint64_t generation) {
-  if (!s.change_in_flight || s.change_kind != ChangeKind::kBuild ||
-      s.change_target != generation) {
-    return "a commit refers to a begin record that is not the build in flight";
-  }
-  return nullptr;
-}
-
-// Why a begin record cannot take its workers from committed generation `generation` in `s` (it
-// is not the newest committed one); nullptr when it can.
-const char* CommittedMismatch(const JournalState& s, uint64_t generation) {
-  if (s.current() == nullptr || s.current()->generation != generation) {
-    return "a begin record refers to the members of a generation that is not the committed one";
-  }
-  return nullptr;
-}
-
-JournalRecord Read(const json& r, const JournalState& s) {
+// The record `r` as typed values, each field within its bounds. What depends on the state is
+// CheckJournalRecord's, which ReadJournalRecord calls next.
+JournalRecord Read(const json& r) {
   if (!r.is_object()) throw BadRecord{"record is not an object"};
   const std::string type = Str(r, "t");
-  if (s.empty() && type != "job") throw BadRecord{"the first record is not a job record"};
   JournalRecord rec;
   if (type == "job") {
-    if (!s.empty()) throw BadRecord{"a second job record"};
     const int64_t version = Int(r, "version", 0, INT32_MAX);
     if (version != 1) throw BadRecord{"unknown journal version " + std::to_string(version)};
     rec.type = JournalRecordType::kJob;
@@ -193,30 +174,17 @@ JournalRecord Read(const json& r, const JournalState& s) {
   } else if (type == "join") {
     rec.type = JournalRecordType::kJoin;
     rec.worker = WorkerFrom(Field(r, "worker"));
-    if (s.standby.size() >= kJournalMaxWorkers && !s.seen_ids.count(rec.worker.id)) {
-      throw BadRecord{"too many standby workers"};
-    }
   } else if (type == "worker") {
     rec.type = JournalRecordType::kWorker;
     rec.id = Str(r, "id");
     rec.worker_state = EnumFrom<JournalWorkerState>(r, "state", "worker state");
-    if (rec.worker_state != JournalWorkerState::kRemoved && !s.worker_states.count(rec.id) &&
-        s.worker_states.size() >= kJournalMaxHistory) {
-      throw BadRecord{"too many worker states"};
-    }
   } else if (type == "ids") {
     rec.type = JournalRecordType::kIds;
-    std::unordered_set<std::string_view> fresh;
     for (const auto& id : Array(r, "ids", kJournalMaxWorkers)) {
       if (!id.is_string() || id.get_ref<const std::string&>().size() > kJournalMaxString) {
         throw BadRecord{"a worker id is not a short string"};
       }
-      const std::string& v = id.get_ref<const std::string&>();
-      if (!s.seen_ids.count(v)) fresh.insert(v);
-      rec.ids.push_back(v);
-    }
-    if (s.seen_ids.size() + fresh.size() > kJournalMaxHistory) {
-      throw BadRecord{"too many worker ids"};
+      rec.ids.push_back(id.get_ref<const std::string&>());
     }
   } else if (type == "begin") {
     rec.type = JournalRecordType::kBegin;
@@ -229,15 +197,12 @@ JournalRecord Read(const json& r, const JournalState& s) {
         throw BadRecord{"a begin record with both 'members_of' and 'workers'"};
       }
       rec.workers_of = static_cast<uint64_t>(Int(r, "members_of", 1, INT64_MAX));
-      if (const char* why = CommittedMismatch(s, rec.workers_of)) throw BadRecord{why};
       // Since 2026-12-05 a build written as a difference from them: the ranks it drops, the
-      // workers it adds behind the others.
+      // workers it adds behind the others (CheckJournalRecord: ranks of that generation).
       if (r.contains("dropped")) {
-        const size_t committed = s.current()->members.size();
         int64_t last = -1;
         for (const auto& d : Array(r, "dropped", kJournalMaxWorkers)) {
-          if (!d.is_number_integer() || d.get<int64_t>() <= last ||
-              d.get<int64_t>() >= static_cast<int64_t>(committed)) {
+          if (!d.is_number_integer() || d.get<int64_t>() <= last || d.get<int64_t>() > INT32_MAX) {
             throw BadRecord{"'dropped' is not a rising list of the committed members' ranks"};
           }
           last = d.get<int64_t>();
@@ -245,9 +210,6 @@ JournalRecord Read(const json& r, const JournalState& s) {
         }
       }
       if (r.contains("added")) rec.workers = WorkersFrom(r, "added");
-      if (s.current()->members.size() - rec.dropped.size() + rec.workers.size() == 0) {
-        throw BadRecord{"a begin record without workers"};
-      }
     } else {
       rec.workers = WorkersFrom(r, "workers");
     }
@@ -255,16 +217,11 @@ JournalRecord Read(const json& r, const JournalState& s) {
     rec.type = JournalRecordType::kCommit;
     JournalGeneration& g = rec.generation;
     g.generation = static_cast<uint64_t>(Int(r, "generation", 1, INT64_MAX));
-    if (s.current() != nullptr && g.generation <= s.current()->generation) {
-      throw BadRecord{"generation " + std::to_string(g.generation) +
-                      " committed after generation " + std::to_string(s.current()->generation)};
-    }
     const std::string reason = Str(r, "reason");
     if (!proto::FromString(reason, &g.reason)) {
       throw BadRecord{"unknown generation reason '" + reason + "'"};
     }
     g.layout = LayoutFrom(Field(r, "layout"));
-    size_t members = 0;
     if (r.contains("begin")) {
       // The members are those of the build begun for this generation (written so since
       // 2026-12-02: a commit of 16,384 members listed them a second time).
@@ -273,23 +230,14 @@ JournalRecord Read(const json& r, const JournalState& s) {
         throw BadRecord{"the commit of generation " + std::to_string(g.generation) +
                         " refers to another generation's begin record"};
       }
-      if (const char* why = BegunMismatch(s, g.generation)) throw BadRecord{why};
       rec.members_begun = true;
-      members = s.change_workers.size();
     } else {
       g.members = WorkersFrom(r, "members");
-      members = g.members.size();
-    }
-    if (members == 0) throw BadRecord{"a generation without members"};
-    if (static_cast<size_t>(g.layout.world()) != members) {
-      throw BadRecord{"layout " + g.layout.ToString() + " does not match " +
-                      std::to_string(members) + " members"};
     }
     g.downtime_ms = Num(r, "downtime_ms");
     g.agreement_ms = Num(r, "agreement_ms");
     g.rebuild_ms = Num(r, "rebuild_ms");
     g.transfer_ms = Num(r, "transfer_ms");
-    if (s.history.size() >= kJournalMaxHistory) throw BadRecord{"too many generations"};
   } else if (type == "checkpoint") {
     rec.type = JournalRecordType::kCheckpoint;
     rec.checkpoint.step = Int(r, "step", 0, INT64_MAX);
@@ -309,8 +257,10 @@ JournalRecord Read(const json& r, const JournalState& s) {
     rec.state = StateFrom(r);
   } else if (type == "resize_end") {
     rec.type = JournalRecordType::kResizeEnd;
-  } else if (type == "resize_refused" || type == "host_lost") {
-    rec.type = JournalRecordType::kEvent;  // an event only: the job did not change
+  } else if (type == "resize_refused") {
+    rec.type = JournalRecordType::kResizeRefused;  // an event only: the job did not change
+  } else if (type == "host_lost") {
+    rec.type = JournalRecordType::kHostLost;  // an event only: its workers' records follow
   } else if (type == "end") {
     rec.type = JournalRecordType::kEnd;
     rec.outcome = EnumFrom<JobOutcome>(r, "outcome", "outcome");
@@ -324,13 +274,24 @@ JournalRecord Read(const json& r, const JournalState& s) {
 }  // namespace
 
 StatusOr<JournalRecord> ReadJournalRecord(const json& r, const JournalState& state) {
+  JournalRecord record;
   try {
-    return Read(r, state);
+    record = Read(r);
   } catch (const BadRecord& b) {
     return CorruptError(b.why);
   } catch (const std::exception& ex) {
     return CorruptError(ex.what());
   }
+  ELASTRA_RETURN_IF_ERROR(CheckJournalRecord(record, state));
+  return record;
+}
+
+StatusOr<JournalRecord> DecodeJournalRecord(std::string_view text, const JournalState& state) {
+  const json r = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (r.is_discarded()) return CorruptError("record is not JSON");
+  auto record = ReadJournalRecord(r, state);
+  if (!record.ok()) return CorruptError("inconsistent record (" + record.status().message() + ")");
+  return record;
 }
 
 void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
@@ -426,7 +387,8 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
     case JournalRecordType::kState:
       s->state = std::move(rec.state);
       break;
-    case JournalRecordType::kEvent:
+    case JournalRecordType::kResizeRefused:
+    case JournalRecordType::kHostLost:
       break;
     case JournalRecordType::kEnd:
       s->ended = rec.outcome;
@@ -436,81 +398,6 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       break;
   }
   ++s->records;
-}
-
-namespace {
-
-Status CheckWorkers(const std::vector<JournalWorker>& ws) {
-  if (ws.size() > kJournalMaxWorkers) return CorruptError("too many workers in one record");
-  for (const JournalWorker& w : ws) {
-    if (w.id.empty()) return CorruptError("empty worker id");
-    if (w.id.size() > kJournalMaxString || w.host.size() > kJournalMaxString) {
-      return CorruptError("worker " + w.id.substr(0, 64) + ": a field is too long");
-    }
-    if (w.device < -1 || w.pid < 0) {
-      return CorruptError("worker " + w.id + ": device or pid out of range");
-    }
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
-Status CheckChangeRecord(const JournalRecord& rec, const JournalState& s) {
-  if (s.empty()) return CorruptError("the first record is not a job record");
-  constexpr uint64_t kMaxId = static_cast<uint64_t>(INT64_MAX);
-  if (rec.type == JournalRecordType::kBegin) {
-    ChangeKind kind;
-    if (!FromString(ToString(rec.kind), &kind)) return CorruptError("unknown change kind");
-    if (rec.target < 1 || rec.target > kMaxId)
-      return CorruptError("field 'target' is out of range");
-    if (rec.workers_of != 0) {
-      if (const char* why = CommittedMismatch(s, rec.workers_of)) return CorruptError(why);
-      const size_t committed = s.current()->members.size();
-      for (size_t i = 0; i < rec.dropped.size(); ++i) {
-        if (rec.dropped[i] < 0 || static_cast<size_t>(rec.dropped[i]) >= committed ||
-            (i > 0 && rec.dropped[i] <= rec.dropped[i - 1])) {
-          return CorruptError("'dropped' is not a rising list of the committed members' ranks");
-        }
-      }
-      if (committed - rec.dropped.size() + rec.workers.size() == 0) {
-        return CorruptError("a begin record without workers");
-      }
-    } else if (!rec.dropped.empty()) {
-      return CorruptError("a begin record drops ranks of no generation");
-    }
-    return CheckWorkers(rec.workers);
-  }
-  if (rec.type != JournalRecordType::kCommit) return InvalidArgumentError("not a change record");
-  const JournalGeneration& g = rec.generation;
-  if (g.generation < 1 || g.generation > kMaxId) {
-    return CorruptError("field 'generation' is out of range");
-  }
-  if (s.current() != nullptr && g.generation <= s.current()->generation) {
-    return CorruptError("generation " + std::to_string(g.generation) +
-                        " committed after generation " + std::to_string(s.current()->generation));
-  }
-  proto::GenerationReason reason;
-  if (!proto::FromString(proto::ToString(g.reason), &reason)) {
-    return CorruptError("unknown generation reason");
-  }
-  const Layout& l = g.layout;
-  if (l.dp < 0 || l.dp > (1 << 20) || l.pp < 1 || l.pp > (1 << 20) || l.tp < 1 ||
-      l.tp > (1 << 20) || static_cast<int64_t>(l.dp) * l.pp * l.tp > kMaxWorld) {
-    return CorruptError("layout " + l.ToString() + " is out of range");
-  }
-  if (rec.members_begun) {
-    if (!g.members.empty()) return CorruptError("a commit with both 'begin' and 'members'");
-    if (const char* why = BegunMismatch(s, g.generation)) return CorruptError(why);
-  }
-  const size_t members = rec.members_begun ? s.change_workers.size() : g.members.size();
-  if (members == 0) return CorruptError("a generation without members");
-  if (static_cast<size_t>(l.world()) != members) {
-    return CorruptError("layout " + l.ToString() + " does not match " + std::to_string(members) +
-                        " members");
-  }
-  if (s.history.size() >= kJournalMaxHistory) return CorruptError("too many generations");
-  return CheckWorkers(g.members);
 }
 
 json LayoutJson(const Layout& l) { return json{{"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}}; }
@@ -537,10 +424,6 @@ bool BytesOfHex(const std::string& hex, std::string* bytes) {
     bytes->push_back(static_cast<char>(hi << 4 | lo));
   }
   return true;
-}
-
-json WorkerJson(const JournalWorker& w) {
-  return json{{"id", w.id}, {"host", w.host}, {"device", w.device}, {"pid", w.pid}};
 }
 
 }  // namespace elastra::journal

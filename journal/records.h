@@ -1,21 +1,23 @@
-// The journal's records as JSON (journal/journal.h has the file format): building them,
-// reading one into a typed record checked against the state it follows, and applying it.
+// The journal's records: typed (JournalRecord), checked against the state they follow
+// (CheckJournalRecord), applied (ApplyJournalRecord), and turned into the text a storage keeps and
+// back (EncodeJournalRecord, DecodeJournalRecord): JSON exists only at that edge.
 //
-// A record is read whole and checked before anything changes (ReadJournalRecord), then applied in
-// place (ApplyJournalRecord, which cannot fail), so an append costs the size of its record and
-// never a copy of the state: the state holds every committed generation's members, O(workers x
-// generations) (docs/scale.md). Replay and Append use the same two steps, so a journal replays
+// A record is checked whole before anything changes, then applied in place (ApplyJournalRecord,
+// which cannot fail), so an append costs the size of its record and never a copy of the state:
+// the state holds every committed generation's members, O(workers x generations)
+// (docs/scale.md). Append and replay use the same check and the same apply, so a journal replays
 // to the state its writer held.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "journal/journal.h"
 #include "elastra/status.h"
+#include "journal/journal.h"
 
 namespace elastra::journal {
 
@@ -35,15 +37,17 @@ enum class JournalRecordType : uint8_t {
   kCheckpoint,
   kResize,
   kResizeEnd,
+  kResizeRefused,
+  kHostLost,
   kTarget,
   kState,
-  kEvent,
   kEnd,
 };
 
-// One record, read and checked. Only the fields of its type are set.
+// One record. Only the fields of its type are set. Some fields are written for GET /v1/events and
+// /metrics only: replay does not read them back (their defaults then).
 struct JournalRecord {
-  JournalRecordType type = JournalRecordType::kEvent;
+  JournalRecordType type = JournalRecordType::kJob;
   // job
   std::string job, bind;
   bool has_bind = false;
@@ -53,7 +57,7 @@ struct JournalRecord {
   // worker
   std::string id;
   JournalWorkerState worker_state = JournalWorkerState::kRemoved;
-  // ids
+  // ids; host_lost: the workers that left the job with the host
   std::vector<std::string> ids;
   // begin
   uint64_t target = 0;
@@ -71,21 +75,33 @@ struct JournalRecord {
   // flight in the state it follows (a record written with "begin" instead of "members"): Apply
   // moves them from the state's change_workers, and generation.members stays empty until then.
   bool members_begun = false;
-  // checkpoint
+  // checkpoint; its shard files' total size and its save time, each -1 when not known (not
+  // written then; replay does not read them)
   JournalCheckpoint checkpoint;
-  // resize
+  int64_t checkpoint_bytes = -1;
+  double checkpoint_seconds = -1;
+  // resize; resize_refused: its workers, and its layout when has_layout
   JournalResize resize;
+  // resize_end: done (else failed), at this committed generation (replay does not read them)
+  bool resize_done = false;
+  uint64_t resize_generation = 0;
+  // resize_refused: the drain's host (empty for a resize) and why; host_lost: the host and why
+  // (replay reads neither record's fields)
+  std::string host, why;
   // target
   int32_t target_workers = 0;
   // state
   StateSpec state;
-  // end
+  // end; the job's last committed checkpoint when end_checkpoint_step >= 0 (replay does not read
+  // them)
   JobOutcome outcome = JobOutcome::kFinished;
   std::string reason;
+  int64_t end_checkpoint_step = -1;
+  std::string end_checkpoint_dir;
 };
 
 // The workers of a begin record written as a difference: `committed` less the entries at the
-// ranks in `dropped` (rising), then `added`. Replay and the events reader (http_events.cc)
+// ranks in `dropped` (rising), then `added`. Replay and the events reader (events.cc)
 // both rebuild the list with it, of records or of ids.
 template <class T>
 std::vector<T> LessDroppedThenAdded(const std::vector<T>& committed,
@@ -104,26 +120,39 @@ std::vector<T> LessDroppedThenAdded(const std::vector<T>& committed,
   return out;
 }
 
+// The text a storage keeps for `record`: a JSON object with its keys in the JSON library's order
+// (alphabetical), or for a begin or commit record ChangeRecordText's. `record` is changed to what
+// replay reads back from that text: a string that is not UTF-8 as the JSON library replaces it, a
+// commit's timing that is not a finite number as -1 (not known) and its reached and restore steps
+// as -1 (replay does not read them).
+std::string EncodeJournalRecord(JournalRecord* record);
+// `text` read as the record that follows `state`: kCorrupt "record is not JSON", or
+// "inconsistent record (WHY)" as ReadJournalRecord refuses it. `state` is not changed.
+StatusOr<JournalRecord> DecodeJournalRecord(std::string_view text, const JournalState& state);
 // `r` read as the record that follows `state`: kCorrupt naming what is wrong when it is not one
-// (a missing or out-of-range field, an unknown type, a generation committed out of order, a
-// bound passed). `state` is not changed.
+// (a missing or out-of-range field, an unknown type, or what CheckJournalRecord refuses).
 StatusOr<JournalRecord> ReadJournalRecord(const nlohmann::json& r, const JournalState& state);
-// Applies a record ReadJournalRecord accepted against this same state.
+// kCorrupt naming what is wrong when `record` cannot follow `state`: a field out of the bounds
+// ReadJournalRecord enforces on its text (a name no enum value has, a string too long), or a
+// record that does not fit the state (no job record first, a generation committed out of order, a
+// reference to a change or generation that is not the one in flight or committed, a bound on the
+// state passed). The one check of every record, on append and on replay.
+Status CheckJournalRecord(const JournalRecord& record, const JournalState& state);
+// Applies a record CheckJournalRecord accepted against this same state.
 void ApplyJournalRecord(JournalRecord record, JournalState* state);
 
 // The text of a `begin` or `commit` record (the two that list every member), built from typed
-// values without JSON objects (at 16,384 workers the objects cost tens of ms a record). The record
-// is changed to what replay reads back from that text: a string that is not UTF-8 as the JSON
-// library replaces it, a timing that is not a finite number as -1 (not known). A commit with
-// members_begun is written with "begin": its generation in place of its members; a begin with
-// workers_of with "members_of": that generation.
+// values without JSON objects (at 16,384 workers the objects cost tens of ms a record), and the
+// record changed as EncodeJournalRecord says. A commit with members_begun is written with
+// "begin": its generation in place of its members; a begin with workers_of with "members_of":
+// that generation.
 std::string ChangeRecordText(JournalRecord* record);
-// A `begin` or `commit` record built from typed values, checked against every bound
-// ReadJournalRecord enforces on the same record read from its text, and against `state`.
-Status CheckChangeRecord(const JournalRecord& record, const JournalState& state);
+// Replaces the bytes of `s` that are not UTF-8 as the JSON library does when it writes them
+// (error_handler_t::replace): each maximal invalid sequence becomes U+FFFD. False when `s` was
+// UTF-8 (unchanged).
+bool ReplaceInvalidUtf8(std::string* s);
 
 nlohmann::json LayoutJson(const Layout& layout);
-nlohmann::json WorkerJson(const JournalWorker& worker);
 // Lower-case hex of `bytes`, and back (false for text that is not hex of whole bytes).
 std::string HexOf(const std::string& bytes);
 bool BytesOfHex(const std::string& hex, std::string* bytes);

@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "journal/journal.h"
+#include "journal/records.h"
 #include "tests/journal/test_util.h"
 
 namespace elastra::journal {
@@ -39,8 +42,8 @@ std::string Literal(const std::string& s) {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x\"\"", c);
+      char buf[8];  // octal: at most 3 digits, so no character after it is taken in
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
       out += buf;
     } else {
       out += static_cast<char>(c);
@@ -63,63 +66,64 @@ JournalWorker Worker(const std::string& id, const std::string& host, int32_t dev
 
 // Written by the journal as of commit 5d660b2 (one JSON object per Record* function).
 const std::vector<std::string> kGolden = {
-    "{\"bind\":\"tcp://0.0.0.0:0\",\"initial_workers\":2,\"job\":\"mlp \\\"q\\\"\\tw\xef"
-        "\xbf""\xbd""(\xef""\xbf""\xbd""\",\"max_workers\":8,\"t\":\"job\",\"version\":1}",
+    "{\"bind\":\"tcp://0.0.0.0:0\",\"initial_workers\":2,\"job\":\"mlp \\\"q\\\"\\tw\357\277\275("
+    "\357\277\275\",\"max_workers\":8,\"t\":\"job\",\"version\":1}",
     "{\"t\":\"join\",\"worker\":{\"device\":0,\"host\":\"host-0\",\"id\":\"w0\",\"pid\":1000}}",
-    "{\"t\":\"join\",\"worker\":{\"device\":1,\"host\":\"host-1\",\"id\":\"w1\",\"pid\":1001,"
-        "\"rv\":\"7f0000011f90\"}}",
-    "{\"t\":\"join\",\"worker\":{\"device\":-1,\"host\":\"h\\\\\\n\",\"id\":\"w\xef""\xbf"
-        "\xbd""(\xef""\xbf""\xbd""\",\"pid\":7}}",
-    "{\"id\":\"w\xef""\xbf""\xbd""(\xef""\xbf""\xbd""\",\"state\":\"removed\",\"t\":\"worker\"}",
-    "{\"ids\":[\"w2\",\"w3\",\"w\xef""\xbf""\xbd""(\xef""\xbf""\xbd""\"],\"t\":\"ids\"}",
-    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":1,\"workers\":[{\"device\":0,\"host\":\"h"
-        "ost-0\",\"id\":\"w0\",\"pid\":1000},{\"device\":1,\"host\":\"host-1\",\"id\":\"w1\",\"pi"
-        "d\":1001}]}",
-    "{\"generation\":1,\"layout\":{\"dp\":2,\"pp\":1,\"tp\":1},\"begin\":1,\"reason\":\"start"
-        "\",\"t\":\"commit\",\"downtime_ms\":12.25,\"agreement_ms\":0,\"rebuild_ms\":0.3333333333"
-        "3333331,\"transfer_ms\":0}",
+    "{\"t\":\"join\",\"worker\":{\"device\":1,\"host\":\"host-1\",\"id\":\"w1\",\"pid\":1001,\"rv"
+    "\":\"7f0000011f90\"}}",
+    "{\"t\":\"join\",\"worker\":{\"device\":-1,\"host\":\"h\\\\\\n\",\"id\":\"w\357\277\275(\357"
+    "\277\275\",\"pid\":7}}",
+    "{\"id\":\"w\357\277\275(\357\277\275\",\"state\":\"removed\",\"t\":\"worker\"}",
+    "{\"ids\":[\"w2\",\"w3\",\"w\357\277\275(\357\277\275\"],\"t\":\"ids\"}",
+    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":1,\"workers\":[{\"device\":0,\"host\":\"host-"
+    "0\",\"id\":\"w0\",\"pid\":1000},{\"device\":1,\"host\":\"host-1\",\"id\":\"w1\",\"pid\":1001"
+    "}]}",
+    "{\"generation\":1,\"layout\":{\"dp\":2,\"pp\":1,\"tp\":1},\"begin\":1,\"reason\":\"start\","
+    "\"t\":\"commit\",\"downtime_ms\":12.25,\"agreement_ms\":0,\"rebuild_ms\":0.33333333333333331"
+    ",\"transfer_ms\":0}",
     "{\"dir\":\"/ckpt/step-20\",\"generation\":1,\"step\":20,\"t\":\"checkpoint\"}",
-    "{\"bytes\":123456789,\"dir\":\"/ckpt/step-30\",\"generation\":1,\"seconds\":2.5,\"step\""
-        ":30,\"t\":\"checkpoint\"}",
-    "{\"bytes\":0,\"dir\":\"/c\xef""\xbf""\xbd""\",\"generation\":1,\"seconds\":0.1,\"step\":"
-        "40,\"t\":\"checkpoint\"}",
-    "{\"has_layout\":false,\"layout\":{\"dp\":1,\"pp\":1,\"tp\":1},\"t\":\"resize\",\"workers\":4}",
+    "{\"bytes\":123456789,\"dir\":\"/ckpt/step-30\",\"generation\":1,\"seconds\":2.5,\"step\":30,"
+    "\"t\":\"checkpoint\"}",
+    "{\"bytes\":0,\"dir\":\"/c\357\277\275\",\"generation\":1,\"seconds\":0.1,\"step\":40,\"t\":"
+    "\"checkpoint\"}",
+    "{\"has_layout\":false,\"layout\":{\"dp\":1,\"pp\":1,\"tp\":1},\"t\":\"resize\",\"workers\":4"
+    "}",
     "{\"has_layout\":true,\"layout\":{\"dp\":2,\"pp\":2,\"tp\":1},\"t\":\"resize\",\"workers\":4}",
     "{\"generation\":1,\"outcome\":\"done\",\"t\":\"resize_end\"}",
     "{\"generation\":7,\"outcome\":\"failed\",\"t\":\"resize_end\"}",
     "{\"error\":\"too small\",\"t\":\"resize_refused\",\"workers\":3}",
-    "{\"error\":\"no room\\n\\\"x\\\"\xef""\xbf""\xbd""\",\"host\":\"host-a\",\"layout\":{\"d"
-        "p\":2,\"pp\":2,\"tp\":1},\"t\":\"resize_refused\",\"workers\":6}",
-    "{\"host\":\"host-a\",\"t\":\"host_lost\",\"why\":\"agent silent\",\"workers\":[\"w0\",\""
-        "w1\"]}",
-    "{\"host\":\"h\xef""\xbf""\xbd""\",\"t\":\"host_lost\",\"why\":\"\",\"workers\":[]}",
+    "{\"error\":\"no room\\n\\\"x\\\"\357\277\275\",\"host\":\"host-a\",\"layout\":{\"dp\":2,\"pp"
+    "\":2,\"tp\":1},\"t\":\"resize_refused\",\"workers\":6}",
+    "{\"host\":\"host-a\",\"t\":\"host_lost\",\"why\":\"agent silent\",\"workers\":[\"w0\",\"w1\""
+    "]}",
+    "{\"host\":\"h\357\277\275\",\"t\":\"host_lost\",\"why\":\"\",\"workers\":[]}",
     "{\"t\":\"target\",\"workers\":3}",
-    "{\"spec\":\"0200000001000000000000000100000000000000770200000000000000080000000000000010"
-        "000000000000000200000000000000010000000000000001\",\"t\":\"state\"}",
+    "{\"spec\":\"02000000010000000000000001000000000000007702000000000000000800000000000000100000"
+    "00000000000200000000000000010000000000000001\",\"t\":\"state\"}",
     "{\"kind\":\"pause\",\"t\":\"begin\",\"target\":2,\"members_of\":1}",
-    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":3,\"members_of\":1,\"dropped\":[1],\"adde"
-        "d\":[{\"device\":4,\"host\":\"host-4\",\"id\":\"w4\",\"pid\":1004}]}",
-    "{\"generation\":3,\"layout\":{\"dp\":2,\"pp\":1,\"tp\":1},\"members\":[{\"device\":0,\"h"
-        "ost\":\"host-0\",\"id\":\"w0\",\"pid\":1000},{\"device\":5,\"host\":\"host-5\",\"id\":\""
-        "w5\",\"pid\":1005}],\"reason\":\"failure\",\"t\":\"commit\",\"downtime_ms\":12.25,\"agre"
-        "ement_ms\":9.9999999999999995e-08,\"rebuild_ms\":0.33333333333333331,\"transfer_ms\":-1,"
-        "\"reached_step\":45,\"restore_step\":40}",
+    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":3,\"members_of\":1,\"dropped\":[1],\"added\":"
+    "[{\"device\":4,\"host\":\"host-4\",\"id\":\"w4\",\"pid\":1004}]}",
+    "{\"generation\":3,\"layout\":{\"dp\":2,\"pp\":1,\"tp\":1},\"members\":[{\"device\":0,\"host"
+    "\":\"host-0\",\"id\":\"w0\",\"pid\":1000},{\"device\":5,\"host\":\"host-5\",\"id\":\"w5\",\""
+    "pid\":1005}],\"reason\":\"failure\",\"t\":\"commit\",\"downtime_ms\":12.25,\"agreement_ms\":"
+    "9.9999999999999995e-08,\"rebuild_ms\":0.33333333333333331,\"transfer_ms\":-1,\"reached_step"
+    "\":45,\"restore_step\":40}",
     "{\"id\":\"w0\",\"state\":\"finished\",\"t\":\"worker\"}",
     "{\"id\":\"w5\",\"state\":\"lost\",\"t\":\"worker\"}",
-    "{\"kind\":\"recover\",\"t\":\"begin\",\"target\":4,\"workers\":[{\"device\":0,\"host\":"
-        "\"host-0\",\"id\":\"w0\",\"pid\":1000}]}",
-    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":5,\"workers\":[{\"device\":0,\"host\":\"h"
-        "ost-0\",\"id\":\"w0\",\"pid\":1000}]}",
-    "{\"generation\":5,\"layout\":{\"dp\":1,\"pp\":1,\"tp\":1},\"begin\":5,\"reason\":\"resiz"
-        "e\",\"t\":\"commit\",\"downtime_ms\":12.25,\"agreement_ms\":9.9999999999999995e-08,\"reb"
-        "uild_ms\":0.33333333333333331,\"transfer_ms\":-1}",
-    "{\"checkpoint_dir\":\"/c\",\"checkpoint_step\":40,\"outcome\":\"finished\",\"reason\":\""
-        "every member finished\",\"t\":\"end\"}",
+    "{\"kind\":\"recover\",\"t\":\"begin\",\"target\":4,\"workers\":[{\"device\":0,\"host\":\"hos"
+    "t-0\",\"id\":\"w0\",\"pid\":1000}]}",
+    "{\"kind\":\"build\",\"t\":\"begin\",\"target\":5,\"workers\":[{\"device\":0,\"host\":\"host-"
+    "0\",\"id\":\"w0\",\"pid\":1000}]}",
+    "{\"generation\":5,\"layout\":{\"dp\":1,\"pp\":1,\"tp\":1},\"begin\":5,\"reason\":\"resize\","
+    "\"t\":\"commit\",\"downtime_ms\":12.25,\"agreement_ms\":9.9999999999999995e-08,\"rebuild_ms"
+    "\":0.33333333333333331,\"transfer_ms\":-1}",
+    "{\"checkpoint_dir\":\"/c\",\"checkpoint_step\":40,\"outcome\":\"finished\",\"reason\":\"ever"
+    "y member finished\",\"t\":\"end\"}",
 };
 
 const std::vector<std::string> kGoldenShort = {
-    "{\"bind\":\"\",\"initial_workers\":1,\"job\":\"j\",\"max_workers\":1,\"t\":\"job\",\"ver"
-        "sion\":1}",
+    "{\"bind\":\"\",\"initial_workers\":1,\"job\":\"j\",\"max_workers\":1,\"t\":\"job\",\"version"
+    "\":1}",
     "{\"dir\":\"d\",\"generation\":0,\"seconds\":null,\"step\":1,\"t\":\"checkpoint\"}",
     "{\"outcome\":\"failed\",\"reason\":\"gone\",\"t\":\"end\"}",
 };
@@ -170,8 +174,9 @@ TEST_F(JournalTest, EachRecordIsWrittenAsBefore) {
     ASSERT_TRUE(journal.RecordTarget(3).ok());
     ASSERT_TRUE(journal.RecordState(spec).ok());
     ASSERT_TRUE(journal.RecordChangeBegunOfCommitted(2, ChangeKind::kPause).ok());
-    ASSERT_TRUE(journal.RecordChangeBegunOfCommitted(3, ChangeKind::kBuild, {1},
-                                                     {Worker("w4", "host-4", 4, 1004)})
+    ASSERT_TRUE(journal
+                    .RecordChangeBegunOfCommitted(3, ChangeKind::kBuild, {1},
+                                                  {Worker("w4", "host-4", 4, 1004)})
                     .ok());
     g.generation = 3;
     g.reason = proto::GenerationReason::kFailure;
@@ -234,6 +239,30 @@ TEST_F(JournalTest, ShortRecordsAreWrittenAsBefore) {
     ASSERT_TRUE((*j)->RecordEnd(JobOutcome::kFailed, "gone").ok());
   }
   ExpectPayloads(Payloads(ReadAll()), kGoldenShort);
+}
+
+// Strings that are not UTF-8 are written as the JSON library replaces them, without the library
+// parsing them back: random byte strings, rich in the bytes where UTF-8 sequences start or break,
+// come out of ReplaceInvalidUtf8 as the library's text of them reads back.
+TEST(ReplaceInvalidUtf8Test, ReplacesAsTheJsonLibraryDoes) {
+  using nlohmann::json;
+  const unsigned char edges[] = {0x00, 0x1f, 0x22, 0x41, 0x5c, 0x7f, 0x80, 0x8f, 0x90, 0x9f,
+                                 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed,
+                                 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xfe, 0xff};
+  std::mt19937 rng(32);
+  int replaced = 0;
+  for (int i = 0; i < 50000; ++i) {
+    std::string s(rng() % 12, '\0');
+    for (char& c : s) c = static_cast<char>(edges[rng() % sizeof(edges)]);
+    const std::string text = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+    const std::string want = json::parse(text).get<std::string>();
+    std::string got = s;
+    const bool changed = ReplaceInvalidUtf8(&got);
+    ASSERT_EQ(got, want) << Literal(s);
+    EXPECT_EQ(changed, want != s) << Literal(s);
+    replaced += changed;
+  }
+  EXPECT_GT(replaced, 1000) << "the strings hardly ever needed a replacement";
 }
 
 }  // namespace
