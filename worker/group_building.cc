@@ -19,38 +19,19 @@ void GroupSet::Abort() {
   }
 }
 
-namespace {
-
-// Breaks the calls in flight on `c` without waiting on the device: an NCCL communicator is
-// released later, on its owner's thread (NcclCommunicator::RequestAbort), anything else now.
-void BreakWithoutWaiting(Communicator* c) {
-#if ELASTRA_HAVE_NCCL
-  if (c->backend() == Backend::kNccl) {
-    static_cast<NcclCommunicator*>(c)->RequestAbort();
-    return;
-  }
-#endif
-  c->Abort();
-}
-
-}  // namespace
-
+// The world is interrupted (NCCL keeps it for a shrink), every other group broken without waiting
+// on the device; on Gloo and MPI both are Abort().
 void GroupSet::Interrupt() {
-#if ELASTRA_HAVE_NCCL
-  if (world != nullptr && world->backend() == Backend::kNccl) {
-    static_cast<NcclCommunicator*>(world.get())->Interrupt();
-    for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
-      if (c != nullptr && c != world.get()) BreakWithoutWaiting(c);
-    }
-    return;
+  if (world == nullptr) return Abort();
+  world->Interrupt();
+  for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
+    if (c != nullptr && c != world.get()) c->AbortWithoutWaiting();
   }
-#endif
-  Abort();
 }
 
 void GroupSet::RequestAbort() {
   for (auto* c : {world.get(), dp.get(), pp.get(), tp.get(), control.get()}) {
-    if (c != nullptr) BreakWithoutWaiting(c);
+    if (c != nullptr) c->AbortWithoutWaiting();
   }
 }
 

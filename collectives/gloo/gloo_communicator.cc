@@ -43,6 +43,7 @@
 #include "collectives/gloo/gloo_errors.h"
 #include "collectives/gloo/gloo_mesh.h"
 #include "collectives/gloo/stream_mesh.h"
+#include "collectives/half_precision.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -206,13 +207,10 @@ class GlooCommunicator : public Communicator {
     ELASTRA_RETURN_IF_ERROR(CheckCommon("Allreduce", data, count, type, timeout));
     if (!ValidOp(op)) return InvalidArgumentError("Allreduce: unknown reduce op");
     if (count == 0) return OkStatus();
-    if (IsHalfType(type)) {
-      // As NCCL's reductions of bf16/fp16: summed in float32, here rounded once at the end.
-      std::vector<float> wide(count);
-      WidenToFloat(type, data, wide.data(), count);
-      ELASTRA_RETURN_IF_ERROR(Allreduce(wide.data(), count, DataType::kFloat32, op, timeout));
-      NarrowFromFloat(type, wide.data(), data, count);
-      return OkStatus();
+    if (IsHalfType(type)) {  // collectives/half_precision.h
+      return ReduceInFloat32(type, data, count, data, count, [&](const float*, float* wide) {
+        return Allreduce(wide, count, DataType::kFloat32, op, timeout);
+      });
     }
     const size_t elem = DataTypeSize(type);
     if (count * elem <= kSmallAllreduceBytes) {
@@ -266,12 +264,11 @@ class GlooCommunicator : public Communicator {
     if (!ValidOp(op)) return InvalidArgumentError("ReduceScatter: unknown reduce op");
     if (count == 0) return OkStatus();
     if (IsHalfType(type)) {
-      std::vector<float> wide_send(count * size_), wide_recv(count);
-      WidenToFloat(type, send, wide_send.data(), wide_send.size());
-      ELASTRA_RETURN_IF_ERROR(ReduceScatter(wide_send.data(), wide_recv.data(), count,
-                                            DataType::kFloat32, op, timeout));
-      NarrowFromFloat(type, wide_recv.data(), recv, count);
-      return OkStatus();
+      return ReduceInFloat32(type, send, count * size_, recv, count,
+                             [&](const float* wide_send, float* wide_recv) {
+                               return ReduceScatter(wide_send, wide_recv, count,
+                                                    DataType::kFloat32, op, timeout);
+                             });
     }
     const size_t elem = DataTypeSize(type);
     std::vector<char> scratch(static_cast<const char*>(send),

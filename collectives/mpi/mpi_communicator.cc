@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/half_precision.h"
+
 namespace elastra {
 namespace {
 
@@ -125,13 +127,10 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
     ELASTRA_ASSIGN_OR_RETURN(MPI_Datatype dt, MpiType(type));
     ELASTRA_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(op));
     if (data == nullptr && count > 0) return InvalidArgumentError("Allreduce of a null buffer");
-    if (IsHalfType(type)) {
-      // Summed in float32 and rounded once, as the Gloo backend does.
-      std::vector<float> wide(count);
-      WidenToFloat(type, data, wide.data(), count);
-      ELASTRA_RETURN_IF_ERROR(Allreduce(wide.data(), count, DataType::kFloat32, op, timeout));
-      NarrowFromFloat(type, wide.data(), data, count);
-      return OkStatus();
+    if (IsHalfType(type)) {  // collectives/half_precision.h
+      return ReduceInFloat32(type, data, count, data, count, [&](const float*, float* wide) {
+        return Allreduce(wide, count, DataType::kFloat32, op, timeout);
+      });
     }
     size_t bytes = count * DataTypeSize(type);
     Abandoned op_state;
@@ -185,12 +184,11 @@ class MpiCommunicatorImpl final : public MpiCommunicator {
       return InvalidArgumentError("ReduceScatter with a null buffer");
     }
     if (IsHalfType(type)) {
-      std::vector<float> wide_send(count * size_), wide_recv(count);
-      WidenToFloat(type, send, wide_send.data(), wide_send.size());
-      ELASTRA_RETURN_IF_ERROR(ReduceScatter(wide_send.data(), wide_recv.data(), count,
-                                            DataType::kFloat32, op, timeout));
-      NarrowFromFloat(type, wide_recv.data(), recv, count);
-      return OkStatus();
+      return ReduceInFloat32(type, send, count * size_, recv, count,
+                             [&](const float* wide_send, float* wide_recv) {
+                               return ReduceScatter(wide_send, wide_recv, count,
+                                                    DataType::kFloat32, op, timeout);
+                             });
     }
     size_t bytes = count * DataTypeSize(type);
     Abandoned op_state;

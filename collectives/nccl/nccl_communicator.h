@@ -98,6 +98,7 @@ class NcclCommunicator : public Communicator {
   // For threads that must not wait on the device (the release frees device memory, and cudaFree
   // waits for every kernel on it, e.g. a hung one of another communicator). Thread-safe.
   void RequestAbort();
+  void AbortWithoutWaiting() override { RequestAbort(); }
 
   // ncclCommSplit: collective over this communicator. Ranks with the same `color` (>= 0) form a
   // new communicator, ordered by `key`. A negative color takes no part and gets a null pointer.
@@ -132,7 +133,7 @@ class NcclCommunicator : public Communicator {
   //  - ncclInProgress (NCCL's thread still runs a call): nothing yet; Quiesce() takes the step.
   // Abort() when nothing will be made from it. Thread-safe; a call in flight on another thread
   // takes the NCCL part at its end. Never blocks on peers.
-  void Interrupt();
+  void Interrupt() override;
 
   // For a broken communicator: Interrupt()s it (if not yet) and waits, at most `timeout`, until it
   // is quiescent. OK: NCCL reports ncclSuccess on it (revoked, or never running anything), so a

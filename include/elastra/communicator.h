@@ -117,6 +117,14 @@ class Communicator {
   // Breaks every call in flight (they return kAborted or kPeerLost) and every later one.
   // Thread-safe, never blocks on peers.
   virtual void Abort() = 0;
+  // Breaks the calls in flight for a recovery that may make the next communicator from this one:
+  // NCCL revokes it and keeps it for a shrink (docs/collectives.md, "Interrupt, revoke and
+  // shrink"); the others Abort(). Thread-safe, never blocks on peers or on the device.
+  virtual void Interrupt() { Abort(); }
+  // Abort() for a thread that must not wait on the device: NCCL releases the communicator later, on
+  // its owner's thread (its release frees device memory, which waits for every kernel, a hung one
+  // included); the others Abort() now. Thread-safe.
+  virtual void AbortWithoutWaiting() { Abort(); }
 
   // The same calls with default_timeout().
   Status Allreduce(void* data, size_t count, DataType type, ReduceOp op) {
