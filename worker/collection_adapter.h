@@ -12,6 +12,7 @@
 #include "checkpoint/format.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra::checkpoint {
 
@@ -100,7 +101,7 @@ inline std::vector<RegionRequest> RequestsFor(const TensorCollection& state) {
 // RequestsFor(*state). The shards must be in host memory and sized for their regions.
 inline std::vector<std::span<std::byte>> BuffersOf(TensorCollection& state) {
   std::vector<std::span<std::byte>> out;
-  for (TensorCollection::Tensor& t : state.mutable_tensors()) {
+  for (TensorCollection::Tensor& t : TensorCollectionAccess::Tensors(state)) {
     out.push_back({reinterpret_cast<std::byte*>(t.data.data()), t.data.size()});
   }
   return out;
@@ -108,7 +109,7 @@ inline std::vector<std::span<std::byte>> BuffersOf(TensorCollection& state) {
 
 // Sets the scalars of `state` that the checkpoint of `loaded` has.
 inline void RestoreScalars(const LoadedState& loaded, TensorCollection* state) {
-  for (auto& [name, value] : state->mutable_scalars()) {
+  for (auto& [name, value] : TensorCollectionAccess::Scalars(*state)) {
     for (const auto& [n, v] : loaded.scalars) {
       if (n == name) value = v;
     }
@@ -118,7 +119,7 @@ inline void RestoreScalars(const LoadedState& loaded, TensorCollection* state) {
 // Moves a load made with RequestsFor(*state) into *state (buffers swapped, no copy) and sets the
 // scalars the checkpoint has. kInvalidArgument when the load does not match; nothing changes then.
 inline Status RestoreInto(LoadedState&& loaded, TensorCollection* state) {
-  auto& tensors = state->mutable_tensors();
+  auto& tensors = TensorCollectionAccess::Tensors(*state);
   if (loaded.regions.size() != tensors.size()) {
     return InvalidArgumentError("the load holds " + std::to_string(loaded.regions.size()) +
                                 " tensors, the collection " + std::to_string(tensors.size()));

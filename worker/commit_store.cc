@@ -1,4 +1,5 @@
 #include "worker/commit_store.h"
+#include "state/tensor_collection_access.h"
 
 #include <chrono>
 #include <cstring>
@@ -216,13 +217,14 @@ Status CommitStore::Restore(int64_t target_step) {
                                    " to roll back to");
   }
   const Image& c = commits_.back();
-  ELASTRA_RETURN_IF_ERROR(state_->MoveToHost(/*keep_values=*/false));  // overwritten below
-  auto& tensors = state_->mutable_tensors();
+  // The values are overwritten below.
+  ELASTRA_RETURN_IF_ERROR(TensorCollectionAccess::MoveToHost(*state_, /*keep_values=*/false));
+  auto& tensors = TensorCollectionAccess::Tensors(*state_);
   for (size_t i = 0; i < tensors.size(); ++i) {
     tensors[i].data.assign(c.tensors[i].begin(), c.tensors[i].end());
     tensors[i].region = c.regions[i];
   }
-  auto& scalars = state_->mutable_scalars();
+  auto& scalars = TensorCollectionAccess::Scalars(*state_);
   for (size_t i = 0; i < scalars.size(); ++i) scalars[i].second = c.scalars[i];
   Changed();
   return OkStatus();

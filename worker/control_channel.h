@@ -29,7 +29,7 @@
 #include "protocol/control_client.h"
 #include "protocol/messages.h"
 #include "elastra/status.h"
-#include "elastra/worker.h"
+#include "elastra/worker_options.h"
 #include "worker/coordinator_store.h"
 
 namespace elastra {

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "elastra/device_buffer.h"
 #include "worker/collection_adapter.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra {
 
@@ -118,10 +119,11 @@ void DiskCheckpoints::Finish(const TensorCollection& state, int64_t step, uint64
 StatusOr<int64_t> LoadNewestCheckpoint(const proto::NewGeneration& gen, const Coordinates& coords,
                                        const std::string& job, Communicator& control,
                                        TensorCollection* state) {
-  ELASTRA_RETURN_IF_ERROR(state->MoveToHost(/*keep_values=*/false));  // the load overwrites them
+  // The load overwrites the values.
+  ELASTRA_RETURN_IF_ERROR(TensorCollectionAccess::MoveToHost(*state, /*keep_values=*/false));
   // The shards are loaded in place: a shard keeps its memory where it has the new region's size
   // already (no fresh pages to fault in), else gets a new buffer on huge pages.
-  for (auto& t : state->mutable_tensors()) {
+  for (auto& t : TensorCollectionAccess::Tensors(*state)) {
     t.region = LocalRegion(t.spec, state->num_layers(), gen.layout, coords);
     const size_t bytes = static_cast<size_t>(t.region.elements()) * t.spec.element_size;
     if (t.data.size() != bytes) t.data = NewHostBuffer(bytes);

@@ -28,7 +28,7 @@
 #include "elastra/layout.h"
 #include "elastra/status.h"
 #include "elastra/tensor_collection.h"
-#include "elastra/worker.h"
+#include "elastra/worker_options.h"
 
 namespace elastra {
 

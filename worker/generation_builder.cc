@@ -11,6 +11,8 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "state/tensor_collection_access.h"
+#include "worker/worker_internals.h"
 
 namespace elastra {
 namespace {
@@ -48,10 +50,10 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
   // The commit made once the state has moved needs an image of the new shards: one is faulted in
   // meanwhile, unless the worker holds enough (see CommitStore::TakeImage).
   commits_->Prefault(ShardSizesIn(*state_, gen.layout, my_coords));
-  if (options_.test_apply_delay.count() > 0) {
+  if (InternalsOf(options_).test_apply_delay.count() > 0) {
     // Test hook (ELASTRA_TEST_APPLY_DELAY_MS): widens the window in which a test kills a worker
     // during a reconfiguration.
-    std::this_thread::sleep_for(options_.test_apply_delay);
+    std::this_thread::sleep_for(InternalsOf(options_).test_apply_delay);
   }
   ELASTRA_RETURN_IF_ERROR(RebuildGroups(gen, my_rank));
   const double rebuild_ms = MillisSince(t0);
@@ -67,8 +69,8 @@ Status GenerationBuilder::Apply(const proto::NewGeneration& gen) {
   ELASTRA_RETURN_IF_ERROR(BroadcastScalars(gen));
   channel_->client().SetHeartbeatStep(step());
   const double transfer_ms = MillisSince(t1);
-  if (!options_.test_fail_after_move.empty() &&
-      options_.test_fail_after_move == options_.worker_id + ":" + std::to_string(gen.generation)) {
+  if (!InternalsOf(options_).test_fail_after_move.empty() &&
+      InternalsOf(options_).test_fail_after_move == options_.worker_id + ":" + std::to_string(gen.generation)) {
     return InternalError("injected by ELASTRA_TEST_FAIL_AFTER_MOVE after the state move");
   }
 
@@ -147,7 +149,7 @@ Status GenerationBuilder::BroadcastScalars(const proto::NewGeneration& gen) {
   for (const auto& [name, value] : state_->scalars()) scalars.push_back(value);
   ELASTRA_RETURN_IF_ERROR(
       groups_->control().Broadcast(scalars.data(), scalars.size(), DataType::kInt64, source));
-  auto& mine = state_->mutable_scalars();
+  auto& mine = TensorCollectionAccess::Scalars(*state_);
   for (size_t i = 0; i < mine.size(); ++i) mine[i].second = scalars[i];
   return OkStatus();
 }

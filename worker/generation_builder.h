@@ -18,7 +18,7 @@
 #include "elastra/layout.h"
 #include "elastra/status.h"
 #include "elastra/tensor_collection.h"
-#include "elastra/worker.h"
+#include "elastra/worker_options.h"
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"
 #include "worker/disk_checkpoints.h"

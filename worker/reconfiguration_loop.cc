@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "worker/fencing.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra {
 
@@ -334,7 +335,7 @@ std::optional<StatusOr<StepAction>> ReconfigurationLoop::Enter(const proto::NewG
 Status ReconfigurationLoop::Park(uint64_t generation) {
   groups_->Release();
   commits_->Release();
-  state_->ReleaseShards();  // host and GPU memory go back while parked
+  TensorCollectionAccess::ReleaseShards(*state_);  // host and GPU memory go back while parked
   checkpoints_->Stop();     // and the checkpoint writer's (page-locked) image
   proto::JoinRequest join = MakeJoin();
   auto reply =

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "state/reshard_executor.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra {
 
@@ -16,7 +17,7 @@ namespace {
 Status SetNewRegions(const StateMove& move, const Coordinates* coords, const Status& moved,
                      TensorCollection* state) {
   const int num_layers = state->num_layers();
-  for (auto& t : state->mutable_tensors()) {
+  for (auto& t : TensorCollectionAccess::Tensors(*state)) {
     if (coords != nullptr) {
       t.region = LocalRegion(t.spec, num_layers, move.plan.to.layout, *coords);
     } else {
@@ -41,8 +42,8 @@ Status SetNewRegions(const StateMove& move, const Coordinates* coords, const Sta
 StatusOr<int64_t> ExecuteStateMove(const StateMove& move, Communicator& comm,
                                    const Coordinates* coords, TensorCollection* state,
                                    std::chrono::milliseconds timeout, ReshardArena* arena) {
-  ELASTRA_RETURN_IF_ERROR(state->MoveToHost());
-  auto& tensors = state->mutable_tensors();
+  ELASTRA_RETURN_IF_ERROR(TensorCollectionAccess::MoveToHost(*state));
+  auto& tensors = TensorCollectionAccess::Tensors(*state);
   ShardMap shards;
   for (auto& t : tensors) {
     if (!t.data.empty()) shards[t.name()] = std::move(t.data);
@@ -74,12 +75,12 @@ StatusOr<int64_t> ExecuteDeviceStateMove(const StateMove& move, Communicator& co
     // Nothing of the old layout is here (a joiner, whose tensors are still whole from before
     // Start()): no source, so the whole tensors are dropped rather than uploaded (a whole model
     // need not fit one GPU), and the executor allocates the new shards.
-    for (auto& t : state->mutable_tensors()) {
+    for (auto& t : TensorCollectionAccess::Tensors(*state)) {
       if (!t.on_device) HostBytes().swap(t.data);
     }
   }
   ELASTRA_RETURN_IF_ERROR(state->MoveToDevice());
-  auto& tensors = state->mutable_tensors();
+  auto& tensors = TensorCollectionAccess::Tensors(*state);
   DeviceShardMap shards;
   for (auto& t : tensors) {
     if (t.device_data.size() > 0) shards[t.name()] = std::move(t.device_data);

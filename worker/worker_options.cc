@@ -10,8 +10,9 @@
 #include "protocol/keys.h"
 #include "common/logging.h"
 #include "protocol/net.h"
-#include "elastra/worker.h"
+#include "elastra/worker_options.h"
 #include "worker/mpi_bootstrap.h"
+#include "worker/worker_internals.h"
 
 namespace elastra {
 namespace {
@@ -61,9 +62,11 @@ std::string DefaultBindHost(const std::string& coordinator) {
 
 StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   WorkerOptions o;
+  auto internals = std::make_shared<WorkerInternals>();
+  std::shared_ptr<MpiBootstrap>& mpi = internals->mpi;
   ELASTRA_ASSIGN_OR_RETURN(std::optional<MpirunEnvironment> mpirun, DetectMpirun());
   if (mpirun) {
-    ELASTRA_ASSIGN_OR_RETURN(o.mpi, MpiBootstrap::Create(*mpirun));
+    ELASTRA_ASSIGN_OR_RETURN(mpi, MpiBootstrap::Create(*mpirun));
     o.park_when_removed = true;
     o.local_rank = mpirun->local_rank;
   }
@@ -73,8 +76,8 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   o.secret_key = Getenv("ELASTRA_WORKER_SECRET_KEY");
   std::string job = Getenv("ELASTRA_JOB");
   if (!job.empty()) o.job = job;
-  if (o.mpi != nullptr && o.coordinator.empty()) {  // MPI rank 0's embedded coordinator
-    const ConnectionInfo& info = o.mpi->connection();
+  if (mpi != nullptr && o.coordinator.empty()) {  // MPI rank 0's embedded coordinator
+    const ConnectionInfo& info = mpi->connection();
     o.coordinator = info.address;
     o.job = info.job;
     o.server_public_key = info.server_public;
@@ -110,13 +113,13 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   o.host = Getenv("ELASTRA_HOST");  // the agent names its host (containers share one name)
   if (o.host.empty()) o.host = HostName();
   o.worker_id = Getenv("ELASTRA_WORKER_ID");
-  if (o.mpi != nullptr) o.worker_id = o.mpi->worker_id();  // one environment for all ranks
+  if (mpi != nullptr) o.worker_id = mpi->worker_id();  // one environment for all ranks
   if (o.worker_id.empty()) o.worker_id = o.host + "-" + std::to_string(getpid());
   std::string bind = Getenv("ELASTRA_BIND_HOST");
   if (!bind.empty()) {
     o.bind_host = bind;
-  } else if (o.mpi != nullptr && !o.mpi->bind_host().empty()) {
-    o.bind_host = o.mpi->bind_host();  // decided with rank 0 (docs/mpi.md)
+  } else if (mpi != nullptr && !mpi->bind_host().empty()) {
+    o.bind_host = mpi->bind_host();  // decided with rank 0 (docs/mpi.md)
   } else {
     o.bind_host = DefaultBindHost(o.coordinator);
   }
@@ -158,8 +161,9 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   o.checkpoint_every = static_cast<int>(v);
   v = 0;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
-  o.test_apply_delay = milliseconds(v);
-  o.test_fail_after_move = Getenv("ELASTRA_TEST_FAIL_AFTER_MOVE");
+  internals->test_apply_delay = milliseconds(v);
+  internals->test_fail_after_move = Getenv("ELASTRA_TEST_FAIL_AFTER_MOVE");
+  o.internals = std::move(internals);
   return o;
 }
 

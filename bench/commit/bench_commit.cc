@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "elastra/tensor_collection.h"
+#include "state/tensor_collection_access.h"
 #include "worker/commit_store.h"
 
 namespace {
@@ -65,7 +66,9 @@ int main(int argc, char** argv) {
     }
   }
   if (!state.AddScalar(elastra::kStepScalarName, 0).ok()) Die("cannot register the step");
-  for (auto& t : state.mutable_tensors()) std::memset(t.data.data(), 1, t.data.size());
+  for (auto& t : elastra::TensorCollectionAccess::Tensors(state)) {
+    std::memset(t.data.data(), 1, t.data.size());
+  }
   const size_t bytes = state.bytes();
   std::vector<uint8_t> dst(bytes, 2);  // the memcpy reference's destination, touched
 
@@ -73,7 +76,9 @@ int main(int argc, char** argv) {
   int64_t step = 0;
   auto next_step = [&] {
     state.SetScalar(elastra::kStepScalarName, ++step);
-    for (auto& t : state.mutable_tensors()) t.data[0] = static_cast<uint8_t>(step);
+    for (auto& t : elastra::TensorCollectionAccess::Tensors(state)) {
+      t.data[0] = static_cast<uint8_t>(step);
+    }
   };
   for (int i = 0; i < 3; ++i) {  // warm-up: both images exist and are reused from now on
     next_step();

@@ -103,9 +103,7 @@ class TensorCollection {
   void SetScalar(const std::string& name, int64_t value);
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
-  std::vector<Tensor>& mutable_tensors() { return tensors_; }
   const std::vector<std::pair<std::string, int64_t>>& scalars() const { return scalars_; }
-  std::vector<std::pair<std::string, int64_t>>& mutable_scalars() { return scalars_; }
 
   // The tensors' specs in registration order, for reshard plans and checkpoints.
   StateSpec Spec() const;
@@ -117,20 +115,21 @@ class TensorCollection {
 
   Tensor& tensor(const std::string& name);
 
-  // For the Worker. With a device set: MoveToDevice() copies every shard held in host memory to a
-  // new device buffer and frees the host copy; MoveToHost() does the reverse (with keep_values
-  // false it only frees the device buffers, leaving zero-filled host shards of the same size, for
-  // a caller that overwrites them anyway). No-ops without a device. On an error the tensors
-  // already moved stay moved and the rest stay where they were: nothing is lost.
+  // With a device set: copies every shard held in host memory to a new device buffer and frees
+  // the host copy (Worker::Start() does it for the shards; a program without a Worker may call it).
+  // A no-op without a device. On an error the tensors already moved stay moved and the rest stay
+  // where they were: nothing is lost.
   Status MoveToDevice();
-  Status MoveToHost(bool keep_values = true);
   // Copies a shard, wherever it is, into `dst` (t.bytes() bytes of host memory).
   Status CopyToHost(const Tensor& t, void* dst) const;
-  // Frees every shard (host and device); regions become empty. For a worker that leaves the
-  // layout (parking) and gets its state back from the members later.
-  void ReleaseShards();
 
  private:
+  // The worker library's access (state/tensor_collection_access.h): filling tensors and scalars
+  // in place, MoveToHost, ReleaseShards.
+  friend class TensorCollectionAccess;
+  Status MoveToHost(bool keep_values);
+  void ReleaseShards();
+
   void CheckType(const Tensor& t, size_t element_size) const;
   void CheckOnHost(const Tensor& t) const;
   void CheckOnDevice(const Tensor& t) const;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "worker/collection_adapter.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra::checkpoint {
 namespace {
@@ -41,9 +42,9 @@ TensorCollection Make(const Region& w_region, const Region& v_region, float base
   };
   fill(w, 6);
   fill(v, 12);
-  c.mutable_tensors().push_back(std::move(w));
-  c.mutable_tensors().push_back(std::move(v));
-  c.mutable_scalars() = {{"elastra.step", 0}};
+  TensorCollectionAccess::Tensors(c).push_back(std::move(w));
+  TensorCollectionAccess::Tensors(c).push_back(std::move(v));
+  TensorCollectionAccess::Scalars(c) = {{"elastra.step", 0}};
   return c;
 }
 
@@ -61,7 +62,7 @@ TEST(CollectionAdapterTest, SaveUnderTp2ZeroLoadUnderTp3) {
     TensorCollection c = Make(Rows(4, rank * 3, rank * 3 + 3),
                               Region{Rect{0, 1, 0, 12}, rank == 0 ? 0 : 5, rank == 0 ? 5 : 12},
                               1000.0f);
-    c.mutable_scalars()[0].second = 42;
+    TensorCollectionAccess::Scalars(c)[0].second = 42;
     WriterOptions o;
     o.root = root;
     o.rank = rank;
@@ -101,7 +102,7 @@ TEST(CollectionAdapterTest, ReplicasShareTheWrite) {
     const int dp_rank = rank / 2, tp_rank = rank % 2;
     TensorCollection c = Make(Rows(4, tp_rank * 3, tp_rank * 3 + 3),
                               Region{Rect{0, 1, 0, 12}, 0, 12}, 7.0f);  // v not ZeRO here
-    c.mutable_tensors()[1].spec.rule = Replicated();
+    TensorCollectionAccess::Tensors(c)[1].spec.rule = Replicated();
     const Layout layout{2, 1, 2};
     const Coordinates coords = CoordinatesOf(layout, rank);
     ASSERT_EQ(coords.dp_rank, dp_rank);
@@ -171,12 +172,12 @@ TensorCollection MakeHalf(const Region& w_region, const Region& v_region, bool f
         }
       }
     }
-    c.mutable_tensors().push_back(std::move(t));
+    TensorCollectionAccess::Tensors(c).push_back(std::move(t));
   };
   add("w", {4, 6}, w_type, SplitOverTp(1), w_region);
   add("v", {12}, DataType::kFloat16, ShardingRule{-1, -1, true}, v_region);
   add("u", {5}, DataType::kInt32, Replicated(), Region{Rect{0, 1, 0, 5}, 0, 5});
-  c.mutable_scalars() = {{"elastra.step", 9}};
+  TensorCollectionAccess::Scalars(c) = {{"elastra.step", 9}};
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include "worker/collection_adapter.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
+#include "state/tensor_collection_access.h"
 
 namespace elastra {
 namespace {
@@ -135,17 +136,17 @@ TEST(DeviceStateGpuTest, ShardsMoveToTheDeviceAndBack) {
   EXPECT_EQ(commit[7], 42.5);
   EXPECT_EQ(commit[8], 2.0);
 
-  ASSERT_TRUE(c.MoveToHost().ok());
+  ASSERT_TRUE(TensorCollectionAccess::MoveToHost(c).ok());
   EXPECT_FALSE(c.tensor("w").on_device);
   EXPECT_EQ(c.View<double>("w")[7], 42.5);
   EXPECT_EQ(c.View<float>("b")[3], -3.0f);
   ASSERT_TRUE(c.MoveToDevice().ok());
-  ASSERT_TRUE(c.MoveToHost(/*keep_values=*/false).ok());
+  ASSERT_TRUE(TensorCollectionAccess::MoveToHost(c, /*keep_values=*/false).ok());
   EXPECT_EQ(c.View<double>("w")[7], 0.0);  // for a caller that overwrites them (rollback)
   EXPECT_EQ(c.tensor("w").bytes(), 64u * 48 * 8);
 
   ASSERT_TRUE(c.MoveToDevice().ok());
-  c.ReleaseShards();
+  TensorCollectionAccess::ReleaseShards(c);
   EXPECT_EQ(c.bytes(), 0u);
   EXPECT_GE(FreeDeviceBytes() + (1 << 20), free_before);  // parking gives the memory back
 }
@@ -186,7 +187,9 @@ TEST(DeviceStateGpuTest, CheckpointOfDeviceShardsThroughPinnedStaging) {
 
   // Load into a fresh host collection and compare with the original values.
   TensorCollection loaded_state = MakeState();
-  for (auto& t : loaded_state.mutable_tensors()) std::fill(t.data.begin(), t.data.end(), 0);
+  for (auto& t : TensorCollectionAccess::Tensors(loaded_state)) {
+    std::fill(t.data.begin(), t.data.end(), 0);
+  }
   auto loaded = checkpoint::LoadLatest(Env::Default(), root.string(),
                                        checkpoint::RequestsFor(loaded_state));
   ASSERT_TRUE(loaded.ok()) << loaded.status();

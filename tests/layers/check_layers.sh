@@ -49,7 +49,7 @@ declare -A owner=(
   [status.h]=common [layout.h]=common [sharding.h]=common [data_type.h]=common [config.h]=common [host_bytes.h]=common
   [communicator.h]=collectives
   [tensor_collection.h]=state [device_buffer.h]=state
-  [worker.h]=worker
+  [worker.h]=worker [worker_options.h]=worker
 )
 # Headers no public header may include: users build against <elastra/...> without these.
 forbidden_in_public='zmq|nccl|mpi\.h|gloo/|cuda|torch/|cereal/'

@@ -1,6 +1,7 @@
 // The mpirun bootstrap's reading of Open MPI's environment and its choice of addresses (no mpirun
 // needed).
 #include "worker/mpi_bootstrap.h"
+#include "worker/worker_internals.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -105,8 +106,8 @@ TEST_F(MpirunEnv, ExternalCoordinatorGetsPerJobWorkerIdsAndParks) {
   EXPECT_EQ(options->local_rank, 1);
   EXPECT_EQ(options->device, 1);
   EXPECT_TRUE(options->park_when_removed);
-  ASSERT_NE(options->mpi, nullptr);
-  EXPECT_FALSE(options->mpi->hosts_coordinator());
+  ASSERT_NE(InternalsOf(*options).mpi, nullptr);
+  EXPECT_FALSE(InternalsOf(*options).mpi->hosts_coordinator());
   EXPECT_EQ(options->bind_host, "127.0.0.1");
 }
 
@@ -131,7 +132,7 @@ TEST_F(MpirunEnv, ExternalCoordinatorAcrossHostsBindsTheRouteToIt) {
   auto options = WorkerOptions::FromEnvironment();
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->bind_host, "10.9.8.7");
-  EXPECT_EQ(options->mpi->bind_host(), "10.9.8.7");
+  EXPECT_EQ(InternalsOf(*options).mpi->bind_host(), "10.9.8.7");
 }
 
 TEST(ChooseJobAddress, TheAddressMostRanksOnOtherHostsReached) {
@@ -158,7 +159,7 @@ TEST_F(MpirunEnv, LocalDeviceNeedsMpirun) {
   auto plain = WorkerOptions::FromEnvironment();
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_FALSE(plain->park_when_removed);
-  EXPECT_EQ(plain->mpi, nullptr);
+  EXPECT_EQ(InternalsOf(*plain).mpi, nullptr);
 }
 
 }  // namespace

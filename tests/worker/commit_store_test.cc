@@ -3,6 +3,7 @@
 // is reused; the rollback decision and the "state is still the commit" check see a step change and
 // a layout change; every change reaches the observer.
 #include "worker/commit_store.h"
+#include "state/tensor_collection_access.h"
 
 #include <gtest/gtest.h>
 
@@ -38,7 +39,7 @@ class CommitStoreTest : public ::testing::Test {
 
   // Gives "w" the shard of tensor rank `tp_rank` of 2 (a change of layout), zero-filled.
   void Reshard(int tp_rank) {
-    auto& w = state_.mutable_tensors()[0];
+    auto& w = TensorCollectionAccess::Tensors(state_)[0];
     Coordinates c;
     c.rank = c.tp_rank = tp_rank;
     w.region = LocalRegion(w.spec, state_.num_layers(), Layout{1, 1, 2}, c);
@@ -215,7 +216,7 @@ TEST_F(CommitStoreTest, ThePrefaultedImageIsTakenWhenTheSpareIsTooSmall) {
   std::vector<size_t> whole = {16 * sizeof(double), 4 * sizeof(float)};
   store_.Prefault(whole);
   // The state grows back to whole tensors (a shrink from tp=2 to tp=1).
-  auto& w = state_.mutable_tensors()[0];
+  auto& w = TensorCollectionAccess::Tensors(state_)[0];
   w.region = LocalRegion(w.spec, state_.num_layers(), Layout{}, Coordinates{});
   w.data.assign(16 * sizeof(double), 0);
   Train(2);

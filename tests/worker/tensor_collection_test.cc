@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "elastra/device_buffer.h"
+#include "state/tensor_collection_access.h"
 
 #include <gtest/gtest.h>
 
@@ -69,14 +70,14 @@ TEST(TensorCollection, HostCollectionStagingIsANoOp) {
     EXPECT_EQ(c.device(), -1);
   }
   ASSERT_TRUE(c.MoveToDevice().ok());
-  ASSERT_TRUE(c.MoveToHost().ok());
+  ASSERT_TRUE(TensorCollectionAccess::MoveToHost(c).ok());
   EXPECT_FALSE(c.tensor("w").on_device);
   EXPECT_EQ(c.View<double>("w")[4], 1.5);
   std::vector<double> copy(6, -1.0);
   ASSERT_TRUE(c.CopyToHost(c.tensor("w"), copy.data()).ok());
   EXPECT_EQ(copy[4], 1.5);
   EXPECT_EQ(copy[0], 0.0);
-  c.ReleaseShards();
+  TensorCollectionAccess::ReleaseShards(c);
   EXPECT_EQ(c.bytes(), 0u);
   EXPECT_TRUE(c.region("w").empty());
 }

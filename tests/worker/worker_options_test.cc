@@ -14,6 +14,7 @@
 #include "protocol/keys.h"
 #include "protocol/net.h"
 #include "elastra/worker.h"
+#include "worker/worker_internals.h"
 
 extern char** environ;
 
@@ -111,10 +112,10 @@ TEST_F(WorkerOptionsTest, EveryVariableReachesItsField) {
   EXPECT_EQ(o->heartbeat_interval.count(), 50);
   EXPECT_EQ(o->checkpoint_dir, "/tmp/ckpt");
   EXPECT_EQ(o->checkpoint_every, 25);
-  EXPECT_EQ(o->test_apply_delay.count(), 300);
-  EXPECT_EQ(o->test_fail_after_move, "w7:3");
+  EXPECT_EQ(InternalsOf(*o).test_apply_delay.count(), 300);
+  EXPECT_EQ(InternalsOf(*o).test_fail_after_move, "w7:3");
   EXPECT_FALSE(o->park_when_removed);
-  EXPECT_EQ(o->mpi, nullptr);
+  EXPECT_EQ(InternalsOf(*o).mpi, nullptr);
 }
 
 TEST_F(WorkerOptionsTest, UnsetVariablesKeepTheDefaults) {
@@ -132,7 +133,7 @@ TEST_F(WorkerOptionsTest, UnsetVariablesKeepTheDefaults) {
   EXPECT_EQ(o->heartbeat_interval, d.heartbeat_interval);
   EXPECT_EQ(o->checkpoint_dir, "");
   EXPECT_EQ(o->checkpoint_every, 0);
-  EXPECT_EQ(o->test_apply_delay.count(), 0);
+  EXPECT_EQ(InternalsOf(*o).test_apply_delay.count(), 0);
   EXPECT_EQ(o->local_rank, -1);
   // The worker id defaults to "<host>-<pid>", the host to this machine's name.
   char host[256] = {0};
