@@ -49,15 +49,12 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       checkpoints_(options_.job, options_.checkpoint_keep, options_.env, &journal_),
       health_(clock_, options_.heartbeat_timeout),
       kv_(clock_, &outbox_),
-      generations_(&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_,
-                   &layouts_, &checkpoints_),
-      host_manager_(&options_, clock_, &membership_, &hosts_, &outbox_, &journal_, &generations_),
-      resizes_(&options_, clock_, &membership_, &hosts_, &host_manager_, &outbox_, &journal_,
-               &layouts_, &generations_),
-      workers_(&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_, &layouts_,
-               &generations_, &host_manager_, &resizes_),
-      restore_(&options_, clock_, &membership_, &health_, &journal_, &checkpoints_, &generations_,
-               &resizes_),
+      context_{&options_, clock_, &membership_, &hosts_, &health_, &outbox_, &journal_},
+      generations_(context_, &layouts_, &checkpoints_),
+      host_manager_(context_, &generations_),
+      resizes_(context_, &host_manager_, &layouts_, &generations_),
+      workers_(context_, &layouts_, &generations_, &host_manager_, &resizes_),
+      restore_(context_, &checkpoints_, &generations_, &resizes_),
       training_(clock_, &membership_) {
   workers_.SetHeartbeatListener([this](const WorkerInfo& worker, const proto::Heartbeat& hb) {
     training_.OnHeartbeat(worker, hb, generations_.layout());

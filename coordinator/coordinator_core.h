@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "protocol/messages.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/context.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_manager.h"
@@ -106,7 +107,8 @@ class CoordinatorCore {
   // Once the job is over: <state_dir>/status.json (mode 0600), the final status.
   void MaybeWriteFinalStatus();
 
-  // Declared in the order they are built: each manager gets pointers to those above it.
+  // Declared in the order they are built: each manager gets the context and pointers to the
+  // managers above it that it calls.
   CoordinatorOptions options_;
   Clock* clock_;
   Membership membership_;
@@ -117,6 +119,8 @@ class CoordinatorCore {
   HealthMonitor health_;
   KvService kv_;
   LayoutPolicy layouts_;
+  // What every manager below shares; each also gets the peers it calls.
+  CoordinatorContext context_;
   GenerationManager generations_;
   HostManager host_manager_;
   ResizeManager resizes_;

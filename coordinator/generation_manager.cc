@@ -10,21 +10,18 @@
 
 namespace elastra::coordinator {
 
-GenerationManager::GenerationManager(const CoordinatorOptions* options, Clock* clock,
-                                     Membership* membership, const HostTable* hosts,
-                                     HealthMonitor* health, Outbox* outbox,
-                                     JournalRecorder* journal, const LayoutPolicy* layouts,
-                                     CheckpointManager* checkpoints)
-    : options_(options),
-      clock_(clock),
-      membership_(membership),
-      hosts_(hosts),
-      health_(health),
-      outbox_(outbox),
-      journal_(journal),
+GenerationManager::GenerationManager(const CoordinatorContext& context,
+                                     const LayoutPolicy* layouts, CheckpointManager* checkpoints)
+    : options_(context.options),
+      clock_(context.clock),
+      membership_(context.membership),
+      hosts_(context.hosts),
+      health_(context.health),
+      outbox_(context.outbox),
+      journal_(context.journal),
       layouts_(layouts),
       checkpoints_(checkpoints),
-      reconf_(clock) {
+      reconf_(context.clock) {
   layout_.dp = 0;
 }
 

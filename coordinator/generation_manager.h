@@ -21,6 +21,7 @@
 #include "common/id_index.h"
 #include "protocol/messages.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/context.h"
 #include "coordinator/health.h"
 #include "coordinator/host_table.h"
 #include "coordinator/journal_recorder.h"
@@ -65,9 +66,9 @@ class GenerationManager {
  public:
   // Every pointer is not owned and must outlive the manager. `options` are normalized
   // (CoordinatorCore's constructor).
-  GenerationManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                    const HostTable* hosts, HealthMonitor* health, Outbox* outbox,
-                    JournalRecorder* journal, const LayoutPolicy* layouts,
+  // Calls the layout policy (each generation's layout) and the checkpoint manager (what a
+  // recovery restores from).
+  GenerationManager(const CoordinatorContext& context, const LayoutPolicy* layouts,
                     CheckpointManager* checkpoints);
   GenerationManager(const GenerationManager&) = delete;
   GenerationManager& operator=(const GenerationManager&) = delete;

@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "protocol/messages.h"
+#include "coordinator/context.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_table.h"
@@ -29,17 +30,16 @@ namespace elastra::coordinator {
 class HostManager {
  public:
   // Every pointer is not owned and must outlive the manager.
-  HostManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-              HostTable* hosts, Outbox* outbox, JournalRecorder* journal,
-              GenerationManager* generations)
-      : options_(options),
-        clock_(clock),
-        membership_(membership),
-        hosts_(hosts),
-        outbox_(outbox),
-        journal_(journal),
+  // Calls the generation manager (a host lost, the first generation's workers).
+  HostManager(const CoordinatorContext& context, GenerationManager* generations)
+      : options_(context.options),
+        clock_(context.clock),
+        membership_(context.membership),
+        hosts_(context.hosts),
+        outbox_(context.outbox),
+        journal_(context.journal),
         generations_(generations),
-        agent_deadlines_(clock, options->heartbeat_timeout) {}
+        agent_deadlines_(context.clock, context.options->heartbeat_timeout) {}
   HostManager(const HostManager&) = delete;
   HostManager& operator=(const HostManager&) = delete;
 

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "protocol/messages.h"
+#include "coordinator/context.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/host_manager.h"
 #include "coordinator/host_table.h"
@@ -53,17 +54,17 @@ class ResizeManager {
   };
 
   // Every pointer is not owned and must outlive the manager.
-  ResizeManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                HostTable* hosts, HostManager* host_manager, Outbox* outbox,
-                JournalRecorder* journal, const LayoutPolicy* layouts,
-                GenerationManager* generations)
-      : options_(options),
-        clock_(clock),
-        membership_(membership),
-        hosts_(hosts),
+  // Calls the host manager (spawns, drains), the layout policy (a resize's target) and the
+  // generation manager (the change a resize starts).
+  ResizeManager(const CoordinatorContext& context, HostManager* host_manager,
+                const LayoutPolicy* layouts, GenerationManager* generations)
+      : options_(context.options),
+        clock_(context.clock),
+        membership_(context.membership),
+        hosts_(context.hosts),
         host_manager_(host_manager),
-        outbox_(outbox),
-        journal_(journal),
+        outbox_(context.outbox),
+        journal_(context.journal),
         layouts_(layouts),
         generations_(generations) {}
   ResizeManager(const ResizeManager&) = delete;

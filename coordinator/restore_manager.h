@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/context.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "journal/journal.h"
@@ -25,14 +26,14 @@ namespace elastra::coordinator {
 class RestoreManager {
  public:
   // Every pointer is not owned and must outlive the manager.
-  RestoreManager(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                 HealthMonitor* health, JournalRecorder* journal, CheckpointManager* checkpoints,
+  // Calls the checkpoint, generation and resize managers: each takes back its part of the job.
+  RestoreManager(const CoordinatorContext& context, CheckpointManager* checkpoints,
                  GenerationManager* generations, ResizeManager* resizes)
-      : options_(options),
-        clock_(clock),
-        membership_(membership),
-        health_(health),
-        journal_(journal),
+      : options_(context.options),
+        clock_(context.clock),
+        membership_(context.membership),
+        health_(context.health),
+        journal_(context.journal),
         checkpoints_(checkpoints),
         generations_(generations),
         resizes_(resizes) {}

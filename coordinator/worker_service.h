@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "protocol/messages.h"
+#include "coordinator/context.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/health.h"
 #include "coordinator/host_manager.h"
@@ -29,17 +30,18 @@ namespace elastra::coordinator {
 class WorkerService {
  public:
   // Every pointer is not owned and must outlive the service.
-  WorkerService(const CoordinatorOptions* options, Clock* clock, Membership* membership,
-                HostTable* hosts, HealthMonitor* health, Outbox* outbox, JournalRecorder* journal,
-                LayoutPolicy* layouts, GenerationManager* generations, HostManager* host_manager,
-                ResizeManager* resizes)
-      : options_(options),
-        clock_(clock),
-        membership_(membership),
-        hosts_(hosts),
-        health_(health),
-        outbox_(outbox),
-        journal_(journal),
+  // Calls the layout policy (the registered state), the generation manager (joins, leaves,
+  // failures, the change's reports), the host manager (a worker's exit on its host) and the
+  // resize manager (a join or exit that ends a resize).
+  WorkerService(const CoordinatorContext& context, LayoutPolicy* layouts,
+                GenerationManager* generations, HostManager* host_manager, ResizeManager* resizes)
+      : options_(context.options),
+        clock_(context.clock),
+        membership_(context.membership),
+        hosts_(context.hosts),
+        health_(context.health),
+        outbox_(context.outbox),
+        journal_(context.journal),
         layouts_(layouts),
         generations_(generations),
         host_manager_(host_manager),

@@ -111,12 +111,11 @@ class ManagerTest : public ::testing::Test {
   JournalRecorder journal_{&membership_};
   LayoutPolicy layouts_;
   CheckpointManager checkpoints_{"job", 3, Env::Default(), &journal_};
-  GenerationManager generations_{&options_, &clock_,   &membership_, &hosts_,      &health_,
-                                 &outbox_,  &journal_, &layouts_,    &checkpoints_};
-  HostManager host_manager_{&options_, &clock_,   &membership_, &hosts_,
-                            &outbox_,  &journal_, &generations_};
-  ResizeManager resizes_{&options_, &clock_,   &membership_, &hosts_,      &host_manager_,
-                         &outbox_,  &journal_, &layouts_,    &generations_};
+  CoordinatorContext context_{&options_, &clock_,  &membership_, &hosts_,
+                              &health_,  &outbox_, &journal_};
+  GenerationManager generations_{context_, &layouts_, &checkpoints_};
+  HostManager host_manager_{context_, &generations_};
+  ResizeManager resizes_{context_, &host_manager_, &layouts_, &generations_};
   std::vector<uint64_t> commits_;
   std::string ended_;
   int recoveries_ = 0;

@@ -48,8 +48,7 @@ class RestoreManagerTest : public ManagerTest {
     ASSERT_TRUE((*j)->RecordChangeBegun(2, ChangeKind::kPause, {W("a"), W("b")}).ok());
   }
 
-  RestoreManager restore_{&options_, &clock_,       &membership_,  &health_,
-                          &journal_, &checkpoints_, &generations_, &resizes_};
+  RestoreManager restore_{context_, &checkpoints_, &generations_, &resizes_};
 };
 
 TEST_F(RestoreManagerTest, AChangeInFlightRecoversOnceTheMembersAreHeardFrom) {

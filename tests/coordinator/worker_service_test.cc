@@ -43,9 +43,7 @@ class WorkerServiceTest : public ManagerTest {
     return errors.size() == 1 ? static_cast<StatusCode>(errors[0].second.code) : StatusCode::kOk;
   }
 
-  WorkerService workers_{&options_,     &clock_,   &membership_, &hosts_,
-                         &health_,      &outbox_,  &journal_,    &layouts_,
-                         &generations_, &host_manager_, &resizes_};
+  WorkerService workers_{context_, &layouts_, &generations_, &host_manager_, &resizes_};
 };
 
 TEST_F(WorkerServiceTest, AJoinIsAnsweredAndTheInitialWorkersFormTheFirstGeneration) {
