@@ -166,10 +166,30 @@ void GenerationManager::MaybeFormFirstGeneration() {
   if (membership_->StandbyCount() < static_cast<size_t>(options_->initial_workers)) return;
   auto standby = hosts_->UsableStandby();
   if (standby.size() < static_cast<size_t>(options_->initial_workers)) return;
-  standby.resize(options_->initial_workers);
+  // A layout whose every rank fits its worker's memory, of the initial workers, else of every
+  // worker that joined; none: wait for more workers.
+  std::vector<std::string> initial(standby.begin(), standby.begin() + options_->initial_workers);
+  auto budget = SmallestBudget(initial);
+  std::optional<Layout> fitting =
+      layouts_->ChooseFitting(HostNames(initial), budget.first, layout_, false);
+  if (!fitting && standby.size() > initial.size()) {
+    standby.resize(std::min(standby.size(), static_cast<size_t>(options_->max_workers)));
+    budget = SmallestBudget(standby);
+    fitting = layouts_->ChooseFitting(HostNames(standby), budget.first, layout_, false);
+  } else {
+    standby = std::move(initial);
+  }
+  if (!fitting) {
+    LOG(WARNING) << "no layout of the " << standby.size() << " workers fits their memory ("
+                 << layouts_->CheckMemory(layouts_->Choose(HostNames(standby), layout_),
+                                          budget.first, budget.second)
+                 << "); waiting for workers";
+    return;
+  }
+  standby.resize(fitting->world());  // the others stay standby
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
-  plan.layout = layouts_->Choose(HostNames(standby), layout_);
+  plan.layout = *fitting;
   // Ranks in join order, unless tensor-parallel groups would then span hosts.
   if (plan.layout.tp > 1) standby = layouts_->Assign(plan.layout, standby, HostNames(standby), {}, {});
   plan.members = standby;
@@ -262,10 +282,7 @@ void GenerationManager::FinishPause(int64_t step) {
   const bool has_layout =
       pause_goal_.has_layout && static_cast<size_t>(pause_goal_.layout.world()) == want;
   const std::vector<std::string> hosts = HostNames(candidates);
-  plan.layout = has_layout ? pause_goal_.layout
-                           : layouts_->Choose(std::vector<std::string>(
-                                                  hosts.begin(), hosts.begin() + want),
-                                              layout_);
+  plan.layout = has_layout ? pause_goal_.layout : ChangeLayout(candidates, hosts, want);
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
   plan.members = layouts_->Assign(plan.layout, candidates, hosts, layout_, members_);
@@ -279,8 +296,16 @@ void GenerationManager::FinishPause(int64_t step) {
     if (held) taken[i] = true;
     plan.has_state.push_back(held);
   }
+  // Old members not taken leave the job; when the layout uses fewer workers than were asked for
+  // (their memory), as many of them as it left out stay standby instead.
+  size_t left_out = want - std::min(want, plan.members.size());
   for (size_t i = 0; i < old.size(); ++i) {
-    if (!taken[i]) plan.leaving.push_back(old[i]);  // not taken by the new generation
+    if (taken[i]) continue;
+    plan.leaving.push_back(old[i]);  // not taken by the new generation
+    if (left_out > 0) {
+      plan.standby.push_back(old[i]);
+      --left_out;
+    }
   }
   plan.restore_step = step;
   plan.source_rank = 0;
@@ -423,9 +448,12 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   const std::string shared = proto::EncodeShared(ng);
   proto::NewGeneration mine;
   std::vector<int> peers;  // one rank's build peers, reused
+  IdIndex standby_index;
+  standby_index.Build(&plan.standby);
   auto push = [&](const std::string& id, const WorkerInfo* w, int rank) {
     const bool leave = rank < 0;
     mine.leave = leave;
+    mine.standby = leave && !plan.standby.empty() && standby_index.Find(id) != IdIndex::kNone;
     mine.build_peers.clear();
     if (peers_serve && !leave) {
       BuildPeersInto(rank, world, &peers);

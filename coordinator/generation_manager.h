@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -135,6 +136,10 @@ class GenerationManager {
   // A restart: the committed job from the journal.
   void Restore(CommittedJob job);
 
+  // The smallest memory budget (WorkerInfo::memory_bytes) of `ids` and whose it is; {0, ""} when
+  // every one is unlimited.
+  std::pair<int64_t, std::string> SmallestBudget(const std::vector<std::string>& ids) const;
+
  private:
   void FinishPause(int64_t step);
   void FinishRecovery();
@@ -150,6 +155,15 @@ class GenerationManager {
   static std::vector<std::string> IdsOf(const std::vector<const WorkerInfo*>& infos);
   // The host of each of `ids` (the id itself for an unknown worker).
   std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
+  // A planned change's layout for the first `want` of `candidates` (on `hosts`): one that fits
+  // their memory (a regrow keeps the model parallelism); the current layout when none fits.
+  Layout ChangeLayout(const std::vector<std::string>& candidates,
+                      const std::vector<std::string>& hosts, size_t want) const;
+  // A recovery's members when the layout keeps the model parallelism of the committed one: whole
+  // replicas stay in place, a lost rank is taken by a survivor that held the same position or a
+  // standby (KeepReplicas). Empty when there are not enough workers.
+  std::vector<std::string> RecoveryMembers(const Layout& layout, const RecoveryPlan& recovery,
+                                           const std::vector<std::string>& standby) const;
   // Before a build in flight is abandoned: adds the workers that reported it ready, and whose
   // part changed in it, to off_layout_.
   void NoteBuiltWorkers();

@@ -3,6 +3,8 @@
 // The planned path and the build and commit of a generation are in generation_manager.cc.
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "common/id_index.h"
 #include "common/logging.h"
@@ -96,6 +98,7 @@ void GenerationManager::FinishRecovery() {
   GenerationPlan plan;
   plan.generation = reconf_.target();
   plan.source_rank = 0;
+  std::optional<RecoveryPlan> recovery;
   if (generation_ == 0) {
     // The first generation never committed: start again from rank 0's initial state.
     plan.members = survivors;
@@ -107,11 +110,12 @@ void GenerationManager::FinishRecovery() {
     plan.prev_members = {survivors[0]};
     plan.prev_has_state = {true};
   } else {
-    auto recovery = reconf_.PlanRecovery(off_layout_);
-    if (!recovery.ok()) {
-      FailJob("cannot recover: " + recovery.status().message());
+    auto planned = reconf_.PlanRecovery(off_layout_);
+    if (!planned.ok()) {
+      FailJob("cannot recover: " + planned.status().message());
       return;
     }
+    recovery = std::move(planned).value();
     plan.members = recovery->with_state;
     plan.has_state.assign(plan.members.size(), true);
     for (const auto& id : recovery->without_state) {
@@ -129,32 +133,114 @@ void GenerationManager::FinishRecovery() {
       plan.prev_has_state.push_back(with_state.Find(id) != IdIndex::kNone);
     }
   }
+  const size_t survivor_count = plan.members.size();
+  std::vector<std::string> spares;
   for (const auto& id : standby) {
-    if (plan.members.size() >= static_cast<size_t>(options_->max_workers)) break;
-    plan.members.push_back(id);
-    plan.has_state.push_back(false);
+    if (plan.members.size() + spares.size() >= static_cast<size_t>(options_->max_workers)) break;
+    spares.push_back(id);
   }
-  plan.layout = layouts_->Choose(HostNames(plan.members), layout_);
-  if (plan.layout.tp > 1) {
-    // Tensor-parallel groups inside hosts where they fit; each worker keeps what it holds.
-    std::map<std::string, bool> held;
-    for (size_t r = 0; r < plan.members.size(); ++r) held[plan.members[r]] = plan.has_state[r];
-    plan.members = layouts_->Assign(plan.layout, plan.members, HostNames(plan.members), layout_,
-                                    members_);
-    plan.has_state.clear();
-    for (const auto& id : plan.members) plan.has_state.push_back(held[id]);
-    if (generation_ == 0) {
-      // Re-forming the first generation: the new rank 0 broadcasts its initial state.
-      plan.has_state.assign(plan.members.size(), false);
-      plan.has_state[0] = true;
-      plan.prev_members = {plan.members[0]};
+  std::vector<std::string> everyone = plan.members;
+  everyone.insert(everyone.end(), spares.begin(), spares.end());
+  std::vector<bool> held = plan.has_state;
+  held.resize(everyone.size(), false);
+  // A layout whose every rank fits its worker's memory. After a failure the model parallelism
+  // stays: dp drops by the broken replicas, whose survivors become standbys (docs/recovery.md).
+  const auto budget = SmallestBudget(everyone);
+  const std::optional<Layout> fitting = layouts_->ChooseFitting(
+      HostNames(everyone), budget.first, layout_, /*keep_model_parallel=*/generation_ != 0);
+  if (!fitting) {
+    const Layout all = layouts_->Choose(HostNames(everyone), layout_);
+    FailJob("cannot recover: no layout of the " + std::to_string(everyone.size()) +
+            " live workers fits their memory (" +
+            layouts_->CheckMemory(all, budget.first, budget.second).message() + ")");
+    return;
+  }
+  plan.layout = *fitting;
+  const size_t world = static_cast<size_t>(plan.layout.world());
+  std::vector<std::string> chosen;
+  // With every member of the committed layout still holding its part, the rank assignment keeps
+  // it in place by itself; with members lost, it cannot place the rest: whole replicas are kept.
+  if (recovery && recovery->with_state.size() < members_.size() &&
+      plan.layout.pp == layout_.pp && plan.layout.tp == layout_.tp &&
+      layout_.pp * layout_.tp > 1) {
+    chosen = RecoveryMembers(plan.layout, *recovery, spares);
+  }
+  if (chosen.empty()) {
+    if (plan.layout.tp > 1 || world < everyone.size()) {
+      // Tensor-parallel groups inside hosts where they fit; each worker keeps what it holds.
+      chosen = layouts_->Assign(plan.layout, everyone, HostNames(everyone), layout_, members_);
+    } else {
+      chosen = everyone;
     }
-    const auto source = std::find(plan.has_state.begin(), plan.has_state.end(), true);
-    plan.source_rank = source == plan.has_state.end()
-                           ? 0
-                           : static_cast<int32_t>(source - plan.has_state.begin());
   }
+  IdIndex everyone_index;
+  everyone_index.Build(&everyone);
+  plan.members = std::move(chosen);
+  plan.has_state.clear();
+  std::vector<bool> used(everyone.size(), false);
+  for (const auto& id : plan.members) {
+    const size_t i = everyone_index.Find(id);
+    plan.has_state.push_back(i != IdIndex::kNone && held[i]);
+    if (i != IdIndex::kNone) used[i] = true;
+  }
+  // Survivors the layout leaves out stay in the job as standbys; unused standbys stay as they are.
+  for (size_t i = 0; i < survivor_count; ++i) {
+    if (used[i]) continue;
+    plan.leaving.push_back(everyone[i]);
+    plan.standby.push_back(everyone[i]);
+  }
+  if (!plan.standby.empty()) {
+    LOG(INFO) << "recovery: " << plan.layout.ToString() << " leaves " << plan.standby.size()
+              << " survivor(s) standby";
+  }
+  if (generation_ == 0) {
+    // Re-forming the first generation: the new rank 0 broadcasts its initial state.
+    plan.has_state.assign(plan.members.size(), false);
+    plan.has_state[0] = true;
+    plan.prev_members = {plan.members[0]};
+  }
+  const auto source = std::find(plan.has_state.begin(), plan.has_state.end(), true);
+  plan.source_rank =
+      source == plan.has_state.end() ? 0 : static_cast<int32_t>(source - plan.has_state.begin());
   StartBuild(std::move(plan));
+}
+
+std::pair<int64_t, std::string> GenerationManager::SmallestBudget(
+    const std::vector<std::string>& ids) const {
+  std::pair<int64_t, std::string> smallest{0, ""};
+  for (const auto& id : ids) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr || w->memory_bytes <= 0) continue;
+    if (smallest.first == 0 || w->memory_bytes < smallest.first) smallest = {w->memory_bytes, id};
+  }
+  return smallest;
+}
+
+Layout GenerationManager::ChangeLayout(const std::vector<std::string>& candidates,
+                                      const std::vector<std::string>& hosts, size_t want) const {
+  const std::vector<std::string> used(candidates.begin(), candidates.begin() + want);
+  const auto budget = SmallestBudget(used);
+  const bool regrow = pause_goal_.reason == proto::GenerationReason::kRegrow;
+  const std::optional<Layout> fitting = layouts_->ChooseFitting(
+      std::vector<std::string>(hosts.begin(), hosts.begin() + want), budget.first, layout_,
+      /*keep_model_parallel=*/regrow);
+  if (fitting) return *fitting;
+  LOG(WARNING) << "no layout of " << want << " workers fits their memory; keeping "
+               << layout_.ToString();
+  return layout_;
+}
+
+std::vector<std::string> GenerationManager::RecoveryMembers(
+    const Layout& layout, const RecoveryPlan& recovery,
+    const std::vector<std::string>& standby) const {
+  // Survivors without a usable commit hold nothing in place: they serve as spares.
+  std::vector<std::string> spares = recovery.without_state;
+  spares.insert(spares.end(), standby.begin(), standby.end());
+  return KeepReplicas(layout_, members_, recovery.with_state, spares, layout.dp,
+                      [this](const std::string& id) {
+                        const WorkerInfo* w = membership_->Find(id);
+                        return w != nullptr ? w->host : id;
+                      });
 }
 
 }  // namespace elastra::coordinator

@@ -84,7 +84,10 @@ Status CheckState(const StateSpec& state) {
 
 bool LayoutPolicy::Learn(const proto::JoinRequest& join) {
   const bool learned = state_.tensors.empty() && !join.state.tensors.empty();
-  if (learned) state_ = join.state;
+  if (learned) {
+    state_ = join.state;
+    need_.clear();  // computed without the state
+  }
   if (!model_json_.empty() || join.model_json.empty()) return learned;
   model_json_ = join.model_json;
   const auto j = nlohmann::json::parse(model_json_, nullptr, /*allow_exceptions=*/false);
@@ -99,6 +102,7 @@ bool LayoutPolicy::Learn(const proto::JoinRequest& join) {
   }
   model_ = *model;
   pins_ = *pins;
+  need_.clear();  // computed without the model's activations
   LOG(INFO) << "planning layouts for the model of worker " << join.worker_id;
   return learned;
 }

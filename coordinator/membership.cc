@@ -72,6 +72,7 @@ Status Membership::Join(const proto::JoinRequest& request, const std::string& id
   info.id = request.worker_id;
   info.host = request.host;
   info.device = request.device;
+  info.memory_bytes = std::max<int64_t>(0, request.device_memory_bytes);
   info.pid = request.pid;
   // A malformed endpoint is no endpoint: the worker's records go through the store then.
   if (request.rendezvous.size() == kRendezvousEndpointBytes) info.rendezvous = request.rendezvous;

@@ -47,6 +47,8 @@ struct alignas(64) WorkerInfo {
   int32_t device = -1;
   int64_t pid = 0;
   std::string rendezvous;  // where it serves its rendezvous records (6 bytes), or empty
+  // The memory it may use for the job's state (JoinRequest::device_memory_bytes); 0: unlimited.
+  int64_t memory_bytes = 0;
 };
 
 class Membership {

@@ -28,6 +28,9 @@ struct GenerationPlan {
   std::vector<std::string> members;  // by new rank
   std::vector<bool> has_state;       // parallel to members
   std::vector<std::string> leaving;
+  // Those of `leaving` that stay in the job as standbys (NewGeneration::standby): live workers the
+  // layout does not use. The others exit.
+  std::vector<std::string> standby;
   int64_t restore_step = 0;
   // A recovery: the furthest step a survivor had reached (-1 otherwise or when none said).
   int64_t reached_step = -1;

@@ -78,6 +78,12 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   if (req.has_layout) {
     Status valid = layouts_->Validate(req.layout);
     if (!valid.ok()) return refuse(valid);
+    // Every live worker may take a rank of it: each must hold its share (docs/recovery.md).
+    std::vector<std::string> live = membership_->Members();
+    for (auto& id : membership_->Standby()) live.push_back(std::move(id));
+    const auto budget = generations_->SmallestBudget(live);
+    Status fits = layouts_->CheckMemory(req.layout, budget.first, budget.second);
+    if (!fits.ok()) return refuse(fits);
   }
   if (generations_->job_over()) return refuse(CheckCanChange());
   if (generations_->generation() == 0) {
@@ -325,6 +331,11 @@ void ResizeManager::MaybeRegrow() {
   const int room = members + standby + free + hosts_->Outstanding();
   const int want = std::min(target(), room);
   if (want <= members) return;
+  // A regrow keeps the model parallelism (docs/recovery.md): it starts only when the workers
+  // make at least one more whole replica.
+  const Layout& current = generations_->layout();
+  const int replica = current.pp * current.tp;
+  if (replica > 1 && want / replica * replica <= members) return;
   if (!FinishedMember().empty()) return;  // the job is ending
   Pending p;
   p.reason = GenerationReason::kRegrow;

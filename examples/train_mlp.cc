@@ -141,6 +141,7 @@ elastra::StatusOr<elastra::WorkerOptions> ElasticOptions(const Flags& flags) {
   if (!options.ok()) return options;
   if (flags.commit_every > 0) options->commit_every = flags.commit_every;
   if (flags.plan) options->model_json = PlannerModelJson(flags);
+  if (flags.device_memory_mb > 0) options->device_memory_bytes = flags.device_memory_mb << 20;
   if (!flags.checkpoint_dir.empty()) {
     options->checkpoint_dir = flags.checkpoint_dir;
     options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;

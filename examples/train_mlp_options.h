@@ -36,6 +36,9 @@ struct Flags {
   // Host collectives only (not with the nccl backend). Tests use it to end a job when they are
   // done with it instead of guessing how many steps their resizes need.
   std::string stop_file;
+  // --device-memory-mb N: the memory this worker may use for the job's state
+  // (WorkerOptions::device_memory_bytes, as ELASTRA_DEVICE_MEMORY_BYTES); 0: the environment's.
+  int64_t device_memory_mb = 0;
 };
 
 // The flags of the command line, checked; exits with status 2 (after printing the usage) on a bad

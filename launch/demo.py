@@ -6,7 +6,8 @@ usage: demo.py [BUILD]      (BUILD: the build directory, default build)
 train_mlp runs under `elastra run` on 4 workers and is resized 4 -> 2 -> 3 with `elastra resize`,
 then to 4 workers laid out as 2 pipeline stages x 2 tensor-parallel ranks, then as 2 data-parallel
 replicas x 2 tensor-parallel ranks; then one worker is killed with SIGKILL and the job recovers
-without it. One line per phase, then a report: each generation with its layout and downtime, and
+without it, keeping tp=2 (dp=1), the broken replica's survivor a standby. Each worker declares a
+memory budget (--device-memory-mb) that every layout is checked against. One line per phase, then a report: each generation with its layout and downtime, and
 the largest relative loss difference against `train_mlp --reference`. Exits 0 when the job
 finished and matches the reference, 1 otherwise.
 
@@ -31,6 +32,10 @@ STEPS = int(os.environ.get("DEMO_STEPS", "600"))
 STATE = f"{OUT}/state"
 TRAIN_ARGS = ["--steps", str(STEPS), "--step-time-ms", "25", "--global-batch", "96", "--hidden",
               "48", "--ffn", "96", "--layers", "4", "--commit-every", "10"]
+# What each worker may hold of the job's state (its weights and two moments, 0.88 MiB whole):
+# every layout of the demo fits, and the coordinator checks each one against it
+# (docs/recovery.md).
+MEMORY_ARGS = ["--device-memory-mb", "1"]
 
 
 class DemoError(Exception):
@@ -63,7 +68,7 @@ class Job:
         self.log = open(f"{OUT}/launcher.log", "w")
         self.process = subprocess.Popen(
             [ELASTRA, "run", "--nproc", "4", "--state-dir", STATE, "--", TRAIN, *TRAIN_ARGS,
-             "--log", f"{OUT}/run.jsonl"],
+             *MEMORY_ARGS, "--log", f"{OUT}/run.jsonl"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
     def running(self):
@@ -146,6 +151,12 @@ def run_job():
             now = job.status()
             recovery = recovery_after(now, status["generation"]) if now else None
             time.sleep(0.05)
+        # The recovery keeps tp=2: the broken replica's survivor stays in the job as a standby.
+        standby = []
+        while not standby and job.running():
+            now = job.status()
+            standby = [w["id"] for w in (now or {}).get("workers", []) if w["state"] == "standby"]
+            time.sleep(0.05)
         code = job.process.wait()
     finally:
         job.stop()
@@ -157,7 +168,8 @@ def run_job():
         final = json.load(f)
     recovery = recovery or recovery_after(final, status["generation"])
     say(f"step {status['step']}: killed rank 1 (worker {victim['id']}, pid {victim['pid']}); " +
-        (f"recovered in {describe(recovery)}" if recovery else "no recovery recorded"))
+        (f"recovered in {describe(recovery)}" if recovery else "no recovery recorded") +
+        (f"; standby: {', '.join(standby)}" if standby else ""))
     say(f"elastra run exited with {code}: job {final['state']}")
     return code, final
 
@@ -174,6 +186,8 @@ def report(final):
         n = len(h["workers"]) if isinstance(h["workers"], list) else h["workers"]
         print(f"{h['generation']:>10}  {h['reason']:<8} {n:>7}  "
               f"dp={l['dp']},pp={l['pp']},tp={l['tp']:<6} {h['downtime_ms']:>9.1f} ms")
+    standby = [w["id"] for w in final.get("workers", []) if w["state"] == "standby"]
+    print(f"standby workers at the end: {', '.join(standby) if standby else 'none'}")
     compare = subprocess.run([COMPARE, f"{OUT}/run.jsonl", f"{OUT}/ref.jsonl", str(STEPS)],
                              capture_output=True, text=True)
     print(f"against --reference: {compare.stdout.strip() or compare.stderr.strip()}")

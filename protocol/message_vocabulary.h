@@ -51,7 +51,7 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 //    records no longer go through the coordinator's store.
 // 8: NewGeneration's fields that every recipient of a change shares come first on the wire, so
 //    that the coordinator encodes them once per change, not once per recipient.
-inline constexpr uint16_t kProtocolVersion = 8;
+inline constexpr uint16_t kProtocolVersion = 9;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------

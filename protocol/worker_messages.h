@@ -25,8 +25,11 @@ struct JoinRequest {
   // Where this worker serves its rendezvous records (collectives/record_server.h): an IPv4
   // endpoint packed in 6 bytes (PackEndpoint), or empty when it serves none.
   std::string rendezvous;
+  // The memory this worker may use for the job's state (WorkerOptions::device_memory_bytes);
+  // 0: unlimited. The coordinator never gives it a rank whose share does not fit (protocol 9).
+  int64_t device_memory_bytes = 0;
   template <class A> void serialize(A& ar) {
-    ar(worker_id, host, device, pid, state, model_json, rendezvous);
+    ar(worker_id, host, device, pid, state, model_json, rendezvous, device_memory_bytes);
   }
 };
 
@@ -205,6 +208,10 @@ struct NewGeneration {
   int64_t restore_step = 0;     // the step all members continue from
   int32_t source_rank = 0;      // a rank holding the state at restore_step
   bool leave = false;           // for this recipient: hand off and exit 0
+  // With `leave`: stay in the job as a standby instead of exiting (release the communicators and
+  // the state, join again as standby, and come back at a later change; protocol 9). A layout
+  // that uses fewer workers than are alive leaves the others so.
+  bool standby = false;
   std::string kv_prefix;        // rendezvous prefix for this generation's communicators
   GenerationReason reason = GenerationReason::kStart;
   // Where the state is now: the previous generation's layout, and, sparse and ordered by old
@@ -235,7 +242,7 @@ struct NewGeneration {
        nccl.renumber, nccl.excluded);
   }
   template <class A> void SerializeOwn(A& ar) {
-    ar(members, leave, prev_members, move, nccl.possible, nccl.exclude, build_peers);
+    ar(members, leave, standby, prev_members, move, nccl.possible, nccl.exclude, build_peers);
   }
   template <class A> void serialize(A& ar) {
     SerializeShared(ar);

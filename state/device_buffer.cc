@@ -125,6 +125,15 @@ Status CopyDeviceToHost(void* dst, const void* device_src, size_t bytes, int dev
   return OkStatus();
 }
 
+int64_t CudaDeviceTotalMemory(int device) {
+  cudaDeviceProp prop{};
+  if (device < 0 || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(prop.totalGlobalMem);
+}
+
 int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -197,6 +206,7 @@ Status DeviceBuffer::CopyFromHost(const void*, size_t, size_t) { return NoCuda()
 Status DeviceBuffer::CopyToHost(void*, size_t, size_t) const { return NoCuda(); }
 Status CopyDeviceToHost(void*, const void*, size_t, int) { return NoCuda(); }
 int CudaDeviceCount() { return 0; }
+int64_t CudaDeviceTotalMemory(int) { return 0; }
 Status PinHostMemory(void*, size_t) { return NoCuda(); }
 void UnpinHostMemory(void*) {}
 StatusOr<std::unique_ptr<DeviceCopier>> DeviceCopier::Create(int) { return NoCuda(); }

@@ -21,6 +21,7 @@ proto::JoinRequest ReconfigurationLoop::MakeJoin() const {
   join.pid = static_cast<int64_t>(getpid());
   join.state = state_->Spec();
   join.model_json = options_.model_json;
+  join.device_memory_bytes = options_.device_memory_bytes;
   if (RecordServer* server = channel_->record_server()) join.rendezvous = server->endpoint();
   return join;
 }
@@ -302,7 +303,7 @@ std::optional<StatusOr<StepAction>> ReconfigurationLoop::Enter(const proto::NewG
     // Shards that only this worker holds go to their new owners before it leaves.
     Status handed = builder_->HandOff(gen);
     if (!handed.ok()) LOG(WARNING) << "hand-off before leaving failed: " << handed;
-    if (options_.park_when_removed) {
+    if (gen.standby || options_.park_when_removed) {
       Status parked = Park(gen.generation);
       if (!parked.ok()) return StatusOr<StepAction>(parked);
       return std::nullopt;

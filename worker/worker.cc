@@ -22,6 +22,7 @@
 #include "common/logging.h"
 #include "protocol/messages.h"
 #include "elastra/config.h"
+#include "elastra/device_buffer.h"
 #include "worker/commit_store.h"
 #include "worker/control_channel.h"
 #include "worker/disk_checkpoints.h"
@@ -107,6 +108,10 @@ class Worker::Impl {
                                     std::to_string(options_.device));
       }
       options_.device = state_device;
+      // On a GPU the job's state may use the device's memory when the program declared none.
+      if (options_.device_memory_bytes == 0) {
+        options_.device_memory_bytes = CudaDeviceTotalMemory(state_device);
+      }
     }
     const Backend backend = options_.backend.value_or(
         state_device >= 0 && ELASTRA_HAVE_NCCL ? Backend::kNccl : Backend::kGloo);

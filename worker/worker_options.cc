@@ -160,6 +160,9 @@ StatusOr<WorkerOptions> WorkerOptions::FromEnvironment() {
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_CHECKPOINT_EVERY", &v));
   o.checkpoint_every = static_cast<int>(v);
   v = 0;
+  ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_DEVICE_MEMORY_BYTES", &v));
+  o.device_memory_bytes = v;
+  v = 0;
   ELASTRA_RETURN_IF_ERROR(ParseIntEnv("ELASTRA_TEST_APPLY_DELAY_MS", &v));
   internals->test_apply_delay = milliseconds(v);
   internals->test_fail_after_move = Getenv("ELASTRA_TEST_FAIL_AFTER_MOVE");

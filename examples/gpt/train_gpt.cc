@@ -64,6 +64,7 @@ int RunElastic(const Flags& flags, Corpus* corpus) {
   auto options = elastra::WorkerOptions::FromEnvironment();
   if (!options.ok()) return Fail(options.status(), 2);
   if (flags.commit_every > 0) options->commit_every = flags.commit_every;
+  if (flags.device_memory_mb > 0) options->device_memory_bytes = flags.device_memory_mb << 20;
   if (!flags.checkpoint_dir.empty()) {
     options->checkpoint_dir = flags.checkpoint_dir;
     options->checkpoint_every = flags.checkpoint_every > 0 ? flags.checkpoint_every : 50;

@@ -22,6 +22,7 @@ struct Flags {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   std::string stop_file;  // as train_mlp's --stop-file
+  int64_t device_memory_mb = 0;  // as train_mlp's --device-memory-mb
 };
 
 // The flags, checked; exits with status 2 (after the usage) on a bad flag or value.

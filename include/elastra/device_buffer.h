@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "elastra/status.h"
 
@@ -48,6 +49,8 @@ class DeviceBuffer {
 
 // The number of CUDA devices this process sees; 0 without CUDA, driver or device.
 int CudaDeviceCount();
+// The total memory of CUDA device `device` in bytes; 0 without CUDA or when it cannot be read.
+int64_t CudaDeviceTotalMemory(int device);
 
 // Copies `bytes` bytes from device memory at `device_src` (on CUDA device `device`) to host
 // memory at `dst`, synchronously. kInternal with CUDA's message on a CUDA error.

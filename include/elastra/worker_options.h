@@ -63,6 +63,12 @@ struct WorkerOptions {
   // only holder of some shard recovers from the newest committed checkpoint.
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  // The memory this worker may use for the job's state, in bytes (ELASTRA_DEVICE_MEMORY_BYTES):
+  // the coordinator never gives it a rank whose share of the registered state (by the tensors'
+  // sharding rules), plus the modelled activations when a model description was given, exceeds
+  // it (docs/recovery.md). 0: unlimited (FromEnvironment's default on a CPU); on a GPU,
+  // Worker::Start() takes the device's total memory when it is 0.
+  int64_t device_memory_bytes = 0;
   // Optional model description (JSON, see docs/resharding.md) the coordinator's planner uses to
   // choose layouts when a resize names only a worker count.
   std::string model_json;

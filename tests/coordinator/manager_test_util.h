@@ -44,10 +44,12 @@ class ManagerTest : public ::testing::Test {
     generations_.AddRecoveryListener([this] { ++recoveries_; });
   }
 
-  // Worker `id` on `host` joins as a standby worker (what WorkerService::OnJoin does).
-  void Join(const std::string& id, const std::string& host = "n1") {
-    ASSERT_TRUE(
-        membership_.Join(proto::JoinRequest{id, host, 0, 1}, "id-" + id).ok());
+  // Worker `id` on `host` joins as a standby worker (what WorkerService::OnJoin does), with
+  // `memory` bytes for the job's state (0: unlimited).
+  void Join(const std::string& id, const std::string& host = "n1", int64_t memory = 0) {
+    proto::JoinRequest join{id, host, 0, 1};
+    join.device_memory_bytes = memory;
+    ASSERT_TRUE(membership_.Join(join, "id-" + id).ok());
     health_.Beat(membership_.Find(id)->slot);
     host_manager_.OnJoined(membership_.Find(id));
     generations_.MaybeFormFirstGeneration();

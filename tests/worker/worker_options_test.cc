@@ -95,6 +95,7 @@ TEST_F(WorkerOptionsTest, EveryVariableReachesItsField) {
   Set("ELASTRA_CHECKPOINT_EVERY", "25");
   Set("ELASTRA_TEST_APPLY_DELAY_MS", "300");
   Set("ELASTRA_TEST_FAIL_AFTER_MOVE", "w7:3");
+  Set("ELASTRA_DEVICE_MEMORY_BYTES", "2147483648");
   auto o = WorkerOptions::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->coordinator, "tcp://127.0.0.1:5555");
@@ -112,6 +113,7 @@ TEST_F(WorkerOptionsTest, EveryVariableReachesItsField) {
   EXPECT_EQ(o->heartbeat_interval.count(), 50);
   EXPECT_EQ(o->checkpoint_dir, "/tmp/ckpt");
   EXPECT_EQ(o->checkpoint_every, 25);
+  EXPECT_EQ(o->device_memory_bytes, int64_t{2} << 30);
   EXPECT_EQ(InternalsOf(*o).test_apply_delay.count(), 300);
   EXPECT_EQ(InternalsOf(*o).test_fail_after_move, "w7:3");
   EXPECT_FALSE(o->park_when_removed);
@@ -134,6 +136,7 @@ TEST_F(WorkerOptionsTest, UnsetVariablesKeepTheDefaults) {
   EXPECT_EQ(o->checkpoint_dir, "");
   EXPECT_EQ(o->checkpoint_every, 0);
   EXPECT_EQ(InternalsOf(*o).test_apply_delay.count(), 0);
+  EXPECT_EQ(o->device_memory_bytes, 0) << "unlimited";
   EXPECT_EQ(o->local_rank, -1);
   // The worker id defaults to "<host>-<pid>", the host to this machine's name.
   char host[256] = {0};

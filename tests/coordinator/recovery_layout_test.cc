@@ -1,0 +1,141 @@
+// Recovery of a job with model parallelism (docs/recovery.md), driven on the managers as
+// generation_manager_test.cc does: a failure keeps the pipeline and tensor degrees and leaves the
+// broken replica's survivors standby; a standby takes a lost rank and the layout stays; a memory
+// budget rules out the layouts that do not fit; a regrow returns to the full layout.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/coordinator/manager_test_util.h"
+
+namespace elastra::coordinator {
+namespace {
+
+using T = proto::MessageType;
+
+// A [2, 64] float64 weight per layer, split over TP by rows (so tp is 1 or 2), on 2 layers:
+// 1 KiB a layer's weight, 2 KiB in all. A worker needs 2 KiB at dp, 1 KiB at tp=2 or pp=2 and
+// 512 B at pp=2 x tp=2.
+proto::JoinRequest WithState(const std::string& id) {
+  proto::JoinRequest join{id, "n1", 0, 1};
+  join.state.num_layers = 2;
+  for (int l = 0; l < 2; ++l) {
+    join.state.tensors.push_back(
+        TensorSpec{"w" + std::to_string(l), {2, 64}, 8, ShardingRule{0, l, false}});
+  }
+  return join;
+}
+
+class RecoveryLayoutTest : public ManagerTest {
+ protected:
+  // a, b, c, d (each with `memory` bytes) form dp=2 x tp=2 and commit it as generation 2.
+  void FormDp2Tp2(int64_t memory = 0) {
+    options_.initial_workers = 4;
+    layouts_.Learn(WithState("a"));
+    for (const std::string id : {"a", "b", "c", "d"}) Join(id, "n1", memory);
+    ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
+    generations_.BeginPause(SizeGoal{4, true, Layout{2, 1, 2}});
+    for (const auto& id : generations_.members()) {
+      ASSERT_TRUE(generations_.OnPaused(id, proto::PausedReport{2, 10, {10}, false}).ok());
+    }
+    ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
+    ASSERT_EQ(generations_.layout(), (Layout{2, 1, 2}));
+    before_ = generations_.members();
+  }
+
+  void ReadyAll(const std::vector<std::pair<std::string, proto::NewGeneration>>& sent) {
+    for (const auto& [identity, g] : sent) {
+      if (g.leave) continue;
+      const std::string id = identity.substr(3);  // "id-<worker>"
+      ASSERT_TRUE(generations_.OnReady(id, proto::GenerationReady{g.generation, 0, 0, 0}).ok());
+    }
+  }
+
+  // Every survivor answers the recover request holding its commit at step 10.
+  std::vector<std::pair<std::string, proto::NewGeneration>> Recover(const std::string& lost) {
+    generations_.LoseWorkers({lost}, "killed");
+    auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
+    EXPECT_FALSE(recover.empty());
+    const uint64_t target = recover.empty() ? 0 : recover[0].second.target_generation;
+    for (const auto& [identity, r] : recover) {
+      EXPECT_TRUE(
+          generations_.OnPaused(identity.substr(3), proto::PausedReport{target, 10, {10}, true})
+              .ok());
+    }
+    return Sent<proto::NewGeneration>(T::kNewGeneration);
+  }
+
+  std::vector<std::string> before_;  // the members of dp=2 x tp=2, by rank
+};
+
+TEST_F(RecoveryLayoutTest, AFailureKeepsTensorParallelismAndLeavesTheBrokenReplicaStandby) {
+  FormDp2Tp2();
+  auto built = Recover(before_[3]);  // replica 1 loses its tp rank 1
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{1, 1, 2})) << "not dp=3: tp=2 stays";
+  ASSERT_EQ(g.members.size(), 2u);
+  EXPECT_EQ(g.members[0].worker_id, before_[0]) << "replica 0 stays where it was";
+  EXPECT_EQ(g.members[1].worker_id, before_[1]);
+  std::map<std::string, proto::NewGeneration> by_worker;
+  for (const auto& [identity, ng] : built) by_worker[identity.substr(3)] = ng;
+  ASSERT_TRUE(by_worker.count(before_[2]));
+  EXPECT_TRUE(by_worker[before_[2]].leave);
+  EXPECT_TRUE(by_worker[before_[2]].standby) << "the broken replica's survivor stays, standby";
+  EXPECT_FALSE(by_worker[before_[0]].leave);
+  // Nothing moves: each member keeps its own shards.
+  for (const auto& [id, ng] : by_worker) {
+    EXPECT_TRUE(ng.move.transfers.empty()) << id << " receives or sends state";
+  }
+}
+
+TEST_F(RecoveryLayoutTest, AStandbyTakesTheLostRankAndTheLayoutStays) {
+  FormDp2Tp2();
+  Join("s");  // a hot spare
+  auto built = Recover(before_[3]);
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{2, 1, 2}));
+  ASSERT_EQ(g.members.size(), 4u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(g.members[r].worker_id, before_[r]) << "rank " << r << " moved";
+    EXPECT_TRUE(g.members[r].has_state);
+  }
+  EXPECT_EQ(g.members[3].worker_id, "s") << "the spare takes the lost rank";
+  EXPECT_FALSE(g.members[3].has_state);
+  for (const auto& [identity, ng] : built) EXPECT_FALSE(ng.leave) << identity;
+}
+
+TEST_F(RecoveryLayoutTest, AMemoryBudgetKeepsTheJobOffLayoutsThatDoNotFit) {
+  // 600 B a worker: only pp=2 x tp=2 fits, so 3 workers wait for a fourth, and of 5 one waits.
+  options_.initial_workers = 3;
+  layouts_.Learn(WithState("a"));
+  for (const std::string id : {"a", "b", "c"}) Join(id, "n1", 600);
+  EXPECT_TRUE(Sent<proto::NewGeneration>(T::kNewGeneration).empty()) << "no layout fits 3";
+  EXPECT_EQ(generations_.state(), proto::JobState::kForming);
+  Join("d", "n1", 600);
+  Join("e", "n1", 600);
+  auto first = Sent<proto::NewGeneration>(T::kNewGeneration);
+  ASSERT_EQ(first.size(), 4u) << "the fourth worker made a layout that fits";
+  EXPECT_EQ(MergedOf(first).layout, (Layout{1, 2, 2}));
+  EXPECT_EQ(membership_.Find("e")->state, WorkerState::kStandby);
+  EXPECT_LE(layouts_.NeedBytes(Layout{1, 2, 2}), 600);
+}
+
+TEST_F(RecoveryLayoutTest, NoLayoutThatFitsFailsTheRecoveryWithTheNumbers) {
+  FormDp2Tp2(/*memory=*/1024);  // tp=2 needs 1 KiB a worker; one worker alone needs 2 KiB
+  generations_.LoseWorkers({before_[0], before_[1], before_[2]}, "killed");
+  auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
+  ASSERT_EQ(recover.size(), 1u);
+  const uint64_t target = recover[0].second.target_generation;
+  ASSERT_TRUE(generations_.OnPaused(before_[3], proto::PausedReport{target, 10, {10}, true}).ok());
+  EXPECT_TRUE(Sent<proto::NewGeneration>(T::kNewGeneration).empty()) << "no layout that cannot run";
+  EXPECT_TRUE(generations_.job_over());
+  EXPECT_NE(ended_.find("no layout of the 1 live workers fits their memory (layout dp=1,pp=1,tp=1 "
+                        "needs 2.0 KiB a worker, " + before_[3] + " has 1.0 KiB)"),
+            std::string::npos)
+      << ended_;
+}
+
+}  // namespace
+}  // namespace elastra::coordinator

@@ -1,0 +1,76 @@
+// Failures of a job with tensor parallelism under a memory budget (docs/recovery.md), end to end:
+// `elastra run` with train_mlp workers that each declare how much of the state they may hold.
+// A killed worker's job goes on at a layout that keeps tp=2, the broken replica's survivor waits
+// as a standby, a resize to a layout that does not fit is refused with the numbers, and a grow
+// brings dp back to 2. Every sample is applied once: the run matches its --reference run.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/integration/job_harness.h"
+
+namespace elastra::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// train_mlp of 2 layers, hidden 16, ffn 32: its state (weights and two moments, float64) is
+// 59,616 bytes whole, 34,272 a worker at tp=2 and 32,256 at pp=2. A budget of 40,000 bytes
+// fits those two and rules out pure data parallelism.
+std::vector<std::string> TwoLayerArgs() {
+  return {"--steps", std::to_string(kUntilStopped), "--step-time-ms", "15", "--global-batch",
+          "32", "--hidden", "16", "--ffn", "32", "--layers", "2", "--commit-every", "5"};
+}
+constexpr char kBudget[] = "ELASTRA_DEVICE_MEMORY_BYTES=40000";
+
+int CountWorkers(const nlohmann::json& status, const std::string& state) {
+  int n = 0;
+  for (const auto& w : status.value("workers", nlohmann::json::array())) {
+    n += w.value("state", std::string()) == state ? 1 : 0;
+  }
+  return n;
+}
+
+TEST(RecoveryJob, AKilledWorkerKeepsTensorParallelismAndTheJobGrowsBack) {
+  const std::vector<std::string> args = TwoLayerArgs();
+  Job job(4, args, {kBudget});
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
+  EXPECT_GT(job.Status()["layout"].value("pp", 1) * job.Status()["layout"].value("tp", 1), 1)
+      << "dp=4 does not fit the budget";
+  // A layout whose every worker holds the whole state is refused, with what it needs.
+  auto refused = job.Resize("--workers 4 --layout dp=4,pp=1,tp=1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.out.find("layout dp=4,pp=1,tp=1 needs 58.2 KiB a worker"), std::string::npos)
+      << refused.out;
+  EXPECT_NE(refused.out.find("has 39.1 KiB"), std::string::npos) << refused.out;
+  auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(job.WaitForStep(job.Status().value("step", int64_t{0}) + 5, seconds(60)));
+
+  pid_t victim = job.PidOfRank(3);
+  ASSERT_GT(victim, 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
+  nlohmann::json status = job.Status();
+  EXPECT_EQ(status["layout"].value("dp", 0), 1);
+  EXPECT_EQ(status["layout"].value("tp", 0), 2) << "the recovery keeps tp=2";
+  // The broken replica's survivor parks and joins again as a standby.
+  ASSERT_TRUE(job.WaitFor([](const nlohmann::json& j) { return CountWorkers(j, "standby") == 1; },
+                          seconds(60)))
+      << job.Status().dump() << LauncherLog(job);
+
+  // A grow to 4 workers: the standby and one new worker make the second replica again.
+  r = job.Resize("--workers 4 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  status = job.Status();
+  EXPECT_EQ(status["layout"].value("dp", 0), 2);
+  EXPECT_EQ(status["layout"].value("tp", 0), 2);
+  EXPECT_EQ(CountWorkers(status, "member"), 4);
+  ASSERT_TRUE(job.WaitForStep(status.value("step", int64_t{0}) + 5, seconds(60)));
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+}
+
+}  // namespace
+}  // namespace elastra::testing
