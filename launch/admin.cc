@@ -124,26 +124,25 @@ struct HttpFlags {
   std::string token_file;
 };
 
-struct ResizeOptions {
+// The flags the admin commands share (AddAdminFlags): where the job is (--state-dir, or --url
+// with --token-file) and, for a change (resize, drain), whether and how long to wait for it.
+struct AdminFlags {
   std::string state_dir = kDefaultStateDir;
   HttpFlags http;
+  bool wait = false;    // resize and drain only
+  int timeout_s = 600;  // resize and drain only
+};
+
+struct ResizeOptions : AdminFlags {
   int workers = 0;
   std::optional<Layout> layout;  // none: the coordinator chooses
-  bool wait = false;
-  int timeout_s = 600;
 };
 
-struct DrainOptions {
-  std::string state_dir = kDefaultStateDir;
-  HttpFlags http;
+struct DrainOptions : AdminFlags {
   std::string host;
-  bool wait = false;
-  int timeout_s = 600;
 };
 
-struct StatusOptions {
-  std::string state_dir = kDefaultStateDir;
-  HttpFlags http;
+struct StatusOptions : AdminFlags {
   bool json = false;
 };
 
@@ -486,18 +485,40 @@ int Keygen(const KeygenOptions& flags) {
   return 0;
 }
 
-// --url and --token-file, which replace --state-dir's ZeroMQ connection.
-void AddHttpFlags(CLI::App* app, HttpFlags* out) {
+// What tells one admin command's shared flags apart in its help.
+struct AdminFlagsHelp {
+  const char* state_dir;         // --state-dir's help
+  const char* change = nullptr;  // a change ("resize", "drain"); nullptr: no --wait, no --timeout
+  const char* wait = nullptr;    // --wait's help, for a change
+};
+
+// Adds the flags every admin command shares to `command`, and the command's own flags through
+// `add_own`, in the order its help lists them: --state-dir, the command's own, --wait (a change),
+// --url and --token-file (which replace --state-dir's ZeroMQ connection), --timeout (a change).
+void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& help,
+                   const std::function<void()>& add_own) {
+  command->add_option("--state-dir", out->state_dir, help.state_dir)
+      ->type_name("DIR")
+      ->capture_default_str();
+  add_own();
+  if (help.change != nullptr) command->add_flag("--wait", out->wait, help.wait);
   CLI::Option* url =
-      app->add_option("--url", out->url,
-                      "The job's HTTP API (\"http\" of coordinator.json) instead of --state-dir")
+      command
+          ->add_option("--url", out->http.url,
+                       "The job's HTTP API (\"http\" of coordinator.json) instead of --state-dir")
           ->type_name("URL");
   CLI::Option* token =
-      app->add_option("--token-file", out->token_file,
-                      "With --url: the file holding the bearer token (admin.token or read.token)")
+      command
+          ->add_option("--token-file", out->http.token_file,
+                       "With --url: the file holding the bearer token (admin.token or read.token)")
           ->type_name("FILE");
   url->needs(token);
   token->needs(url);
+  if (help.change == nullptr) return;
+  const std::string timeout_help =
+      std::string("With --wait: give up waiting after this long (the ") + help.change + " goes on)";
+  AddIntFlag(command, "--timeout", &out->timeout_s, 1, 86400, "SECONDS", timeout_help)
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -509,19 +530,18 @@ void AddResizeCommand(CLI::App* app, int* exit_code) {
                     "[--wait] [--timeout SECONDS]",
                     "elastra resize --url URL --token-file FILE --workers N [--layout "
                     "dp=D,pp=P,tp=T] [--wait] [--timeout SECONDS]"});
-  resize->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
-      ->type_name("DIR")
-      ->capture_default_str();
-  AddIntFlag(resize, "--workers", &o->workers, 1, 1 << 20, "N", "Workers after the change")
-      ->required();
-  AddLayoutFlag(resize, "--layout", &o->layout,
-                "The exact layout (D*P*T = N); without it the job keeps pp and tp when they "
-                "divide N");
-  resize->add_flag("--wait", o->wait, "Block until the job runs at the new size");
-  AddHttpFlags(resize, &o->http);
-  AddIntFlag(resize, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
-             "With --wait: give up waiting after this long (the resize goes on)")
-      ->capture_default_str();
+  AddAdminFlags(resize, o.get(),
+                {.state_dir = "The job's state directory (elastra run's)",
+                 .change = "resize",
+                 .wait = "Block until the job runs at the new size"},
+                [&] {
+                  AddIntFlag(resize, "--workers", &o->workers, 1, 1 << 20, "N",
+                             "Workers after the change")
+                      ->required();
+                  AddLayoutFlag(resize, "--layout", &o->layout,
+                                "The exact layout (D*P*T = N); without it the job keeps pp and tp "
+                                "when they divide N");
+                });
   resize->callback([o, exit_code] { *exit_code = ResizeJob(*o); });
 }
 
@@ -532,17 +552,15 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
   SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]",
                    "elastra drain --url URL --token-file FILE --host HOST [--wait] "
                    "[--timeout SECONDS]"});
-  drain->add_option("--state-dir", o->state_dir, "The job's state directory (its coordinator's)")
-      ->type_name("DIR")
-      ->capture_default_str();
-  drain->add_option("--host", o->host, "The host to drain (its agent's --name)")
-      ->type_name("HOST")
-      ->required();
-  drain->add_flag("--wait", o->wait, "Block until the job has left the host");
-  AddHttpFlags(drain, &o->http);
-  AddIntFlag(drain, "--timeout", &o->timeout_s, 1, 86400, "SECONDS",
-             "With --wait: give up waiting after this long (the drain goes on)")
-      ->capture_default_str();
+  AddAdminFlags(drain, o.get(),
+                {.state_dir = "The job's state directory (its coordinator's)",
+                 .change = "drain",
+                 .wait = "Block until the job has left the host"},
+                [&] {
+                  drain->add_option("--host", o->host, "The host to drain (its agent's --name)")
+                      ->type_name("HOST")
+                      ->required();
+                });
   drain->callback([o, exit_code] { *exit_code = DrainHost(*o); });
 }
 
@@ -552,13 +570,11 @@ void AddStatusCommand(CLI::App* app, int* exit_code) {
       app->add_subcommand("status", "Show a job's state, workers, hosts and history");
   SetUsage(status, {"elastra status --state-dir DIR [--json]",
                     "elastra status --url URL --token-file FILE [--json]"});
-  status->add_option("--state-dir", o->state_dir, "The job's state directory (elastra run's)")
-      ->type_name("DIR")
-      ->capture_default_str();
-  status->add_flag("--json", o->json,
-                   "One JSON object: job, state, generation, layout, step, workers, history, "
-                   "agents, hosts, target_workers, counters");
-  AddHttpFlags(status, &o->http);
+  AddAdminFlags(status, o.get(), {.state_dir = "The job's state directory (elastra run's)"}, [&] {
+    status->add_flag("--json", o->json,
+                     "One JSON object: job, state, generation, layout, step, workers, history, "
+                     "agents, hosts, target_workers, counters");
+  });
   status->callback([o, exit_code] { *exit_code = ShowStatus(*o); });
 }
 
