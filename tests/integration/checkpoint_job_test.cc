@@ -97,18 +97,8 @@ void CheckpointJobTest::KillTensorRankAndRecover(int step_ms, int every) {
       seconds(60)));
   pid_t victim = job.PidOfRank(1);
   ASSERT_GT(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Recovered from disk: a generation of the failure formed and trains on.
-  ASSERT_TRUE(job.WaitFor(
-      [](const nlohmann::json& j) {
-        auto h = j.value("history", nlohmann::json::array());
-        return j.value("state", std::string()) == "running" && !h.empty() &&
-               h.back().value("reason", std::string()) == "failure";
-      },
-      seconds(60)))
-      << LauncherLog(job);
-  const int64_t at = job.Status().value("step", int64_t{0});
-  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60))) << LauncherLog(job);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   EXPECT_NE(LauncherLog(job).find("loaded checkpoint"), std::string::npos) << LauncherLog(job);

@@ -235,22 +235,12 @@ TEST(ElasticJob, ReplicatedTensorShardsSurviveAKilledRank) {
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
   auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  int64_t at = job.Status().value("step", int64_t{0});
+  const int64_t at = job.Status().value("step", int64_t{0});
   ASSERT_TRUE(job.WaitForStep(at + 8, seconds(60)));
   pid_t victim = job.PidOfRank(3);
   ASSERT_GT(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Recovered: a generation of the failure formed and trains on.
-  ASSERT_TRUE(job.WaitFor(
-      [](const nlohmann::json& j) {
-        auto h = j.value("history", nlohmann::json::array());
-        return j.value("state", std::string()) == "running" && !h.empty() &&
-               h.back().value("reason", std::string()) == "failure";
-      },
-      seconds(60)))
-      << LauncherLog(job);
-  at = job.Status().value("step", int64_t{0});
-  ASSERT_TRUE(job.WaitForStep(at + 5, seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectStoppedRunMatchesReference(job, args);

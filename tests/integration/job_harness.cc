@@ -134,6 +134,20 @@ void Job::Signal(int sig) {
   if (pid_ > 0) kill(pid_, sig);
 }
 
+void KillWorkerAndRecover(Job& job, pid_t victim) {
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        auto h = j.value("history", nlohmann::json::array());
+        return j.value("state", std::string()) == "running" && !h.empty() &&
+               h.back().value("reason", std::string()) == "failure";
+      },
+      std::chrono::seconds(60)))
+      << LauncherLog(job);
+  const int64_t at = job.Status().value("step", int64_t{0});
+  ASSERT_TRUE(job.WaitForStep(at + 5, std::chrono::seconds(60))) << LauncherLog(job);
+}
+
 std::string LauncherLog(const Job& job) {
   std::ifstream in(job.dir() + "/launcher.log");
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -67,6 +67,12 @@ class Job {
   pid_t pid_ = -1;
 };
 
+// SIGKILLs `victim`, a worker of `job`, and waits until the generation formed for the failure
+// runs (the newest in the history has reason "failure") and the job has trained 5 more steps; 60 s
+// for each. Fatal gtest failures, with the launcher's log, when it does not get there: call it
+// under ASSERT_NO_FATAL_FAILURE.
+void KillWorkerAndRecover(Job& job, pid_t victim);
+
 // Path of a built binary (set by CMake).
 std::string ElastraBinary();
 std::string TrainBinary();
