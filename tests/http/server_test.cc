@@ -22,7 +22,7 @@
 #include "journal/events.h"
 #include "http/metrics.h"
 #include "journal/journal.h"
-#include "tests/http/sse_test_client.h"
+#include "tests/http/http_test_client.h"
 
 namespace elastra::http {
 namespace {
@@ -35,15 +35,10 @@ using journal::JournalWorkerState;
 using launch::EmbeddedCoordinator;
 using launch::EmbeddedOptions;
 using launch::StartEmbeddedCoordinator;
+using testing::Bearer;
+using testing::ReadToken;
 
 using nlohmann::json;
-
-std::string ReadLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 
 int Mode(const std::string& path) {
   struct stat st {};
@@ -152,8 +147,8 @@ class HttpServerTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status();
     coordinator_ = std::move(e).value();
     ASSERT_NE(coordinator_.http, nullptr);
-    admin_ = ReadLine(dir_ + "/admin.token");
-    read_ = ReadLine(dir_ + "/read.token");
+    admin_ = ReadToken(dir_ + "/admin.token");
+    read_ = ReadToken(dir_ + "/read.token");
     client_ = std::make_unique<httplib::Client>("127.0.0.1", coordinator_.http->port());
     client_->set_read_timeout(10, 0);
   }
@@ -164,9 +159,6 @@ class HttpServerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  httplib::Headers Bearer(const std::string& token) {
-    return {{"Authorization", "Bearer " + token}};
-  }
   // The status and the parsed JSON body of a request.
   std::pair<int, json> Get(const std::string& path, const std::string& token) {
     auto res = client_->Get(path.c_str(), Bearer(token));
@@ -221,8 +213,8 @@ TEST_F(HttpServerTest, ARestartServesTheSameUrlWithTheSameTokens) {
   coordinator_ = std::move(e).value();
   ASSERT_NE(coordinator_.http, nullptr);
   EXPECT_EQ(coordinator_.http->url(), url);
-  EXPECT_EQ(ReadLine(dir_ + "/admin.token"), admin_);
-  EXPECT_EQ(ReadLine(dir_ + "/read.token"), read_);
+  EXPECT_EQ(ReadToken(dir_ + "/admin.token"), admin_);
+  EXPECT_EQ(ReadToken(dir_ + "/read.token"), read_);
   EXPECT_EQ(ReadConnectionInfo(dir_ + "/coordinator.json")->http, url);
   client_ = std::make_unique<httplib::Client>("127.0.0.1", coordinator_.http->port());
   EXPECT_EQ(Get("/v1/job", read_).first, 200);
@@ -553,7 +545,7 @@ TEST_F(HttpServerTest, EventsStreamAsServerSentEventsAndResumeFromLastEventId) {
   EXPECT_EQ(resumed[1], all[3]);
   EXPECT_EQ(resumed[2].type, "job_end");
   // /metrics counts the journal's events: what the status does not carry (checkpoints).
-  auto metrics = c.Get("/metrics", {{"Authorization", "Bearer " + read_}});
+  auto metrics = c.Get("/metrics", Bearer(read_));
   ASSERT_TRUE(metrics);
   for (const char* line :
        {"elastra_events_total{type=\"checkpoint\"} 1\n",

@@ -8,10 +8,9 @@
 #include <fstream>
 #include <thread>
 
-#include "protocol/keys.h"
 #include "examples/autoscaler/policy.h"
-#include "tests/http/sse_test_client.h"
-#include "tests/integration/job_harness.h"
+#include "tests/http/http_test_client.h"
+#include "tests/integration/http_job_harness.h"
 
 namespace elastra::testing {
 namespace {
@@ -39,13 +38,6 @@ TEST(AutoscalerPolicy, CapacityNeededShrinksWithinTheBounds) {
   EXPECT_EQ(p.Decide({8, 800}).workers, 8) << "at --max";
 }
 
-std::string ReadLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 size_t Count(const std::vector<SseEvent>& events, const std::string& type) {
   size_t n = 0;
   for (const auto& e : events) n += e.type == type ? 1 : 0;
@@ -65,11 +57,8 @@ TEST(Autoscaler, DrivesAJobThroughTwoResizesOverHttp) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
-  ASSERT_TRUE(job.WaitForStep(5, seconds(90))) << LauncherLog(job);
-  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
-  ASSERT_TRUE(info.ok()) << info.status();
-  const std::string read = ReadLine(job.state_dir() + "/read.token");
+  auto [job, api] = StartHttpJob(2, args, /*step=*/5);
+  ASSERT_FALSE(HasFailure());
   const std::string capacity = job.dir() + "/capacity";
   const std::string out = job.dir() + "/autoscaler.out";
 
@@ -77,20 +66,21 @@ TEST(Autoscaler, DrivesAJobThroughTwoResizesOverHttp) {
   // 2 did): it grows to 3 and holds there until capacity is needed; --max-resizes 2 ends it.
   CommandResult scaler;
   std::thread run([&] {
-    scaler = RunShell(std::string(AUTOSCALER_BINARY) + " --url " + info->http + " --token-file " +
+    scaler = RunShell(std::string(AUTOSCALER_BINARY) + " --url " + api.url + " --token-file " +
                       job.state_dir() + "/admin.token --min 1 --max 3 --tolerance 0.9" +
                       " --settle-points 2 --poll-ms 200 --max-resizes 2 --capacity-file " +
                       capacity + " > " + out + " 2>&1");
   });
-  httplib::Client http(info->http);
+  httplib::Client http(api.url);
   http.set_read_timeout(180, 0);
-  auto grown = ReadSseEvents(http, read, "", [](const auto& got) { return FormedWith(got, 3); });
+  auto grown =
+      ReadSseEvents(http, api.read_token, "", [](const auto& got) { return FormedWith(got, 3); });
   ASSERT_TRUE(FormedWith(grown, 3)) << LauncherLog(job);
   { std::ofstream(capacity) << "2\n"; }
   run.join();
   EXPECT_EQ(scaler.exit_code, 0) << RunShell("cat " + out).out;
 
-  auto events = ReadSseEvents(http, read, "", [](const auto& got) {
+  auto events = ReadSseEvents(http, api.read_token, "", [](const auto& got) {
     return Count(got, "resize_end") >= 2 && Count(got, "generation") >= 3;
   });
   std::vector<std::pair<std::string, size_t>> outline;  // resizes and generations, in order

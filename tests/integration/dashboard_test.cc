@@ -9,24 +9,16 @@
 #include <stdlib.h>
 
 #include <filesystem>
-#include <fstream>
 
-#include "protocol/keys.h"
+#include "tests/http/http_test_client.h"
 #include "tests/integration/headless_chromium.h"
-#include "tests/integration/job_harness.h"
+#include "tests/integration/http_job_harness.h"
 
 namespace elastra::testing {
 namespace {
 
 using nlohmann::json;
 using std::chrono::seconds;
-
-std::string ReadLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 
 // The worker ids of the newest generation in /v1/job, by rank.
 std::vector<std::string> NewestWorkers(const json& job) {
@@ -59,22 +51,18 @@ TEST(Dashboard, HeadlessChromiumDrawsTheJobAndFollowsAResizeLive) {
                                          scratch + "/ckpt",
                                          "--checkpoint-every",
                                          "20"};
-  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
-  ASSERT_TRUE(job.WaitForStep(5, seconds(90))) << LauncherLog(job);
-  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
-  ASSERT_TRUE(info.ok()) << info.status();
-  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
-  const std::string read = ReadLine(job.state_dir() + "/read.token");
-  httplib::Client http(info->http);
+  auto [job, api] = StartHttpJob(2, args, /*step=*/5);
+  ASSERT_FALSE(HasFailure());
+  httplib::Client http(api.url);
   http.set_read_timeout(120, 0);
-  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
-  const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+  const httplib::Headers as_admin = Bearer(api.admin_token);
+  const httplib::Headers as_reader = Bearer(api.read_token);
 
   // Without a token the page is refused; a cookie never grants a change.
   auto bare = http.Get("/");
   ASSERT_TRUE(bare);
   EXPECT_EQ(bare->status, 401);
-  auto cookie_resize = http.Post("/v1/resize", {{"Cookie", "elastra_token=" + admin}},
+  auto cookie_resize = http.Post("/v1/resize", {{"Cookie", "elastra_token=" + api.admin_token}},
                                  R"({"workers":3})", "application/json");
   ASSERT_TRUE(cookie_resize);
   EXPECT_EQ(cookie_resize->status, 403) << cookie_resize->body;
@@ -82,7 +70,7 @@ TEST(Dashboard, HeadlessChromiumDrawsTheJobAndFollowsAResizeLive) {
   auto browser = HeadlessChromium::Launch(chromium, scratch + "/profile");
   ASSERT_TRUE(browser.ok()) << browser.status();
   HeadlessChromium& page = **browser;
-  ASSERT_TRUE(page.Navigate(info->http + "/?token=" + read).ok());
+  ASSERT_TRUE(page.Navigate(api.url + "/?token=" + api.read_token).ok());
   // The token became a cookie and left the address bar.
   EXPECT_EQ(*page.Evaluate("location.pathname + location.search"), "/");
 

@@ -14,9 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#include "protocol/keys.h"
-#include "tests/http/sse_test_client.h"
-#include "tests/integration/job_harness.h"
+#include "tests/http/http_test_client.h"
+#include "tests/integration/http_job_harness.h"
 
 namespace elastra::testing {
 namespace {
@@ -24,30 +23,19 @@ namespace {
 using nlohmann::json;
 using std::chrono::seconds;
 
-std::string ReadLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
   const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
                                          "--step-time-ms", "15",
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
-  ASSERT_TRUE(job.WaitForStep(10, seconds(90))) << LauncherLog(job);
-  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
-  ASSERT_TRUE(info.ok()) << info.status();
-  ASSERT_EQ(info->http.rfind("http://127.0.0.1:", 0), 0u) << info->http;
-  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
-  const std::string read = ReadLine(job.state_dir() + "/read.token");
-  httplib::Client http(info->http);
+  auto [job, api] = StartHttpJob(2, args, /*step=*/10);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(api.url.rfind("http://127.0.0.1:", 0), 0u) << api.url;
+  httplib::Client http(api.url);
   http.set_read_timeout(120, 0);
-  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
-  const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+  const httplib::Headers as_admin = Bearer(api.admin_token);
+  const httplib::Headers as_reader = Bearer(api.read_token);
 
   auto job_before = http.Get("/v1/job", as_reader);
   ASSERT_TRUE(job_before);
@@ -109,34 +97,34 @@ TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
   EXPECT_NE(metrics->body.find("elastra_worker_heartbeat_age_seconds{worker="), std::string::npos);
 
   // The CLI over HTTP: no ZeroMQ keys, only the URL and a token file.
-  auto refused = RunShell(ElastraBinary() + " resize --url " + info->http + " --token-file " +
+  auto refused = RunShell(ElastraBinary() + " resize --url " + api.url + " --token-file " +
                           job.state_dir() + "/read.token --workers 2 2>&1");
   EXPECT_EQ(refused.exit_code, 1) << refused.out;
   EXPECT_NE(refused.out.find("elastra resize: refused: "), std::string::npos) << refused.out;
   EXPECT_NE(refused.out.find("(HTTP 403)"), std::string::npos) << refused.out;
-  auto shrink = RunShell(ElastraBinary() + " resize --url " + info->http + " --token-file " +
+  auto shrink = RunShell(ElastraBinary() + " resize --url " + api.url + " --token-file " +
                          job.state_dir() + "/admin.token --workers 3 --wait 2>/dev/null");
   ASSERT_EQ(shrink.exit_code, 0) << shrink.out;
   const json s = json::parse(shrink.out);
   EXPECT_EQ(s["phase"], "done");
   EXPECT_EQ(s["workers"], 3);
   EXPECT_FALSE(s.contains("id")) << "the same object as the ZeroMQ path prints";
-  auto status = RunShell(ElastraBinary() + " status --url " + info->http + " --token-file " +
+  auto status = RunShell(ElastraBinary() + " status --url " + api.url + " --token-file " +
                          job.state_dir() + "/read.token 2>/dev/null");
   ASSERT_EQ(status.exit_code, 0) << status.out;
   EXPECT_NE(status.out.find("layout dp=3,pp=1,tp=1"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("GENERATION"), std::string::npos) << status.out;
-  auto status_json = RunShell(ElastraBinary() + " status --json --url " + info->http +
+  auto status_json = RunShell(ElastraBinary() + " status --json --url " + api.url +
                               " --token-file " + job.state_dir() + "/read.token 2>/dev/null");
   ASSERT_EQ(status_json.exit_code, 0) << status_json.out;
   EXPECT_EQ(json::parse(status_json.out)["layout"]["dp"], 3);
-  auto no_host = RunShell(ElastraBinary() + " drain --url " + info->http + " --token-file " +
+  auto no_host = RunShell(ElastraBinary() + " drain --url " + api.url + " --token-file " +
                           job.state_dir() + "/admin.token --host nowhere 2>&1");
   EXPECT_EQ(no_host.exit_code, 1) << no_host.out;
   EXPECT_NE(no_host.out.find("elastra drain: refused: no host 'nowhere'"), std::string::npos)
       << no_host.out;
   EXPECT_NE(no_host.out.find("(HTTP 404)"), std::string::npos) << no_host.out;
-  auto no_token = RunShell(ElastraBinary() + " status --url " + info->http + " 2>&1");
+  auto no_token = RunShell(ElastraBinary() + " status --url " + api.url + " 2>&1");
   EXPECT_EQ(no_token.exit_code, 2) << no_token.out;
 
   job.StopTraining();
@@ -158,14 +146,11 @@ TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
   std::vector<std::string> with_checkpoints = args;
   with_checkpoints.insert(with_checkpoints.end(),
                           {"--checkpoint-dir", ckpt, "--checkpoint-every", "10"});
-  Job job(2, with_checkpoints, {}, {"--http", "127.0.0.1:0"});
-  ASSERT_TRUE(job.WaitForStep(5, seconds(90))) << LauncherLog(job);
-  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
-  ASSERT_TRUE(info.ok()) << info.status();
-  const std::string read = ReadLine(job.state_dir() + "/read.token");
-  httplib::Client http(info->http);
+  auto [job, api] = StartHttpJob(2, with_checkpoints, /*step=*/5);
+  ASSERT_FALSE(HasFailure());
+  httplib::Client http(api.url);
   http.set_read_timeout(60, 0);
-  const httplib::Headers as_reader = {{"Authorization", "Bearer " + read}};
+  const httplib::Headers as_reader = Bearer(api.read_token);
   // A committed checkpoint brings its save time and bytes to /metrics.
   std::string committed;
   const auto committed_by = std::chrono::steady_clock::now() + seconds(90);
@@ -250,22 +235,18 @@ TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  Job job(2, args, {}, {"--http", "127.0.0.1:0"});
-  ASSERT_TRUE(job.WaitForStep(10, seconds(90))) << LauncherLog(job);
-  auto info = ReadConnectionInfo(job.state_dir() + "/coordinator.json");
-  ASSERT_TRUE(info.ok()) << info.status();
-  const std::string admin = ReadLine(job.state_dir() + "/admin.token");
-  const std::string read = ReadLine(job.state_dir() + "/read.token");
-  httplib::Client http(info->http);
+  auto [job, api] = StartHttpJob(2, args, /*step=*/10);
+  ASSERT_FALSE(HasFailure());
+  httplib::Client http(api.url);
   http.set_read_timeout(120, 0);
-  const httplib::Headers as_admin = {{"Authorization", "Bearer " + admin}};
+  const httplib::Headers as_admin = Bearer(api.admin_token);
 
   auto grow = http.Post("/v1/resize", as_admin, R"({"workers":3,"wait":true})", "application/json");
   ASSERT_TRUE(grow);
   ASSERT_EQ(grow->status, 200) << grow->body;
   int status = 0;
   auto before = ReadSseEvents(
-      http, read, "", [](const auto& got) { return HasEnd(got, 1); }, &status);
+      http, api.read_token, "", [](const auto& got) { return HasEnd(got, 1); }, &status);
   ASSERT_EQ(status, 200);
   ASSERT_TRUE(HasEnd(before, 1));
   std::vector<std::string> types;
@@ -320,13 +301,13 @@ TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
   ASSERT_EQ(shrink_status, 200) << shrink_body;
   EXPECT_EQ(json::parse(shrink_body)["workers"], 2);
 
-  auto resumed = ReadSseEvents(http, read, std::to_string(before.back().id),
+  auto resumed = ReadSseEvents(http, api.read_token, std::to_string(before.back().id),
                                [](const auto& got) { return HasEnd(got, 1); });
   ASSERT_TRUE(HasEnd(resumed, 1));
   EXPECT_GT(resumed.front().id, before.back().id);
   auto expected = before;
   expected.insert(expected.end(), resumed.begin(), resumed.end());
-  auto full = ReadSseEvents(http, read, "",
+  auto full = ReadSseEvents(http, api.read_token, "",
                             [&](const auto& got) { return got.back().id >= resumed.back().id; });
   EXPECT_EQ(full, expected) << "the stream from the start is what was seen plus what resumed";
 

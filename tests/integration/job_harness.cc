@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 namespace elastra::testing {
 
@@ -54,12 +55,15 @@ Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string
   }
 }
 
+Job::Job(Job&& other) noexcept
+    : dir_(std::exchange(other.dir_, std::string())), pid_(std::exchange(other.pid_, -1)) {}
+
 Job::~Job() {
   if (pid_ > 0) {
     kill(pid_, SIGTERM);
     Wait(std::chrono::seconds(10));
   }
-  if (std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
+  if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }

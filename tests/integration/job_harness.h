@@ -34,6 +34,11 @@ class Job {
   Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env = {},
       std::vector<std::string> run_args = {});
   ~Job();  // kills whatever is left
+  // Movable, so that a helper can start a job and hand it back (StartHttpJob); a copy would kill
+  // the same process twice.
+  Job(Job&& other) noexcept;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
 
   const std::string& dir() const { return dir_; }
   std::string state_dir() const { return dir_ + "/state"; }

@@ -1,15 +1,31 @@
-// Reads GET /v1/events (Server-Sent Events) for tests: the events' ids and types, in order.
+// A client of the HTTP API for tests: the tokens a coordinator writes beside its state, the bearer
+// header that carries one, and GET /v1/events (Server-Sent Events) read into the events' ids and
+// types, in order.
 #pragma once
 
 #include <httplib.h>
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace elastra::testing {
+
+// The token in the file at `path` (admin.token, read.token: one line); empty when there is none.
+inline std::string ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The Authorization header that presents `token`.
+inline httplib::Headers Bearer(const std::string& token) {
+  return {{"Authorization", "Bearer " + token}};
+}
 
 struct SseEvent {
   uint64_t id = 0;
@@ -28,7 +44,7 @@ inline std::vector<SseEvent> ReadSseEvents(
     const std::function<bool(const std::vector<SseEvent>&)>& done, int* status = nullptr) {
   std::vector<SseEvent> got;
   std::string buffer;
-  httplib::Headers headers = {{"Authorization", "Bearer " + token}};
+  httplib::Headers headers = Bearer(token);
   if (!last_id.empty()) headers.emplace("Last-Event-ID", last_id);
   int code = 0;
   client.Get(
