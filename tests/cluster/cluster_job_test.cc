@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "checkpoint/reader.h"
+#include "tests/cluster/cluster_fixture.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {
@@ -56,15 +57,10 @@ int CountLines(const std::string& path, const std::vector<std::string>& parts) {
   return count;
 }
 
-class ClusterJobTest : public ::testing::Test {
+// The job (ClusterJob) makes its cluster and its folder itself.
+class ClusterJobTest : public ClusterFixture<NamespaceCluster> {
  protected:
-  void SetUp() override {
-    static const std::string why = NamespaceCluster::Unavailable();
-    if (!why.empty()) {
-      if (std::getenv("ELASTRA_REQUIRE_NAMESPACES") != nullptr) FAIL() << why;
-      GTEST_SKIP() << why;
-    }
-  }
+  ClusterJobTest() : ClusterFixture("ELASTRA_REQUIRE_NAMESPACES", /*scratch_prefix=*/"") {}
 
   // Builds the job's cluster of `hosts` hosts.
   void MakeJob(int hosts, std::map<std::string, std::string> env = {}) {

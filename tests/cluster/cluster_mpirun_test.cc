@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/cluster/cluster_fixture.h"
 #include "tests/cluster/cluster_job.h"
 #include "tests/integration/job_harness.h"
 
@@ -53,16 +54,19 @@ std::map<std::string, std::tuple<std::string, std::string, int64_t>> Workers(
 }
 
 // Skips where the namespace cluster or mpirun cannot be had (ELASTRA_REQUIRE_NAMESPACES=1 makes a
-// machine without namespaces a failure).
-#define SKIP_UNLESS_CLUSTER_AND_MPIRUN()                                                     \
-  do {                                                                                       \
-    static const std::string why = NamespaceCluster::Unavailable();                          \
-    if (!why.empty() && std::getenv("ELASTRA_REQUIRE_NAMESPACES") != nullptr) FAIL() << why; \
-    if (!why.empty()) GTEST_SKIP() << why;                                                   \
-    if (access(MPIRUN_BINARY, X_OK) != 0) {                                                  \
-      GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;                               \
-    }                                                                                        \
-  } while (0)
+// machine without namespaces a failure). Each job (ClusterJob) makes its cluster and its folder.
+class ClusterMpirun : public ClusterFixture<NamespaceCluster> {
+ protected:
+  ClusterMpirun() : ClusterFixture("ELASTRA_REQUIRE_NAMESPACES", /*scratch_prefix=*/"") {}
+
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (access(MPIRUN_BINARY, X_OK) != 0) {
+      GTEST_SKIP() << "mpirun not found at " << MPIRUN_BINARY;
+    }
+  }
+};
 
 // A job of four train_mlp ranks, two on each host, started by mpirun in host 0 with
 // --enable-recovery and `extra_flags`, trained to step 10. `job` and `mpirun` are set on success.
@@ -93,8 +97,7 @@ void StartFourRanks(const std::vector<std::string>& extra_flags, std::unique_ptr
   ASSERT_TRUE((*job)->WaitForStep(10, kEvent)) << (*job)->Logs();
 }
 
-TEST(ClusterMpirun, FourRanksOnTwoHostsShrinkToTwoAndGrowBackToFour) {
-  SKIP_UNLESS_CLUSTER_AND_MPIRUN();
+TEST_F(ClusterMpirun, FourRanksOnTwoHostsShrinkToTwoAndGrowBackToFour) {
   std::unique_ptr<ClusterJob> made;
   pid_t mpirun = -1;
   ASSERT_NO_FATAL_FAILURE(StartFourRanks({}, &made, &mpirun));
@@ -225,18 +228,15 @@ void KillRanksAndExpectMpirunEnds(const std::vector<std::string>& victims,
 }
 
 // Worker ids are mpi-<MPI rank>; --host host0:2,host1:2 puts ranks 0 and 1 on host 0.
-TEST(ClusterMpirun, RankKilledOnTheOtherHostEndsMpirun) {
-  SKIP_UNLESS_CLUSTER_AND_MPIRUN();
+TEST_F(ClusterMpirun, RankKilledOnTheOtherHostEndsMpirun) {
   KillRanksAndExpectMpirunEnds({"mpi-3"}, "host1");
 }
 
-TEST(ClusterMpirun, RankKilledOnRankZerosHostEndsMpirun) {
-  SKIP_UNLESS_CLUSTER_AND_MPIRUN();
+TEST_F(ClusterMpirun, RankKilledOnRankZerosHostEndsMpirun) {
   KillRanksAndExpectMpirunEnds({"mpi-1"}, "host0");
 }
 
-TEST(ClusterMpirun, EveryRankOfAHostKilledEndsMpirun) {
-  SKIP_UNLESS_CLUSTER_AND_MPIRUN();
+TEST_F(ClusterMpirun, EveryRankOfAHostKilledEndsMpirun) {
   KillRanksAndExpectMpirunEnds({"mpi-2", "mpi-3"}, "host1");
 }
 

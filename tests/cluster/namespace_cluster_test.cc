@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/cluster/cluster_fixture.h"
 #include "tests/cluster/test_programs.h"
 
 extern char** environ;
@@ -140,28 +141,10 @@ bool StillRunning(pid_t pid) {
   return waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
 }
 
-class NamespaceClusterTest : public ::testing::Test {
+class NamespaceClusterTest : public ClusterFixture<NamespaceCluster> {
  protected:
-  void SetUp() override {
-    static const std::string why = NamespaceCluster::Unavailable();
-    if (!why.empty()) {
-      // CI runs as root and sets this, so that a machine that cannot make namespaces fails
-      // instead of skipping every test.
-      if (std::getenv("ELASTRA_REQUIRE_NAMESPACES") != nullptr) FAIL() << why;
-      GTEST_SKIP() << why;
-    }
-    char tmpl[] = "/tmp/elastra_cluster_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-
-  void TearDown() override {
-    cluster_.reset();
-    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-    }
-  }
+  NamespaceClusterTest()
+      : ClusterFixture("ELASTRA_REQUIRE_NAMESPACES", "/tmp/elastra_cluster_test_") {}
 
   void MakeCluster(int hosts) {
     auto cluster = NamespaceCluster::Create(hosts);
@@ -191,9 +174,6 @@ class NamespaceClusterTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : RunResult{};
   }
-
-  std::string dir_;
-  std::unique_ptr<NamespaceCluster> cluster_;
 };
 
 TEST(NamespaceClusterArgs, CreateRejectsBadCountsAndNames) {

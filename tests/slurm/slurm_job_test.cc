@@ -21,12 +21,12 @@
 #include <thread>
 
 #include "testbed/slurm_cluster.h"
+#include "tests/cluster/cluster_fixture.h"
 #include "tests/integration/job_harness.h"
 
 namespace elastra::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -82,26 +82,9 @@ std::string HostState(const nlohmann::json& status, const std::string& name) {
   return "";
 }
 
-class SlurmJobTest : public ::testing::Test {
+class SlurmJobTest : public ClusterFixture<SlurmCluster> {
  protected:
-  void SetUp() override {
-    static const std::string why = SlurmCluster::Unavailable();
-    if (!why.empty()) {
-      if (std::getenv("ELASTRA_REQUIRE_SLURM") != nullptr) FAIL() << why;
-      GTEST_SKIP() << why;
-    }
-    char tmpl[] = "/tmp/elastra_slurm_job_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-
-  void TearDown() override {
-    slurm_.reset();  // every daemon and job process, even after a failed assertion
-    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
+  SlurmJobTest() : ClusterFixture("ELASTRA_REQUIRE_SLURM", "/tmp/elastra_slurm_job_") {}
 
   void MakeCluster(int nodes, int slurmd_timeout_s = 30) {
     SlurmCluster::Options o;
@@ -110,7 +93,7 @@ class SlurmJobTest : public ::testing::Test {
     o.slurmd_timeout_s = slurmd_timeout_s;
     auto c = SlurmCluster::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
-    slurm_ = std::move(c).value();
+    cluster_ = std::move(c).value();
   }
 
   std::string state_dir() const { return dir_ + "/state"; }
@@ -131,7 +114,7 @@ class SlurmJobTest : public ::testing::Test {
     argv.insert(argv.end(),
                 {"--", TRAIN_MLP_BINARY, "--log", log_path(), "--stop-file", dir_ + "/stop"});
     argv.insert(argv.end(), args_.begin(), args_.end());
-    auto r = slurm_->Run(argv, seconds(60), Env());
+    auto r = cluster_->Run(argv, seconds(60), Env());
     EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
     if (!r.ok()) return "";
     std::string id = Trim(r->output);
@@ -143,7 +126,7 @@ class SlurmJobTest : public ::testing::Test {
   RunResult Elastra(std::vector<std::string> args) {
     args.insert(args.begin(), ELASTRA_BINARY);
     args.insert(args.end(), {"--state-dir", state_dir()});
-    auto r = slurm_->Run(args, seconds(120), Env());
+    auto r = cluster_->Run(args, seconds(120), Env());
     return r.ok() ? *r : RunResult{-1, r.status().ToString()};
   }
 
@@ -191,15 +174,15 @@ class SlurmJobTest : public ::testing::Test {
   void StopAndMatchReference(const std::string& job) {
     std::ofstream(dir_ + "/stop") << "stop\n";
     EXPECT_TRUE(WaitUntil([&] {
-      const std::string s = slurm_->JobState(job);
+      const std::string s = cluster_->JobState(job);
       return s != "RUNNING" && s != "COMPLETING" && s != "PENDING";
     })) << Logs();
-    EXPECT_EQ(slurm_->JobState(job), "COMPLETED") << Logs();
+    EXPECT_EQ(cluster_->JobState(job), "COMPLETED") << Logs();
     ExpectStoppedLogMatchesReference(log_path(), dir_ + "/ref.jsonl", args_);
   }
 
   std::string Logs() {
-    std::string out = slurm_ ? slurm_->Logs() : "";
+    std::string out = cluster_ ? cluster_->Logs() : "";
     for (const std::string& id : jobs_) {
       out += "--- slurm-" + id + ".out\n" + Tail(ReadFile(dir_ + "/slurm-" + id + ".out"), 80);
     }
@@ -207,8 +190,6 @@ class SlurmJobTest : public ::testing::Test {
   }
 
   std::vector<std::string> args_ = TrainArgs();
-  std::string dir_;
-  std::unique_ptr<SlurmCluster> slurm_;
   std::vector<std::string> jobs_;
 };
 
@@ -218,9 +199,9 @@ TEST_F(SlurmJobTest, AShrinkByScontrolDrainsTheNodeFirst) {
   MakeCluster(3);
   const std::string job = StartJob(3);
   ASSERT_FALSE(HasFailure());
-  auto shrink = slurm_->Run({ELASTRA_SOURCE_DIR "/launch/slurm/elastra-shrink", "--state-dir",
-                             state_dir(), "--job", job, "host3"},
-                            kEvent, Env());
+  auto shrink = cluster_->Run({ELASTRA_SOURCE_DIR "/launch/slurm/elastra-shrink", "--state-dir",
+                               state_dir(), "--job", job, "host3"},
+                              kEvent, Env());
   ASSERT_TRUE(shrink.ok()) << shrink.status();
   ASSERT_EQ(shrink->exit_code, 0) << shrink->output << Logs();
   std::cout << "drain of host3: " << shrink->output;
@@ -229,7 +210,7 @@ TEST_F(SlurmJobTest, AShrinkByScontrolDrainsTheNodeFirst) {
       shrink->output.substr(brace, shrink->output.find('\n', brace) - brace), nullptr, false);
   ASSERT_TRUE(done.is_object()) << shrink->output;
   EXPECT_EQ(done.value("phase", ""), "done") << shrink->output;
-  EXPECT_EQ(slurm_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
+  EXPECT_EQ(cluster_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
 
   auto after = JobStatus();
   EXPECT_EQ(World(after), 2) << after.dump();
@@ -250,9 +231,9 @@ TEST_F(SlurmJobTest, AShrinkByScontrolAloneIsAHostLossOfOneRound) {
   MakeCluster(3);
   const std::string job = StartJob(3);
   ASSERT_FALSE(HasFailure());
-  auto update = slurm_->Run({"scontrol", "update", "JobId=" + job, "NumNodes=2"});
+  auto update = cluster_->Run({"scontrol", "update", "JobId=" + job, "NumNodes=2"});
   ASSERT_TRUE(update.ok() && update->exit_code == 0) << (update.ok() ? update->output : "");
-  EXPECT_EQ(slurm_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
+  EXPECT_EQ(cluster_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
   ASSERT_TRUE(WaitForStatus([](const nlohmann::json& j) {
     return World(j) == 2 && HostState(j, "host3") == "lost";
   })) << Logs();
@@ -273,15 +254,15 @@ TEST_F(SlurmJobTest, ASecondJobGrowsItAndItsCancelShrinksItBackWithoutAFailure) 
   ASSERT_TRUE(WaitForStatus([](const nlohmann::json& j) {
     return World(j) == 4 && HostState(j, "host3") == "up" && HostState(j, "host4") == "up";
   })) << Logs();
-  EXPECT_EQ(slurm_->JobNodes(grow), (std::vector<std::string>{"host3", "host4"}));
+  EXPECT_EQ(cluster_->JobNodes(grow), (std::vector<std::string>{"host3", "host4"}));
   TrainOn(5);
 
-  ASSERT_TRUE(slurm_->Run({"scancel", grow}).ok());
+  ASSERT_TRUE(cluster_->Run({"scancel", grow}).ok());
   ASSERT_TRUE(WaitForStatus([](const nlohmann::json& j) {
     return World(j) == 2 && HostState(j, "host3") == "drained" &&
            HostState(j, "host4") == "drained";
   })) << Logs();
-  ASSERT_TRUE(WaitUntil([&] { return slurm_->JobNodes(grow).empty(); })) << Logs();
+  ASSERT_TRUE(WaitUntil([&] { return cluster_->JobNodes(grow).empty(); })) << Logs();
   const std::string grow_out = ReadFile(dir_ + "/slurm-" + grow + ".out");
   EXPECT_NE(grow_out.find("drained: the job left host host3"), std::string::npos) << grow_out;
   EXPECT_NE(grow_out.find("drained: the job left host host4"), std::string::npos) << grow_out;
@@ -298,15 +279,15 @@ TEST_F(SlurmJobTest, ANodeKilledIsOneFailureRoundAndSlurmMarksItDown) {
   MakeCluster(3, /*slurmd_timeout_s=*/6);
   const std::string job = StartJob(3);
   ASSERT_FALSE(HasFailure());
-  ASSERT_TRUE(slurm_->hosts().KillHost(3).ok());
+  ASSERT_TRUE(cluster_->hosts().KillHost(3).ok());
   ASSERT_TRUE(WaitForStatus([](const nlohmann::json& j) {
     return World(j) == 2 && HostState(j, "host3") == "lost";
   })) << Logs();
   TrainOn(5);
   auto after = JobStatus();
   EXPECT_EQ(Reasons(after), (std::vector<std::string>{"start", "failure"})) << after.dump();
-  ASSERT_TRUE(WaitUntil([&] { return slurm_->NodeState(3).rfind("down", 0) == 0; })) << Logs();
-  EXPECT_EQ(slurm_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
+  ASSERT_TRUE(WaitUntil([&] { return cluster_->NodeState(3).rfind("down", 0) == 0; })) << Logs();
+  EXPECT_EQ(cluster_->JobNodes(job), (std::vector<std::string>{"host1", "host2"})) << Logs();
   StopAndMatchReference(job);
 }
 
