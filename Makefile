@@ -132,7 +132,7 @@ test-tsan: deps
 	  exit $$rc
 
 bench: build
-	@for b in $(BUILD)/bench/*/bench_*; do echo "== $$b"; $$b; done
+	@for b in $(BUILD)/bench/*/bench_*; do echo "== $$b"; ELASTRA_BUILD=$(BUILD) $$b; done
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -289,6 +289,7 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     r.agreement_ms = h.timings.agreement_ms;
     r.rebuild_ms = h.timings.rebuild_ms;
     r.transfer_ms = h.timings.transfer_ms;
+    r.bytes_moved = h.timings.bytes_moved;
     s.history.push_back(std::move(r));
   }
   for (const HostInfo& h : hosts_.hosts()) {

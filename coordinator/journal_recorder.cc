@@ -36,6 +36,7 @@ JournalWorker JournalRecorder::RecordOf(const std::string& id, const WorkerInfo*
     r.device = w->device;
     r.pid = w->pid;
     r.rendezvous = w->rendezvous;
+    r.memory_bytes = w->memory_bytes;
   }
   return r;
 }

@@ -53,6 +53,7 @@ void Reconfiguration::BeginBuild(GenerationPlan plan) {
   member_index_.Build(&plan_.members);
   ready_.assign(plan_.members.size(), false);
   ready_ms_.assign(plan_.members.size(), {0.0, 0.0});
+  ready_bytes_.assign(plan_.members.size(), 0);
   ready_count_ = 0;
 }
 
@@ -74,6 +75,7 @@ void Reconfiguration::Reset() {
   plan_ = GenerationPlan();
   ready_.clear();
   ready_ms_.clear();
+  ready_bytes_.clear();
   ready_count_ = 0;
   any_paused_ = false;
   recovering_ = false;
@@ -128,6 +130,7 @@ Status Reconfiguration::RecordReady(const std::string& id, const proto::Generati
     ++ready_count_;
   }
   ready_ms_[i] = {ready.rebuild_ms, ready.transfer_ms};
+  ready_bytes_[i] = std::max<int64_t>(0, ready.bytes_received);
   last_ready_ = clock_->Now();
   return OkStatus();
 }
@@ -262,6 +265,7 @@ ReconfigurationTimings Reconfiguration::Timings() const {
     if (!ready_[i]) continue;
     t.rebuild_ms = std::max(t.rebuild_ms, ready_ms_[i].first);
     t.transfer_ms = std::max(t.transfer_ms, ready_ms_[i].second);
+    t.bytes_moved += ready_bytes_[i];
   }
   return t;
 }

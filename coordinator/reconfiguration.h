@@ -48,6 +48,7 @@ struct ReconfigurationTimings {
   double agreement_ms = 0;  // pause/recover request sent -> last PausedReport
   double rebuild_ms = 0;    // slowest communicator build reported
   double transfer_ms = 0;   // slowest state transfer reported
+  int64_t bytes_moved = 0;  // state bytes the members received, in all
 };
 
 // What survivors of a failure can continue from.
@@ -157,6 +158,7 @@ class Reconfiguration {
   // times.
   std::vector<bool> ready_;
   std::vector<std::pair<double, double>> ready_ms_;
+  std::vector<int64_t> ready_bytes_;  // GenerationReady::bytes_received, by member
   size_t ready_count_ = 0;
   TimePoint deadline_{};
   TimePoint requested_{};

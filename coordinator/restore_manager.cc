@@ -52,6 +52,7 @@ void RestoreManager::Restore(const JournalState& s) {
     join.device = w.device;
     join.pid = w.pid;
     if (auto rv = s.rendezvous.find(w.id); rv != s.rendezvous.end()) join.rendezvous = rv->second;
+    if (auto m = s.memory.find(w.id); m != s.memory.end()) join.device_memory_bytes = m->second;
     membership_->Join(join, /*identity=*/"").IgnoreError();
   };
   auto state_of = [&](const std::string& id) -> std::optional<JournalWorkerState> {

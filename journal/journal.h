@@ -73,6 +73,9 @@ struct JournalWorker {
   // Where it serves its rendezvous records (JoinRequest::rendezvous): in join records only (a
   // member list does not repeat it; JournalState::rendezvous keeps it).
   std::string rendezvous;
+  // The memory it declared for the job's state (JoinRequest::device_memory_bytes; 0: unlimited):
+  // in join records only, as "mem" when not 0 (JournalState::memory keeps it).
+  int64_t memory_bytes = 0;
 };
 
 // One committed generation.
@@ -130,6 +133,9 @@ struct JournalState {
   // Where each worker that joined with one serves its rendezvous records (its latest join), so
   // that a restarted coordinator still hands members their build peers' endpoints.
   std::unordered_map<std::string, std::string> rendezvous;
+  // The memory each worker that declared one joined with (its latest join), so that a restarted
+  // coordinator still checks layouts against it.
+  std::unordered_map<std::string, int64_t> memory;
   std::vector<JournalCheckpoint> checkpoints;  // oldest first
   // A change of generation begun and not committed: its target and the workers asked.
   bool change_in_flight = false;

@@ -46,8 +46,8 @@ Status CheckWorker(const JournalWorker& w) {
   if (w.id.size() > kJournalMaxString || w.host.size() > kJournalMaxString) {
     return CorruptError("worker " + w.id.substr(0, 64) + ": a field is too long");
   }
-  if (w.device < -1 || w.pid < 0) {
-    return CorruptError("worker " + w.id + ": device or pid out of range");
+  if (w.device < -1 || w.pid < 0 || w.memory_bytes < 0) {
+    return CorruptError("worker " + w.id + ": device, pid or memory out of range");
   }
   return OkStatus();
 }

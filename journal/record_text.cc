@@ -157,6 +157,7 @@ json RecordJson(JournalRecord* rec) {
       json worker = {
           {"id", Utf8(&w.id)}, {"host", Utf8(&w.host)}, {"device", w.device}, {"pid", w.pid}};
       if (!w.rendezvous.empty()) worker["rv"] = HexOf(w.rendezvous);
+      if (w.memory_bytes > 0) worker["mem"] = w.memory_bytes;
       return {{"t", "join"}, {"worker", std::move(worker)}};
     }
     case JournalRecordType::kWorker:

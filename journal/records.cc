@@ -87,6 +87,7 @@ JournalWorker WorkerFrom(const json& j) {
   w.host = Str(j, "host");
   w.device = static_cast<int32_t>(Int(j, "device", -1, INT32_MAX));
   w.pid = Int(j, "pid", 0, INT64_MAX);
+  if (j.contains("mem")) w.memory_bytes = Int(j, "mem", 0, INT64_MAX);  // protocol 9 on
   if (j.contains("rv")) {  // join records of protocol 7 on
     const std::string hex = Str(j, "rv");
     if (!BytesOfHex(hex, &w.rendezvous) || w.rendezvous.size() != kRendezvousEndpointBytes) {
@@ -312,6 +313,11 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
         s->rendezvous.erase(rec.worker.id);
       } else {
         s->rendezvous[rec.worker.id] = rec.worker.rendezvous;
+      }
+      if (rec.worker.memory_bytes > 0) {
+        s->memory[rec.worker.id] = rec.worker.memory_bytes;
+      } else {
+        s->memory.erase(rec.worker.id);
       }
       s->standby.push_back(std::move(rec.worker));
       break;

@@ -51,6 +51,7 @@ std::string SelfPath() {
 // elastra run's flags.
 struct RunOptions {
   int nproc = 0;
+  int spares = 0;  // standby workers started beyond nproc (docs/recovery.md)
   std::string state_dir = ".elastra";
   int max_workers = 64;
   std::string job = "elastra";
@@ -145,7 +146,9 @@ int RunJob(const RunOptions& flags) {
     return UsageError("elastra run", "no program given; usage: elastra run --nproc N -- PROGRAM");
   }
   const int nproc = flags.nproc;
-  const int max_workers = std::max(flags.max_workers, nproc);
+  // --spares K: K more workers start and wait as standbys; the first generation is of nproc.
+  const int started = nproc + flags.spares;
+  const int max_workers = std::max(flags.max_workers, started);
   // --gpus N|auto: each worker gets ELASTRA_DEVICE, a GPU of its own while there are enough.
   const int gpus = GpuCount(flags.gpus);
   if (flags.gpus.all && gpus == 0) {
@@ -206,7 +209,7 @@ int RunJob(const RunOptions& flags) {
   o.program = flags.program;
   o.worker_state_dir = state_dir;
   o.export_host = false;  // the workers' environment is the launcher's, as before agents
-  for (int i = 0; i < nproc; ++i) o.initial_workers.push_back("w" + std::to_string(i));
+  for (int i = 0; i < started; ++i) o.initial_workers.push_back("w" + std::to_string(i));
   o.on_signal = HostAgentOptions::OnSignal::kStopWorkers;
   o.exit_when_idle = true;
   o.own_process_groups = false;
@@ -277,9 +280,13 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* run = app->add_subcommand(
       "run", "Start a job on this machine: a coordinator, N workers, and supervise them");
-  SetUsage(run, {"elastra run --nproc N [--state-dir DIR] [--max-workers M] [--job NAME] "
-                 "[--resume CKPT_ROOT] [--gpus N|auto] [--http ADDR:PORT] -- PROGRAM ARGS..."});
+  SetUsage(run, {"elastra run --nproc N [--spares K] [--state-dir DIR] [--max-workers M] "
+                 "[--job NAME] [--resume CKPT_ROOT] [--gpus N|auto] [--http ADDR:PORT] -- "
+                 "PROGRAM ARGS..."});
   AddIntFlag(run, "--nproc", &o->nproc, 1, 4096, "N", "Workers to start")->required();
+  AddIntFlag(run, "--spares", &o->spares, 0, 4096, "K",
+             "Standby workers to start beyond --nproc: the first to take a lost worker's rank")
+      ->capture_default_str();
   run->add_option("--state-dir", o->state_dir,
                   "Keys, coordinator.json, journal and status.json of the job")
       ->type_name("DIR")

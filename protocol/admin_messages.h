@@ -73,10 +73,13 @@ struct GenerationRecord {
   double agreement_ms = 0;  // pause request -> all paused
   double rebuild_ms = 0;    // slowest communicator build
   double transfer_ms = 0;   // slowest state transfer
+  // State bytes the members received from other workers (0 after a coordinator restart: not
+  // journaled); a recovery with a standby moves the lost worker's shards only (protocol 9).
+  int64_t bytes_moved = 0;
   template <class A> void serialize(A& ar) {
     ar(generation);
     SerializeEnum(ar, reason);
-    ar(workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms);
+    ar(workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms, bytes_moved);
   }
 };
 

@@ -38,7 +38,8 @@ std::string StatusJson(const JobStatus& s) {
                        {"downtime_ms", h.downtime_ms},
                        {"agreement_ms", h.agreement_ms},
                        {"rebuild_ms", h.rebuild_ms},
-                       {"transfer_ms", h.transfer_ms}});
+                       {"transfer_ms", h.transfer_ms},
+                       {"bytes_moved", h.bytes_moved}});
   }
   j["history"] = history;
   json agents = json::array();

@@ -72,5 +72,45 @@ TEST(RecoveryJob, AKilledWorkerKeepsTensorParallelismAndTheJobGrowsBack) {
   ExpectStoppedRunMatchesReference(job, args);
 }
 
+// With --spares 1 a fifth worker waits as a standby; when a member is killed it takes the lost
+// rank, and the layout stays dp=2 x tp=2.
+TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
+  const std::vector<std::string> args = TwoLayerArgs();
+  Job job(4, args, {kBudget}, {"--spares", "1"});
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
+  ASSERT_TRUE(job.WaitFor([](const nlohmann::json& j) { return CountWorkers(j, "standby") == 1; },
+                          seconds(60)))
+      << job.Status().dump();
+  auto r = job.Resize("--workers 4 --layout dp=2,pp=1,tp=2 --wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(job.WaitForStep(job.Status().value("step", int64_t{0}) + 5, seconds(60)));
+  nlohmann::json before = job.Status();
+  std::string spare, lost;
+  for (const auto& w : before["workers"]) {
+    if (w.value("state", std::string()) == "standby") spare = w.value("id", std::string());
+    if (w.value("rank", -1) == 3) lost = w.value("id", std::string());
+  }
+  ASSERT_FALSE(spare.empty());
+  pid_t victim = job.PidOfRank(3);
+  ASSERT_GT(victim, 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
+  const nlohmann::json after = job.Status();
+  EXPECT_EQ(after["layout"].value("dp", 0), 2) << "the layout stays";
+  EXPECT_EQ(after["layout"].value("tp", 0), 2);
+  EXPECT_EQ(CountWorkers(after, "member"), 4);
+  // Only the lost worker's shards moved: tp rank 1's half of the split weights and moments
+  // (2 x 3 x (512 + 32 + 512) / 2 float64) and everything replicated (3 x (272 + 2 x 16 + 68)).
+  const nlohmann::json& recovery = after["history"].back();
+  EXPECT_EQ(recovery.value("bytes_moved", int64_t{-1}), 34272) << recovery.dump();
+  for (const auto& w : after["workers"]) {
+    if (w.value("rank", -1) == 3 && w.value("state", std::string()) == "member") {
+      EXPECT_EQ(w.value("id", std::string()), spare) << "the spare takes the lost rank " << lost;
+    }
+  }
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
+  ExpectStoppedRunMatchesReference(job, args);
+}
+
 }  // namespace
 }  // namespace elastra::testing

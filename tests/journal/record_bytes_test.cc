@@ -265,5 +265,29 @@ TEST(ReplaceInvalidUtf8Test, ReplacesAsTheJsonLibraryDoes) {
   EXPECT_GT(replaced, 1000) << "the strings hardly ever needed a replacement";
 }
 
+// A worker's declared memory (protocol 9) is written with its join, only when it declared one, and
+// read back for a restarted coordinator; a later join without it forgets it.
+TEST_F(JournalTest, AJoinKeepsTheMemoryItDeclared) {
+  JournalWorker w = Worker("w0", "host-0", 0, 1000);
+  w.memory_bytes = int64_t{3} << 30;
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->RecordJob("j", 2, 2).ok());
+    ASSERT_TRUE((*j)->RecordJoin(w).ok());
+    ASSERT_TRUE((*j)->RecordJoin(Worker("w1", "host-1", 0, 1001)).ok());
+    EXPECT_EQ((*j)->state().memory.at("w0"), int64_t{3} << 30);
+  }
+  const std::vector<std::string> payloads = Payloads(ReadAll());
+  ASSERT_EQ(payloads.size(), 3u);
+  EXPECT_EQ(payloads[1],
+            "{\"t\":\"join\",\"worker\":{\"device\":0,\"host\":\"host-0\",\"id\":\"w0\","
+            "\"mem\":3221225472,\"pid\":1000}}");
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->memory.size(), 1u);
+  EXPECT_EQ(s->memory.at("w0"), int64_t{3} << 30);
+}
+
 }  // namespace
 }  // namespace elastra::journal
