@@ -11,11 +11,27 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "protocol/messages.h"
 #include "journal/journal.h"
 
 namespace elastra::journal {
+
+// The payloads of the journal's records, in order.
+inline std::vector<std::string> Payloads(const std::string& bytes) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at + Journal::kHeaderBytes <= bytes.size()) {
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i) {
+      length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[at + 4 + i])) << (8 * i);
+    }
+    out.push_back(bytes.substr(at + Journal::kHeaderBytes, length));
+    at += Journal::kHeaderBytes + length;
+  }
+  return out;
+}
 
 class JournalTest : public ::testing::Test {
  protected:
