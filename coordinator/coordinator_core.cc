@@ -315,6 +315,7 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
   s.checkpoint_dir = checkpoints_.latest_dir();
   s.checkpoint_error_step = checkpoints_.last_error_step();
   s.checkpoint_error = checkpoints_.last_error();
+  s.waiting_reason = generations_.waiting_reason();
   if (const auto& resize = resizes_.pending();
       resize && resize->reason != proto::GenerationReason::kRegrow) {
     s.resize_pending = true;

@@ -43,7 +43,8 @@ proto::JobState GenerationManager::state() const {
     case Phase::kPausing:
       return proto::JobState::kPausing;
     case Phase::kRecovering:
-      return proto::JobState::kRecovering;
+      return waiting_reason_.empty() ? proto::JobState::kRecovering
+                                     : proto::JobState::kWaitingForWorkers;
     case Phase::kBuilding:
       return generation_ == 0 ? proto::JobState::kForming : proto::JobState::kBuilding;
     case Phase::kIdle:
@@ -169,27 +170,26 @@ void GenerationManager::MaybeFormFirstGeneration() {
   // A layout whose every rank fits its worker's memory, of the initial workers, else of every
   // worker that joined; none: wait for more workers.
   std::vector<std::string> initial(standby.begin(), standby.begin() + options_->initial_workers);
-  auto budget = SmallestBudget(initial);
-  std::optional<Layout> fitting =
-      layouts_->ChooseFitting(HostNames(initial), budget.first, layout_, false);
+  std::optional<Fit> fitting = FitWorkers(initial, false);
   if (!fitting && standby.size() > initial.size()) {
     standby.resize(std::min(standby.size(), static_cast<size_t>(options_->max_workers)));
-    budget = SmallestBudget(standby);
-    fitting = layouts_->ChooseFitting(HostNames(standby), budget.first, layout_, false);
+    fitting = FitWorkers(standby, false);
   } else {
     standby = std::move(initial);
   }
   if (!fitting) {
+    const auto budget = SmallestBudget(standby);
     LOG(WARNING) << "no layout of the " << standby.size() << " workers fits their memory ("
                  << layouts_->CheckMemory(layouts_->Choose(HostNames(standby), layout_),
                                           budget.first, budget.second)
                  << "); waiting for workers";
     return;
   }
-  standby.resize(fitting->world());  // the others stay standby
+  standby = std::move(fitting->workers);
+  standby.resize(fitting->layout.world());  // the others stay standby
   GenerationPlan plan;
   plan.generation = ++highest_generation_;
-  plan.layout = *fitting;
+  plan.layout = fitting->layout;
   // Ranks in join order, unless tensor-parallel groups would then span hosts.
   if (plan.layout.tp > 1) standby = layouts_->Assign(plan.layout, standby, HostNames(standby), {}, {});
   plan.members = standby;

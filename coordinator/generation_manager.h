@@ -136,6 +136,12 @@ class GenerationManager {
   // A restart: the committed job from the journal.
   void Restore(CommittedJob job);
 
+  // A recovery that waits for workers (no layout of the live ones fits their memory) tries again:
+  // called on every join. O(1) when none waits.
+  void MaybeResumeWaitingRecovery();
+  // Why the job waits for workers (state() kWaitingForWorkers); empty when it does not.
+  const std::string& waiting_reason() const { return waiting_reason_; }
+
   // The smallest memory budget (WorkerInfo::memory_bytes) of `ids` and whose it is; {0, ""} when
   // every one is unlimited.
   std::pair<int64_t, std::string> SmallestBudget(const std::vector<std::string>& ids) const;
@@ -163,7 +169,17 @@ class GenerationManager {
   // replicas stay in place, a lost rank is taken by a survivor that held the same position or a
   // standby (KeepReplicas). Empty when there are not enough workers.
   std::vector<std::string> RecoveryMembers(const Layout& layout, const RecoveryPlan& recovery,
-                                           const std::vector<std::string>& standby) const;
+                                           const std::vector<std::string>& standby,
+                                           const std::vector<std::string>& usable) const;
+  // A layout that fits and the workers of `candidates` it may use: of every candidate at the
+  // smallest budget, or, when that leaves fewer ranks, of those with at least a larger budget
+  // (workers with less memory than the others then stay out). nullopt when none fits.
+  struct Fit {
+    Layout layout;
+    std::vector<std::string> workers;  // the candidates with enough memory, in their order
+  };
+  std::optional<Fit> FitWorkers(const std::vector<std::string>& candidates,
+                                bool keep_model_parallel) const;
   // Before a build in flight is abandoned: adds the workers that reported it ready, and whose
   // part changed in it, to off_layout_.
   void NoteBuiltWorkers();
@@ -211,6 +227,8 @@ class GenerationManager {
   std::vector<HistoryEntry> history_;
   Reconfiguration reconf_;
   SizeGoal pause_goal_;  // of the pause in flight
+  // Not empty while a recovery waits for workers that make a layout fit (FinishRecovery).
+  std::string waiting_reason_;
 
   std::vector<std::function<void(uint64_t)>> commit_listeners_;
   std::vector<std::function<void(const std::string&)>> job_end_listeners_;

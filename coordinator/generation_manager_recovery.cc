@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <unordered_set>
 #include <utility>
 
 #include "common/id_index.h"
@@ -145,17 +146,25 @@ void GenerationManager::FinishRecovery() {
   held.resize(everyone.size(), false);
   // A layout whose every rank fits its worker's memory. After a failure the model parallelism
   // stays: dp drops by the broken replicas, whose survivors become standbys (docs/recovery.md).
-  const auto budget = SmallestBudget(everyone);
-  const std::optional<Layout> fitting = layouts_->ChooseFitting(
-      HostNames(everyone), budget.first, layout_, /*keep_model_parallel=*/generation_ != 0);
+  const std::optional<Fit> fitting = FitWorkers(everyone, /*keep_model_parallel=*/generation_ != 0);
   if (!fitting) {
+    const auto budget = SmallestBudget(everyone);
+    // The survivors hold their commits and wait (their decision timeout bounds it): the job goes
+    // on when a join makes a layout fit (MaybeResumeWaitingRecovery).
     const Layout all = layouts_->Choose(HostNames(everyone), layout_);
-    FailJob("cannot recover: no layout of the " + std::to_string(everyone.size()) +
-            " live workers fits their memory (" +
-            layouts_->CheckMemory(all, budget.first, budget.second).message() + ")");
+    const std::string why = "no layout of the " + std::to_string(everyone.size()) +
+                            " live workers fits their memory (" +
+                            layouts_->CheckMemory(all, budget.first, budget.second).message() + ")";
+    if (why != waiting_reason_) {  // journaled (an event) once each time the reason changes
+      waiting_reason_ = why;
+      journal_->Waiting(why);
+      LOG(WARNING) << "recovery waits for workers: " << why;
+    }
     return;
   }
-  plan.layout = *fitting;
+  waiting_reason_.clear();
+  plan.layout = fitting->layout;
+  const std::vector<std::string>& usable = fitting->workers;
   const size_t world = static_cast<size_t>(plan.layout.world());
   std::vector<std::string> chosen;
   // With every member of the committed layout still holding its part, the rank assignment keeps
@@ -163,14 +172,14 @@ void GenerationManager::FinishRecovery() {
   if (recovery && recovery->with_state.size() < members_.size() &&
       plan.layout.pp == layout_.pp && plan.layout.tp == layout_.tp &&
       layout_.pp * layout_.tp > 1) {
-    chosen = RecoveryMembers(plan.layout, *recovery, spares);
+    chosen = RecoveryMembers(plan.layout, *recovery, spares, usable);
   }
   if (chosen.empty()) {
-    if (plan.layout.tp > 1 || world < everyone.size()) {
+    if (plan.layout.tp > 1 || world < usable.size()) {
       // Tensor-parallel groups inside hosts where they fit; each worker keeps what it holds.
-      chosen = layouts_->Assign(plan.layout, everyone, HostNames(everyone), layout_, members_);
+      chosen = layouts_->Assign(plan.layout, usable, HostNames(usable), layout_, members_);
     } else {
-      chosen = everyone;
+      chosen = usable;
     }
   }
   IdIndex everyone_index;
@@ -205,6 +214,39 @@ void GenerationManager::FinishRecovery() {
   StartBuild(std::move(plan));
 }
 
+std::optional<GenerationManager::Fit> GenerationManager::FitWorkers(
+    const std::vector<std::string>& candidates, bool keep_model_parallel) const {
+  // The distinct budgets, smallest first (0, unlimited, counts as the largest).
+  std::vector<int64_t> budgets;
+  for (const auto& id : candidates) {
+    const WorkerInfo* w = membership_->Find(id);
+    budgets.push_back(w == nullptr || w->memory_bytes <= 0 ? INT64_MAX : w->memory_bytes);
+  }
+  std::vector<int64_t> thresholds = budgets;
+  std::sort(thresholds.begin(), thresholds.end());
+  thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+  std::optional<Fit> best;
+  for (const int64_t threshold : thresholds) {
+    Fit fit;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (budgets[i] >= threshold) fit.workers.push_back(candidates[i]);
+    }
+    const std::optional<Layout> layout =
+        layouts_->ChooseFitting(HostNames(fit.workers), threshold == INT64_MAX ? 0 : threshold,
+                                layout_, keep_model_parallel);
+    if (!layout || (best && layout->world() <= best->layout.world())) continue;
+    fit.layout = *layout;
+    best = std::move(fit);
+  }
+  return best;
+}
+
+void GenerationManager::MaybeResumeWaitingRecovery() {
+  if (waiting_reason_.empty() || job_over()) return;
+  if (reconf_.phase() != Phase::kRecovering || !reconf_.AllPaused()) return;
+  FinishRecovery();
+}
+
 std::pair<int64_t, std::string> GenerationManager::SmallestBudget(
     const std::vector<std::string>& ids) const {
   std::pair<int64_t, std::string> smallest{0, ""};
@@ -231,12 +273,20 @@ Layout GenerationManager::ChangeLayout(const std::vector<std::string>& candidate
 }
 
 std::vector<std::string> GenerationManager::RecoveryMembers(
-    const Layout& layout, const RecoveryPlan& recovery,
-    const std::vector<std::string>& standby) const {
+    const Layout& layout, const RecoveryPlan& recovery, const std::vector<std::string>& standby,
+    const std::vector<std::string>& usable) const {
+  const std::unordered_set<std::string> ok(usable.begin(), usable.end());
+  auto usable_of = [&](const std::vector<std::string>& ids) {
+    std::vector<std::string> out;
+    for (const auto& id : ids) {
+      if (ok.count(id) > 0) out.push_back(id);
+    }
+    return out;
+  };
   // Survivors without a usable commit hold nothing in place: they serve as spares.
-  std::vector<std::string> spares = recovery.without_state;
-  spares.insert(spares.end(), standby.begin(), standby.end());
-  return KeepReplicas(layout_, members_, recovery.with_state, spares, layout.dp,
+  std::vector<std::string> spares = usable_of(recovery.without_state);
+  for (auto& id : usable_of(standby)) spares.push_back(std::move(id));
+  return KeepReplicas(layout_, members_, usable_of(recovery.with_state), spares, layout.dp,
                       [this](const std::string& id) {
                         const WorkerInfo* w = membership_->Find(id);
                         return w != nullptr ? w->host : id;

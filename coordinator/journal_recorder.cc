@@ -159,6 +159,10 @@ void JournalRecorder::ResizeRefused(int32_t workers, const Layout* layout, const
   if (journal_) LogFailure(journal_->RecordResizeRefused(workers, layout, host, why.message()));
 }
 
+void JournalRecorder::Waiting(const std::string& why) {
+  if (journal_) LogFailure(journal_->RecordWaiting(why));
+}
+
 void JournalRecorder::HostLost(const std::string& host, const std::string& why,
                                const std::vector<std::string>& workers) {
   if (journal_) LogFailure(journal_->RecordHostLost(host, why, workers));

@@ -48,6 +48,7 @@ class JournalRecorder {
   void Commit(uint64_t generation, proto::GenerationReason reason, const Layout& layout,
               const std::vector<std::string>& members, const ReconfigurationTimings& timings,
               int64_t reached_step = -1, int64_t restore_step = -1);
+  void Waiting(const std::string& why);
   void HostLost(const std::string& host, const std::string& why,
                 const std::vector<std::string>& workers);
   void Resize(int32_t workers, bool has_layout, const Layout& layout);

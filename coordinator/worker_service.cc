@@ -56,6 +56,7 @@ void WorkerService::OnJoin(const std::string& identity, const proto::Envelope& e
   LOG(INFO) << "worker " << req->worker_id << " joined (host " << req->host << ", pid " << req->pid
             << ")";
   generations_->MaybeFormFirstGeneration();
+  generations_->MaybeResumeWaitingRecovery();
   resizes_->ContinueIfWaitingForWorkers();
   resizes_->MaybeRegrow();
 }

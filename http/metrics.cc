@@ -69,7 +69,8 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
   w.Family("elastra_job_state", "gauge", "1 for the state the job is in, 0 for the others");
   for (JobState st :
        {JobState::kForming, JobState::kRunning, JobState::kPausing, JobState::kBuilding,
-        JobState::kRecovering, JobState::kFinished, JobState::kFailed}) {
+        JobState::kRecovering, JobState::kFinished, JobState::kFailed,
+        JobState::kWaitingForWorkers}) {
     w.Sample("elastra_job_state", Label("state", proto::ToString(st)), s.state == st ? 1 : 0);
   }
   w.Gauge("elastra_generation", "The committed generation", static_cast<double>(s.generation));
@@ -174,7 +175,8 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
 
 JournalEventMetrics::JournalEventMetrics() {
   for (const char* type : {"generation", "worker_lost", "host_lost", "resize_accepted",
-                           "resize_refused", "resize_end", "checkpoint", "job_end"}) {
+                           "resize_refused", "resize_end", "checkpoint", "job_end",
+                           "waiting_for_workers"}) {
     counts_[type] = 0;
   }
 }

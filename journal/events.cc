@@ -58,6 +58,9 @@ JobEvent JournalEventReader::EventOf(const json& r) {
   } else if (t == "worker" && r.value("state", "") == "lost") {
     e.type = "worker_lost";
     data = {{"worker", r.value("id", "")}};
+  } else if (t == "waiting") {
+    e.type = "waiting_for_workers";
+    data = {{"why", r.value("why", "")}};
   } else if (t == "host_lost") {
     e.type = "host_lost";
     data = {{"host", r.value("host", "")},

@@ -268,6 +268,12 @@ Status Journal::RecordHostLost(const std::string& host, const std::string& why,
   return Append(std::move(record));
 }
 
+Status Journal::RecordWaiting(const std::string& why) {
+  JournalRecord record = Typed(JournalRecordType::kWaiting);
+  record.why = why;
+  return Append(std::move(record));
+}
+
 Status Journal::RecordResize(const JournalResize& resize) {
   JournalRecord record = Typed(JournalRecordType::kResize);
   record.resize = resize;

@@ -247,6 +247,9 @@ class Journal {
   // A host the coordinator declared lost (its agent silent while its workers missed their
   // deadlines), with why and the workers that left the job with it: an event for GET /v1/events;
   // no state of the job's (replay skips it; the workers' own `worker` records carry that).
+  // A recovery whose live workers fit no layout, and why: it waits for workers. An event for
+  // GET /v1/events; no state of the job's (replay skips it).
+  Status RecordWaiting(const std::string& why);
   Status RecordHostLost(const std::string& host, const std::string& why,
                         const std::vector<std::string>& workers);
   Status RecordTarget(int32_t workers);

@@ -215,6 +215,7 @@ Status CheckJournalRecord(const JournalRecord& rec, const JournalState& s) {
     case JournalRecordType::kResizeEnd:
     case JournalRecordType::kResizeRefused:
     case JournalRecordType::kHostLost:
+    case JournalRecordType::kWaiting:
       break;  // events only: replay reads none of their fields
   }
   return OkStatus();

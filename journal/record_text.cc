@@ -197,6 +197,8 @@ json RecordJson(JournalRecord* rec) {
               {"host", Utf8(&rec->host)},
               {"why", Utf8(&rec->why)},
               {"workers", rec->ids}};
+    case JournalRecordType::kWaiting:
+      return {{"t", "waiting"}, {"why", Utf8(&rec->why)}};
     case JournalRecordType::kTarget:
       return {{"t", "target"}, {"workers", rec->target_workers}};
     case JournalRecordType::kState:

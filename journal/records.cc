@@ -262,6 +262,8 @@ JournalRecord Read(const json& r) {
     rec.type = JournalRecordType::kResizeRefused;  // an event only: the job did not change
   } else if (type == "host_lost") {
     rec.type = JournalRecordType::kHostLost;  // an event only: its workers' records follow
+  } else if (type == "waiting") {
+    rec.type = JournalRecordType::kWaiting;  // an event only: the recovery goes on when it can
   } else if (type == "end") {
     rec.type = JournalRecordType::kEnd;
     rec.outcome = EnumFrom<JobOutcome>(r, "outcome", "outcome");
@@ -395,6 +397,7 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       break;
     case JournalRecordType::kResizeRefused:
     case JournalRecordType::kHostLost:
+    case JournalRecordType::kWaiting:
       break;
     case JournalRecordType::kEnd:
       s->ended = rec.outcome;

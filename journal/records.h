@@ -39,6 +39,7 @@ enum class JournalRecordType : uint8_t {
   kResizeEnd,
   kResizeRefused,
   kHostLost,
+  kWaiting,
   kTarget,
   kState,
   kEnd,
@@ -85,8 +86,8 @@ struct JournalRecord {
   // resize_end: done (else failed), at this committed generation (replay does not read them)
   bool resize_done = false;
   uint64_t resize_generation = 0;
-  // resize_refused: the drain's host (empty for a resize) and why; host_lost: the host and why
-  // (replay reads neither record's fields)
+  // resize_refused: the drain's host (empty for a resize) and why; host_lost: the host and why;
+  // waiting: why the job waits for workers (replay reads none of these records' fields)
   std::string host, why;
   // target
   int32_t target_workers = 0;

@@ -152,12 +152,15 @@ struct JobStatus {
   std::string checkpoint_dir;
   int64_t checkpoint_error_step = -1;
   std::string checkpoint_error;
+  // Why the job waits for workers (state kWaitingForWorkers): no layout of the live workers fits
+  // their memory, with the numbers. Empty otherwise.
+  std::string waiting_reason;
   template <class A> void serialize(A& ar) {
     ar(job);
     SerializeEnum(ar, state);
     ar(generation, layout, step, workers, history, agents, hosts, target_workers, malformed_frames,
        stale_messages, resize_pending, resize_workers, resize_waiting_for_workers, training,
-       checkpoint_step, checkpoint_dir, checkpoint_error_step, checkpoint_error);
+       checkpoint_step, checkpoint_dir, checkpoint_error_step, checkpoint_error, waiting_reason);
   }
   bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
 };

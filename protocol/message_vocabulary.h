@@ -100,6 +100,9 @@ enum class JobState : uint8_t {
   kRecovering = 4,  // survivors of a failure report what they hold
   kFinished = 5,    // every member finished training
   kFailed = 6,      // the job cannot go on
+  // A recovery whose live workers fit no layout in their memory: the survivors hold their commits
+  // and the job goes on when enough workers join (docs/recovery.md; protocol 9).
+  kWaitingForWorkers = 7,
 };
 
 // A host (one agent) as the coordinator sees it.
@@ -134,7 +137,7 @@ template <> inline constexpr GenerationReason kLastEnumerator<GenerationReason> 
     GenerationReason::kRegrow;
 template <> inline constexpr ResizePhase kLastEnumerator<ResizePhase> = ResizePhase::kFailed;
 template <> inline constexpr WorkerState kLastEnumerator<WorkerState> = WorkerState::kFinished;
-template <> inline constexpr JobState kLastEnumerator<JobState> = JobState::kFailed;
+template <> inline constexpr JobState kLastEnumerator<JobState> = JobState::kWaitingForWorkers;
 template <> inline constexpr LeaveReason kLastEnumerator<LeaveReason> = LeaveReason::kQuit;
 template <> inline constexpr HostState kLastEnumerator<HostState> = HostState::kLost;
 

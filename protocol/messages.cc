@@ -95,6 +95,7 @@ const char* ToString(JobState v) {
     case JobState::kRecovering: return "recovering";
     case JobState::kFinished: return "finished";
     case JobState::kFailed: return "failed";
+    case JobState::kWaitingForWorkers: return "waiting_for_workers";
   }
   return "unknown";
 }

@@ -14,6 +14,7 @@ std::string StatusJson(const JobStatus& s) {
   json j;
   j["job"] = s.job;
   j["state"] = ToString(s.state);
+  if (!s.waiting_reason.empty()) j["waiting_reason"] = s.waiting_reason;
   j["generation"] = s.generation;
   j["layout"] = LayoutJson(s.layout);
   j["step"] = s.step;

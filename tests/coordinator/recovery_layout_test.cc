@@ -122,7 +122,7 @@ TEST_F(RecoveryLayoutTest, AMemoryBudgetKeepsTheJobOffLayoutsThatDoNotFit) {
   EXPECT_LE(layouts_.NeedBytes(Layout{1, 2, 2}), 600);
 }
 
-TEST_F(RecoveryLayoutTest, NoLayoutThatFitsFailsTheRecoveryWithTheNumbers) {
+TEST_F(RecoveryLayoutTest, ARecoveryThatFitsNoLayoutWaitsForWorkersAndGoesOn) {
   FormDp2Tp2(/*memory=*/1024);  // tp=2 needs 1 KiB a worker; one worker alone needs 2 KiB
   generations_.LoseWorkers({before_[0], before_[1], before_[2]}, "killed");
   auto recover = Sent<proto::RecoverRequest>(T::kRecoverRequest);
@@ -130,11 +130,25 @@ TEST_F(RecoveryLayoutTest, NoLayoutThatFitsFailsTheRecoveryWithTheNumbers) {
   const uint64_t target = recover[0].second.target_generation;
   ASSERT_TRUE(generations_.OnPaused(before_[3], proto::PausedReport{target, 10, {10}, true}).ok());
   EXPECT_TRUE(Sent<proto::NewGeneration>(T::kNewGeneration).empty()) << "no layout that cannot run";
-  EXPECT_TRUE(generations_.job_over());
-  EXPECT_NE(ended_.find("no layout of the 1 live workers fits their memory (layout dp=1,pp=1,tp=1 "
-                        "needs 2.0 KiB a worker, " + before_[3] + " has 1.0 KiB)"),
-            std::string::npos)
-      << ended_;
+  EXPECT_FALSE(generations_.job_over());
+  EXPECT_EQ(generations_.state(), proto::JobState::kWaitingForWorkers);
+  EXPECT_EQ(generations_.waiting_reason(),
+            "no layout of the 1 live workers fits their memory (layout dp=1,pp=1,tp=1 needs "
+            "2.0 KiB a worker, " + before_[3] + " has 1.0 KiB)");
+  // A worker with too little memory changes nothing; one with enough makes dp=1 x tp=2 fit.
+  Join("small", "n1", 512);
+  generations_.MaybeResumeWaitingRecovery();
+  EXPECT_TRUE(Sent<proto::NewGeneration>(T::kNewGeneration).empty());
+  EXPECT_EQ(generations_.state(), proto::JobState::kWaitingForWorkers);
+  Join("e", "n1", 1024);
+  generations_.MaybeResumeWaitingRecovery();
+  const proto::NewGeneration g = MergedOf(Sent<proto::NewGeneration>(T::kNewGeneration));
+  EXPECT_EQ(g.layout, (Layout{1, 1, 2}));
+  ASSERT_EQ(g.members.size(), 2u);
+  EXPECT_EQ(g.members[1].worker_id, before_[3]) << "the survivor keeps its position";
+  EXPECT_EQ(g.members[0].worker_id, "e");
+  EXPECT_EQ(generations_.state(), proto::JobState::kBuilding);
+  EXPECT_TRUE(generations_.waiting_reason().empty());
 }
 
 }  // namespace

@@ -218,7 +218,7 @@ TEST_F(ServerTest, MalformedFramesAreAnsweredCountedAndServingGoesOn) {
   EXPECT_EQ(proto::DecodePayload<proto::ErrorReply>(e2->payload)->code,
             static_cast<int>(StatusCode::kCorrupt));
   std::string wrong_version = good;
-  wrong_version[4] = 9;
+  wrong_version[4] = static_cast<char>(proto::kProtocolVersion + 1);
   raw.Send({wrong_version});
   auto e3 = raw.Recv();
   ASSERT_TRUE(e3.has_value());

@@ -72,6 +72,22 @@ TEST_F(JournalEventMetricsTest, NothingYetIsZeroesAndUnknowns) {
   }
 }
 
+TEST_F(JournalEventMetricsTest, ARecoveryWaitingForWorkersIsAnEvent) {
+  Commit(1, proto::GenerationReason::kStart, -1, -1);
+  ASSERT_TRUE(journal_->RecordWaiting("no layout of the 1 live workers fits their memory").ok());
+  auto events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].type, "waiting_for_workers");
+  EXPECT_EQ(json::parse(events[1].data)["why"], "no layout of the 1 live workers fits their memory");
+  JournalEventMetrics metrics;
+  for (const JobEvent& e : events) metrics.Add(e);
+  EXPECT_TRUE(Has(metrics.Text(), "elastra_events_total{type=\"waiting_for_workers\"} 1\n"))
+      << metrics.Text();
+  auto replayed = Journal::Replay(dir_ + "/journal.bin", nullptr);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(replayed->records, 3u) << "the job, the commit, the event";
+}
+
 TEST_F(JournalEventMetricsTest, AHostLostIsAnEventBeforeItsWorkersAndReplaySkipsIt) {
   Commit(1, proto::GenerationReason::kStart, -1, -1);
   ASSERT_TRUE(journal_->RecordHostLost("h1", "agent silent", {"w1"}).ok());
