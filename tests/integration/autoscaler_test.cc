@@ -57,7 +57,9 @@ TEST(Autoscaler, DrivesAJobThroughTwoResizesOverHttp) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  auto [job, api] = StartHttpJob(2, args, /*step=*/5);
+  HttpJob started = StartHttpJob(2, args, /*step=*/5);
+  Job& job = started.job;
+  HttpApi& api = started.api;  // not a structured binding: clang 14 (ASan) cannot capture one
   ASSERT_FALSE(HasFailure());
   const std::string capacity = job.dir() + "/capacity";
   const std::string out = job.dir() + "/autoscaler.out";

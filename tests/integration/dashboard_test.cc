@@ -51,7 +51,9 @@ TEST(Dashboard, HeadlessChromiumDrawsTheJobAndFollowsAResizeLive) {
                                          scratch + "/ckpt",
                                          "--checkpoint-every",
                                          "20"};
-  auto [job, api] = StartHttpJob(2, args, /*step=*/5);
+  HttpJob started = StartHttpJob(2, args, /*step=*/5);
+  Job& job = started.job;
+  HttpApi& api = started.api;  // not a structured binding: clang 14 (ASan) cannot capture one
   ASSERT_FALSE(HasFailure());
   httplib::Client http(api.url);
   http.set_read_timeout(120, 0);

@@ -29,7 +29,9 @@ TEST(HttpJob, ResizeOverHttpWithWaitReturnsTheDoneObject) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  auto [job, api] = StartHttpJob(2, args, /*step=*/10);
+  HttpJob started = StartHttpJob(2, args, /*step=*/10);
+  Job& job = started.job;
+  HttpApi& api = started.api;  // not a structured binding: clang 14 (ASan) cannot capture one
   ASSERT_FALSE(HasFailure());
   ASSERT_EQ(api.url.rfind("http://127.0.0.1:", 0), 0u) << api.url;
   httplib::Client http(api.url);
@@ -146,7 +148,9 @@ TEST(HttpJob, TrainingMetricsReachTheApiAndPromtoolAcceptsMetrics) {
   std::vector<std::string> with_checkpoints = args;
   with_checkpoints.insert(with_checkpoints.end(),
                           {"--checkpoint-dir", ckpt, "--checkpoint-every", "10"});
-  auto [job, api] = StartHttpJob(2, with_checkpoints, /*step=*/5);
+  HttpJob started = StartHttpJob(2, with_checkpoints, /*step=*/5);
+  Job& job = started.job;
+  HttpApi& api = started.api;  // not a structured binding: clang 14 (ASan) cannot capture one
   ASSERT_FALSE(HasFailure());
   httplib::Client http(api.url);
   http.set_read_timeout(60, 0);
@@ -235,7 +239,9 @@ TEST(HttpJob, EventsResumeAfterACoordinatorRestartWithoutAGap) {
                                          "--global-batch", "48",
                                          "--hidden",       "24",
                                          "--commit-every", "5"};
-  auto [job, api] = StartHttpJob(2, args, /*step=*/10);
+  HttpJob started = StartHttpJob(2, args, /*step=*/10);
+  Job& job = started.job;
+  HttpApi& api = started.api;  // not a structured binding: clang 14 (ASan) cannot capture one
   ASSERT_FALSE(HasFailure());
   httplib::Client http(api.url);
   http.set_read_timeout(120, 0);
