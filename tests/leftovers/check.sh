@@ -12,8 +12,15 @@ found=0
 names=(mpirun orted train_mlp train_gpt elastra)
 # A process a test's end killed (a parent-death signal, a SIGKILL to a group) may still be on its
 # way out when the last test returns: give those up to 10 s to go.
+# (One pgrep a name: pgrep matches at most 15 characters of a name, so the names joined by "|"
+# matched nothing and this wait ended at once.)
+any_left() {
+  local name
+  for name in "${names[@]}"; do pgrep -x "$name" >/dev/null && return 0; done
+  return 1
+}
 for _ in $(seq 100); do
-  pgrep -x "$(IFS='|'; echo "${names[*]}")" >/dev/null || break
+  any_left || break
   sleep 0.1
 done
 # Processes by their executable's name: a test's own helpers (gtest binaries) are not listed.
