@@ -290,6 +290,8 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     r.rebuild_ms = h.timings.rebuild_ms;
     r.transfer_ms = h.timings.transfer_ms;
     r.bytes_moved = h.timings.bytes_moved;
+    r.groups_rebuilt = h.timings.groups_rebuilt;
+    r.groups_kept = h.timings.groups_kept;
     s.history.push_back(std::move(r));
   }
   for (const HostInfo& h : hosts_.hosts()) {

@@ -6,6 +6,7 @@
 #include "common/id_index.h"
 #include "common/logging.h"
 #include "common/mesh_peers.h"
+#include "coordinator/group_keeping.h"
 #include "state/plan/state_move_plan.h"
 
 namespace elastra::coordinator {
@@ -426,6 +427,15 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   ng.scalars_source = moves.ScalarsSource();
   // The NCCL world of the last generation built, by its ranks, made into this one's.
   const proto::NcclReuse reuse = proto::NcclReuseOf(members_, plan.members);
+  // The groups whose members did not change and stood quiet at the pause are kept.
+  const KeptGroups kept = PlanKeptGroups(
+      layout_, members_, generation_, plan.layout, plan.members,
+      [this](const std::string& id, size_t old_rank, uint8_t kind) {
+        return reconf_.GroupHealthOf(id, old_rank, kind);
+      },
+      options_->keep_groups && plan.reason != proto::GenerationReason::kResume);
+  plan.groups_rebuilt = kept.rebuilt;
+  plan.groups_kept = kept.kept;
   // The world's address records are served by the members themselves when every one serves
   // them (each gets its build peers' endpoints); else all of them go through the store.
   const int world = static_cast<int>(plan.members.size());
@@ -464,6 +474,7 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
       }
     }
     moves.Address(id, &mine, rank);  // its members, previous members and part of the move
+    mine.keep_groups = leave ? 0 : kept.keep[static_cast<size_t>(rank)];
     mine.nccl.possible = !leave && reuse.possible;
     // The ranks to exclude go to the new rank 0 alone, and only on a device (only NCCL worlds
     // need them): it passes them on over the control world (proto::NcclReuse).
@@ -477,7 +488,8 @@ void GenerationManager::StartBuild(GenerationPlan plan) {
   for (int r = 0; r < world; ++r) push(plan.members[r], infos[r], r);
   for (const auto& id : plan.leaving) push(id, membership_->Find(id), -1);
   LOG(INFO) << "building generation " << plan.generation << " (" << proto::ToString(plan.reason)
-            << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << ")";
+            << ", " << plan.layout.ToString() << ", restore step " << plan.restore_step << "; "
+            << kept.rebuilt << " communicators to build, " << kept.kept << " kept)";
   reconf_.BeginBuild(std::move(plan));
 }
 

@@ -125,6 +125,8 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   g.agreement_ms = timings.agreement_ms;
   g.rebuild_ms = timings.rebuild_ms;
   g.transfer_ms = timings.transfer_ms;
+  g.groups_rebuilt = timings.groups_rebuilt;
+  g.groups_kept = timings.groups_kept;
   g.reached_step = reached_step;
   g.restore_step = restore_step;
   // The usual commit: the members the build of this generation began with, by rank. Their hosts,

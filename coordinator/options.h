@@ -45,6 +45,10 @@ struct CoordinatorOptions {
   std::chrono::milliseconds recover_timeout{0};
   // Committed checkpoints kept on disk; older ones are removed after each commit.
   int checkpoint_keep = 3;
+  // Whether a change keeps the communicators whose members did not change (group_keeping.h).
+  // false: every change builds every group, as before protocol 10 (ELASTRA_KEEP_GROUPS=0: the
+  // reference of bench_recovery's failure_downtime_vs_full_rebuild).
+  bool keep_groups = true;
   // A checkpoint root to resume the job from: the first generation loads its newest committed
   // checkpoint (at any worker count) instead of the workers' initial state. Empty: a fresh start.
   std::string resume_from;

@@ -70,6 +70,7 @@ void Reconfiguration::Reset() {
   answers_.clear();
   paused_.clear();
   commit_steps_.clear();
+  groups_.clear();
   answered_ = live_ = 0;
   member_index_.Clear();
   plan_ = GenerationPlan();
@@ -107,11 +108,29 @@ Status Reconfiguration::RecordPaused(const std::string& id, const proto::PausedR
     answers_[i] = kAnswered;
     ++answered_;
   }
-  paused_[i] = Report{report.step, static_cast<uint32_t>(commit_steps_.size()),
-                      static_cast<uint32_t>(report.commit_steps.size()), report.failed};
+  // At most one group of each kind counts (a worker has three).
+  const size_t groups = std::min<size_t>(report.groups.size(), 3);
+  paused_[i] = Report{report.step,
+                      static_cast<uint32_t>(commit_steps_.size()),
+                      static_cast<uint32_t>(report.commit_steps.size()),
+                      static_cast<uint32_t>(groups_.size()),
+                      static_cast<uint8_t>(groups),
+                      report.failed};
   commit_steps_.insert(commit_steps_.end(), report.commit_steps.begin(),
                        report.commit_steps.end());
+  groups_.insert(groups_.end(), report.groups.begin(), report.groups.begin() + groups);
   return OkStatus();
+}
+
+const proto::GroupHealth* Reconfiguration::GroupHealthOf(const std::string& id, size_t hint,
+                                                         uint8_t kind) const {
+  const size_t i = ParticipantIndex(id, hint);
+  if (i == IdIndex::kNone || answers_[i] != kAnswered) return nullptr;
+  const Report& r = paused_[i];
+  for (size_t g = r.groups_at; g < r.groups_at + r.groups; ++g) {
+    if (groups_[g].kind == kind) return &groups_[g];
+  }
+  return nullptr;
 }
 
 Status Reconfiguration::RecordReady(const std::string& id, const proto::GenerationReady& ready,
@@ -267,6 +286,8 @@ ReconfigurationTimings Reconfiguration::Timings() const {
     t.transfer_ms = std::max(t.transfer_ms, ready_ms_[i].second);
     t.bytes_moved += ready_bytes_[i];
   }
+  t.groups_rebuilt = plan_.groups_rebuilt;
+  t.groups_kept = plan_.groups_kept;
   return t;
 }
 

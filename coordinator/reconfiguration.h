@@ -41,6 +41,10 @@ struct GenerationPlan {
   Layout prev_layout;
   std::vector<std::string> prev_members;
   std::vector<bool> prev_has_state;
+  // The communicators the members build and those they keep from the committed generation
+  // (group_keeping.h), set when NewGeneration goes out.
+  int32_t groups_rebuilt = 0;
+  int32_t groups_kept = 0;
 };
 
 struct ReconfigurationTimings {
@@ -49,6 +53,8 @@ struct ReconfigurationTimings {
   double rebuild_ms = 0;    // slowest communicator build reported
   double transfer_ms = 0;   // slowest state transfer reported
   int64_t bytes_moved = 0;  // state bytes the members received, in all
+  int32_t groups_rebuilt = 0;  // communicators built and kept (GenerationPlan)
+  int32_t groups_kept = 0;
 };
 
 // What survivors of a failure can continue from.
@@ -120,6 +126,10 @@ class Reconfiguration {
   StatusOr<RecoveryPlan> PlanRecovery(
       const std::unordered_set<std::string>& off_layout = {}) const;
 
+  // What participant `id` (at `hint`, its old rank) reported of its group of `kind` at this
+  // change's pause (proto::GroupHealth); nullptr when it reported none or did not answer.
+  const proto::GroupHealth* GroupHealthOf(const std::string& id, size_t hint, uint8_t kind) const;
+
   const GenerationPlan& plan() const { return plan_; }
   // Moves the plan out (a commit keeps its lists); IsReady and RecordReady know no member after.
   GenerationPlan TakePlan();
@@ -146,10 +156,13 @@ class Reconfiguration {
     int64_t step = -1;
     uint32_t commits_at = 0;  // in commit_steps_
     uint32_t commits = 0;
+    uint32_t groups_at = 0;  // in groups_
+    uint8_t groups = 0;
     bool failed = false;
   };
   std::vector<Report> paused_;          // parallel to participants_
   std::vector<int64_t> commit_steps_;   // the reports' commit steps, one span each
+  std::vector<proto::GroupHealth> groups_;  // the reports' groups, one span each
   size_t answered_ = 0;                    // participants kAnswered
   size_t live_ = 0;                        // participants not kDropped
   GenerationPlan plan_;

@@ -43,6 +43,8 @@ void RestoreManager::Restore(const JournalState& s) {
     h.timings.agreement_ms = g.agreement_ms;
     h.timings.rebuild_ms = g.rebuild_ms;
     h.timings.transfer_ms = g.transfer_ms;
+    h.timings.groups_rebuilt = g.groups_rebuilt;
+    h.timings.groups_kept = g.groups_kept;
     job.history.push_back(std::move(h));
   }
   auto restore_worker = [&](const JournalWorker& w) {

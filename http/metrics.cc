@@ -144,6 +144,27 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
   w.Sample("elastra_failures", Label("kind", "host_lost"), hosts_lost);
   w.Sample("elastra_failures", Label("kind", "recovery"), recoveries);
 
+  // Communicators of the generations formed: built, or kept from the generation before
+  // (docs/recovery.md, "Rebuild only what changed").
+  int64_t rebuilt = 0, kept = 0;
+  for (const auto& g : s.history) {
+    rebuilt += g.groups_rebuilt;
+    kept += g.groups_kept;
+  }
+  w.Family("elastra_communicators", "gauge",
+           "Communicators (world and dp, pp, tp groups) of the generations in the history: built "
+           "by their change, or kept from the generation before");
+  w.Sample("elastra_communicators", Label("fate", "rebuilt"), static_cast<double>(rebuilt));
+  w.Sample("elastra_communicators", Label("fate", "kept"), static_cast<double>(kept));
+  if (!s.history.empty()) {
+    w.Family("elastra_last_generation_communicators", "gauge",
+             "Communicators of the last generation formed: built, or kept");
+    w.Sample("elastra_last_generation_communicators", Label("fate", "rebuilt"),
+             s.history.back().groups_rebuilt);
+    w.Sample("elastra_last_generation_communicators", Label("fate", "kept"),
+             s.history.back().groups_kept);
+  }
+
   w.Family("elastra_worker_heartbeat_age_seconds", "gauge",
            "Since the last heartbeat of each worker whose heartbeat is awaited");
   for (const auto& wk : s.workers) {

@@ -48,6 +48,10 @@ JobEvent JournalEventReader::EventOf(const json& r) {
             {"layout", r.value("layout", json::object())},
             {"workers", members},
             {"downtime_ms", r.value("downtime_ms", 0.0)}};
+    if (r.contains("groups_rebuilt")) {
+      data["groups_rebuilt"] = r.value("groups_rebuilt", 0);
+      data["groups_kept"] = r.value("groups_kept", 0);
+    }
     if (r.contains("reached_step") && r.contains("restore_step")) {
       const int64_t reached = r.value("reached_step", int64_t{0});
       const int64_t restored = r.value("restore_step", int64_t{0});

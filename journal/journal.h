@@ -94,6 +94,10 @@ struct JournalGeneration {
   // GET /v1/events and /metrics; replay does not read them back.
   int64_t reached_step = -1;
   int64_t restore_step = -1;
+  // The communicators its members built and those they kept from the generation before
+  // (proto::GenerationRecord): "groups_rebuilt" and "groups_kept", written when not 0.
+  int32_t groups_rebuilt = 0;
+  int32_t groups_kept = 0;
 };
 
 struct JournalCheckpoint {

@@ -127,6 +127,10 @@ std::string ChangeRecordText(JournalRecord* rec) {
   PutNumber("agreement_ms", &g.agreement_ms, &text);
   PutNumber("rebuild_ms", &g.rebuild_ms, &text);
   PutNumber("transfer_ms", &g.transfer_ms, &text);
+  if (g.groups_rebuilt > 0 || g.groups_kept > 0) {
+    text += ",\"groups_rebuilt\":" + std::to_string(g.groups_rebuilt) +
+            ",\"groups_kept\":" + std::to_string(g.groups_kept);
+  }
   if (g.reached_step >= 0 && g.restore_step >= 0) {
     text += ",\"reached_step\":" + std::to_string(g.reached_step) +
             ",\"restore_step\":" + std::to_string(g.restore_step);

@@ -239,6 +239,10 @@ JournalRecord Read(const json& r) {
     g.agreement_ms = Num(r, "agreement_ms");
     g.rebuild_ms = Num(r, "rebuild_ms");
     g.transfer_ms = Num(r, "transfer_ms");
+    if (r.contains("groups_rebuilt") || r.contains("groups_kept")) {
+      g.groups_rebuilt = static_cast<int32_t>(Int(r, "groups_rebuilt", 0, 1 << 22));
+      g.groups_kept = static_cast<int32_t>(Int(r, "groups_kept", 0, 1 << 22));
+    }
   } else if (type == "checkpoint") {
     rec.type = JournalRecordType::kCheckpoint;
     rec.checkpoint.step = Int(r, "step", 0, INT64_MAX);

@@ -408,14 +408,17 @@ void PrintStatusTable(const nlohmann::json& st) {
   }
   const json history = st.value("history", json::array());
   if (!history.empty()) {
-    std::printf("%-10s %-8s %7s %-16s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
-                "DOWNTIME");
+    // GROUPS: the communicators the change built / kept from the generation before.
+    std::printf("%-10s %-8s %7s %-16s %11s %11s\n", "GENERATION", "REASON", "WORKERS", "LAYOUT",
+                "DOWNTIME", "GROUPS");
     for (const json& h : history) {
-      std::printf("%-10llu %-8s %7zu %-16s %8.1f ms\n",
+      const std::string groups = std::to_string(h.value("groups_rebuilt", 0)) + "/" +
+                                 std::to_string(h.value("groups_kept", 0));
+      std::printf("%-10llu %-8s %7zu %-16s %8.1f ms %11s\n",
                   static_cast<unsigned long long>(h.value("generation", uint64_t{0})),
                   h.value("reason", "").c_str(), h.value("workers", json::array()).size(),
                   LayoutOf(h.value("layout", json::object())).ToString().c_str(),
-                  h.value("downtime_ms", 0.0));
+                  h.value("downtime_ms", 0.0), groups.c_str());
     }
   }
 }

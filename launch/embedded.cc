@@ -151,6 +151,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.spawn_timeout = std::chrono::milliseconds(EnvInt("ELASTRA_SPAWN_TIMEOUT_MS", 60000));
   o.checkpoint_keep =
       static_cast<int>(std::max<long long>(1, EnvInt("ELASTRA_CHECKPOINT_KEEP", 3)));
+  o.keep_groups = EnvInt("ELASTRA_KEEP_GROUPS", 1) != 0;
   auto server = CoordinatorServer::Start(o);
   // A restart binds the old address; the old process may still be releasing it for a moment.
   for (int tries = 0; options.restart && !server.ok() &&

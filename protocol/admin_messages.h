@@ -76,10 +76,16 @@ struct GenerationRecord {
   // State bytes the members received from other workers (0 after a coordinator restart: not
   // journaled); a recovery with a standby moves the lost worker's shards only (protocol 9).
   int64_t bytes_moved = 0;
+  // The communicators the change built and those it kept from the generation before: the world
+  // (with NCCL, and its Gloo control world) and each dp, pp and tp group that is not the world
+  // (protocol 10; 0 and 0 after a coordinator restart: not journaled).
+  int32_t groups_rebuilt = 0;
+  int32_t groups_kept = 0;
   template <class A> void serialize(A& ar) {
     ar(generation);
     SerializeEnum(ar, reason);
-    ar(workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms, bytes_moved);
+    ar(workers, layout, downtime_ms, agreement_ms, rebuild_ms, transfer_ms, bytes_moved,
+       groups_rebuilt, groups_kept);
   }
 };
 

@@ -51,7 +51,11 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 //    records no longer go through the coordinator's store.
 // 8: NewGeneration's fields that every recipient of a change shares come first on the wire, so
 //    that the coordinator encodes them once per change, not once per recipient.
-inline constexpr uint16_t kProtocolVersion = 9;
+// 9: memory budgets (Join.device_memory_bytes), standbys (NewGeneration.standby), the job state
+//    waiting_for_workers, GenerationRecord.bytes_moved.
+// 10: a paused worker reports its groups' health (PausedReport.groups); NewGeneration says which
+//    groups a member keeps (keep_groups); GenerationRecord counts groups rebuilt and kept.
+inline constexpr uint16_t kProtocolVersion = 10;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 
 // ---------------------------------------------------------------------------------------------

@@ -40,7 +40,9 @@ std::string StatusJson(const JobStatus& s) {
                        {"agreement_ms", h.agreement_ms},
                        {"rebuild_ms", h.rebuild_ms},
                        {"transfer_ms", h.transfer_ms},
-                       {"bytes_moved", h.bytes_moved}});
+                       {"bytes_moved", h.bytes_moved},
+                       {"groups_rebuilt", h.groups_rebuilt},
+                       {"groups_kept", h.groups_kept}});
   }
   j["history"] = history;
   json agents = json::array();

@@ -102,6 +102,27 @@ struct RecoverRequest {
   template <class A> void serialize(A& ar) { ar(target_generation, lost); }
 };
 
+// One of a worker's dp, pp or tp communicators as the worker stopped it for a change (protocol
+// 10; worker/group_gate.h). The coordinator keeps a group for the next generation when its members
+// are the same workers in the same order and every one reports it intact, built in the committed
+// generation, with as many collectives completed and every message sent to a peer received by
+// it: then no byte of it is in flight and no member is inside a call (docs/recovery.md, "Rebuild
+// only what changed").
+// A group's kind: its index in GroupHealth::kind, its bit (1 << kind) in keep_groups.
+enum GroupKind : uint8_t { kDpGroup = 0, kPpGroup = 1, kTpGroup = 2 };
+struct GroupHealth {
+  uint8_t kind = kDpGroup;       // GroupKind
+  uint64_t generation = 0;       // the generation that built it
+  bool intact = false;           // no call was in flight when it stopped, none failed
+  int64_t calls = 0;             // collectives completed
+  std::vector<int32_t> peers;    // the group ranks it sent to or received from, ascending
+  std::vector<int64_t> sent;     // point-to-point messages sent to each of `peers`
+  std::vector<int64_t> received; // and received from each
+  template <class A> void serialize(A& ar) {
+    ar(kind, generation, intact, calls, peers, sent, received);
+  }
+};
+
 struct PausedReport {
   uint64_t target_generation = 0;
   int64_t step = -1;                  // state held now: steps [0, step) applied
@@ -113,8 +134,10 @@ struct PausedReport {
   // here, so that it knows even after a restart (protocol 6).
   Layout commits_layout;
   int32_t commits_rank = -1;
+  // Its dp, pp and tp communicators, those that are not the world (protocol 10).
+  std::vector<GroupHealth> groups;
   template <class A> void serialize(A& ar) {
-    ar(target_generation, step, commit_steps, failed, commits_layout, commits_rank);
+    ar(target_generation, step, commit_steps, failed, commits_layout, commits_rank, groups);
   }
 };
 
@@ -232,6 +255,9 @@ struct NewGeneration {
   // address records are then read from those peers, not the store under kv_prefix. Empty: every
   // key goes to the store (a member serves no records, or the world has one rank).
   std::string build_peers;
+  // For a member (protocol 10): which of its new dp, pp and tp groups (bits 1 << GroupKind) are
+  // its communicators of the committed generation, kept instead of built (GroupHealth says when).
+  uint8_t keep_groups = 0;
   // On the wire the fields every recipient of one change shares come first, then the recipient's
   // own: the coordinator encodes the shared ones once per change and each recipient's behind a
   // copy of them (MakeFrameShared, protocol/codec.h; protocol 8).
@@ -242,7 +268,8 @@ struct NewGeneration {
        nccl.renumber, nccl.excluded);
   }
   template <class A> void SerializeOwn(A& ar) {
-    ar(members, leave, standby, prev_members, move, nccl.possible, nccl.exclude, build_peers);
+    ar(members, leave, standby, prev_members, move, nccl.possible, nccl.exclude, build_peers,
+       keep_groups);
   }
   template <class A> void serialize(A& ar) {
     SerializeShared(ar);
