@@ -56,7 +56,8 @@ void PushInbox::ClearPending() {
   recover_pending_ = false;
 }
 
-ControlChannel::ControlChannel(std::function<void()> break_collectives)
+ControlChannel::ControlChannel(
+    std::function<std::vector<proto::GroupHealth>()> break_collectives)
     : break_collectives_(std::move(break_collectives)) {}
 
 Status ControlChannel::Connect(const WorkerOptions& options) {
@@ -96,7 +97,7 @@ void ControlChannel::OnPush(const proto::Envelope& e) {
   while (seen < req->target_generation &&
          !recover_seen_.compare_exchange_weak(seen, req->target_generation)) {
   }
-  break_collectives_();
+  std::vector<proto::GroupHealth> groups = break_collectives_();
   // Answer at once from here: the training thread may be stuck in a call that the abort
   // could not break (it then returns at its own timeout), and the coordinator must not take a
   // live survivor for dead meanwhile. The commits it holds are what the answer needs.
@@ -106,6 +107,7 @@ void ControlChannel::OnPush(const proto::Envelope& e) {
     report = proto::PausedReport{req->target_generation, published_step_, published_commits_,
                                  true, published_layout_, published_rank_};
   }
+  report.groups = std::move(groups);
   uint64_t answered = answered_by_io_.load();
   while (answered < req->target_generation &&
          !answered_by_io_.compare_exchange_weak(answered, req->target_generation)) {

@@ -73,7 +73,9 @@ class ControlChannel {
  public:
   // `break_collectives` runs on the I/O thread when a RecoverRequest for a later generation
   // lands, before the answer goes: it must break every call in flight without waiting on it.
-  explicit ControlChannel(std::function<void()> break_collectives);
+  // `break_collectives` breaks the calls in flight and returns the groups' health as they
+  // stopped (GroupManager::Interrupt), which the answer to a RecoverRequest carries.
+  explicit ControlChannel(std::function<std::vector<proto::GroupHealth>()> break_collectives);
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
@@ -121,7 +123,7 @@ class ControlChannel {
   // The push observer, on the I/O thread.
   void OnPush(const proto::Envelope& e);
 
-  std::function<void()> break_collectives_;
+  std::function<std::vector<proto::GroupHealth>()> break_collectives_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<RecordServer> record_server_;

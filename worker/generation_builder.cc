@@ -103,7 +103,8 @@ Status GenerationBuilder::RebuildGroups(const proto::NewGeneration& gen, int my_
   GroupOptions group_options = GroupOptionsFor(gen, my_rank);
   group_options.generation = gen.generation;
   group_options.nccl_reuse = gen.nccl;
-  Status built = groups_->Rebuild(std::move(group_options), gen.layout, my_rank);
+  Status built =
+      groups_->Rebuild(std::move(group_options), gen.layout, my_rank, gen.keep_groups);
   if (!built.ok()) {
     return built.WithContext("building generation " + std::to_string(gen.generation));
   }

@@ -24,9 +24,22 @@ void GroupSet::Abort() {
 void GroupSet::Interrupt() {
   if (world == nullptr) return Abort();
   world->Interrupt();
-  for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
-    if (c != nullptr && c != world.get()) c->AbortWithoutWaiting();
+  for (auto& gate : gates) {
+    if (gate != nullptr) gate->Stop();
   }
+  for (auto* c : {dp.get(), pp.get(), tp.get(), control.get()}) {
+    const bool gated = std::any_of(gates.begin(), gates.end(),
+                                   [c](const auto& gate) { return gate.get() == c; });
+    if (c != nullptr && c != world.get() && !gated) c->AbortWithoutWaiting();
+  }
+}
+
+std::vector<proto::GroupHealth> GroupSet::Health() const {
+  std::vector<proto::GroupHealth> out;
+  for (const auto& gate : gates) {
+    if (gate != nullptr) out.push_back(gate->Health());
+  }
+  return out;
 }
 
 void GroupSet::RequestAbort() {
@@ -49,6 +62,29 @@ std::vector<int> GroupRanks(const Layout& layout, int rank, char group) {
     if (same) ranks.push_back(r);
   }
   return ranks;
+}
+
+// 'd', 'p' or 't': a group kind's letter in GroupRanks and the groups' names.
+char GroupLetter(uint8_t kind) {
+  return kind == proto::kDpGroup ? 'd' : kind == proto::kPpGroup ? 'p' : 't';
+}
+
+// The group of `kind` the options keep, reopened, when it is the rank's group of this layout (at
+// `index` among `size` ranks); nullptr when none is kept.
+std::shared_ptr<GroupGate> KeptGroup(const GroupOptions& options, uint8_t kind, int index,
+                                     size_t size) {
+  const std::shared_ptr<GroupGate>& kept = options.keep[kind];
+  if (kept == nullptr) return nullptr;
+  if (kept->kind() != kind || kept->rank() != index || static_cast<size_t>(kept->size()) != size) {
+    // The coordinator keeps only groups of the same members in the same order: a mismatch is a
+    // bug; building instead leaves the others waiting for this rank until their timeout.
+    LOG(WARNING) << "the kept " << GroupLetter(kind) << "p group is rank " << kept->rank()
+                 << " of " << kept->size() << ", not " << index << " of " << size
+                 << "; building it";
+    return nullptr;
+  }
+  kept->Reopen();
+  return kept;
 }
 
 }  // namespace
@@ -210,17 +246,25 @@ StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& la
   GroupSet set;
   NcclCommunicator* nccl_world = world.get();
   set.world = std::move(world);
-  for (char g : {'d', 'p', 't'}) {
+  for (uint8_t kind : {proto::kDpGroup, proto::kPpGroup, proto::kTpGroup}) {
+    const char g = GroupLetter(kind);
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;
     if (static_cast<int>(ranks.size()) != layout.world()) {
       const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-      auto c = nccl_world->Split(ranks.front(), index);
+      // Every rank of the world takes part in each split; one that keeps its group gives no
+      // color (NCCL_SPLIT_NOCOLOR) and gets nothing.
+      std::shared_ptr<GroupGate> kept = KeptGroup(options, kind, index, ranks.size());
+      auto c = nccl_world->Split(kept != nullptr ? -1 : ranks.front(), index);
       if (!c.ok()) {
         set.Abort();
+        if (kept != nullptr) kept->Abort();
         return c.status().WithContext(std::string("nccl split of the ") + g + "p group");
       }
-      comm = std::move(c).value();
+      set.gates[kind] = kept != nullptr ? std::move(kept)
+                                        : std::make_shared<GroupGate>(std::move(c).value(), kind,
+                                                                      options.generation);
+      comm = set.gates[kind];
     }
     (g == 'd' ? set.dp : g == 'p' ? set.pp : set.tp) = comm;
   }
@@ -266,20 +310,29 @@ StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout
   set.control = set.world;
   set.generation = options.generation;
   set.store = options.store_owner;
-  for (char g : {'d', 'p', 't'}) {
+  for (uint8_t kind : {proto::kDpGroup, proto::kPpGroup, proto::kTpGroup}) {
+    const char g = GroupLetter(kind);
     std::vector<int> ranks = GroupRanks(layout, rank, g);
     std::shared_ptr<Communicator> comm = set.world;
     // A group spanning the whole world is the world. Groups are named by their lowest member so
     // each group's ranks meet under one prefix.
     if (static_cast<int>(ranks.size()) != layout.world()) {
       const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-      const std::string name = std::string(1, g) + "p" + std::to_string(ranks.front());
-      auto c = ConnectGroup(options, name, index, static_cast<int>(ranks.size()));
-      if (!c.ok()) {
-        set.Abort();
-        return c.status().WithContext("group " + name);
+      std::shared_ptr<GroupGate> gate = KeptGroup(options, kind, index, ranks.size());
+      if (gate == nullptr) {
+        const std::string name = std::string(1, g) + "p" + std::to_string(ranks.front());
+        auto c = ConnectGroup(options, name, index, static_cast<int>(ranks.size()));
+        if (!c.ok()) {
+          set.Abort();
+          for (auto& kept : options.keep) {
+            if (kept != nullptr) kept->Abort();
+          }
+          return c.status().WithContext("group " + name);
+        }
+        gate = std::make_shared<GroupGate>(std::move(c).value(), kind, options.generation);
       }
-      comm = std::move(c).value();
+      set.gates[kind] = gate;
+      comm = std::move(gate);
     }
     (g == 'd' ? set.dp : g == 'p' ? set.pp : set.tp) = comm;
   }

@@ -4,6 +4,7 @@
 // thread-compatible except where its methods say otherwise (GroupManager owns the worker's).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "elastra/communicator.h"
 #include "elastra/layout.h"
 #include "elastra/status.h"
+#include "worker/group_gate.h"
 
 namespace elastra {
 
@@ -27,13 +29,20 @@ struct GroupSet {
   std::shared_ptr<KeyValueStore> store;
   std::shared_ptr<Communicator> world, dp, pp, tp;
   std::shared_ptr<Communicator> control;
+  // By proto::GroupKind: the dp, pp and tp groups that are not the world, each behind the gate
+  // that tells whether it may be kept (the same objects as dp, pp and tp); null for a group that
+  // is the world.
+  std::array<std::shared_ptr<GroupGate>, 3> gates;
   uint64_t generation = 0;  // the generation it was built for (GroupOptions::generation)
+  // The generation's groups: what a worker reports of them at a pause.
+  std::vector<proto::GroupHealth> Health() const;
   // Breaks every call in flight on every communicator and releases them.
   void Abort();
   // Breaks every call in flight without ever waiting on the device, for the worker's I/O thread:
   // an NCCL world is only interrupted (NcclCommunicator::Interrupt: revoked, NCCL 2.28.7+, and
-  // kept, so that the next generation can shrink it instead of starting NCCL afresh), the other
-  // NCCL communicators are released later on the training thread (RequestAbort), Gloo ones now.
+  // kept, so that the next generation can shrink it instead of starting NCCL afresh), the gated
+  // groups stopped (GroupGate::Stop: broken only when a call is inside one, so that an idle group
+  // can be kept), the Gloo control world aborted.
   void Interrupt();
   // Breaks every call in flight and releases the communicators, the NCCL ones later on the
   // training thread (as Interrupt() does for the groups).
@@ -64,6 +73,10 @@ struct GroupOptions {
   // ncclCommSplit when the order changes) instead of a fresh init; the ranks agree on that over
   // the Gloo control world first.
   GroupSet* previous = nullptr;
+  // By proto::GroupKind: the previous generation's groups this generation keeps
+  // (NewGeneration::keep_groups), used as they are instead of built; null: build it. With NCCL
+  // the rank still takes part in the world's ncclCommSplit of that kind, with no color.
+  std::array<std::shared_ptr<GroupGate>, 3> keep;
 };
 
 // How a generation's NCCL world can be made from the previous generation's (BuildGroups with

@@ -6,9 +6,15 @@
 
 namespace elastra {
 
-void GroupManager::Interrupt() {
+std::vector<proto::GroupHealth> GroupManager::Interrupt() {
   std::lock_guard<std::mutex> lock(mu_);
   InterruptLocked();
+  return groups_.Health();
+}
+
+std::vector<proto::GroupHealth> GroupManager::Health() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return groups_.Health();
 }
 
 void GroupManager::InterruptLocked() {
@@ -56,7 +62,8 @@ void GroupManager::Release() {
   }
 }
 
-Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int rank) {
+Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int rank,
+                             uint8_t keep) {
   const bool nccl = options.backend == Backend::kNccl;
   GroupSet old;
   {
@@ -68,6 +75,20 @@ Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int ran
       previous_.world = old.world;
       previous_.generation = old.generation;
     }
+  }
+  // The groups the coordinator keeps leave the old set: they are not retired.
+  for (uint8_t kind : {proto::kDpGroup, proto::kPpGroup, proto::kTpGroup}) {
+    std::shared_ptr<GroupGate>& gate = old.gates[kind];
+    if ((keep & (1u << kind)) == 0) continue;
+    if (gate == nullptr) {
+      LOG(WARNING) << "generation " << options.generation << " keeps group kind "
+                   << static_cast<int>(kind) << ", which this worker does not hold; building it";
+      continue;
+    }
+    for (auto* c : {&old.dp, &old.pp, &old.tp}) {
+      if (c->get() == gate.get()) c->reset();
+    }
+    options.keep[kind] = std::move(gate);
   }
   // NCCL communicators go without NCCL's finalize (nothing is in flight after the pause, and a
   // departed peer would make it wait): aborted, except for the world kept above.

@@ -27,17 +27,22 @@ class GroupManager {
   GroupManager& operator=(const GroupManager&) = delete;
 
   // Breaks every call in flight on this worker's communicators, without waiting on the device.
-  // An NCCL world is only interrupted, so that the next generation may shrink it
-  // (GroupSet::Interrupt); one kept from the generation before is released (a build that uses it
-  // is doomed). Any thread.
-  void Interrupt();
+  // An NCCL world is only interrupted, so that the next generation may shrink it; a group with
+  // no call inside is only stopped, so that the next generation may keep it (GroupSet::Interrupt);
+  // one kept from the generation before is released (a build that uses it is doomed). Returns
+  // the groups' health as they stopped (what the PausedReport says). Any thread.
+  std::vector<proto::GroupHealth> Interrupt();
+  // The current groups' health (GroupSet::Health). Any thread.
+  std::vector<proto::GroupHealth> Health();
 
   // Replaces the current communicators by the next generation's, built by BuildGroups from
-  // `options` (layout `layout`, this worker's rank `rank`). With the NCCL backend the current
-  // world is kept for the build to make the new one from (options.previous is set here) and the
-  // other NCCL communicators are aborted; Gloo ones are destroyed on another thread once the new
-  // ones exist. The build's error, and then the worker holds no communicators.
-  Status Rebuild(GroupOptions options, const Layout& layout, int rank);
+  // `options` (layout `layout`, this worker's rank `rank`). The groups of the kinds in `keep`
+  // (bits 1 << proto::GroupKind, NewGeneration::keep_groups) are the current ones, kept
+  // (options.keep is set here). With the NCCL backend the current world is kept for the build to
+  // make the new one from (options.previous is set here) and the other NCCL communicators are
+  // aborted; Gloo ones are destroyed on another thread once the new ones exist. The build's
+  // error, and then the worker holds no communicators.
+  Status Rebuild(GroupOptions options, const Layout& layout, int rank, uint8_t keep = 0);
 
   // Drops the communicators when this worker leaves the layout mid-job (a shrink takes it out)
   // or shuts down. NCCL ones are aborted first: a finalize could wait on peers that are already

@@ -118,6 +118,7 @@ StatusOr<StepAction> ReconfigurationLoop::Pause(uint64_t target) {
   LOG(INFO) << "pausing after step " << step() << " for generation " << target;
   proto::PausedReport report{target,           step(), commits_->steps(), false,
                              commits_->place_layout(), commits_->place_rank()};
+  report.groups = groups_->Health();  // all stopped between two steps: kept where unchanged
   answered_target_ = std::max(answered_target_, target);
   Status s = channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
                                      channel_->generation());
@@ -294,6 +295,7 @@ Status ReconfigurationLoop::AnswerRecovery(const proto::Envelope& e) {
   if (channel_->AnsweredByIo(req->target_generation)) return OkStatus();  // answered already
   proto::PausedReport report{req->target_generation,  step(), commits_->steps(), true,
                              commits_->place_layout(), commits_->place_rank()};
+  report.groups = groups_->Health();
   return channel_->client().Send(MessageType::kPaused, proto::EncodePayload(report),
                                  channel_->generation());
 }

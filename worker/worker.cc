@@ -159,7 +159,7 @@ class Worker::Impl {
   int64_t samples_ = 0;
   GroupManager groups_;
   // Its I/O thread interrupts the communicators when a RecoverRequest lands.
-  ControlChannel channel_{[this] { groups_.Interrupt(); }};
+  ControlChannel channel_{[this] { return groups_.Interrupt(); }};
   CommitStore commits_{&state_, [this] { PublishCommits(); }};
   DiskCheckpoints checkpoints_{options_};
   GenerationBuilder builder_{options_, &state_, &channel_, &groups_, &commits_, &checkpoints_};

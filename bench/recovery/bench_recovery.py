@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_recovery: a worker killed in a dp=2 x tp=2 job, recovered in the job, beside a restart.
 
-usage: bench_recovery [--steps-between N] [--hidden H] [--ffn F]
+usage: bench_recovery [--steps-between N] [--hidden H] [--ffn F] [--workers-3d W]
 
 Three runs of train_mlp under `elastra run` on this machine, each resized to dp=2 x tp=2 and
 losing the worker at rank 3 to SIGKILL (docs/recovery.md):
@@ -10,13 +10,19 @@ losing the worker at rank 3 to SIGKILL (docs/recovery.md):
   restart  the reference, what torchrun does: every process is killed and the job starts again
            from its last committed checkpoint (`elastra run --resume`), timed from the new
            launcher's start to its first trained step
+Then two runs of a 3-D job, dp=W/4 x pp=2 x tp=2 (--workers-3d W, default 16) with one spare,
+losing one worker each, side by side (docs/recovery.md, "Rebuild only what changed"):
+  keep3d   the spare takes the lost rank and the members keep every group that did not change
+  full3d   the same with ELASTRA_KEEP_GROUPS=0: every group is built again, as before protocol 10
 The in-job figures are the failure generation's own (status history): `downtime_ms` from the
-first survivor's pause to the last member ready, and `bytes_moved`, the state bytes the members
-received. The lost worker's shard is its share of the state at tp=2 (train_mlp's weights and two
-moments, float64), computed from the model's shapes.
+first survivor's pause to the last member ready, `bytes_moved`, the state bytes the members
+received, and the communicators built and kept. The lost worker's shard is its share of the state
+at tp=2 (train_mlp's weights and two moments, float64), computed from the model's shapes.
 
 Prints one JSON line at the end: spare_downtime_ms, nospare_downtime_ms, restart_ms,
-spare_vs_restart, nospare_vs_restart, bytes_moved, lost_shard_bytes, bytes_moved_vs_lost_shard.
+spare_vs_restart, nospare_vs_restart, bytes_moved, lost_shard_bytes, bytes_moved_vs_lost_shard,
+keep3d_downtime_ms, full3d_downtime_ms, failure_downtime_vs_full_rebuild, groups_rebuilt,
+groups_kept (of the keep3d failure), full3d_groups_rebuilt, keep3d_vs_restart.
 Needs the build directory's launch/elastra and examples/train_mlp (ELASTRA_BUILD, default build).
 """
 import argparse
@@ -43,16 +49,17 @@ def lost_shard_bytes(hidden, ffn, layers):
 
 
 class Job:
-    def __init__(self, root, name, train_args, run_args):
+    def __init__(self, root, name, train_args, run_args, nproc=4, env=None):
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
         self.state = os.path.join(self.dir, "state")
         self.log = open(os.path.join(self.dir, "launcher.log"), "w")
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            [ELASTRA, "run", "--nproc", "4", *run_args, "--state-dir", self.state, "--", TRAIN,
-             *train_args, "--log", os.path.join(self.dir, "run.jsonl")],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [ELASTRA, "run", "--nproc", str(nproc), *run_args, "--state-dir", self.state, "--",
+             TRAIN, *train_args, "--log", os.path.join(self.dir, "run.jsonl")],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})})
 
     def status(self):
         r = subprocess.run([ELASTRA, "status", "--state-dir", self.state, "--json"],
@@ -108,7 +115,10 @@ def main():
     parser.add_argument("--steps-between", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--ffn", type=int, default=512)
+    parser.add_argument("--workers-3d", type=int, default=16)
     args = parser.parse_args()
+    if args.workers_3d < 8 or args.workers_3d % 4 != 0:
+        parser.error("--workers-3d must be a multiple of 4, at least 8 (dp >= 2 at pp=2 x tp=2)")
     layers = 4
     train = ["--steps", "1000000", "--step-time-ms", "5", "--global-batch", "32", "--hidden",
              str(args.hidden), "--ffn", str(args.ffn), "--layers", str(layers), "--commit-every",
@@ -128,6 +138,22 @@ def main():
             result[f"{name}_layout"] = "dp={dp},pp={pp},tp={tp}".format(**recovered["layout"])
             if name == "spare":
                 result["bytes_moved"] = recovered.get("bytes_moved", 0)
+            job.kill_all()
+
+        # A 3-D job losing one worker with a spare: groups kept, then every group built again.
+        layout_3d = f"dp={args.workers_3d // 4},pp=2,tp=2"
+        for name, env in (("keep3d", {}), ("full3d", {"ELASTRA_KEEP_GROUPS": "0"})):
+            job = Job(root, name, train, ["--spares", "1"], nproc=args.workers_3d, env=env)
+            jobs.append(job)
+            job.wait_for("training", lambda s: s["state"] == "running" and s["step"] > 0)
+            job.resize(["--workers", str(args.workers_3d), "--layout", layout_3d])
+            status = job.steps(args.steps_between)
+            # A rank in the middle: its dp, pp and tp groups are none of the first ones.
+            recovered = failure_entry(job.kill_rank(status, args.workers_3d // 2 + 1))
+            result[f"{name}_downtime_ms"] = recovered["downtime_ms"]
+            result[f"{name}_layout"] = "dp={dp},pp={pp},tp={tp}".format(**recovered["layout"])
+            result[f"{name}_groups_rebuilt"] = recovered.get("groups_rebuilt", 0)
+            result[f"{name}_groups_kept"] = recovered.get("groups_kept", 0)
             job.kill_all()
 
         # The reference: the whole job killed and started again from its last checkpoint.
@@ -158,6 +184,11 @@ def main():
     result["bytes_moved_vs_lost_shard"] = round(result["bytes_moved"] / lost, 4)
     result["spare_vs_restart"] = round(result["spare_downtime_ms"] / result["restart_ms"], 4)
     result["nospare_vs_restart"] = round(result["nospare_downtime_ms"] / result["restart_ms"], 4)
+    result["failure_downtime_vs_full_rebuild"] = round(
+        result["keep3d_downtime_ms"] / result["full3d_downtime_ms"], 4)
+    result["keep3d_vs_restart"] = round(result["keep3d_downtime_ms"] / result["restart_ms"], 4)
+    result["groups_rebuilt"] = result["keep3d_groups_rebuilt"]
+    result["groups_kept"] = result["keep3d_groups_kept"]
     print(json.dumps(result, sort_keys=True))
     return 0
 

@@ -37,16 +37,19 @@ GroupOptions Options(KeyValueStore* store, const std::string& prefix, int world)
 // Rebuilds every rank's manager into a generation of `layout` under `prefix`, the ranks as
 // threads. Gloo's socket discovery now and then misses a socket when every rank is one process
 // (see tests/collectives/gloo_thread_ranks.h): then all ranks try again under a fresh prefix.
+// `keep`: the kinds each rank keeps (NewGeneration::keep_groups); a failed attempt loses them.
 bool RebuildAll(KeyValueStore* store, std::vector<GroupManager>& managers,
-                const std::string& prefix, const Layout& layout) {
+                const std::string& prefix, const Layout& layout,
+                const std::vector<uint8_t>& keep = {}) {
   const int n = layout.world();
   for (int attempt = 0; attempt < 5; ++attempt) {
     std::vector<Status> built(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
-        built[r] = managers[r].Rebuild(
-            Options(store, prefix + "a" + std::to_string(attempt) + "/", n), layout, r);
+        GroupOptions o = Options(store, prefix + "a" + std::to_string(attempt) + "/", n);
+        o.generation = attempt + 1;
+        built[r] = managers[r].Rebuild(o, layout, r, keep.empty() ? 0 : keep[r]);
       });
     }
     for (auto& t : threads) t.join();
@@ -164,6 +167,99 @@ TEST(GroupManager, InterruptBreaksTheHandoffCommunicatorOnlyWhileRegistered) {
   EXPECT_FALSE(result.ok());
   EXPECT_LT(took.count(), 10000);
   manager.SetHandoff(nullptr);
+}
+
+// Runs `call(rank)` on every rank at once; whether all succeeded.
+template <class Call>
+bool OnEveryRank(int n, Call call) {
+  std::vector<Status> done(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { done[r] = call(r); });
+  for (auto& t : threads) t.join();
+  bool all = true;
+  for (const Status& s : done) all &= s.ok();
+  return all;
+}
+
+constexpr uint8_t kTpBit = 1 << proto::kTpGroup;
+
+TEST(GroupManager, AnIdleGroupStaysIntactThroughAnInterruptAndIsKept) {
+  InMemoryKeyValueStore store;
+  std::vector<GroupManager> managers(4);
+  ASSERT_TRUE(RebuildAll(&store, managers, "g1/", Layout{2, 1, 2}));
+  // One tp allreduce and one dp send/receive pair, then every rank is interrupted (a recovery).
+  ASSERT_TRUE(OnEveryRank(4, [&](int r) {
+    int64_t x = r;
+    ELASTRA_RETURN_IF_ERROR(managers[r].tp().Allreduce(&x, 1, DataType::kInt64, ReduceOp::kSum));
+    Communicator& dp = managers[r].dp();
+    return dp.rank() == 0 ? dp.Send(&x, sizeof(x), 1, 3, kTimeout)
+                          : dp.Recv(&x, sizeof(x), 0, 3, kTimeout);
+  }));
+  std::vector<Communicator*> tp_before;
+  for (auto& m : managers) {
+    const std::vector<proto::GroupHealth> health = m.Interrupt();
+    ASSERT_EQ(health.size(), 3u) << "dp, pp (one rank) and tp";
+    for (const proto::GroupHealth& h : health) {
+      EXPECT_TRUE(h.intact) << "kind " << int{h.kind};
+      EXPECT_EQ(h.calls, h.kind == proto::kTpGroup ? 1 : 0);
+      if (h.kind == proto::kDpGroup) {
+        ASSERT_EQ(h.peers.size(), 1u);
+        EXPECT_EQ(h.sent[0] + h.received[0], 1);
+      }
+    }
+    tp_before.push_back(&m.tp());
+    int64_t x = 0;
+    EXPECT_EQ(m.tp().Allreduce(&x, 1, DataType::kInt64, ReduceOp::kSum).code(),
+              StatusCode::kAborted)
+        << "a stopped group refuses calls without touching the network";
+  }
+  // The next generation keeps the tp groups and builds the rest.
+  ASSERT_TRUE(RebuildAll(&store, managers, "g2/", Layout{2, 1, 2},
+                         std::vector<uint8_t>(4, kTpBit)));
+  std::vector<int64_t> sums(4);
+  ASSERT_TRUE(OnEveryRank(4, [&](int r) {
+    EXPECT_EQ(&managers[r].tp(), tp_before[r]) << "rank " << r << " built its tp group again";
+    sums[r] = r + 1;
+    return managers[r].tp().Allreduce(&sums[r], 1, DataType::kInt64, ReduceOp::kSum);
+  }));
+  EXPECT_EQ(sums, (std::vector<int64_t>{3, 3, 7, 7}));
+  for (auto& m : managers) {
+    for (const proto::GroupHealth& h : m.Health()) {
+      if (h.kind == proto::kTpGroup) EXPECT_EQ(h.calls, 2) << "counted across generations";
+    }
+  }
+  for (auto& m : managers) m.Release();
+}
+
+TEST(GroupManager, AGroupInterruptedInsideACallIsNotIntact) {
+  InMemoryKeyValueStore store;
+  std::vector<GroupManager> managers(4);
+  ASSERT_TRUE(RebuildAll(&store, managers, "g1/", Layout{2, 1, 2}));
+  // Rank 0 waits in a dp receive that rank 2 never sends (its peer is stuck elsewhere).
+  std::atomic<bool> done{false};
+  Status result;
+  std::thread blocked([&] {
+    int64_t x = 0;
+    result = managers[0].dp().Recv(&x, sizeof(x), 1, 5, kTimeout);
+    done = true;
+  });
+  // Interrupted once the call is inside (a gate stopped before it would refuse the call and stay
+  // intact): a call in flight already reads as not intact.
+  auto dp_intact = [&] {
+    for (const proto::GroupHealth& h : managers[0].Health()) {
+      if (h.kind == proto::kDpGroup) return h.intact;
+    }
+    return true;
+  };
+  while (dp_intact()) std::this_thread::sleep_for(milliseconds(1));
+  const milliseconds took = InterruptUntil(managers[0], done, milliseconds(10000));
+  blocked.join();
+  EXPECT_FALSE(result.ok());
+  EXPECT_LT(took.count(), 10000) << "the call waited instead of being broken";
+  for (const proto::GroupHealth& h : managers[0].Health()) {
+    EXPECT_EQ(h.intact, h.kind != proto::kDpGroup) << "kind " << int{h.kind};
+  }
+  for (auto& m : managers) m.Release();
 }
 
 TEST(GroupManagerDeathTest, ReleaseDropsTheCommunicators) {
