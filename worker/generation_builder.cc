@@ -170,6 +170,15 @@ Status GenerationBuilder::CommitNewLayout(int64_t bytes_received) {
   return OkStatus();
 }
 
+void GenerationBuilder::WarmUp() {
+  GroupOptions o;
+  o.bind_host = options_.bind_host;
+  o.connect_timeout = options_.collective_timeout * 2;
+  o.backend = backend_;
+  o.device = options_.device;
+  groups_->WarmUp(std::move(o));
+}
+
 GroupOptions GenerationBuilder::GroupOptionsFor(const proto::NewGeneration& gen, int rank) const {
   GroupOptions o;
   o.store_owner = channel_->StoreFor(gen, rank);

@@ -59,6 +59,10 @@ class GenerationBuilder {
   // holds to their new owners, then frees its commits. The error of the move.
   Status HandOff(const proto::NewGeneration& gen);
 
+  // For a worker that holds no rank now (parked as standby): makes what its next build needs
+  // first on another thread (GroupManager::WarmUp).
+  void WarmUp();
+
   // Where this worker stands in the generation it runs (set by Apply()).
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }

@@ -280,6 +280,22 @@ StatusOr<GroupSet> BuildNcclGroups(const GroupOptions& options, const Layout& la
 
 }  // namespace
 
+StatusOr<WarmGroups> WarmUpGroups(const GroupOptions& options) {
+  WarmGroups warm;
+  ELASTRA_ASSIGN_OR_RETURN(warm.gloo_device, HoldSharedGlooDevice(options.bind_host));
+  if (options.backend != Backend::kNccl || options.device < 0) return warm;
+#if ELASTRA_HAVE_NCCL
+  InMemoryKeyValueStore store;  // one rank: its unique id goes nowhere else
+  NcclOptions no;
+  no.store = &store;
+  no.prefix = "warmup/";
+  no.device = options.device;
+  no.connect_timeout = options.connect_timeout;
+  ELASTRA_ASSIGN_OR_RETURN(warm.nccl, CreateNcclCommunicator(no));
+#endif
+  return warm;
+}
+
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank) {
   // One after the other: gloo contexts connected concurrently in one process sometimes could not
   // be aborted (a blocked call on one waited out its timeout; seen in the kill tests), so the

@@ -117,4 +117,17 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGroup(const GroupOptions& options
 // build without NCCL.
 StatusOr<GroupSet> BuildGroups(const GroupOptions& options, const Layout& layout, int rank);
 
+// What a standby worker makes before it is needed (GroupManager::WarmUp), so that its first
+// generation's build does not: the gloo device its communicators on options.bind_host share (an
+// I/O thread), and with the NCCL backend on a device a one-rank NCCL communicator there (the
+// CUDA context, and NCCL's init and kernels loaded). Held while it lives; it holds no peer.
+struct WarmGroups {
+  std::shared_ptr<void> gloo_device;
+  std::unique_ptr<Communicator> nccl;
+};
+
+// Makes them: the first failure (kUnavailable when gloo cannot bind options.bind_host; NCCL's
+// error on the device). Only options.bind_host, backend, device and connect_timeout are read.
+StatusOr<WarmGroups> WarmUpGroups(const GroupOptions& options);
+
 }  // namespace elastra

@@ -1,5 +1,6 @@
 #include "worker/group_manager.h"
 
+#include <chrono>
 #include <utility>
 
 #include "common/logging.h"
@@ -62,8 +63,36 @@ void GroupManager::Release() {
   }
 }
 
+void GroupManager::WarmUp(GroupOptions options) {
+  if (warming_.valid()) return;  // one at a time; the next Rebuild takes it
+  warming_ = std::async(std::launch::async, [options = std::move(options)] {
+    const auto start = std::chrono::steady_clock::now();
+    StatusOr<WarmGroups> warm = WarmUpGroups(options);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    if (warm.ok()) {
+      LOG(INFO) << "standby warmed up in " << ms << " ms (gloo device"
+                << (warm->nccl != nullptr ? ", one-rank nccl communicator" : "") << ")";
+    } else {
+      LOG(WARNING) << "standby warm-up failed (the next build makes it): " << warm.status();
+    }
+    return warm;
+  });
+}
+
 Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int rank,
                              uint8_t keep) {
+  // A standby's warm-up: its gloo device is found by the build; its one-rank NCCL communicator
+  // (the context and kernels are loaded) goes once the new ones exist.
+  std::unique_ptr<Communicator> warm_nccl;
+  if (warming_.valid()) {
+    StatusOr<WarmGroups> warm = warming_.get();
+    if (warm.ok()) {
+      warm_device_ = std::move(warm->gloo_device);
+      warm_nccl = std::move(warm->nccl);
+    }
+  }
   const bool nccl = options.backend == Backend::kNccl;
   GroupSet old;
   {
@@ -114,6 +143,8 @@ Status GroupManager::Rebuild(GroupOptions options, const Layout& layout, int ran
     }
     previous_ = GroupSet{};
   }
+  warm_nccl.reset();
+  warm_device_.reset();  // the new groups hold the device now
   if (!groups.ok()) return groups.status();
   {
     std::lock_guard<std::mutex> lock(mu_);

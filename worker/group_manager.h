@@ -44,6 +44,13 @@ class GroupManager {
   // error, and then the worker holds no communicators.
   Status Rebuild(GroupOptions options, const Layout& layout, int rank, uint8_t keep = 0);
 
+  // For a worker that holds no rank (a standby): makes what its next build would make first
+  // (WarmUpGroups: the gloo device; with NCCL on a device, the CUDA context and a one-rank NCCL
+  // communicator) on another thread. The next Rebuild waits for it and then lets the one-rank
+  // communicator go; the gloo device stays with the new groups. A failed warm-up is logged and
+  // changes nothing (the build makes them).
+  void WarmUp(GroupOptions options);
+
   // Drops the communicators when this worker leaves the layout mid-job (a shrink takes it out)
   // or shuts down. NCCL ones are aborted first: a finalize could wait on peers that are already
   // building the next generation without this worker.
@@ -73,6 +80,8 @@ class GroupManager {
   GroupSet previous_;  // while a generation is built: the NCCL world it may be made from
   Communicator* handoff_ = nullptr;  // the hand-off communicator while one is in use
   std::future<void> retired_;        // the previous generation's communicators being destroyed
+  std::future<StatusOr<WarmGroups>> warming_;  // WarmUp() in flight
+  std::shared_ptr<void> warm_device_;          // the gloo device WarmUp() made, while standby
 };
 
 }  // namespace elastra

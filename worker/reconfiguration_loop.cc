@@ -345,6 +345,7 @@ Status ReconfigurationLoop::Park(uint64_t generation) {
       channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
   if (!reply.ok()) return reply.status().WithContext("parking as standby");
   TakeLease(*reply);
+  builder_->WarmUp();  // the slow parts of its next build, before it is needed
   parked_ = true;
   parked_since_check_ = std::chrono::steady_clock::now();
   status_failures_ = 0;

@@ -140,11 +140,20 @@ std::shared_ptr<gloo::transport::Device> CreateDevice(const std::string& hostnam
 // them (PyTorch's ProcessGroupGloo shares devices the same way). Held weakly, so the device goes
 // when the last communicator on it does (a worker keeps the old generation's communicators until
 // the new ones are built, so a reconfiguration reuses the device).
+struct SharedDevices {
+  std::mutex mu;
+  std::map<std::string, std::weak_ptr<gloo::transport::Device>> by_host;
+};
+
+SharedDevices& Shared() {
+  static auto* devices = new SharedDevices();
+  return *devices;
+}
+
 std::shared_ptr<gloo::transport::Device> SharedDevice(const std::string& hostname) {
-  static std::mutex mu;
-  static auto* devices = new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::weak_ptr<gloo::transport::Device>& slot = (*devices)[hostname];
+  SharedDevices& devices = Shared();
+  std::lock_guard<std::mutex> lock(devices.mu);
+  std::weak_ptr<gloo::transport::Device>& slot = devices.by_host[hostname];
   if (std::shared_ptr<gloo::transport::Device> device = slot.lock()) return device;
   std::shared_ptr<gloo::transport::Device> device = CreateDevice(hostname);
   slot = device;
@@ -557,6 +566,21 @@ class GlooCommunicator : public Communicator {
 int GlooWaitsInFlightForTesting(const Communicator& comm) {
   const auto* gloo = dynamic_cast<const GlooCommunicator*>(&comm);
   return gloo == nullptr ? -1 : gloo->waits_in_flight();
+}
+
+StatusOr<std::shared_ptr<void>> HoldSharedGlooDevice(const std::string& hostname) {
+  try {
+    return std::static_pointer_cast<void>(SharedDevice(hostname));
+  } catch (const std::exception& e) {
+    return UnavailableError("gloo device on " + hostname + ": " + e.what());
+  }
+}
+
+bool GlooSharedDeviceExists(const std::string& hostname) {
+  SharedDevices& devices = Shared();
+  std::lock_guard<std::mutex> lock(devices.mu);
+  auto it = devices.by_host.find(hostname);
+  return it != devices.by_host.end() && !it->second.expired();
 }
 
 int GlooConnectedPairs(const Communicator& comm) {

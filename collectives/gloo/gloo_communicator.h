@@ -75,6 +75,15 @@ struct GlooOptions {
 // prefix must call it; a prefix must not be reused.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
 
+// Makes (or finds) the gloo device that this process's communicators on `hostname` share (its
+// I/O thread) and keeps it while the returned handle lives, so that the next
+// CreateGlooCommunicator there finds it running: a standby worker holds one before it is needed
+// (GroupManager::WarmUp). kUnavailable when gloo cannot make it (no such address).
+StatusOr<std::shared_ptr<void>> HoldSharedGlooDevice(const std::string& hostname);
+
+// Whether a shared gloo device for `hostname` exists now (held by a communicator or a handle).
+bool GlooSharedDeviceExists(const std::string& hostname);
+
 // For tests: how many waits the calls of `comm` are in now (entered and not yet returned; a call
 // blocked on a peer is in one), so that a test knows a call is blocked before it breaks it,
 // instead of sleeping and hoping. -1 when `comm` is not a Gloo communicator.

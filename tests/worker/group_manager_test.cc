@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/gloo/gloo_communicator.h"
 #include "collectives/kv_store.h"
 
 namespace elastra {
@@ -260,6 +261,35 @@ TEST(GroupManager, AGroupInterruptedInsideACallIsNotIntact) {
     EXPECT_EQ(h.intact, h.kind != proto::kDpGroup) << "kind " << int{h.kind};
   }
   for (auto& m : managers) m.Release();
+}
+
+// A standby warms up before it is needed: its gloo device exists before any build, its first
+// build uses it, and once the workers release their communicators nothing holds it any more.
+TEST(GroupManager, AStandbyWarmsUpTheDeviceItsFirstBuildUses) {
+  ASSERT_FALSE(GlooSharedDeviceExists("127.0.0.1")) << "no communicator in this process yet";
+  InMemoryKeyValueStore store;
+  std::vector<GroupManager> managers(2);
+  GroupOptions warm;
+  warm.bind_host = "127.0.0.1";
+  managers[1].WarmUp(warm);
+  const auto deadline = Clock::now() + kTimeout;
+  while (!GlooSharedDeviceExists("127.0.0.1") && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_TRUE(GlooSharedDeviceExists("127.0.0.1")) << "the warm-up made no device";
+  ASSERT_TRUE(RebuildAll(&store, managers, "g1/", Layout{2, 1, 1}));
+  std::vector<int64_t> sums{1, 2};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      EXPECT_TRUE(
+          managers[r].world().Allreduce(&sums[r], 1, DataType::kInt64, ReduceOp::kSum).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sums, (std::vector<int64_t>{3, 3}));
+  for (GroupManager& m : managers) m.Release();
+  EXPECT_FALSE(GlooSharedDeviceExists("127.0.0.1")) << "the warm-up's handle outlived the build";
 }
 
 TEST(GroupManagerDeathTest, ReleaseDropsTheCommunicators) {
