@@ -224,6 +224,78 @@ TEST_F(ClusterJobTest, AHostLostMidTrainingIsOneRecoveryRoundThenTheJobRegrowsEl
   EXPECT_EQ(dps, (std::set<int>{2, 4}));
 }
 
+// A 3-D job's host loss (issue 31): the workers declare a memory budget that holds a worker's
+// share at tp=2 and not the whole state, and host 1 holds one whole tensor-parallel group of
+// dp=2 x tp=2. Its machine dies: one recovery round goes on at dp=1 x tp=2 on host 0 (no layout
+// of fewer model-parallel ranks fits, and no survivor of the broken replica is left to stand by),
+// then the job grows back to its target, 4, with host 2's fresh workers, at a layout that fits.
+TEST_F(ClusterJobTest, AHostHoldingATensorGroupIsLostAndTheJobKeepsTensorParallelism) {
+  // train_mlp of 2 layers, hidden 16, ffn 32: 59,616 bytes of state whole, 34,272 a worker at
+  // tp=2, 32,256 at pp=2 (tests/integration/recovery_job_test.cc); 40,000 rules out tp=pp=1.
+  args_ = {"--steps",        std::to_string(kUntilStopped),
+           "--step-time-ms", "20",
+           "--global-batch", "48",
+           "--hidden",       "16",
+           "--ffn",          "32",
+           "--layers",       "2",
+           "--commit-every", "5"};
+  MakeJob(3, {{"ELASTRA_DEVICE_MEMORY_BYTES", "40000"}});
+  ASSERT_TRUE(job_->StartCoordinator(4, 6).ok()) << job_->Logs();
+  ASSERT_TRUE(job_->StartAgent(0, 2).ok()) << job_->Logs();
+  ASSERT_TRUE(job_->StartAgent(1, 2).ok()) << job_->Logs();
+  ASSERT_TRUE(job_->WaitForStep(3, kEvent)) << job_->Logs();
+  Resize({"--workers", "4", "--layout", "dp=2,pp=1,tp=2"});
+  ASSERT_TRUE(job_->StartAgent(2, 2).ok()) << job_->Logs();
+  auto before = job_->JobStatus();
+  ASSERT_EQ(before["layout"].value("tp", 0), 2) << before.dump();
+  ASSERT_EQ(before["layout"].value("dp", 0), 2) << before.dump();
+  std::set<int> on_host1;
+  for (const auto& [rank, host] : MemberHostsByRank(before)) {
+    if (host == "host1") on_host1.insert(rank);
+  }
+  // Ranks 2t and 2t+1 are one tensor-parallel group (tp is the fastest dimension).
+  ASSERT_TRUE(on_host1 == (std::set<int>{0, 1}) || on_host1 == (std::set<int>{2, 3}))
+      << before.dump();
+  const size_t generations_before = History(before).size();
+  TrainOn(5);
+
+  auto killed = job_->KillHost(1);
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(*killed, 128 + SIGKILL);
+
+  // Back at the target: 4 members, two of them on host 2.
+  ASSERT_TRUE(job_->WaitFor(
+      [](const nlohmann::json& j) {
+        int on_host2 = 0;
+        for (const auto& [rank, host] : MemberHostsByRank(j)) on_host2 += host == "host2";
+        return Str(j, "state") == "running" && MemberHostsByRank(j).size() == 4 && on_host2 == 2;
+      },
+      kEvent))
+      << job_->JobStatus().dump() << job_->Logs();
+  auto after = job_->JobStatus();
+  EXPECT_EQ(Str(HostEntry(after, "host1"), "state"), "lost") << after.dump();
+  // One recovery round at dp=1 x tp=2, then the regrow; no layout in between holds the whole
+  // state on one worker.
+  auto history = History(after);
+  ASSERT_EQ(history.size(), generations_before + 2) << after.dump();
+  const nlohmann::json& recovery = history[generations_before];
+  EXPECT_EQ(Str(recovery, "reason"), "failure") << after.dump();
+  EXPECT_EQ(recovery["workers"].size(), 2u) << after.dump();
+  EXPECT_EQ(recovery["layout"].value("dp", 0), 1) << after.dump();
+  EXPECT_EQ(recovery["layout"].value("tp", 0), 2) << after.dump();
+  const nlohmann::json& regrow = history[generations_before + 1];
+  EXPECT_EQ(Str(regrow, "reason"), "regrow") << after.dump();
+  EXPECT_EQ(regrow["workers"].size(), 4u) << after.dump();
+  EXPECT_GT(regrow["layout"].value("pp", 1) * regrow["layout"].value("tp", 1), 1) << after.dump();
+  EXPECT_EQ(LinesWith(job_->coordinator_log(), "] host host1 lost").size(), 1u) << job_->Logs();
+  TrainOn(5);
+
+  auto log = StopAndMatchReference();
+  for (const auto& [step, r] : log.applied) {
+    EXPECT_GT(r.pp * r.tp, 1) << "step " << step << " ran with the whole state on a worker";
+  }
+}
+
 // Partition: host 1's link goes down (packets dropped, nothing reset) for at least 3 s, twice the
 // heartbeat timeout, then comes back. Host 0 holds the coordinator and two workers; host 1 the
 // other two, which nothing can reach while the link is down. What the code does:
