@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include <gloo/common/error.h>
 #include <gloo/transport/context.h>
@@ -239,7 +241,31 @@ void MeshContext::Build(Clock::time_point deadline) {
   for (size_t i = 0; i < peers.size(); ++i) {
     theirs.push_back(AddressIn((*values)[i], gets[i], slots[i].entries, slots[i].entry));
   }
-  for (size_t i = 0; i < peers.size(); ++i) ConnectPair(peers[i], theirs[i]);
+  ConnectPairsAtOnce(peers, theirs);
+}
+
+void MeshContext::ConnectPairsAtOnce(const std::vector<int>& peers,
+                                     const std::vector<std::vector<char>>& addresses) {
+  if (peers.size() == 1) return ConnectPair(peers[0], addresses[0]);
+  // Every pair on a thread of its own: a listening end blocks until its peer connects, so in one
+  // thread the pairs would wait for each other in a chain as long as the world (rank r done only
+  // once the ranks below it reached it); at once, the build takes about one connect.
+  std::vector<std::exception_ptr> errors(peers.size());
+  std::vector<std::thread> threads;
+  threads.reserve(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    threads.emplace_back([this, &peers, &addresses, &errors, i] {
+      try {
+        ConnectPair(peers[i], addresses[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 void MeshContext::EnsurePairs(const std::vector<int>& wanted, Clock::time_point deadline) {

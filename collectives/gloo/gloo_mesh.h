@@ -24,9 +24,12 @@
 //
 // Deadlock freedom. gloo's Pair::connect blocks the listening end until the other end connects
 // (the connecting end needs only the peer's listening socket, which exists from the moment its
-// address is published). Each caller publishes every address it needs first, then waits and
-// connects in increasing peer order: a rank X blocked on Y means Y has not reached X yet and is
-// blocked on some Z < X, and such a chain cannot close into a cycle.
+// address is published). Each caller publishes every address it needs first. Build then connects
+// every build pair at once, one thread each: no connect waits for another of its rank. (In one
+// thread, in increasing peer order, rank r finished only after the ranks below it reached it: a
+// chain as long as the world, 110 ms of a 16-rank build on the 2-core VM against 15-25 ms at
+// once.) EnsurePairs connects in increasing peer order: a rank X blocked on Y means Y has not
+// reached X yet and is blocked on some Z < X, and such a chain cannot close into a cycle.
 //
 // Thread-safe: EnsurePairs may run on several threads at once (a pair that another thread is
 // connecting is waited for), and InterruptConnects() from any thread.
@@ -97,6 +100,10 @@ class MeshContext : public gloo::Context {
   std::vector<char> CreatePair(int peer, std::chrono::milliseconds timeout);
   // Connects the created pair to `peer` at `address`; CallInterrupted when interrupted meanwhile.
   void ConnectPair(int peer, const std::vector<char>& address);
+  // Connects the created pairs to `peers` at `addresses` (the same order), all at once; the
+  // first error is thrown once every connect returned.
+  void ConnectPairsAtOnce(const std::vector<int>& peers,
+                          const std::vector<std::vector<char>>& addresses);
   // The key of `from`'s address for its pair with `to` (a pair connected on demand).
   std::string PairKey(int from, int to) const;
   // The gloo address in the value of `key`, entry `entry` of `entries`; throws StoreError
