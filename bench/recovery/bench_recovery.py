@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_recovery: a worker killed in a dp=2 x tp=2 job, recovered in the job, beside a restart.
 
-usage: bench_recovery [--steps-between N] [--hidden H] [--ffn F] [--workers-3d W]
+usage: bench_recovery [--steps-between N] [--hidden H] [--ffn F] [--workers-3d W] [--reps R]
 
 Three runs of train_mlp under `elastra run` on this machine, each resized to dp=2 x tp=2 and
 losing the worker at rank 3 to SIGKILL (docs/recovery.md):
@@ -10,8 +10,9 @@ losing the worker at rank 3 to SIGKILL (docs/recovery.md):
   restart  the reference, what torchrun does: every process is killed and the job starts again
            from its last committed checkpoint (`elastra run --resume`), timed from the new
            launcher's start to its first trained step
-Then two runs of a 3-D job, dp=W/4 x pp=2 x tp=2 (--workers-3d W, default 16) with one spare,
-losing one worker each, side by side (docs/recovery.md, "Rebuild only what changed"):
+Then runs of a 3-D job, dp=W/4 x pp=2 x tp=2 (--workers-3d W, default 16) with one spare,
+losing one worker each, alternating, R of each (--reps, default 3; the figures are the run of
+the median downtime; docs/recovery.md, "Rebuild only what changed"):
   keep3d   the spare takes the lost rank and the members keep every group that did not change
   full3d   the same with ELASTRA_KEEP_GROUPS=0: every group is built again, as before protocol 10
 The in-job figures are the failure generation's own (status history): `downtime_ms` from the
@@ -116,6 +117,8 @@ def main():
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--ffn", type=int, default=512)
     parser.add_argument("--workers-3d", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=3,
+                        help="3-D runs of each kind (keep3d, full3d), alternating; medians")
     args = parser.parse_args()
     if args.workers_3d < 8 or args.workers_3d % 4 != 0:
         parser.error("--workers-3d must be a multiple of 4, at least 8 (dp >= 2 at pp=2 x tp=2)")
@@ -140,21 +143,29 @@ def main():
                 result["bytes_moved"] = recovered.get("bytes_moved", 0)
             job.kill_all()
 
-        # A 3-D job losing one worker with a spare: groups kept, then every group built again.
+        # A 3-D job losing one worker with a spare: groups kept, then every group built again,
+        # alternating, --reps times each; the medians (the rep of the median downtime).
         layout_3d = f"dp={args.workers_3d // 4},pp=2,tp=2"
-        for name, env in (("keep3d", {}), ("full3d", {"ELASTRA_KEEP_GROUPS": "0"})):
-            job = Job(root, name, train, ["--spares", "1"], nproc=args.workers_3d, env=env)
-            jobs.append(job)
-            job.wait_for("training", lambda s: s["state"] == "running" and s["step"] > 0)
-            job.resize(["--workers", str(args.workers_3d), "--layout", layout_3d])
-            status = job.steps(args.steps_between)
-            # A rank in the middle: its dp, pp and tp groups are none of the first ones.
-            recovered = failure_entry(job.kill_rank(status, args.workers_3d // 2 + 1))
-            result[f"{name}_downtime_ms"] = recovered["downtime_ms"]
-            result[f"{name}_layout"] = "dp={dp},pp={pp},tp={tp}".format(**recovered["layout"])
-            result[f"{name}_groups_rebuilt"] = recovered.get("groups_rebuilt", 0)
-            result[f"{name}_groups_kept"] = recovered.get("groups_kept", 0)
-            job.kill_all()
+        runs_3d = {"keep3d": [], "full3d": []}
+        for rep in range(args.reps):
+            for name, env in (("keep3d", {}), ("full3d", {"ELASTRA_KEEP_GROUPS": "0"})):
+                job = Job(root, f"{name}.{rep}", train, ["--spares", "1"], nproc=args.workers_3d,
+                          env=env)
+                jobs.append(job)
+                job.wait_for("training", lambda s: s["state"] == "running" and s["step"] > 0)
+                job.resize(["--workers", str(args.workers_3d), "--layout", layout_3d])
+                status = job.steps(args.steps_between)
+                # A rank in the middle: its dp, pp and tp groups are none of the first ones.
+                runs_3d[name].append(failure_entry(job.kill_rank(status, args.workers_3d // 2 + 1)))
+                job.kill_all()
+        for name, runs in runs_3d.items():
+            runs.sort(key=lambda h: h["downtime_ms"])
+            median = runs[len(runs) // 2]
+            result[f"{name}_downtime_ms"] = median["downtime_ms"]
+            result[f"{name}_downtimes_ms"] = [round(h["downtime_ms"], 1) for h in runs]
+            result[f"{name}_layout"] = "dp={dp},pp={pp},tp={tp}".format(**median["layout"])
+            result[f"{name}_groups_rebuilt"] = median.get("groups_rebuilt", 0)
+            result[f"{name}_groups_kept"] = median.get("groups_kept", 0)
 
         # The reference: the whole job killed and started again from its last checkpoint.
         ckpt = os.path.join(root, "ckpt")
