@@ -36,8 +36,14 @@
 //                                 reading) instead of the monotonic clock (CallClock)
 //        --no-look-ahead          decode and handle each message alone, not with the next ones
 //                                 prefetched as CoordinatorServer does (PrefetchAhead)
-//        --repeat R (5; 1 with --quick)  runs of each size, in passes over all sizes; each event
-//                                 counts with its median run
+//        --repeat R (5; 1 with --quick or --scenario 3d)  runs of each size, in passes over all
+//                                 sizes; each event counts with its median run
+//        --scenario 3d            instead of the events above, the 3-D job of scenario_3d.h
+//                                 (tp = 8, pp = 8, sizes multiples of 64) losing one worker (a
+//                                 spare takes its rank), then one host, then growing back: per
+//                                 change its layout, the communicators built and kept, the
+//                                 coordinator's CPU and bytes and the simulated time (a table,
+//                                 then one JSON line, bench "scale_3d")
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,6 +65,7 @@
 #include "bench/scale/lone_heartbeats.h"
 #include "bench/scale/report.h"
 #include "bench/scale/scenario.h"
+#include "bench/scale/scenario_3d.h"
 #include "protocol/codec.h"
 #include "elastra/config.h"
 
@@ -81,6 +88,8 @@ struct Flags {
   double budget_s = 270;
   bool curve = true;
   int repeat = 5;  // runs of each size; each event counts with its median run (MedianOf)
+  bool repeat_set = false;
+  bool three_d = false;  // --scenario 3d
   std::string journal_dir;
   ScaleParams params;
 };
@@ -151,7 +160,9 @@ int Usage() {
                "  [--heartbeat-periods K] [--rendezvous-sample S] [--server-batch B] [--fsync-ms X]\n"
                "  [--latency-us X] [--coordinator-gbps X] [--step-ms X] [--journal-dir DIR]\n"
                "  [--seed N] [--no-nccl] [--no-curve] [--every-rank-sets] [--event-timeout-s S]\n"
-               "  [--store-rendezvous] [--thread-clock] [--no-look-ahead] [--repeat R]\n");
+               "  [--store-rendezvous] [--thread-clock] [--no-look-ahead] [--repeat R]\n"
+               "  [--scenario default|3d]  (3d: sizes multiples of %d)\n",
+               kThreeDTp * kThreeDPp);
   return 2;
 }
 
@@ -174,6 +185,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       p.job.peer_rendezvous = false;
     } else if (a == "--repeat" && (v = value())) {
       f->repeat = std::atoi(v);
+      f->repeat_set = true;
+    } else if (a == "--scenario" && (v = value())) {
+      if (std::string(v) != "default" && std::string(v) != "3d") return false;
+      f->three_d = std::string(v) == "3d";
     } else if (a == "--no-look-ahead") {
       p.server.look_ahead = false;
     } else if (a == "--thread-clock") {
@@ -212,8 +227,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
          p.job.step_us > 0 && f->budget_s > 0 && f->repeat >= 1;
 }
 
-// What --quick and the flags left out mean: the sizes, the journal's directory.
-void ApplyDefaults(Flags* f) {
+// What --quick and the flags left out mean: the sizes, the journal's directory. False when a size
+// does not fit the scenario (the 3-D job's are multiples of pp x tp).
+bool ApplyDefaults(Flags* f) {
   ScaleParams& p = f->params;
   if (f->quick) {
     p.heartbeat_periods = std::min(p.heartbeat_periods, 5);
@@ -221,6 +237,8 @@ void ApplyDefaults(Flags* f) {
     p.job.rendezvous_sample = std::min(p.job.rendezvous_sample, 16);
     f->repeat = 1;
   }
+  // A 3-D run at 16,384 takes minutes here (docs/scale.md): once unless asked.
+  if (f->three_d && !f->repeat_set) f->repeat = 1;
   if (f->sizes.empty()) {
     for (int n : {256, 1024, 4096, 16384}) {
       if (n <= f->max_workers && (!f->quick || n <= 1024)) f->sizes.push_back(n);
@@ -236,6 +254,9 @@ void ApplyDefaults(Flags* f) {
     f->journal_dir = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   }
   p.journal_root = f->journal_dir;
+  const int replica = kThreeDTp * kThreeDPp;
+  return !f->three_d || std::all_of(f->sizes.begin(), f->sizes.end(),
+                                    [replica](int n) { return n % replica == 0; });
 }
 
 void PrintModel(const Flags& f) {
@@ -254,6 +275,13 @@ void PrintModel(const Flags& f) {
       p.server.batch > 0 ? ("ticks after every " + std::to_string(p.server.batch) + " messages").c_str()
                          : "drains its socket before each tick",
       kAllocator, CallClockName(GetCallClock()));
+  if (f.three_d) {
+    const StateSpec state = ThreeDState();
+    std::printf("  scenario 3d: tp = %d, pp = %d, %s of state (%zu tensors), %lld GiB declared a "
+                "worker, 8 spares on one more host\n",
+                kThreeDTp, kThreeDPp, Bytes(static_cast<double>(state.TotalBytes())).c_str(),
+                state.tensors.size(), static_cast<long long>(ThreeDMemoryBytes() >> 30));
+  }
   std::fflush(stdout);
 }
 
@@ -361,7 +389,7 @@ Sweep RunSizes(const Flags& f, std::chrono::steady_clock::time_point wall0) {
       ScaleParams run_params = f.params;
       run_params.wall_budget_s = std::max(10.0, left);
       const double cpu0 = ProcessCpuSeconds();
-      ScaleRun run = RunScale(n, run_params);
+      ScaleRun run = f.three_d ? RunScale3D(n, run_params) : RunScale(n, run_params);
       const double cpu_s = ProcessCpuSeconds() - cpu0;
       run_cpu += cpu_s;
       run_wall += run.wall_s;
@@ -534,12 +562,61 @@ Json ResultJson(const Flags& f, const std::vector<ScaleRun>& runs, const Sweep& 
   return out;
 }
 
+// `v` to `digits` decimals (the nearest double, which prints short).
+double Round(double v, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(v * scale) / scale;
+}
+
+// The one JSON line of the 3-D scenario: per size, each change as its median run measured it.
+Json ResultJson3D(const std::vector<ScaleRun>& runs, const Sweep& sweep) {
+  Json out;
+  out["bench"] = "scale_3d";
+  out["tp"] = kThreeDTp;
+  out["pp"] = kThreeDPp;
+  out["allocator"] = kAllocator;
+  out["call_clock"] = CallClockName(GetCallClock());
+  out["runs_per_size"] = sweep.passes;
+  Json sizes = Json::array(), by_size = Json::object(), skips = Json::object();
+  bool keeps = true;
+  for (const auto& r : runs) {
+    sizes.push_back(r.n);
+    Json changes = Json::object();
+    for (const auto& e : r.events) {
+      if (e.name == "join") continue;
+      Json c;
+      c["ok"] = e.ok;
+      if (!e.ok) c["detail"] = e.detail;
+      c["layout"] = e.groups_rebuilt >= 0 ? e.layout.ToString() : "";
+      c["groups_rebuilt"] = e.groups_rebuilt;
+      c["groups_kept"] = e.groups_kept;
+      c["standby"] = e.standby;
+      c["time_s"] = Round(e.time_s, 3);
+      c["decision_s"] = Round(e.decision_s, 3);
+      c["change_cpu_ms"] = Round(e.cost.change_cpu_ms(), 2);
+      c["change_own_cpu_ms"] = Round(e.cost.change_own_cpu_ms(), 2);
+      c["change_bytes"] = e.cost.change_bytes();
+      c["change_msgs"] = e.cost.change_msgs();
+      c["longest_call_ms"] = Round(e.cost.longest_call_ms, 2);
+      changes[e.name] = c;
+    }
+    by_size[std::to_string(r.n)] = changes;
+    keeps = keeps && KeepsModelParallelism(r);
+  }
+  for (const auto& [n, why] : sweep.skipped) skips[std::to_string(n)] = why;
+  out["sizes"] = sizes;
+  out["skipped"] = skips;
+  out["changes"] = by_size;
+  out["keeps_tp_pp"] = keeps;
+  out["ok"] = sweep.all_ok && keeps;
+  return out;
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
   Flags f;
-  if (!ParseFlags(argc, argv, &f)) return Usage();
-  ApplyDefaults(&f);
+  if (!ParseFlags(argc, argv, &f) || !ApplyDefaults(&f)) return Usage();
   const ScaleParams& p = f.params;
   const int max_workers = std::max(f.max_workers, f.sizes.back());
   PrintModel(f);
@@ -558,6 +635,14 @@ int Main(int argc, char** argv) {
   if (sweep.passes > 1) {
     std::printf("\neach event below: the median of its %d runs at that size (by coordinator CPU)\n",
                 sweep.passes);
+  }
+  if (f.three_d) {
+    PrintChanges(runs);
+    PrintHot(runs.back());
+    Json out = ResultJson3D(runs, sweep);
+    out["wall_s"] = std::round(SecondsSince(wall0) * 10) / 10;
+    std::printf("%s\n", out.dump().c_str());
+    return sweep.all_ok ? 0 : 1;
   }
   PrintTable(runs);
   PrintHot(runs.back());

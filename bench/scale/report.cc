@@ -149,6 +149,37 @@ void PrintTable(const std::vector<ScaleRun>& runs) {
       "    scaled to all of them (docs/scale.md); not in cpu_ms, bytes or msgs.\n");
 }
 
+void PrintChanges(const std::vector<ScaleRun>& runs) {
+  std::printf("\n%6s  %-16s %-3s %-18s %6s %6s %7s %8s %9s %10s %9s %9s %8s %9s %9s\n", "N",
+              "change", "ok", "layout", "built", "kept", "standby", "time_s", "decide_s",
+              "chg_cpu_ms", "own_ms", "longest", "chg_msgs", "bytes_in", "bytes_out");
+  for (const auto& run : runs) {
+    for (const auto& e : run.events) {
+      if (e.name == "join") continue;
+      const Cost& c = e.cost;
+      std::printf("%6d  %-16s %-3s %-18s %6d %6d %7d %8.2f %9.3f %10.1f %9.1f %9.1f %8s %9s %9s\n",
+                  run.n, e.name.c_str(), e.ok ? "yes" : "NO",
+                  e.groups_rebuilt >= 0 ? e.layout.ToString().c_str() : "-", e.groups_rebuilt,
+                  e.groups_kept, e.standby, e.time_s, e.decision_s, c.change_cpu_ms(),
+                  c.change_own_cpu_ms(), c.longest_call_ms,
+                  Count(static_cast<double>(c.change_msgs())).c_str(),
+                  Bytes(static_cast<double>(c.bytes_in)).c_str(),
+                  Bytes(static_cast<double>(c.bytes_out)).c_str());
+    }
+  }
+  std::printf(
+      "  built, kept: the communicators the change's generation built and kept (the world,\n"
+      "    each dp, pp and tp group of more than one rank that is not the world), from the\n"
+      "    coordinator's status history; standby: live workers left out of the layout once it\n"
+      "    committed.\n"
+      "  time_s: simulated seconds from the trigger (the kill; for first_generation the last\n"
+      "    join; for regrow the host_lost commit) to the commit, with the simulated workers'\n"
+      "    modelled builds (sim_job.h: a fresh NCCL world 1 s, the state 2 s, a step 1 s);\n"
+      "    decide_s: to the call that sent the first NewGeneration (detection, the recover or\n"
+      "    pause round, the decision). chg_cpu_ms, own_ms, longest, chg_msgs, bytes: as in the\n"
+      "    events' table.\n");
+}
+
 void PrintHot(const ScaleRun& run) {
   std::printf("\nwhere the coordinator's CPU went at N=%d (top handlers per event, ms):\n", run.n);
   for (const auto& e : run.events) {

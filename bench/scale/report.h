@@ -32,6 +32,9 @@ double TimeWithRendezvous(const EventResult& e);
 
 // The table of every event at every size, with its legend.
 void PrintTable(const std::vector<ScaleRun>& runs);
+// The 3-D scenario's changes at every size (scenario_3d.h): layout, communicators built and kept,
+// standbys, times, the coordinator's CPU and bytes; with its legend.
+void PrintChanges(const std::vector<ScaleRun>& runs);
 // The handlers that took the most of each event's CPU in `run`.
 void PrintHot(const ScaleRun& run);
 

@@ -3,9 +3,12 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <string>
 
+#include "bench/scale/scenario_run.h"
 #include "common/logging.h"
 
 namespace elastra::scale {
@@ -58,78 +61,14 @@ bool AllMembersHeard(const CoordinatorCore& core) {
   return true;
 }
 
-// One run of the scenario in progress: what every event's phase shares.
-struct Scenario {
-  int n;
-  const ScaleParams& p;
-  ScaleRun& run;
-  EventLoop& loop;
-  Meter& meter;
-  Cost& scratch;
-  SimCoordinator& coordinator;
-  SimJob& job;
-  std::chrono::steady_clock::time_point wall0;
-  bool failed = false;
-
-  bool OverBudget() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() >
-           p.wall_budget_s;
-  }
-
-  EventResult& Event(const std::string& name) {
-    for (auto& e : run.events) {
-      if (e.name == name) return e;
-    }
-    return run.events.front();
-  }
-
-  // Runs the simulation for event `e` until `done` (or its timeout), its costs booked to `e`.
-  bool Measure(EventResult& e, const std::function<bool()>& done) {
-    meter.Measure(&e.cost);
-    const SimTime t0 = loop.now();
-    uint64_t checks = 0;
-    bool budget = false;
-    const bool ok = loop.RunUntil(
-        [&] {
-          if ((++checks & 0xFFF) == 0 && OverBudget()) budget = true;
-          return budget || done();
-        },
-        t0 + p.event_timeout_us);
-    e.window_s = static_cast<double>(loop.now() - t0) / kSec;
-    meter.Measure(&scratch);
-    if (budget) {
-      e.detail = "stopped: the wall-clock budget ran out";
-      return false;
-    }
-    if (!ok) e.detail = "no outcome within " + std::to_string(p.event_timeout_us / kSec) + " s";
-    return ok;
-  }
-
-  void Settle() {
-    meter.Measure(&scratch);
-    loop.RunFor(p.settle_us);
-  }
-
-  bool Committed(uint64_t after, int world) const {
-    return coordinator.up() && coordinator.core().generation() > after &&
-           coordinator.core().state() == JobState::kRunning &&
-           coordinator.core().layout().world() == world;
-  }
-
-  int WorkersNow() const { return coordinator.up() ? coordinator.core().layout().world() : 0; }
-
-  void Finish(EventResult& e, bool ok, const std::string& why) {
-    e.ok = ok;
-    if (!ok && e.detail.empty()) e.detail = why;
-    e.workers = WorkersNow();
-    failed = failed || !ok;
-  }
-};
-
-// Counts what the core logs into `counts` instead of printing it.
+// Counts what the core logs into `counts` instead of printing it; ELASTRA_SCALE_LOG=1 in the
+// environment prints it too, on stderr (to read why an event had no outcome).
 void CountLogs(const std::shared_ptr<LogCounts>& counts) {
-  logging::SetSink([counts](logging::Severity s, const std::string& line) {
+  const char* echo_env = getenv("ELASTRA_SCALE_LOG");
+  const bool echo = echo_env != nullptr && std::string(echo_env) == "1";
+  logging::SetSink([counts, echo](logging::Severity s, const std::string& line) {
     std::lock_guard<std::mutex> lock(counts->mu);
+    if (echo) std::fprintf(stderr, "%s\n", line.c_str());
     if (s >= logging::Severity::kError) {
       ++counts->errors;
       if (counts->first_errors.size() < 4) counts->first_errors.push_back(line);
@@ -140,7 +79,8 @@ void CountLogs(const std::shared_ptr<LogCounts>& counts) {
   });
 }
 
-// 1-2. The join storm; the first generation starts inside the Handle of the last join.
+}  // namespace
+
 void RunJoinStorm(Scenario& s) {
   EventResult& join = s.Event("join");
   EventResult& first = s.Event("first_generation");
@@ -161,6 +101,8 @@ void RunJoinStorm(Scenario& s) {
     s.Finish(first, ok, "the first generation did not form");
   }
 }
+
+namespace {
 
 // 3. Heartbeats in steady state.
 void RunHeartbeats(Scenario& s) {
@@ -296,7 +238,9 @@ void CollectTotals(Scenario& s, const CountingEnv& env, LogCounts& counts) {
 
 }  // namespace
 
-ScaleRun RunScale(int n, const ScaleParams& p) {
+ScaleRun RunScenario(int n, const ScaleParams& p, const std::vector<std::string>& events,
+                     const std::function<void(coordinator::CoordinatorOptions&)>& configure,
+                     const std::function<void(Scenario&)>& body) {
   ScaleRun run;
   run.n = n;
   const auto wall0 = std::chrono::steady_clock::now();
@@ -315,10 +259,11 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
   options.initial_workers = n;
   options.max_workers = n + 64;  // the grow's extra host
   options.state_dir = state_dir;
+  if (configure) configure(options);
   SimCoordinator coordinator(&loop, options, p.net, p.server, &meter, &env);
   SimJob job(&loop, &coordinator, p.job, options.job);
 
-  for (const auto& name : EventNames()) run.events.push_back(EventResult{name});
+  for (const auto& name : events) run.events.push_back(EventResult{name});
   Scenario s{n, p, run, loop, meter, scratch, coordinator, job, wall0};
   s.failed = state_dir.empty();
   if (s.failed) s.Event("join").detail = "cannot make a state directory under " + p.journal_root;
@@ -330,13 +275,7 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     }
   }
 
-  if (!s.failed) RunJoinStorm(s);
-  if (!s.failed) s.Settle();
-  if (!s.failed) RunHeartbeats(s);
-  RunResizes(s);
-  if (!s.failed) RunFailOnePercent(s);
-  if (!s.failed) RunHostLost(s);
-  if (!s.failed) RunRestart(s);
+  if (!s.failed) body(s);
 
   CollectTotals(s, env, *counts);
   if (!state_dir.empty()) {
@@ -348,6 +287,18 @@ ScaleRun RunScale(int n, const ScaleParams& p) {
     run.on_cpu = static_cast<double>(ThreadCpuNanos() - thread_cpu0) / 1e9 / run.wall_s;
   }
   return run;
+}
+
+ScaleRun RunScale(int n, const ScaleParams& p) {
+  return RunScenario(n, p, EventNames(), nullptr, [](Scenario& s) {
+    RunJoinStorm(s);
+    if (!s.failed) s.Settle();
+    if (!s.failed) RunHeartbeats(s);
+    RunResizes(s);
+    if (!s.failed) RunFailOnePercent(s);
+    if (!s.failed) RunHostLost(s);
+    if (!s.failed) RunRestart(s);
+  });
 }
 
 ScaleRun MedianOf(std::vector<ScaleRun> runs) {

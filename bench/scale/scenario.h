@@ -39,6 +39,15 @@ struct EventResult {
   double time_s = -1;   // simulated seconds from the trigger to the outcome (see docs/scale.md)
   double window_s = 0;  // simulated seconds measured
   int workers = 0;      // members of the committed generation afterwards
+  // A change's generation as the coordinator's status history records it (the 3-D scenario,
+  // scenario_3d.h): its layout, the communicators it built and those it kept; and the standby
+  // workers once it committed. -1: not recorded.
+  Layout layout;
+  int groups_rebuilt = -1, groups_kept = -1;
+  int standby = -1;
+  // Simulated seconds from the trigger to the start of the call that sent the change's first
+  // NewGeneration (detection, the recover or pause round and the decision); -1: not measured.
+  double decision_s = -1;
 
   // The coordinator's CPU per simulated second of the window (the heartbeats' figure); -1 when
   // nothing was measured.

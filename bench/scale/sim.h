@@ -203,6 +203,11 @@ class Meter {
   // `cost` (the first generation starts inside the Handle of the last join). `on_switch` gets the
   // time that handling started.
   void SwitchOn(proto::MessageType type, Cost* cost, std::function<void(SimTime)> on_switch);
+  // Forgets a SwitchOn that has not happened.
+  void CancelSwitch() {
+    switch_type_.reset();
+    on_switch_ = nullptr;
+  }
   // Called by the coordinator after a Handle, before its cost is booked.
   void BeforeBooking(const std::vector<coordinator::Outgoing>& out, SimTime started);
 

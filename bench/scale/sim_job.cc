@@ -31,6 +31,10 @@ void AddCommit(std::vector<int64_t>* commits, int64_t step) {
 SimJob::SimJob(EventLoop* loop, SimCoordinator* coordinator, JobModel model, std::string job)
     : loop_(loop), coordinator_(coordinator), model_(model), job_(std::move(job)) {
   admin_ = coordinator_->Connect(proto::Role::kAdmin, [this](const Frame& f) { OnAdminFrame(f); });
+  if (!model_.state.tensors.empty()) {
+    state_ = model_.state;
+    return;
+  }
   // A replicated data-parallel state: every layout fits, and the planner's rank assignment does
   // its region math over these tensors on every planned change.
   state_.num_layers = 1;
@@ -94,6 +98,23 @@ void SimJob::RegisterAgent(int a, uint64_t request_id) {
                                                     "agent-" + agent.name, request_id));
 }
 
+void SimJob::WatchAgents() {
+  if (model_.agent_heartbeat_us <= 0) return;
+  for (int a = 0; a < static_cast<int>(agents_.size()); ++a) {
+    if (agents_[a].heartbeating) continue;
+    agents_[a].heartbeating = true;
+    loop_->After(1 + loop_->Uniform(model_.agent_heartbeat_us), [this, a] { AgentHeartbeat(a); });
+  }
+}
+
+void SimJob::AgentHeartbeat(int a) {
+  const Agent& agent = agents_[a];
+  if (!agent.alive) return;
+  coordinator_->Send(agent.client, proto::MakeFrame(MessageType::kHeartbeat, proto::Heartbeat{},
+                                                    job_, 0, "agent-" + agent.name, 0));
+  loop_->After(model_.agent_heartbeat_us, [this, a] { AgentHeartbeat(a); });
+}
+
 void SimJob::AgentTick(int a) {
   if (!agents_[a].alive) return;
   RegisterAgent(a, 0);
@@ -129,6 +150,7 @@ void SimJob::StartWorker(int w) {
   join.device = x.index % model_.host_size;
   join.pid = 10000 + x.index;
   join.state = state_;
+  join.device_memory_bytes = model_.device_memory_bytes;
   if (model_.peer_rendezvous) {
     // A record server on the worker's host (10.h.h.h), one port per local slot.
     join.rendezvous = PackEndpoint(htonl(0x0a000000u + static_cast<uint32_t>(x.host)),
@@ -190,10 +212,15 @@ void SimJob::OnWorkerFrame(int w, const Frame& frame) {
       if (!reply.ok()) return;
       x.state = State::kStandby;
       x.hb_interval = reply->heartbeat_interval_ms * kMs;
-      ++joined_;
-      last_join_reply_ = loop_->now();
       const uint64_t token = ++x.hb_token;
       loop_->After(1 + loop_->Uniform(x.hb_interval), [this, w, token] { Heartbeat(w, token); });
+      if (x.parked) {
+        ++parked_;
+        loop_->After(model_.parked_status_us, [this, w, token] { PollStatus(w, token); });
+        return;
+      }
+      ++joined_;
+      last_join_reply_ = loop_->now();
       return;
     }
     case MessageType::kError: {
@@ -322,6 +349,39 @@ std::string SimJob::KillHost() {
   return "";
 }
 
+std::vector<std::string> SimJob::AddSpares(int count) {
+  // The host Launch registered beyond the workers: its agent's slots are free.
+  const int host = static_cast<int>(agents_.size()) - 1;
+  std::vector<std::string> ids;
+  for (int i = 0; i < count; ++i) {
+    ids.push_back("spare" + std::to_string(spares_++));
+    const int w = AddWorker(ids.back(), host);
+    loop_->After(loop_->Uniform(100 * kMs), [this, w] { StartWorker(w); });
+  }
+  return ids;
+}
+
+void SimJob::Park(int w) {
+  // ReconfigurationLoop::Park: the communicators and the state go, the worker joins again under
+  // its own id and, while parked, asks for the job's status about once a second.
+  Worker& x = workers_[w];
+  x.parked = true;
+  x.generation = 0;
+  x.rank = x.layout_rank = -1;
+  x.layout = Layout{};
+  x.commits.clear();
+  ++x.hb_token;  // the lease comes again with the JoinReply
+  x.state = State::kStarting;
+  StartWorker(w);
+}
+
+void SimJob::PollStatus(int w, uint64_t token) {
+  Worker& x = workers_[w];
+  if (token != x.hb_token || !x.parked || x.state != State::kStandby) return;
+  SendFrom(w, MessageType::kStatusRequest, proto::StatusRequest{}, x.next_request++);
+  loop_->After(model_.parked_status_us, [this, w, token] { PollStatus(w, token); });
+}
+
 // Building a generation (OnNewGeneration to Ready): sim_job_generation.cc.
 
 // ---------------------------------------------------------------------------------------------
@@ -399,13 +459,48 @@ void SimJob::StepEnd(uint64_t token) {
   loop_->After(model_.step_us, [this, token] { StepEnd(token); });
 }
 
+std::vector<proto::GroupHealth> SimJob::GroupsOf(const Worker& x) const {
+  // A worker stops at a step's end (the simulation's failures too: StepEnd), when no call is in
+  // flight: every group it holds is intact. Its counts are the steps its generations ran, the
+  // same for every member of a group, and each pipeline message sent was received. A group is
+  // reported as the generation's it runs, kept or built: what PlanKeptGroups asks of a group it
+  // keeps again. (The worker's GroupGate reports the generation that built it, so that a group
+  // kept once is built at the next change: docs/scale.md, "Findings".)
+  std::vector<proto::GroupHealth> groups;
+  if (x.layout_rank < 0 || x.generation == 0) return groups;
+  const Layout& l = x.layout;
+  const Coordinates c = CoordinatesOf(l, x.layout_rank);
+  for (uint8_t kind : {proto::kDpGroup, proto::kPpGroup, proto::kTpGroup}) {
+    const int size = kind == proto::kDpGroup ? l.dp : kind == proto::kPpGroup ? l.pp : l.tp;
+    if (size <= 1 || size == l.world()) continue;  // no group, or the world itself
+    proto::GroupHealth h;
+    h.kind = kind;
+    h.generation = x.generation;
+    h.intact = true;
+    if (kind == proto::kTpGroup) h.calls = x.step * kTpCallsPerStep;
+    if (kind == proto::kDpGroup) h.calls = x.step * kDpCallsPerStep;
+    if (kind == proto::kPpGroup) {
+      for (int peer : {c.pp_rank - 1, c.pp_rank + 1}) {
+        if (peer < 0 || peer >= size) continue;
+        h.peers.push_back(peer);
+        h.sent.push_back(x.step * kPipelineMessagesPerStep);
+        h.received.push_back(x.step * kPipelineMessagesPerStep);
+      }
+    }
+    groups.push_back(std::move(h));
+  }
+  return groups;
+}
+
 void SimJob::Pause(int w, uint64_t target) {
   Worker& x = workers_[w];
   if (x.state != State::kRunning) return;
   AddCommit(&x.commits, x.step);
   x.answered_target = std::max(x.answered_target, target);
   x.state = State::kWaiting;
-  SendFrom(w, MessageType::kPaused, proto::PausedReport{target, x.step, x.commits, false}, 0);
+  proto::PausedReport report{target, x.step, x.commits, false};
+  report.groups = GroupsOf(x);
+  SendFrom(w, MessageType::kPaused, report, 0);
 }
 
 void SimJob::OnRecover(int w, const proto::Envelope& e) {
@@ -420,8 +515,9 @@ void SimJob::OnRecover(int w, const proto::Envelope& e) {
   x.building = 0;
   x.answered_target = std::max(x.answered_target, req->target_generation);
   x.state = State::kWaiting;
-  SendFrom(w, MessageType::kPaused,
-           proto::PausedReport{req->target_generation, x.step, x.commits, true}, 0);
+  proto::PausedReport report{req->target_generation, x.step, x.commits, true};
+  report.groups = GroupsOf(x);
+  SendFrom(w, MessageType::kPaused, report, 0);
 }
 
 }  // namespace elastra::scale

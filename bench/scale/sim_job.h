@@ -3,8 +3,12 @@
 // SimCoordinator, as the real ones do:
 //   worker   worker/reconfiguration_loop.cc: Join (10 s timeout), a Heartbeat every interval the
 //            JoinReply names, the per-step pause agreement, PausedReport after the agreed step,
-//            PausedReport(failed) the moment a RecoverRequest lands (the I/O thread), a
-//            FailureReport from the ranks whose collective broke, exit on Shutdown;
+//            PausedReport(failed) the moment a RecoverRequest lands (the I/O thread), each with
+//            the health of the worker's dp, pp and tp groups (worker/group_gate.h: intact at a
+//            step's end, built in the generation it runs, as many collectives as its peers, every
+//            pipeline message received), a FailureReport from the ranks whose collective broke,
+//            exit on Shutdown; told to stay standby (NewGeneration::standby), it parks: joins
+//            again and asks for the job's status about once a second;
 //            worker/generation_builder.cc + group_building.cc: on NewGeneration, the Gloo world's
 //            rendezvous on the coordinator's key-value store (collectives/gloo/gloo_mesh.h: one
 //            KvSetAndGet per rank, setting its address record, the host and a port per build
@@ -49,6 +53,11 @@ struct JobModel {
   SimTime reap_us = 10 * kMs;      // an agent noticing its worker exited
   SimTime collective_timeout_us = 5 * kSec;  // a peer that vanished without a reset
   SimTime agent_register_us = 2 * kSec;
+  // An agent's heartbeat (launch/agent.cc: ControlClient's, 200 ms) once WatchAgents is called,
+  // which makes its host one a regrow may start workers on (HostInfo::heartbeats). 0: none, as an
+  // agent older than agents' heartbeats (the scenario of scenario.h; the 3-D scenario's agents
+  // heartbeat).
+  SimTime agent_heartbeat_us = 0;
   SimTime kv_round_trip_us = 70;  // one key-value request of a rank not sampled, unloaded
   bool nccl = true;            // GPU job: a Gloo control world plus NCCL
   int rendezvous_sample = 32;  // ranks that run the rendezvous for real
@@ -61,6 +70,12 @@ struct JobModel {
   // false: the coordinator's store carries them (a worker without a record server).
   bool peer_rendezvous = true;
   int tensors = 16;            // tensors in the state each worker registers
+  // The state each worker registers instead (a 3-D job's, scenario_3d.h); empty: `tensors`
+  // replicated tensors of 4096 x 4096, which every layout fits.
+  StateSpec state;
+  // JoinRequest::device_memory_bytes of every worker (0: unlimited).
+  int64_t device_memory_bytes = 0;
+  SimTime parked_status_us = 1 * kSec;  // a parked worker asks for the job's status this often
 };
 
 // What the admin heard about its resize.
@@ -83,6 +98,11 @@ class SimJob {
   // Registers the agents of ceil(workers / host_size) hosts and starts `workers` workers "w0".. on
   // them over JobModel::join_spread_us.
   void Launch(int workers);
+  // The agents start heartbeating (JobModel::agent_heartbeat_us; nothing when it is 0), which
+  // lets the coordinator start workers on their hosts. The simulation starts the job's first
+  // workers itself (Launch): watched before those join, the agents would be asked to start
+  // initial_workers more (HostManager::MaybeStartFirstWorkers), named as Launch's are.
+  void WatchAgents();
   // The admin asks for `workers` workers and waits for the outcome (resize()).
   void Resize(int workers);
   // `count` members (random) die; their agents report the exits (signal 9). Their ids.
@@ -90,6 +110,9 @@ class SimJob {
   // A host whose workers all are members goes silent with its agent (no exit is reported). Its
   // name, or "" when there is none.
   std::string KillHost();
+  // Starts `count` more workers ("spare0"..) on the host Launch left free, as `elastra run
+  // --spares` does: they join and wait as standbys. Their ids.
+  std::vector<std::string> AddSpares(int count);
 
   int joined() const { return joined_; }  // JoinReplies received
   SimTime last_join_reply() const { return last_join_reply_; }
@@ -99,9 +122,14 @@ class SimJob {
   const std::string& first_build_error() const { return first_build_error_; }
   // Rendezvous bookkeeping for the report.
   int rendezvous_samples() const { return last_sample_; }
+  // Workers told to stay standby that parked (joined again).
+  int parked() const { return parked_; }
 
  private:
   enum class State { kStarting, kJoining, kStandby, kBuilding, kRunning, kWaiting, kLeft, kDead };
+  // The collectives a group completes per training step, and the pipeline messages a stage sends
+  // to each neighbour per step (micro-batches forward and back): what GroupHealth counts.
+  static constexpr int64_t kTpCallsPerStep = 4, kDpCallsPerStep = 1, kPipelineMessagesPerStep = 8;
   struct KvOp {
     proto::MessageType type;
     std::string key;
@@ -129,7 +157,10 @@ class SimJob {
     uint64_t pause_target = 0;
     uint64_t building = 0;  // the generation it builds
     int rank = -1;
+    Layout layout;         // of the generation it runs
+    int layout_rank = -1;  // its rank in it
     int64_t step = 0;
+    bool parked = false;  // told to stay standby: polls the job's status
     std::vector<int64_t> commits;
     SimTime received_at = 0;  // of the NewGeneration it builds
     // The rendezvous, when it is one of the sampled ranks.
@@ -143,6 +174,7 @@ class SimJob {
     std::string name;
     int client = -1;
     bool alive = true;
+    bool heartbeating = false;  // since WatchAgents
   };
   // One generation being built, as its members see it.
   struct Build {
@@ -177,12 +209,18 @@ class SimJob {
   void OnAdminFrame(const Frame& frame);
   void RegisterAgent(int a, uint64_t request_id);
   void AgentTick(int a);
+  void AgentHeartbeat(int a);
 
   template <class T>
   void SendFrom(int w, proto::MessageType type, const T& payload, uint64_t request_id,
                 double weight = 1);
   void Heartbeat(int w, uint64_t token);
   void Die(int w, int exit_code, int signal, bool reported);
+  // Told to stay standby: joins again (ReconfigurationLoop::Park) and polls the job's status.
+  void Park(int w);
+  void PollStatus(int w, uint64_t token);
+  // What worker `w` reports of its dp, pp and tp groups at a pause (none is the world).
+  std::vector<proto::GroupHealth> GroupsOf(const Worker& x) const;
 
   void OnNewGeneration(int w, const Frame& frame);
   void Enter(int w, Build& b, int rank, bool has_state);
@@ -220,6 +258,8 @@ class SimJob {
   int build_failures_ = 0;
   std::string first_build_error_;
   int last_sample_ = 0;
+  int spares_ = 0;
+  int parked_ = 0;
 };
 
 }  // namespace elastra::scale

@@ -46,6 +46,11 @@ void SimJob::OnNewGeneration(int w, const Frame& frame) {
     if (build_failures_++ == 0) first_build_error_ = "NewGeneration: " + ng.status().ToString();
     return;
   }
+  if (ng->leave && ng->standby) {
+    // Hands its shards off (nothing to send: the staying workers hold them) and parks.
+    if (generation > x.generation && generation >= x.answered_target) Park(w);
+    return;
+  }
   if (ng->leave) {
     // Hands its shards off (the staying workers hold them all: nothing to send) and exits 0.
     x.state = State::kLeft;
@@ -93,6 +98,7 @@ void SimJob::Enter(int w, Build& b, int rank, bool has_state) {
   Worker& x = workers_[w];
   if (rank < 0 || rank >= b.world) return;  // not a member (the real worker refuses it)
   x.state = State::kBuilding;
+  x.parked = false;  // a member again
   x.building = b.generation;
   x.rank = rank;
   x.received_at = loop_->now();
@@ -285,6 +291,10 @@ void SimJob::Ready(int w, uint64_t generation, double rebuild_ms, double transfe
   x.generation = generation;
   x.building = 0;
   x.state = State::kRunning;
+  if (auto it = builds_.find(generation); it != builds_.end()) {
+    x.layout = it->second.ng->layout;
+    x.layout_rank = x.rank;
+  }
   x.pause_target = 0;  // a new generation runs: nothing is pending
   x.commits = {x.step};  // every member commits the state it continues from
   proto::GenerationReady ready{generation, rebuild_ms, transfer_ms, 0};
