@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "elastra/worker.h"
@@ -37,6 +39,16 @@ void PadStep(std::chrono::steady_clock::time_point start, double step_time_ms) {
   if (step_time_ms <= 0) return;
   std::this_thread::sleep_until(
       start + std::chrono::microseconds(static_cast<int64_t>(step_time_ms * 1000)));
+}
+
+int64_t Exists(const std::string& path) {
+  return !path.empty() && access(path.c_str(), F_OK) == 0 ? 1 : 0;
+}
+
+// --hold-file: waits between two steps while `path` exists; `acknowledge` (rank 0) says so.
+void Hold(const std::string& path, bool acknowledge) {
+  if (acknowledge) std::ofstream(path + ".held").put('\n');
+  while (Exists(path) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 int RunReference(const Flags& flags, Corpus* corpus) {
@@ -101,19 +113,24 @@ int RunElastic(const Flags& flags, Corpus* corpus) {
     return 0;
   };
   while (worker->step() < flags.steps) {
-    if (!flags.stop_file.empty()) {
-      // As train_mlp: every member asks at the same point of the same step, so all stop together.
-      int64_t seen = access(flags.stop_file.c_str(), F_OK) == 0 ? 1 : 0;
+    if (!flags.stop_file.empty() || !flags.hold_file.empty()) {
+      // As train_mlp: every member asks at the same point of the same step, so all stop (or
+      // hold) together.
+      int64_t seen[2] = {Exists(flags.stop_file), Exists(flags.hold_file)};
       Status agreed =
-          worker->world().Allreduce(&seen, 1, elastra::DataType::kInt64, elastra::ReduceOp::kMax);
+          worker->world().Allreduce(seen, 2, elastra::DataType::kInt64, elastra::ReduceOp::kMax);
       if (!agreed.ok()) {
         const int r = end_step(agreed);
         if (r != 0) return r < 0 ? 1 : 0;
         continue;
       }
-      if (seen != 0) {
+      if (seen[0] != 0) {
         stopped_at = worker->step();
         break;
+      }
+      if (seen[1] != 0) {
+        Hold(flags.hold_file, worker->rank() == 0);
+        continue;  // asked again: a member may have failed meanwhile
       }
     }
     const auto start = std::chrono::steady_clock::now();

@@ -13,6 +13,7 @@ namespace {
                "usage: train_gpt [--steps N] [--global-batch B] [--seed S] [--log FILE]\n"
                "                 [--reference] [--step-time-ms T] [--commit-every K]\n"
                "                 [--checkpoint-dir DIR --checkpoint-every M] [--stop-file FILE]\n"
+               "                 [--hold-file FILE]\n"
                "                 [--layers L] [--hidden H] [--heads A] [--seq-len T] [--ffn F]\n"
                "                 [--micro-batches M] [--lr X] [--data TEXT_FILE]\n"
                "                 [--device-memory-mb N]\n",
@@ -65,6 +66,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.checkpoint_every = static_cast<int>(int_value(1, 1 << 20));
     else if (a == "--stop-file")
       f.stop_file = value();
+    else if (a == "--hold-file")
+      f.hold_file = value();
     else if (a == "--device-memory-mb")
       f.device_memory_mb = int_value(1, int64_t{1} << 30);
     else if (a == "--layers")

@@ -1,15 +1,7 @@
 // train_gpt (examples/gpt, LibTorch) end to end under real `elastra run` jobs: resized through
 // every dimension, a worker killed, a checkpoint resumed at another layout, each run checked
-// against `train_gpt --reference`; and the reference learns the text.
-//
-// The tolerance. A run differs from the reference only in the order of float32 sums (tp partial
-// sums, dp gradient sums, micro-batch gradient accumulation) and, through them, in which way a
-// few fp32 master weights round to bf16. The reference run at another micro-batch count changes
-// exactly that (the same samples, the gradient accumulated in other groups), so the test
-// measures that difference, d, the largest between the references at 1, 2, 4 and 8 micro-batches
-// over the same steps, and allows 20 d (a resized run goes through more groupings than one
-// reference does, but differences of the same kind), never less than 1e-6 (a d of 0 would mean
-// the regrouping changed no bit). The sample accounting is exact.
+// against `train_gpt --reference` (within a tolerance derived from float32 reduction order,
+// gpt_job_harness.h); and the reference learns the text.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -22,64 +14,13 @@
 #include "elastra/layout.h"
 #include "examples/gpt/gpt_data.h"
 #include "examples/log_check.h"
-#include "tests/integration/job_harness.h"
+#include "tests/integration/gpt_job_harness.h"
 
 namespace elastra::testing {
 namespace {
 
 using std::chrono::seconds;
 namespace fs = std::filesystem;
-
-// A model small enough for 4 workers on 2 cores: 2 layers, hidden 32, 4 heads (tp up to 4).
-std::vector<std::string> GptArgs(int steps, int micro_batches = 2) {
-  return {"--steps",         std::to_string(steps),
-          "--step-time-ms",  "10",
-          "--global-batch",  "8",
-          "--layers",        "2",
-          "--hidden",        "32",
-          "--heads",         "4",
-          "--seq-len",       "32",
-          "--micro-batches", std::to_string(micro_batches),
-          "--commit-every",  "4"};
-}
-
-// The loss difference that float32 reduction order alone makes over `steps` steps (see the top of
-// the file): the largest between references at 1, 2, 4 and 8 micro-batches, and the tolerance
-// derived from it.
-double DerivedTolerance(const std::string& dir, int steps) {
-  std::vector<std::string> logs;
-  for (int m : {1, 2, 4, 8}) {
-    logs.push_back(dir + "/order_" + std::to_string(m) + ".jsonl");
-    EXPECT_TRUE(RunReference(GptArgs(steps, m), logs.back()));
-  }
-  double d = 0;
-  for (size_t i = 0; i < logs.size(); ++i) {
-    for (size_t j = i + 1; j < logs.size(); ++j) {
-      examples::LogMatch m = examples::MatchLogs(logs[i], logs[j], steps, 1.0);
-      EXPECT_TRUE(m.status.ok()) << m.status;
-      d = std::max(d, m.comparison.max_rel_loss_diff);
-    }
-  }
-  const double tolerance = std::max(20 * d, 1e-6);
-  std::printf("reduction-order difference over %d steps: %.3g; tolerance %.3g\n", steps, d,
-              tolerance);
-  ::testing::Test::RecordProperty("reduction_order_diff", std::to_string(d));
-  return tolerance;
-}
-
-examples::TrainLog ExpectStoppedGptRunMatches(const Job& job,
-                                              const std::vector<std::string>& args) {
-  const int64_t steps = StepsApplied(job);
-  EXPECT_GT(steps, 0);
-  std::vector<std::string> ref_args = args;
-  for (size_t i = 0; i + 1 < ref_args.size(); ++i) {
-    if (ref_args[i] == "--steps") ref_args[i + 1] = std::to_string(steps);
-  }
-  const std::string ref = job.dir() + "/ref.jsonl";
-  EXPECT_TRUE(RunReference(ref_args, ref));
-  return ExpectLogMatches(job.log_path(), ref, static_cast<int>(steps),
-                          DerivedTolerance(job.dir(), static_cast<int>(steps)));
-}
 
 TEST(GptJob, ResizedThroughEveryDimensionMatchesReference) {
   const auto args = GptArgs(kUntilStopped);

@@ -140,6 +140,10 @@ void Job::Signal(int sig) {
 
 void KillWorkerAndRecover(Job& job, pid_t victim) {
   ASSERT_EQ(kill(victim, SIGKILL), 0);
+  WaitForFailureRecovery(job);
+}
+
+void WaitForFailureRecovery(Job& job) {
   ASSERT_TRUE(job.WaitFor(
       [](const nlohmann::json& j) {
         auto h = j.value("history", nlohmann::json::array());

@@ -77,6 +77,8 @@ class Job {
 // for each. Fatal gtest failures, with the launcher's log, when it does not get there: call it
 // under ASSERT_NO_FATAL_FAILURE.
 void KillWorkerAndRecover(Job& job, pid_t victim);
+// KillWorkerAndRecover's wait, for a test that failed a worker itself.
+void WaitForFailureRecovery(Job& job);
 
 // Path of a built binary (set by CMake).
 std::string ElastraBinary();
