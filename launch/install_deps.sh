@@ -21,6 +21,9 @@ packages=(
   # elastra::torch and examples/gpt: Debian's CPU LibTorch 1.13, and the English text train_gpt
   # learns (fortunes-min's /usr/share/games/fortunes/literature).
   libtorch-dev fortunes-min
+  # The elastra Python package and its tests (docs/python.md): Debian's torch 1.13 for
+  # /usr/bin/python3, pybind11 2.10, pytest.
+  python3-torch pybind11-dev python3-pytest
   # The Slurm tests (tests/slurm): a real Slurm cluster in network namespaces (docs/slurm.md).
   munge slurmctld slurmd slurm-client
 )

@@ -30,6 +30,8 @@ declare -A allowed=(
   # elastra::torch (LibTorch interop): a user of the public headers, like the examples.
   [torch_interop]=""
   [testbed]="common"
+  # The elastra Python package: the worker library bound with pybind11, public headers only.
+  [python]=""
 )
 # The layer of each CMake target: a layer's targets may link only the targets of the layers it may
 # include. Users (examples, elastra::torch) may link the public libraries besides.
@@ -40,7 +42,7 @@ declare -A target_layer=(
   [elastra_state_plan]=state/plan [elastra_state]=state [elastra_checkpoint]=checkpoint
   [elastra_planner]=planner [elastra_journal]=journal [elastra_coordinator]=coordinator
   [elastra_http]=http [elastra_worker]=worker [elastra_launch]=launch [elastra]=launch
-  [elastra_torch]=torch_interop [elastra_testbed]=testbed
+  [elastra_torch]=torch_interop [elastra_testbed]=testbed [elastra_python]=python
 )
 public_libraries="common collectives state worker"
 # The layer that implements each public header (include/elastra/). A new public header must be
@@ -77,7 +79,7 @@ check_tree() {
       lib_layer=${target_layer[$lib]:-}
       [ -n "$lib_layer" ] || continue
       may_use "$2" "$lib_layer" && continue
-      case "$2" in examples|torch_interop)
+      case "$2" in examples|torch_interop|python)
         [[ " $public_libraries " == *" $lib_layer "* ]] && continue ;;
       esac
       report "$2/CMakeLists.txt links $lib (layer $lib_layer; $2 may use: ${allowed[$2]:-only public libraries})"
@@ -105,7 +107,8 @@ check_tree() {
           [ -n "${owner[$header]:-}" ] || continue  # checked below, with the public headers
           dep=${owner[$header]}
           # Examples and elastra::torch are users: any public header is theirs to include.
-          [ "$layer" = examples ] || [ "$layer" = torch_interop ] && continue
+          [ "$layer" = examples ] || [ "$layer" = torch_interop ] || [ "$layer" = python ] &&
+            continue
         elif [ -z "${allowed[$dep]+x}" ]; then
           continue  # not a layer (a system header in quotes, a generated file)
         fi
