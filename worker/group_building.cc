@@ -83,7 +83,7 @@ std::shared_ptr<GroupGate> KeptGroup(const GroupOptions& options, uint8_t kind, 
                  << "; building it";
     return nullptr;
   }
-  kept->Reopen();
+  kept->Reopen(options.generation);
   return kept;
 }
 

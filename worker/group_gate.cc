@@ -40,9 +40,10 @@ void GroupGate::Stop() {
   if (busy) inner_->AbortWithoutWaiting();
 }
 
-void GroupGate::Reopen() {
+void GroupGate::Reopen(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   stopped_ = false;
+  generation_ = generation;
 }
 
 proto::GroupHealth GroupGate::Health() const {

@@ -36,8 +36,9 @@ class GroupGate : public Communicator {
 
   // Closes the gate for a change; breaks the communicator when a call is inside it.
   void Stop();
-  // Opens a stopped gate again: the group was kept for the next generation.
-  void Reopen();
+  // Opens a stopped gate again: the group was kept for generation `generation`, which it serves
+  // from now on (what Health() reports, so that the next change may keep it again).
+  void Reopen(uint64_t generation);
   // What the worker reports of this group at a pause.
   proto::GroupHealth Health() const;
 
@@ -77,8 +78,8 @@ class GroupGate : public Communicator {
 
   const std::shared_ptr<Communicator> inner_;
   const uint8_t kind_;
-  const uint64_t generation_;
   mutable std::mutex mu_;  // guards everything below
+  uint64_t generation_;    // the generation it serves: built for, or kept into
   bool stopped_ = false;
   bool intact_ = true;
   int in_flight_ = 0;

@@ -41,7 +41,7 @@ GroupOptions Options(KeyValueStore* store, const std::string& prefix, int world)
 // `keep`: the kinds each rank keeps (NewGeneration::keep_groups); a failed attempt loses them.
 bool RebuildAll(KeyValueStore* store, std::vector<GroupManager>& managers,
                 const std::string& prefix, const Layout& layout,
-                const std::vector<uint8_t>& keep = {}) {
+                const std::vector<uint8_t>& keep = {}, uint64_t generation = 1) {
   const int n = layout.world();
   for (int attempt = 0; attempt < 5; ++attempt) {
     std::vector<Status> built(n);
@@ -49,7 +49,7 @@ bool RebuildAll(KeyValueStore* store, std::vector<GroupManager>& managers,
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         GroupOptions o = Options(store, prefix + "a" + std::to_string(attempt) + "/", n);
-        o.generation = attempt + 1;
+        o.generation = generation;
         built[r] = managers[r].Rebuild(o, layout, r, keep.empty() ? 0 : keep[r]);
       });
     }
@@ -216,7 +216,7 @@ TEST(GroupManager, AnIdleGroupStaysIntactThroughAnInterruptAndIsKept) {
   }
   // The next generation keeps the tp groups and builds the rest.
   ASSERT_TRUE(RebuildAll(&store, managers, "g2/", Layout{2, 1, 2},
-                         std::vector<uint8_t>(4, kTpBit)));
+                         std::vector<uint8_t>(4, kTpBit), /*generation=*/2));
   std::vector<int64_t> sums(4);
   ASSERT_TRUE(OnEveryRank(4, [&](int r) {
     EXPECT_EQ(&managers[r].tp(), tp_before[r]) << "rank " << r << " built its tp group again";
@@ -226,7 +226,10 @@ TEST(GroupManager, AnIdleGroupStaysIntactThroughAnInterruptAndIsKept) {
   EXPECT_EQ(sums, (std::vector<int64_t>{3, 3, 7, 7}));
   for (auto& m : managers) {
     for (const proto::GroupHealth& h : m.Health()) {
-      if (h.kind == proto::kTpGroup) EXPECT_EQ(h.calls, 2) << "counted across generations";
+      if (h.kind != proto::kTpGroup) continue;
+      EXPECT_EQ(h.calls, 2) << "counted across generations";
+      // It serves generation 2 now, so that the change after it may keep it again.
+      EXPECT_EQ(h.generation, 2u);
     }
   }
   for (auto& m : managers) m.Release();
