@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "collectives/nccl/nccl_call.h"
 #include "collectives/nccl/nccl_communicator_impl.h"
@@ -84,6 +85,58 @@ Status ShareUniqueId(const NcclOptions& options, Clock::time_point deadline, ncc
   return OkStatus();
 }
 
+// Ranks per NCCL unique id of a world's init over id_world (ncclCommInitRankScalable): every
+// rank of the init reaches a bootstrap root, and one root per 256 ranks keeps that off one thread.
+constexpr int kRanksPerUniqueId = 256;
+
+int UniqueIdsFor(int size) { return (size + kRanksPerUniqueId - 1) / kRanksPerUniqueId; }
+
+// The unique ids of a world of options.size ranks, one per kRanksPerUniqueId ranks, each made by
+// the rank at the start of its block, and summed into every rank's copy by one allreduce over
+// id_world (a slot has one maker, the others add zeros): O(size / 256) bytes, one collective.
+// Each slot's first byte says its maker made it.
+Status ShareUniqueIds(const NcclOptions& options, Clock::time_point deadline,
+                      std::vector<ncclUniqueId>* ids) {
+  Communicator& over = *options.id_world;
+  if (over.size() != options.size || over.rank() != options.rank) {
+    return InvalidArgumentError("NcclOptions.id_world has rank " + std::to_string(over.rank()) +
+                                " of " + std::to_string(over.size()) + ", not " +
+                                std::to_string(options.rank) + " of " +
+                                std::to_string(options.size));
+  }
+  const int n = UniqueIdsFor(options.size);
+  constexpr size_t kSlot = 1 + sizeof(ncclUniqueId);
+  std::vector<uint8_t> slots(static_cast<size_t>(n) * kSlot, 0);
+  Status made;
+  if (options.rank % kRanksPerUniqueId == 0) {
+    uint8_t* slot = slots.data() + static_cast<size_t>(options.rank / kRanksPerUniqueId) * kSlot;
+    ncclUniqueId id;
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r == ncclSuccess) {
+      slot[0] = 1;
+      std::memcpy(slot + 1, &id, sizeof(id));
+    } else {
+      made = InternalError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+    }
+  }
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) left = std::chrono::milliseconds(1);
+  ELASTRA_RETURN_IF_ERROR(
+      over.Allreduce(slots.data(), slots.size(), DataType::kUint8, ReduceOp::kSum, left)
+          .WithContext("sharing the NCCL unique ids"));
+  if (!made.ok()) return made;
+  ids->resize(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    const uint8_t* slot = slots.data() + static_cast<size_t>(k) * kSlot;
+    if (slot[0] != 1) {
+      return UnavailableError("rank " + std::to_string(k * kRanksPerUniqueId) +
+                              " could not make an NCCL unique id");
+    }
+    std::memcpy(&(*ids)[static_cast<size_t>(k)], slot + 1, sizeof(ncclUniqueId));
+  }
+  return OkStatus();
+}
+
 // ncclCommRevoke appeared in NCCL 2.28.7, and the libnccl.so.2 a job runs with may be older than
 // the header it was built with (e.g. PyTorch's): it is looked up at run time, never linked.
 using RevokeFn = ncclResult_t (*)(ncclComm_t, int);
@@ -106,6 +159,24 @@ RevokeFn LookupRevoke() {
     return reinterpret_cast<RevokeFn>(sym);
   }();
   return revoke;
+}
+
+// ncclCommInitRankScalable appeared in NCCL 2.23; looked up at run time like ncclCommRevoke.
+using InitScalableFn = ncclResult_t (*)(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*);
+
+InitScalableFn LookupInitScalable() {
+  static const InitScalableFn init = [] {
+    void* sym = dlsym(RTLD_DEFAULT, "ncclCommInitRankScalable");
+    if (sym == nullptr) {
+      if (void* lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD)) {
+        sym = dlsym(lib, "ncclCommInitRankScalable");
+        dlclose(lib);
+      }
+    }
+    if (sym == nullptr) LOG(INFO) << "ncclCommInitRankScalable missing: one unique id per init";
+    return reinterpret_cast<InitScalableFn>(sym);
+  }();
+  return init;
 }
 
 NcclCommState StateOf(ncclComm_t comm, ncclResult_t* async) {
@@ -496,7 +567,13 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOpt
   // stays up while rank 0 is inside the init below, which ends only when every rank has joined.
   const std::string key = options.prefix + "nccl_id";
   ncclUniqueId id;
-  if (options.id_world != nullptr) {
+  // Over id_world, a world of more than 256 ranks inits from one unique id per 256 ranks.
+  const bool scalable = options.id_world != nullptr && UniqueIdsFor(options.size) > 1 &&
+                        LookupInitScalable() != nullptr;
+  std::vector<ncclUniqueId> ids;
+  if (scalable) {
+    ELASTRA_RETURN_IF_ERROR(ShareUniqueIds(options, deadline, &ids));
+  } else if (options.id_world != nullptr) {
     ELASTRA_RETURN_IF_ERROR(ShareUniqueId(options, deadline, &id));
   } else if (options.rank == 0) {
     ELASTRA_NCCL_RETURN(ncclGetUniqueId(&id), nullptr);
@@ -513,10 +590,18 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOpt
 
   ncclConfig_t config = NonBlockingConfig();
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
-  Status s = NcclStatus(r, comm, "ncclCommInitRankConfig");
-  if (s.ok() && comm == nullptr) s = InternalError("ncclCommInitRankConfig returned no handle");
-  if (s.ok()) s = Poll(comm, nullptr, deadline, nullptr, "ncclCommInitRankConfig");
+  ncclResult_t r;
+  const char* init = "ncclCommInitRankConfig";
+  if (scalable) {
+    init = "ncclCommInitRankScalable";
+    r = LookupInitScalable()(&comm, options.size, options.rank, static_cast<int>(ids.size()),
+                             ids.data(), &config);
+  } else {
+    r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+  }
+  Status s = NcclStatus(r, comm, init);
+  if (s.ok() && comm == nullptr) s = InternalError(std::string(init) + " returned no handle");
+  if (s.ok()) s = Poll(comm, nullptr, deadline, nullptr, init);
   if (!s.ok()) {
     if (comm != nullptr) ncclCommAbort(comm);  // teardown: `s` is the error
     if (s.code() == StatusCode::kInvalidArgument && r == ncclInProgress) {

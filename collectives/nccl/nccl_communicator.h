@@ -162,7 +162,10 @@ class NcclCommunicator : public Communicator {
 };
 
 // Rank 0 makes a unique id (ncclGetUniqueId) and publishes it at prefix + "nccl_id"; the others
-// read it; then every rank runs ncclCommInitRankConfig (non-blocking) until it completes.
+// read it; then every rank runs ncclCommInitRankConfig (non-blocking) until it completes. Over
+// id_world, a world of more than 256 ranks uses one unique id per 256 ranks (made by ranks 0,
+// 256, 512, ..., shared in one allreduce) and ncclCommInitRankScalable, where the libnccl has it
+// (2.23 and later; looked up at run time), so that no one bootstrap root serves every rank.
 // kInvalidArgument for a bad store/rank/size/device, kUnavailable when CUDA has no such device,
 // kTimedOut when the id or the peers do not show up within connect_timeout, kPeerLost on an NCCL
 // error during init.
