@@ -1,5 +1,6 @@
 #include "python/blocking_call.h"
 
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -31,6 +32,8 @@ void RunBlocking(std::function<void()> call, const std::function<void()>& interr
                  OnInterrupt on_interrupt) {
   auto pending = std::make_shared<Pending>();
   std::thread thread([pending, call = std::move(call)] {
+    // Named, so that a stack dump (gdb, py-spy) or /proc/PID/task shows a call in flight.
+    pthread_setname_np(pthread_self(), kCallThreadName);
     call();
     {
       std::lock_guard<std::mutex> lock(pending->mu);

@@ -12,6 +12,9 @@
 
 namespace elastra::python {
 
+// The name of the thread that runs a blocking call (as /proc/PID/task/TID/comm shows it).
+inline constexpr char kCallThreadName[] = "elastra-call";
+
 // What to do with a call still running when a signal handler raised.
 enum class OnInterrupt {
   // `interrupt` broke the call (a communicator's Abort()): wait for it to return, then raise.

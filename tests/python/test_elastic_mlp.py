@@ -1,0 +1,66 @@
+"""examples/python/train_mlp.py as an elastic job: 4 workers, resized to 2 and to 3, then one
+SIGKILLed; its log must match its --reference run step for step, every sample applied once
+(examples/compare_logs), as tests/integration/elastic_job_test.cc checks the C++ train_mlp."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from job import PYTHON, SOURCE, Job  # noqa: E402
+
+MLP = os.path.join(SOURCE, "examples", "python", "train_mlp.py")
+COMPARE_LOGS = os.environ.get("COMPARE_LOGS", "compare_logs")
+# Small and quick; commits every 5 steps so that the kill rolls back a few steps at most.
+ARGS = ["--hidden", "16", "--layers", "2", "--global-batch", "48", "--commit-every", "5"]
+
+
+def read_log(path: str) -> dict:
+    """step -> its last record (a step undone by a rollback is logged again)."""
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a writer killed mid-line
+            steps[r["step"]] = r
+    return steps
+
+
+def test_resized_and_killed_run_matches_reference():
+    with Job(4, [MLP, "--log", "{dir}/run.jsonl", "--stop-file", "{dir}/stop",
+                 "--steps", "1000000"] + ARGS) as job:
+        step = job.wait_for_step(5)["step"]
+        for workers in (2, 3):
+            job.resize("--workers", str(workers))
+            s = job.wait_for(lambda s: s.get("state") == "running" and
+                             s.get("layout", {}).get("dp") == workers, what=f"dp={workers}")
+            step = job.wait_for_step(s["step"] + 5)["step"]
+        victim = job.pid_of_rank(1)
+        assert victim > 0, job.log()
+        os.kill(victim, signal.SIGKILL)
+        s = job.wait_for(lambda s: s.get("state") == "running" and s.get("history") and
+                         s["history"][-1].get("reason") == "failure", what="failure recovery")
+        job.wait_for_step(s["step"] + 5)
+        open(job.path("stop"), "w").close()
+        assert job.wait() == 0, job.log()
+
+        run = read_log(job.path("run.jsonl"))
+        applied = max(run) + 1
+        dps = {r["dp"] for r in run.values()}
+        assert {4, 2, 3} <= dps, f"layouts seen: {dps}"
+        ref = job.path("ref.jsonl")
+        r = subprocess.run([PYTHON, MLP, "--reference", "--steps", str(applied), "--log", ref] +
+                           ARGS, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = subprocess.run([COMPARE_LOGS, job.path("run.jsonl"), ref, str(applied)],
+                           capture_output=True, text=True)
+        print(r.stdout)
+        assert r.returncode == 0, f"{r.stdout}{r.stderr}\n{job.log()}"
+        result = json.loads(r.stdout)
+        assert result["accounting_ok"] and result["steps"] == applied
