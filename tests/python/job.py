@@ -22,10 +22,14 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 class Job:
     """`elastra run --nproc N -- python3 PROGRAM ARGS` in a fresh directory; "{dir}" in
-    PROGRAM ARGS is replaced by that directory."""
+    PROGRAM ARGS is replaced by that directory, where `files` (name -> text) are written first."""
 
-    def __init__(self, nproc: int, program: List[str], env: Optional[dict] = None) -> None:
+    def __init__(self, nproc: int, program: List[str], env: Optional[dict] = None,
+                 files: Optional[dict] = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="elastra_py_")
+        for name, text in (files or {}).items():  # written before any worker starts
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
         self.state_dir = os.path.join(self.dir, "state")
         self.launcher_log = os.path.join(self.dir, "launcher.log")
         argv = [ELASTRA, "run", "--nproc", str(nproc), "--state-dir", self.state_dir,
