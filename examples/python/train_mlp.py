@@ -17,10 +17,11 @@ Elastra scalar), so a run that is resized or loses a worker follows the losses o
 tp, loss, sample_begin, sample_end), which examples/compare_logs checks: the same loss at every
 step, every sample position applied exactly once.
 
-Parallelism: data parallelism only. The tensors are registered with the C++ example's sharding
-rules (fc1 split over tp along dim 0, fc2 along dim 1, each block owned by its layer's stage), so
-their shards are the C++ example's, but this script computes only at pp = tp = 1 and exits with
-status 2 at another layout.
+Parallelism: data and tensor parallelism. The tensors are registered with the C++ example's
+sharding rules (fc1 split over tp along dim 0, fc2 along dim 1, each block owned by its layer's
+stage), and with tp > 1 each block's fc1 is column-parallel and its fc2 row-parallel, the partial
+sums added over the tp group (Megatron's f and g as autograd functions). Pipeline stages are not
+implemented: at a layout with pp > 1 the script exits with status 2.
 """
 
 from __future__ import annotations
@@ -79,6 +80,37 @@ class Dataset:
         return self.inputs[index], self.targets[index]
 
 
+class _SumForward(torch.autograd.Function):
+    """Megatron's g: the row-parallel fc2's partial outputs summed over tp going forward; the
+    gradient passes through unchanged going back."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, allreduce: Callable[[torch.Tensor], None]) -> torch.Tensor:
+        y = x.clone()
+        allreduce(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, None
+
+
+class _SumBackward(torch.autograd.Function):
+    """Megatron's f: the block's input unchanged going forward; going back, the column-parallel
+    fc1's partial input gradients summed over tp."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, allreduce: Callable[[torch.Tensor], None]) -> torch.Tensor:
+        ctx.allreduce = allreduce
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.clone()
+        ctx.allreduce(grad)
+        return grad, None
+
+
 class Model:
     """The parameters' names, shapes, sharding and initial values, and one training step."""
 
@@ -113,10 +145,13 @@ class Model:
         return values
 
     def step(self, get: Callable[[str], torch.Tensor], cursor: int, step: int, dp_rank: int,
-             dp: int, allreduce: Optional[Callable[[torch.Tensor], None]]) -> float:
+             dp: int, allreduce: Optional[Callable[[torch.Tensor], None]],
+             tp_allreduce: Optional[Callable[[torch.Tensor], None]] = None) -> float:
         """One step on this dp rank's share of the global batch: forward, backward, gradients
-        (and the loss) summed over dp with `allreduce`, Adam on every parameter in place.
-        Returns the loss: the mean over the global batch of 0.5 * |out - target|^2."""
+        (and the loss) summed over dp with `allreduce`, Adam on every local shard in place.
+        With `tp_allreduce` (tp > 1) each block's fc1 is column-parallel and its fc2
+        row-parallel, their partial sums added over tp (Megatron's f and g). Returns the loss:
+        the mean over the global batch of 0.5 * |out - target|^2."""
         a = self.args
         begin = cursor + a.global_batch * dp_rank // dp
         end = cursor + a.global_batch * (dp_rank + 1) // dp
@@ -128,8 +163,12 @@ class Model:
         x = torch.tanh(x_in @ params["in.w"].T + params["in.b"])
         for l in range(a.layers):
             p = f"l{l}."
-            hid = torch.tanh(x @ params[p + "fc1.w"].T + params[p + "fc1.b"])
-            x = x + (hid @ params[p + "fc2.w"].T + params[p + "fc2.b"])
+            xin = x if tp_allreduce is None else _SumBackward.apply(x, tp_allreduce)
+            hid = torch.tanh(xin @ params[p + "fc1.w"].T + params[p + "fc1.b"])
+            y = hid @ params[p + "fc2.w"].T
+            if tp_allreduce is not None:
+                y = _SumForward.apply(y, tp_allreduce)
+            x = x + (y + params[p + "fc2.b"])
         out = x @ params["out.w"].T + params["out.b"]
         loss_sum = 0.5 * ((out - target) ** 2).sum()
         loss_sum.backward()
@@ -251,8 +290,8 @@ def run_elastic(args: argparse.Namespace) -> int:
 
     while worker.step < args.steps:
         layout = worker.layout
-        if layout.pp != 1 or layout.tp != 1:
-            print(f"train_mlp.py: layout {layout}: only data parallelism is implemented",
+        if layout.pp != 1:
+            print(f"train_mlp.py: layout {layout}: pipeline stages are not implemented",
                   file=sys.stderr)
             return 2
         if args.stop_file:
@@ -274,7 +313,8 @@ def run_elastic(args: argparse.Namespace) -> int:
         error = None
         try:
             loss = model.step(state.view, begin, step, coords.dp_rank, layout.dp,
-                              worker.dp_group.allreduce)
+                              worker.dp_group.allreduce,
+                              worker.tp_group.allreduce if layout.tp > 1 else None)
             state["cursor"] = begin + args.global_batch
         except elastra.Error as e:
             error = e
@@ -296,7 +336,7 @@ def run_elastic(args: argparse.Namespace) -> int:
         steps = stopped_at if stopped_at >= 0 else args.steps
         note = " (stopped by --stop-file)" if stopped_at >= 0 else ""
         print(f"train_mlp.py: {steps} steps{note}, final loss {loss:.6g}, generation "
-              f"{worker.generation}, dp={worker.layout.dp}", flush=True)
+              f"{worker.generation}, {worker.layout}", flush=True)
     worker.finish()
     return 0
 

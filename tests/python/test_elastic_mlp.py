@@ -1,5 +1,5 @@
-"""examples/python/train_mlp.py as an elastic job: 4 workers, resized to 2 and to 3, then one
-SIGKILLed; its log must match its --reference run step for step, every sample applied once
+"""examples/python/train_mlp.py as an elastic job: 4 workers, resized to 2 and to 3, changed to
+dp=2 x tp=2 on 4, then one SIGKILLed; its log must match its --reference run step for step, every sample applied once
 (examples/compare_logs), as tests/integration/elastic_job_test.cc checks the C++ train_mlp."""
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ def test_resized_and_killed_run_matches_reference():
     with Job(4, [MLP, "--log", "{dir}/run.jsonl", "--stop-file", "{dir}/stop",
                  "--steps", "1000000"] + ARGS) as job:
         step = job.wait_for_step(5)["step"]
-        for workers in (2, 3):
-            job.resize("--workers", str(workers))
+        for workers, layout in ((2, None), (3, None), (4, {"dp": 2, "pp": 1, "tp": 2})):
+            extra = ["--layout", "dp=2,pp=1,tp=2"] if layout else []
+            job.resize("--workers", str(workers), *extra)
+            want = layout or {"dp": workers, "pp": 1, "tp": 1}
             s = job.wait_for(lambda s: s.get("state") == "running" and
-                             s.get("layout", {}).get("dp") == workers, what=f"dp={workers}")
+                             s.get("layout") == want, what=f"layout {want}")
             step = job.wait_for_step(s["step"] + 5)["step"]
         victim = job.pid_of_rank(1)
         assert victim > 0, job.log()
@@ -52,8 +54,8 @@ def test_resized_and_killed_run_matches_reference():
 
         run = read_log(job.path("run.jsonl"))
         applied = max(run) + 1
-        dps = {r["dp"] for r in run.values()}
-        assert {4, 2, 3} <= dps, f"layouts seen: {dps}"
+        layouts = {(r["dp"], r["tp"]) for r in run.values()}
+        assert {(4, 1), (2, 1), (3, 1), (2, 2)} <= layouts, f"layouts seen: {layouts}"
         ref = job.path("ref.jsonl")
         r = subprocess.run([PYTHON, MLP, "--reference", "--steps", str(applied), "--log", ref] +
                            ARGS, capture_output=True, text=True, timeout=120)
