@@ -15,6 +15,7 @@ namespace {
 CoordinatorOptions Normalized(CoordinatorOptions o) {
   if (o.initial_workers < 1) o.initial_workers = 1;
   if (o.max_workers < 1) o.max_workers = 1;
+  o.spares = std::clamp(o.spares, 0, o.max_workers);
   o = ScaledHeartbeats(o);
   if (o.recover_timeout.count() <= 0) o.recover_timeout = o.heartbeat_timeout;
   if (o.clock == nullptr) o.clock = SystemClock::Get();
@@ -65,7 +66,10 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
   generations_.AddCommitListener([this](uint64_t) {
     resizes_.Continue();
     resizes_.MaybeRegrow();
+    resizes_.MaybeReplenishSpares();  // a recovery may have used one
   });
+  // A recovery takes standby workers up to the target size; the spares beyond it stay standing.
+  generations_.SetTargets([this] { return JobTargets{resizes_.target(), resizes_.spares()}; });
   generations_.AddJobEndListener([this](const std::string& m) { resizes_.OnJobEnd(m); });
   generations_.AddRecoveryListener([this] { restore_.OnRecoveryStarted(); });
   // A host may take new workers: the first generation's, a waiting change's, a regrow's.
@@ -73,6 +77,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
     host_manager_.MaybeStartFirstWorkers();
     resizes_.ContinueIfWaitingForWorkers();
     resizes_.MaybeRegrow();
+    resizes_.MaybeReplenishSpares();
   });
   if (!options_.state_dir.empty()) journal_status_ = restore_.Open();
   // The state the workers registered, for planning state moves: they do not join again.
@@ -222,6 +227,8 @@ std::vector<Outgoing> CoordinatorCore::Tick() {
     restore_.MaybeFinish();
     generations_.Tick();
     resizes_.Tick();
+    // A spare lost or used, a spawn that never came: replacements (O(1) while enough stand).
+    resizes_.MaybeReplenishSpares();
   }
   training_.ObserveState(state());
   MaybeWriteFinalStatus();
@@ -311,6 +318,7 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     s.hosts.push_back(std::move(hs));
   }
   s.target_workers = resizes_.target();
+  s.spares_target = resizes_.spares();
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();
   s.checkpoint_step = checkpoints_.latest_step();

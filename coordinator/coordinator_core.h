@@ -11,6 +11,7 @@
 //   HostManager        agents and their hosts: registration, heartbeats, spawn requests, the
 //                      first generation's workers, a host lost as one event, a drain's end
 //   ResizeManager      resizes, drains and regrows from admission to their outcome; the target
+//                      size and the hot spares kept beyond it
 //   LayoutPolicy       which layout a generation gets and which worker takes which rank
 //   CheckpointManager  committing checkpoints (through CoordinatorOptions::env), the latest one
 //   KvService          the rendezvous key-value service
@@ -88,6 +89,8 @@ class CoordinatorCore {
   const CoordinatorOptions& options() const { return options_; }
   // The size the job returns to (docs/hosts.md, "Placement and the target size").
   int target_workers() const { return resizes_.target(); }
+  // The standby workers the job keeps beyond its layout (docs/recovery.md, "Spares").
+  int spares_target() const { return resizes_.spares(); }
   const std::vector<HistoryEntry>& history() const { return generations_.history(); }
   uint64_t malformed_frames() const { return outbox_.malformed_frames(); }
   uint64_t stale_messages() const { return outbox_.stale_messages(); }

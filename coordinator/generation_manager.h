@@ -53,6 +53,12 @@ struct SizeGoal {
   std::string except_host;  // kDrain: the host whose workers leave (none of its workers stays)
 };
 
+// What the job returns to (ResizeManager's targets), as a recovery reads them.
+struct JobTargets {
+  int workers = 0;  // the target size
+  int spares = 0;   // standby workers kept beyond it (CoordinatorOptions::spares)
+};
+
 // The committed job a restart took back from the journal.
 struct CommittedJob {
   proto::JobState state = proto::JobState::kForming;  // kForming, kRunning, kFinished or kFailed
@@ -81,6 +87,10 @@ class GenerationManager {
   void AddJobEndListener(std::function<void(const std::string& message)> listener);
   // Called when a recovery round starts.
   void AddRecoveryListener(std::function<void()> listener);
+  // Where a recovery reads the job's targets. With spares kept, a recovery takes standby workers
+  // only up to the target size and leaves the others standing, unless only more of them make a
+  // layout fit; unset, or with no spares, it may take every usable standby worker.
+  void SetTargets(std::function<JobTargets()> targets) { targets_ = std::move(targets); }
 
   // The job as status shows it: the phase of a change in flight, else the committed state.
   proto::JobState state() const;
@@ -157,6 +167,9 @@ class GenerationManager {
   // agent was told already).
   void ShutdownAgents(const proto::Shutdown& shutdown);
   void EndJob(const std::string& message);
+  // The most workers (survivors and standbys) a recovery with `survivors` survivors takes:
+  // max_workers; with spares kept, the target size (at least the survivors).
+  size_t RecoveryWorkers(size_t survivors) const;
   // The id of each of `infos` (none null).
   static std::vector<std::string> IdsOf(const std::vector<const WorkerInfo*>& infos);
   // The host of each of `ids` (the id itself for an unknown worker).
@@ -233,6 +246,7 @@ class GenerationManager {
   std::vector<std::function<void(uint64_t)>> commit_listeners_;
   std::vector<std::function<void(const std::string&)>> job_end_listeners_;
   std::vector<std::function<void()>> recovery_listeners_;
+  std::function<JobTargets()> targets_;  // unset: no spares kept
 };
 
 }  // namespace elastra::coordinator

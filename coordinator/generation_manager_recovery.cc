@@ -135,18 +135,31 @@ void GenerationManager::FinishRecovery() {
     }
   }
   const size_t survivor_count = plan.members.size();
-  std::vector<std::string> spares;
-  for (const auto& id : standby) {
-    if (plan.members.size() + spares.size() >= static_cast<size_t>(options_->max_workers)) break;
-    spares.push_back(id);
-  }
-  std::vector<std::string> everyone = plan.members;
-  everyone.insert(everyone.end(), spares.begin(), spares.end());
-  std::vector<bool> held = plan.has_state;
-  held.resize(everyone.size(), false);
+  // The survivors and the standby workers that may join them, up to `most` workers in all.
+  std::vector<std::string> spares, everyone;
+  auto take_standby = [&](size_t most) {
+    spares.clear();
+    for (const auto& id : standby) {
+      if (plan.members.size() + spares.size() >= most) break;
+      spares.push_back(id);
+    }
+    everyone = plan.members;
+    everyone.insert(everyone.end(), spares.begin(), spares.end());
+  };
   // A layout whose every rank fits its worker's memory. After a failure the model parallelism
   // stays: dp drops by the broken replicas, whose survivors become standbys (docs/recovery.md).
-  const std::optional<Fit> fitting = FitWorkers(everyone, /*keep_model_parallel=*/generation_ != 0);
+  // With spares kept, standbys beyond the target size stay standing unless only they make a
+  // layout fit.
+  const size_t most = static_cast<size_t>(options_->max_workers);
+  const size_t wanted = std::min(most, RecoveryWorkers(survivor_count));
+  take_standby(wanted);
+  std::optional<Fit> fitting = FitWorkers(everyone, /*keep_model_parallel=*/generation_ != 0);
+  if (!fitting && wanted < most && standby.size() > spares.size()) {
+    take_standby(most);
+    fitting = FitWorkers(everyone, /*keep_model_parallel=*/generation_ != 0);
+  }
+  std::vector<bool> held = plan.has_state;
+  held.resize(everyone.size(), false);
   if (!fitting) {
     const auto budget = SmallestBudget(everyone);
     // The survivors hold their commits and wait (their decision timeout bounds it): the job goes
@@ -212,6 +225,14 @@ void GenerationManager::FinishRecovery() {
   plan.source_rank =
       source == plan.has_state.end() ? 0 : static_cast<int32_t>(source - plan.has_state.begin());
   StartBuild(std::move(plan));
+}
+
+size_t GenerationManager::RecoveryWorkers(size_t survivors) const {
+  const size_t most = static_cast<size_t>(options_->max_workers);
+  if (!targets_) return most;
+  const JobTargets targets = targets_();
+  if (targets.spares <= 0) return most;
+  return std::max(survivors, static_cast<size_t>(std::max(targets.workers, 0)));
 }
 
 std::optional<GenerationManager::Fit> GenerationManager::FitWorkers(

@@ -170,8 +170,8 @@ void JournalRecorder::HostLost(const std::string& host, const std::string& why,
   if (journal_) LogFailure(journal_->RecordHostLost(host, why, workers));
 }
 
-void JournalRecorder::Target(int32_t workers) {
-  if (journal_) LogFailure(journal_->RecordTarget(workers));
+void JournalRecorder::Target(int32_t workers, int32_t spares) {
+  if (journal_) LogFailure(journal_->RecordTarget(workers, spares));
 }
 
 void JournalRecorder::State(const StateSpec& state) {

@@ -57,7 +57,8 @@ class JournalRecorder {
   void ResizeEnd(bool done, uint64_t generation);
   void ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                      const Status& why);
-  void Target(int32_t workers);
+  // `spares` -1: the spares kept do not change.
+  void Target(int32_t workers, int32_t spares = -1);
   void State(const StateSpec& state);
   void End(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step = -1,
            const std::string& checkpoint_dir = "");

@@ -141,7 +141,10 @@ std::vector<std::string> KeepReplicas(
   }
   for (int d = 0; d < current.dp; ++d) order[d] = d;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return count[a] > count[b]; });
-  // The kept replicas, most survivors first (a replica beyond the old ones starts empty).
+  // The kept replicas stay in their old order: a dp group is kept only when its members are in
+  // the same order (group_keeping.h), and a spare in a lost rank's place keeps every other one.
+  std::sort(order.begin(), order.begin() + std::min(dp, current.dp));
+  // The kept replicas (a replica beyond the old ones starts empty).
   std::vector<std::vector<std::string>> rows;
   for (int i = 0; i < dp; ++i) {
     rows.push_back(i < current.dp ? at[order[i]] : std::vector<std::string>(k));

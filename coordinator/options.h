@@ -29,6 +29,12 @@ struct CoordinatorOptions {
   int initial_workers = 1;
   // Upper bound on the workers in one generation (resize refuses more).
   int max_workers = 64;
+  // Hot spares: live workers kept beyond the layout as standbys (docs/recovery.md, "Spares"),
+  // the first to take a lost rank. When fewer are standing (one took a lost rank, one died), the
+  // coordinator asks agents with free slots for replacements, which join as standbys; a grow
+  // leaves them standing when free slots can start its workers instead. A resize may change it
+  // (ResizeRequest::spares). 0 (default): none kept; from 0 to max_workers.
+  int spares = 0;
   // Told to workers in JoinReply; how often they send heartbeats.
   std::chrono::milliseconds heartbeat_interval{200};
   // A worker silent for this long is lost (detection well under 2 s).

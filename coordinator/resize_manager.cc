@@ -56,6 +56,30 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     journal_->ResizeRefused(req.workers, req.has_layout ? &req.layout : nullptr, "", s);
     outbox_->SendError(identity, e.request_id, s);
   };
+  if (req.spares < -1) {
+    return refuse(
+        InvalidArgumentError("spares must be 0 or more; asked for " + std::to_string(req.spares)));
+  }
+  if (req.spares > options_->max_workers) {
+    return refuse(InvalidArgumentError(
+        "asked for " + std::to_string(req.spares) + " spares; this job allows at most " +
+        std::to_string(options_->max_workers) + " workers (max_workers)"));
+  }
+  if (req.workers == 0 && req.spares >= 0) {
+    // Only the spares change: no generation changes for it, so it is done at once, whatever
+    // runs now (a change in flight uses the new number from its next step on).
+    if (generations_->job_over()) return refuse(CheckCanChange());
+    SetSpares(req.spares);
+    proto::ResizeReply reply;
+    reply.phase = proto::ResizePhase::kDone;
+    reply.generation = generations_->generation();
+    reply.workers = static_cast<int32_t>(membership_->MemberCount());
+    reply.layout = generations_->layout();
+    reply.message = "the job keeps " + std::to_string(spares()) + " spare(s)";
+    outbox_->Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
+    MaybeReplenishSpares();
+    return;
+  }
   if (req.workers < 1) {
     return refuse(InvalidArgumentError("a job needs at least 1 worker; asked for " +
                                        std::to_string(req.workers)));
@@ -119,6 +143,7 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     LOG(INFO) << "a resize replaces the regrow that was waiting for workers";
     pending_.reset();
   }
+  if (req.spares >= 0) SetSpares(req.spares);  // before the grow counts the spares it keeps
   if (static_cast<size_t>(req.workers) == members &&
       (!req.has_layout || req.layout == generations_->layout())) {
     SetTarget(req.workers, /*journal=*/true);
@@ -129,6 +154,7 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     reply.layout = generations_->layout();
     reply.message = "the job already runs with " + std::to_string(members) + " workers";
     outbox_->Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
+    MaybeReplenishSpares();
     return;
   }
   Pending p;
@@ -276,27 +302,41 @@ void ResizeManager::Continue() {
     return;
   }
   if (want > staying) {
-    const size_t have = staying + hosts_->UsableStandby(except).size();
+    // A regrow starts workers only where agents heartbeat (see HostInfo::heartbeats); a resize
+    // or a drain was asked for and uses any live host. No agent: wait for workers started
+    // elsewhere.
+    const bool watched_only = p.reason == GenerationReason::kRegrow;
+    const size_t standby = hosts_->UsableStandby(except).size();
+    const int on_their_way = OnTheirWay(except);
+    // The spares stay standing when free slots can start the workers the change lacks.
+    const size_t startable = static_cast<size_t>(
+        hosts_->FreeSlotsTotal(clock_->Now(), watched_only, except) + on_their_way);
+    const size_t kept = SparesKept(want, staying, standby, startable);
+    const size_t have = staying + standby - kept;
     if (have < want) {
       if (!p.waiting_for_workers) {
         p.waiting_for_workers = true;
         p.spawn_deadline = clock_->Now() + options_->spawn_timeout;
       }
-      int on_their_way = 0;
-      for (const auto& h : hosts_->hosts()) {
-        if (h.name != except) on_their_way += static_cast<int>(h.spawns.size());
-      }
       const int needed = static_cast<int>(want - have) - on_their_way;
-      // A regrow starts workers only where agents heartbeat (see HostInfo::heartbeats); a resize
-      // or a drain was asked for and uses any live host. No agent: wait for workers started
-      // elsewhere.
-      host_manager_->Spawn(needed, Placement::kFullestFirst,
-                           /*watched_only=*/p.reason == GenerationReason::kRegrow, except);
+      host_manager_->Spawn(needed, Placement::kFullestFirst, watched_only, except);
       return;  // wait for joins
     }
     p.waiting_for_workers = false;
+    if (const size_t used = std::min<size_t>(spares(), standby) - kept; used > 0) {
+      LOG(WARNING) << proto::ToString(p.reason) << " to " << want << " workers uses " << used
+                   << " of the " << spares() << " spare(s): no free slot starts its workers";
+    }
   }
   BeginPause();
+}
+
+int ResizeManager::OnTheirWay(const std::string& except) const {
+  int on_their_way = 0;
+  for (const auto& h : hosts_->hosts()) {
+    if (h.name != except) on_their_way += static_cast<int>(h.spawns.size());
+  }
+  return on_their_way;
 }
 
 void ResizeManager::BeginPause() {
@@ -356,9 +396,17 @@ void ResizeManager::Tick() {
   const std::string except = DrainedHost();
   const size_t members = membership_->MemberCount();
   const size_t staying = Staying(except);
+  // The spares count here: past the deadline, the change uses them rather than fail.
   const size_t have = staying + hosts_->UsableStandby(except).size();
   const std::string timeout =
       "within spawn_timeout (" + std::to_string(options_->spawn_timeout.count()) + " ms)";
+  if (have >= static_cast<size_t>(p.workers)) {
+    LOG(WARNING) << proto::ToString(p.reason) << ": its new workers did not join " << timeout
+                 << "; it uses spares";
+    p.waiting_for_workers = false;
+    BeginPause();
+    return;
+  }
   switch (p.reason) {
     case GenerationReason::kRegrow:
       if (have > members) break;  // grow back as far as the workers that came allow
@@ -399,6 +447,13 @@ void ResizeManager::FinishDrain() {
   End();
 }
 
+void ResizeManager::SetSpares(int spares) {
+  if (spares == this->spares()) return;
+  LOG(INFO) << "the job keeps " << spares << " spare(s) (was " << this->spares() << ")";
+  spares_ = spares;
+  journal_->Target(target(), spares);
+}
+
 void ResizeManager::SetTarget(int workers, bool journal) {
   if (workers == target()) return;
   target_ = workers;
@@ -437,8 +492,9 @@ void ResizeManager::OnJobEnd(const std::string& message) {
   pending_.reset();  // the end record closes a resize
 }
 
-void ResizeManager::Restore(const std::optional<JournalResize>& resize, int target) {
+void ResizeManager::Restore(const std::optional<JournalResize>& resize, int target, int spares) {
   target_ = target;
+  spares_ = spares;
   if (!resize) return;
   Pending p;
   p.reason = GenerationReason::kResize;

@@ -6,7 +6,9 @@
 //     host in one planned generation, replacements starting on other hosts up to the target
 //     (which drops when no other host can take the workers); replied to like a resize;
 //   - a regrow: below the target with standby workers or free slots (after a failure), new
-//     workers start and the job grows back in a generation with reason `regrow`.
+//     workers start and the job grows back in a generation with reason `regrow`;
+//   - hot spares (resize_manager_spares.cc): standby workers kept beyond the layout, replaced
+//     when a recovery used one, and left standing by a grow whose workers free slots can start.
 // It keeps the one pending change and the target size (both journaled, so a restarted coordinator
 // continues), asks the host manager for the workers a change lacks and waits for them up to
 // spawn_timeout, has the generation manager pause the job for the new size, and answers a waiting
@@ -74,6 +76,8 @@ class ResizeManager {
   // kResourceExhausted: more workers than the live hosts have slots, when agents exist;
   // kFailedPrecondition: another change in flight, or a restart not settled yet), done at once
   // when the job already has that size, else accepted and started. Its size is the new target.
+  // Its spares (when it names them) become spares(); one that names only spares is done at once
+  // (refused only once the job is over).
   void OnResize(const std::string& identity, const proto::Envelope& e);
   // A DrainRequest from `identity` holding `role`: refused with an ErrorReply (kUnauthenticated:
   // a worker key draining another host than its agent's; kNotFound: an unknown host;
@@ -95,9 +99,9 @@ class ResizeManager {
   // The job ended: a waiting caller hears `message` as the failure; the change is over (the
   // journal's end record closes a resize).
   void OnJobEnd(const std::string& message);
-  // A restarted coordinator: the journaled target and pending resize. Nobody waits for the
-  // resize's outcome any more.
-  void Restore(const std::optional<JournalResize>& resize, int target);
+  // A restarted coordinator: the journaled target, spares and pending resize. Nobody waits for
+  // the resize's outcome any more.
+  void Restore(const std::optional<JournalResize>& resize, int target, int spares);
   // While a restart waits to hear from its workers, resizes and drains are refused and no regrow
   // starts.
   void set_restoring(bool restoring) { restoring_ = restoring; }
@@ -105,6 +109,15 @@ class ResizeManager {
   // The size the job returns to: the start size, then each accepted resize's size, lowered by a
   // drain no other host could take.
   int target() const { return target_.value_or(options_->initial_workers); }
+  // The standby workers the job keeps beyond its layout: CoordinatorOptions::spares, then each
+  // accepted resize that named them (journaled: a restarted coordinator keeps them).
+  int spares() const { return spares_.value_or(options_->spares); }
+  // Keeps spares() standing: with the job running and no change pending or in flight, when the
+  // usable standby workers and the workers on their way are fewer, asks agents for the rest,
+  // fullest host first, on any up host with free slots (an agent that does not heartbeat too:
+  // spares were asked for, as a resize's workers are); they join as standbys. O(1) while enough
+  // stand or are on their way.
+  void MaybeReplenishSpares();
   const std::optional<Pending>& pending() const { return pending_; }
 
  private:
@@ -122,6 +135,13 @@ class ResizeManager {
   void BeginPause();
   void FinishDrain();
   void SetTarget(int workers, bool journal);
+  void SetSpares(int spares);
+  // Workers asked of the agents of hosts other than `except` that have not joined yet.
+  int OnTheirWay(const std::string& except) const;
+  // Of `standby` usable standby workers, how many a grow from `staying` members to `want` leaves
+  // standing as spares: up to spares(), fewer only when the workers it lacks cannot all start
+  // in `startable` free slots and spawns on their way (the target comes first).
+  size_t SparesKept(size_t want, size_t staying, size_t standby, size_t startable) const;
   // Answers a waiting caller; logs any outcome but done.
   void Reply(proto::ResizePhase phase, const std::string& message);
   // The change is over: forgets it and journals that (a resize).
@@ -139,6 +159,7 @@ class ResizeManager {
 
   std::optional<Pending> pending_;
   std::optional<int> target_;  // unset: options.initial_workers
+  std::optional<int> spares_;  // unset: options.spares
   bool restoring_ = false;
 };
 

@@ -16,7 +16,8 @@ Status RestoreManager::Open() {
   const JournalState& s = journal_->journal()->state();
   if (s.empty()) {
     return journal_->journal()->RecordJob(options_->job, options_->initial_workers,
-                                          options_->max_workers, options_->bind_address);
+                                          options_->max_workers, options_->bind_address,
+                                          options_->spares);
   }
   if (s.job != options_->job) {
     return FailedPreconditionError("the journal in " + options_->state_dir + " belongs to job '" +
@@ -100,7 +101,7 @@ void RestoreManager::Restore(const JournalState& s) {
       if (const WorkerInfo* info = membership_->Find(id)) health_->Beat(info->slot);
     }
   }
-  resizes_->Restore(s.resize, s.target_workers);
+  resizes_->Restore(s.resize, s.target_workers, s.spares);
   if (s.ended == JobOutcome::kFinished) job.state = proto::JobState::kFinished;
   if (s.ended == JobOutcome::kFailed) job.state = proto::JobState::kFailed;
   generations_->Restore(std::move(job));

@@ -76,6 +76,9 @@ std::string PrometheusMetrics(const proto::JobStatus& s) {
   w.Gauge("elastra_generation", "The committed generation", static_cast<double>(s.generation));
   w.Gauge("elastra_target_workers", "The size the job returns to: its start size or last resize",
           s.target_workers);
+  w.Gauge("elastra_spares_target",
+          "Standby workers the job keeps beyond its layout: --spares or the last resize's",
+          s.spares_target);
   w.Gauge("elastra_current_workers", "Ranks in the committed generation", s.layout.world());
   w.Family("elastra_layout", "gauge", "The committed layout, one sample per dimension");
   w.Sample("elastra_layout", Label("dim", "dp"), s.layout.dp);

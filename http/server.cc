@@ -441,12 +441,21 @@ class HttpServer::Impl {
         r->has_layout = true;
       } else if (key == "wait" && value.is_boolean()) {
         *wait = value.get<bool>();
+      } else if (key == "spares" && value.is_number_integer()) {
+        // The coordinator refuses more than max_workers (422, with the bound).
+        const int64_t k = value.get<int64_t>();
+        if (k < 0 || k > std::numeric_limits<int32_t>::max()) {
+          return "422:\"spares\" must be 0 or more, got " + std::to_string(k);
+        }
+        r->spares = static_cast<int32_t>(k);
       } else {
         return "400:unexpected or malformed field \"" + key + "\"";
       }
     }
-    if (!has_workers && !r->has_layout) return "400:\"workers\" or \"layout\" is required";
-    if (!has_workers) r->workers = r->layout.world();
+    if (!has_workers && !r->has_layout && r->spares < 0) {
+      return "400:\"workers\", \"layout\" or \"spares\" is required";
+    }
+    if (!has_workers) r->workers = r->has_layout ? r->layout.world() : 0;  // 0: only the spares
     return "";
   }
 

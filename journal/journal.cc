@@ -165,11 +165,12 @@ JournalRecord Typed(JournalRecordType type) {
 }  // namespace
 
 Status Journal::RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
-                          const std::string& bind) {
+                          const std::string& bind, int32_t spares) {
   JournalRecord record = Typed(JournalRecordType::kJob);
   record.job = job;
   record.initial_workers = initial_workers;
   record.max_workers = max_workers;
+  record.spares = spares;
   record.has_bind = true;
   record.bind = bind;
   return Append(std::move(record));
@@ -304,9 +305,10 @@ Status Journal::RecordState(const StateSpec& state) {
   return Append(std::move(record));
 }
 
-Status Journal::RecordTarget(int32_t workers) {
+Status Journal::RecordTarget(int32_t workers, int32_t spares) {
   JournalRecord record = Typed(JournalRecordType::kTarget);
   record.target_workers = workers;
+  record.spares = spares;
   return Append(std::move(record));
 }
 

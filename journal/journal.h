@@ -123,6 +123,9 @@ struct JournalState {
   // The size the job returns to: initial_workers, then each resize's size, then what a `target`
   // record set (a drain that no other host could take).
   int32_t target_workers = 0;
+  // The standby workers the job keeps beyond its layout: the job record's, then each `target`
+  // record's that names them (0 in a journal written before spares were recorded).
+  int32_t spares = 0;
   // The highest generation number ever handed out (begun or committed).
   uint64_t highest_generation = 0;
   // Committed generations, oldest first; back() is the current one.
@@ -215,7 +218,7 @@ class Journal {
   // state is then unchanged and no part of the record stays in the file), kInvalidArgument when a
   // field is out of bounds or the record does not fit the state (nothing is written then).
   Status RecordJob(const std::string& job, int32_t initial_workers, int32_t max_workers,
-                   const std::string& bind = "");
+                   const std::string& bind = "", int32_t spares = 0);
   Status RecordJoin(const JournalWorker& worker);
   Status RecordWorkerState(const std::string& id, JournalWorkerState state);
   Status RecordIds(const std::vector<std::string>& ids);
@@ -256,7 +259,8 @@ class Journal {
   Status RecordWaiting(const std::string& why);
   Status RecordHostLost(const std::string& host, const std::string& why,
                         const std::vector<std::string>& workers);
-  Status RecordTarget(int32_t workers);
+  // `spares` -1: the spares kept do not change.
+  Status RecordTarget(int32_t workers, int32_t spares = -1);
   // The training state the workers registered (recorded once, when the first one joined).
   Status RecordState(const StateSpec& state);
   // `checkpoint_step` and `checkpoint_dir`: the job's last committed checkpoint (the one a

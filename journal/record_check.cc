@@ -84,6 +84,7 @@ Status CheckJob(const JournalRecord& rec, const JournalState& s) {
     return OutOfRange("initial_workers");
   }
   if (rec.max_workers < 0 || rec.max_workers > kMaxSize) return OutOfRange("max_workers");
+  if (rec.spares < -1 || rec.spares > kMaxSize) return OutOfRange("spares");
   return OkStatus();
 }
 
@@ -202,6 +203,7 @@ Status CheckJournalRecord(const JournalRecord& rec, const JournalState& s) {
       return CheckLayout(rec.resize.layout);
     case JournalRecordType::kTarget:
       if (rec.target_workers < 1 || rec.target_workers > kMaxSize) return OutOfRange("workers");
+      if (rec.spares < -1 || rec.spares > kMaxSize) return OutOfRange("spares");
       break;
     case JournalRecordType::kState:
       // Its text is the wire's encoding in hex, which replay reads as at most one frame.

@@ -154,6 +154,7 @@ json RecordJson(JournalRecord* rec) {
                 {"initial_workers", rec->initial_workers},
                 {"max_workers", rec->max_workers}};
       if (rec->has_bind) r["bind"] = Utf8(&rec->bind);
+      if (rec->spares > 0) r["spares"] = rec->spares;
       return r;
     }
     case JournalRecordType::kJoin: {
@@ -203,8 +204,11 @@ json RecordJson(JournalRecord* rec) {
               {"workers", rec->ids}};
     case JournalRecordType::kWaiting:
       return {{"t", "waiting"}, {"why", Utf8(&rec->why)}};
-    case JournalRecordType::kTarget:
-      return {{"t", "target"}, {"workers", rec->target_workers}};
+    case JournalRecordType::kTarget: {
+      json r = {{"t", "target"}, {"workers", rec->target_workers}};
+      if (rec->spares >= 0) r["spares"] = rec->spares;
+      return r;
+    }
     case JournalRecordType::kState:
       return {{"t", "state"}, {"spec", HexOf(proto::EncodePayload(rec->state))}};
     case JournalRecordType::kEnd: {

@@ -172,6 +172,7 @@ JournalRecord Read(const json& r) {
     rec.max_workers = static_cast<int32_t>(Int(r, "max_workers", 0, 1 << 20));
     rec.has_bind = r.contains("bind");  // absent in older journals
     if (rec.has_bind) rec.bind = Str(r, "bind");
+    if (r.contains("spares")) rec.spares = static_cast<int32_t>(Int(r, "spares", 0, 1 << 20));
   } else if (type == "join") {
     rec.type = JournalRecordType::kJoin;
     rec.worker = WorkerFrom(Field(r, "worker"));
@@ -257,6 +258,7 @@ JournalRecord Read(const json& r) {
   } else if (type == "target") {
     rec.type = JournalRecordType::kTarget;
     rec.target_workers = static_cast<int32_t>(Int(r, "workers", 1, 1 << 20));
+    if (r.contains("spares")) rec.spares = static_cast<int32_t>(Int(r, "spares", 0, 1 << 20));
   } else if (type == "state") {
     rec.type = JournalRecordType::kState;
     rec.state = StateFrom(r);
@@ -308,6 +310,7 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       s->initial_workers = rec.initial_workers;
       s->max_workers = rec.max_workers;
       s->target_workers = rec.initial_workers;
+      s->spares = std::max(rec.spares, 0);
       if (rec.has_bind) s->bind = std::move(rec.bind);
       break;
     case JournalRecordType::kJoin:
@@ -395,6 +398,7 @@ void ApplyJournalRecord(JournalRecord rec, JournalState* s) {
       break;
     case JournalRecordType::kTarget:
       s->target_workers = rec.target_workers;
+      if (rec.spares >= 0) s->spares = rec.spares;
       break;
     case JournalRecordType::kState:
       s->state = std::move(rec.state);

@@ -91,6 +91,9 @@ struct JournalRecord {
   std::string host, why;
   // target
   int32_t target_workers = 0;
+  // job, target: the standby workers kept beyond the layout (CoordinatorOptions::spares); -1: not
+  // written (a job record: none; a target record: unchanged)
+  int32_t spares = -1;
   // state
   StateSpec state;
   // end; the job's last committed checkpoint when end_checkpoint_step >= 0 (replay does not read

@@ -134,8 +134,9 @@ struct AdminFlags {
 };
 
 struct ResizeOptions : AdminFlags {
-  int workers = 0;
+  int workers = 0;               // 0: not given (--spares alone)
   std::optional<Layout> layout;  // none: the coordinator chooses
+  std::optional<int> spares;     // none: unchanged
 };
 
 struct DrainOptions : AdminFlags {
@@ -264,7 +265,9 @@ int ChangeOverHttp(const std::string& command, const HttpFlags& http, const std:
 }
 
 int ResizeOverHttp(const ResizeOptions& flags) {
-  nlohmann::json body = {{"workers", flags.workers}, {"wait", flags.wait}};
+  nlohmann::json body = {{"wait", flags.wait}};
+  if (flags.workers > 0) body["workers"] = flags.workers;
+  if (flags.spares) body["spares"] = *flags.spares;
   if (flags.layout) {
     body["layout"] = {{"dp", flags.layout->dp}, {"pp", flags.layout->pp}, {"tp", flags.layout->tp}};
   }
@@ -272,10 +275,17 @@ int ResizeOverHttp(const ResizeOptions& flags) {
 }
 
 int ResizeJob(const ResizeOptions& flags) {
+  if (flags.workers == 0 && !flags.spares) {
+    return UsageError("elastra resize", "--workers or --spares is required");
+  }
+  if (flags.workers == 0 && flags.layout) {
+    return UsageError("elastra resize", "--layout needs --workers");
+  }
   if (!flags.http.url.empty()) return ResizeOverHttp(flags);
   proto::ResizeRequest req;
   req.workers = flags.workers;
   req.wait = flags.wait;
+  req.spares = flags.spares.value_or(-1);
   if (flags.layout) {
     req.layout = *flags.layout;
     req.has_layout = true;
@@ -366,7 +376,12 @@ void PrintStatusTable(const nlohmann::json& st) {
   // job returns to after failures and drains.
   std::string size = std::to_string(generation > 0 ? layout.world() : 0);
   const int target = st.value("target_workers", 0);
-  if (target > 0) size += " (target " + std::to_string(target) + ")";
+  const int spares = st.value("spares_target", 0);
+  if (target > 0 && spares > 0) {
+    size += " (target " + std::to_string(target) + ", spares " + std::to_string(spares) + ")";
+  } else if (target > 0) {
+    size += " (target " + std::to_string(target) + ")";
+  }
   std::printf("job %s  state %s  generation %llu  layout %s  step %lld  workers %s\n",
               st.value("job", "").c_str(), st.value("state", "").c_str(),
               static_cast<unsigned long long>(generation), layout.ToString().c_str(),
@@ -530,20 +545,23 @@ void AddResizeCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<ResizeOptions>();
   CLI::App* resize = app->add_subcommand("resize", "Change a running job's size or layout");
   SetUsage(resize, {"elastra resize --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] "
-                    "[--wait] [--timeout SECONDS]",
+                    "[--spares K] [--wait] [--timeout SECONDS]",
+                    "elastra resize --state-dir DIR --spares K",
                     "elastra resize --url URL --token-file FILE --workers N [--layout "
-                    "dp=D,pp=P,tp=T] [--wait] [--timeout SECONDS]"});
+                    "dp=D,pp=P,tp=T] [--spares K] [--wait] [--timeout SECONDS]"});
   AddAdminFlags(resize, o.get(),
                 {.state_dir = "The job's state directory (elastra run's)",
                  .change = "resize",
                  .wait = "Block until the job runs at the new size"},
                 [&] {
                   AddIntFlag(resize, "--workers", &o->workers, 1, 1 << 20, "N",
-                             "Workers after the change")
-                      ->required();
+                             "Workers after the change (required unless --spares is given)");
                   AddLayoutFlag(resize, "--layout", &o->layout,
                                 "The exact layout (D*P*T = N); without it the job keeps pp and tp "
                                 "when they divide N");
+                  AddIntFlag(resize, "--spares", &o->spares, 0, kMaxJobWorkers, "K",
+                             "Standby workers to keep beyond the layout from now on (alone: "
+                             "only they change, at once)");
                 });
   resize->callback([o, exit_code] { *exit_code = ResizeJob(*o); });
 }
@@ -576,7 +594,7 @@ void AddStatusCommand(CLI::App* app, int* exit_code) {
   AddAdminFlags(status, o.get(), {.state_dir = "The job's state directory (elastra run's)"}, [&] {
     status->add_flag("--json", o->json,
                      "One JSON object: job, state, generation, layout, step, workers, history, "
-                     "agents, hosts, target_workers, counters");
+                     "agents, hosts, target_workers, spares_target, counters");
   });
   status->callback([o, exit_code] { *exit_code = ShowStatus(*o); });
 }

@@ -105,6 +105,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.bind_address = options.bind;
   o.initial_workers = options.initial_workers;
   o.max_workers = std::max(options.max_workers, options.initial_workers);
+  o.spares = options.spares;
   if (options.restart) {
     // The same job, address and keys as before: clients reconnect by themselves.
     auto info = ReadConnectionInfo(info_path);

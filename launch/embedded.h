@@ -36,6 +36,8 @@ struct EmbeddedOptions {
   int initial_workers = 1;
   // Upper bound on the workers of one generation (raised to initial_workers when lower).
   int max_workers = 64;
+  // Standby workers kept beyond the layout (CoordinatorOptions::spares; docs/recovery.md).
+  int spares = 0;
   // A checkpoint root to resume from (CoordinatorOptions::resume_from); empty: a fresh start.
   std::string resume_from;
   // Take back the job in state_dir after its coordinator died (docs/journal.md): reuse the

@@ -66,6 +66,7 @@ struct CoordinatorOptions {
   std::string state_dir = ".elastra";
   int workers = 1;
   int max_workers = 64;
+  int spares = 0;  // standby workers kept beyond the layout (docs/recovery.md)
   std::string bind = "tcp://127.0.0.1:0";
   std::string advertise;  // empty: the bound address
   std::string job = "elastra";
@@ -163,6 +164,11 @@ int RunJob(const RunOptions& flags) {
                                                "--bind",        "tcp://127.0.0.1:0",
                                                "--workers",     std::to_string(nproc),
                                                "--max-workers", std::to_string(max_workers)};
+  if (flags.spares > 0) {
+    // The coordinator keeps them: when one takes a lost rank, it asks this agent for another.
+    coordinator_args.push_back("--spares");
+    coordinator_args.push_back(std::to_string(flags.spares));
+  }
   if (!flags.resume.empty()) {
     coordinator_args.push_back("--resume");
     coordinator_args.push_back(flags.resume);
@@ -188,10 +194,11 @@ int RunJob(const RunOptions& flags) {
   co.client_keys = info.admin;
   co.job = job;
   co.sender = "agent-" + HostName();
-  // No heartbeats: this agent starts the first --nproc workers itself, and an agent that does not
-  // heartbeat is one the coordinator never asks for first-generation or regrow workers, and whose
-  // silence is never a host loss (docs/hosts.md, "Agents"). It shares the host with the
-  // coordinator, whose death the CoordinatorWatch sees first.
+  // No heartbeats: this agent starts the first --nproc workers (and --spares) itself, and an agent
+  // that does not heartbeat is one the coordinator never asks for first-generation or regrow
+  // workers, and whose silence is never a host loss (docs/hosts.md, "Agents"). It is asked for a
+  // resize's workers and for replacement spares, as any agent (SpawnRequest). It shares the host
+  // with the coordinator, whose death the CoordinatorWatch sees first.
   auto client = ControlClient::Connect(co);
   if (!client.ok()) {
     std::fprintf(stderr, "elastra run: %s\n", client.status().ToString().c_str());
@@ -240,6 +247,7 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.bind = flags.bind;
   o.initial_workers = flags.workers;
   o.max_workers = std::max(flags.workers, flags.max_workers);
+  o.spares = std::min(flags.spares, o.max_workers);
   o.resume_from = flags.resume;
   // The address join.json gives the agents and workers of other hosts.
   o.advertise = flags.advertise;
@@ -285,7 +293,8 @@ void AddRunCommand(CLI::App* app, int* exit_code) {
                  "PROGRAM ARGS..."});
   AddIntFlag(run, "--nproc", &o->nproc, 1, 4096, "N", "Workers to start")->required();
   AddIntFlag(run, "--spares", &o->spares, 0, 4096, "K",
-             "Standby workers to start beyond --nproc: the first to take a lost worker's rank")
+             "Standby workers to start beyond --nproc and keep: the first to take a lost "
+             "worker's rank, replaced when used")
       ->capture_default_str();
   run->add_option("--state-dir", o->state_dir,
                   "Keys, coordinator.json, journal and status.json of the job")
@@ -312,7 +321,7 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       app->add_subcommand("coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
                          "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
-                         "[--job NAME] [--http ADDR:PORT]",
+                         "[--spares K] [--job NAME] [--http ADDR:PORT]",
                          "elastra coordinator --state-dir DIR --restart"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
@@ -322,6 +331,10 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       ->capture_default_str();
   AddIntFlag(coordinator, "--max-workers", &o->max_workers, 1, kMaxJobWorkers, "M",
              "Most workers a resize may ask for")
+      ->capture_default_str();
+  AddIntFlag(coordinator, "--spares", &o->spares, 0, kMaxJobWorkers, "K",
+             "Standby workers to keep beyond the layout (agents with free slots start them): "
+             "the first to take a lost worker's rank")
       ->capture_default_str();
   coordinator->add_option("--bind", o->bind, "Address to listen on")
       ->type_name("ADDRESS")

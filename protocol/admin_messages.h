@@ -16,11 +16,13 @@
 namespace elastra::proto {
 
 struct ResizeRequest {
-  int32_t workers = 0;
+  int32_t workers = 0;      // 0 with spares >= 0: only the spares change
   bool has_layout = false;  // an exact layout was asked for
   Layout layout;
   bool wait = false;        // send a second reply when the job runs at the new size
-  template <class A> void serialize(A& ar) { ar(workers, has_layout, layout, wait); }
+  // The standby workers to keep beyond the layout from now on (protocol 10); -1: unchanged.
+  int32_t spares = -1;
+  template <class A> void serialize(A& ar) { ar(workers, has_layout, layout, wait, spares); }
 };
 
 struct ResizeReply {
@@ -161,12 +163,16 @@ struct JobStatus {
   // Why the job waits for workers (state kWaitingForWorkers): no layout of the live workers fits
   // their memory, with the numbers. Empty otherwise.
   std::string waiting_reason;
+  // The standby workers the job keeps beyond its layout (--spares, or the last resize that named
+  // them; protocol 10). The standbys standing now are the workers whose state is kStandby.
+  int32_t spares_target = 0;
   template <class A> void serialize(A& ar) {
     ar(job);
     SerializeEnum(ar, state);
     ar(generation, layout, step, workers, history, agents, hosts, target_workers, malformed_frames,
        stale_messages, resize_pending, resize_workers, resize_waiting_for_workers, training,
-       checkpoint_step, checkpoint_dir, checkpoint_error_step, checkpoint_error, waiting_reason);
+       checkpoint_step, checkpoint_dir, checkpoint_error_step, checkpoint_error, waiting_reason,
+       spares_target);
   }
   bool over() const { return state == JobState::kFinished || state == JobState::kFailed; }
 };

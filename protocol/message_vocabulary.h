@@ -55,6 +55,7 @@ inline constexpr uint32_t kMagic = 0x454C5354;  // "ELST"
 //    waiting_for_workers, GenerationRecord.bytes_moved.
 // 10: a paused worker reports its groups' health (PausedReport.groups); NewGeneration says which
 //    groups a member keeps (keep_groups); GenerationRecord counts groups rebuilt and kept.
+//    Hot spares: ResizeRequest.spares (-1: unchanged) and JobStatus.spares_target.
 inline constexpr uint16_t kProtocolVersion = 10;
 inline constexpr size_t kMaxFrameBytes = 16u << 20;
 

@@ -62,6 +62,7 @@ std::string StatusJson(const JobStatus& s) {
   }
   j["hosts"] = hosts;
   j["target_workers"] = s.target_workers;
+  j["spares_target"] = s.spares_target;
   j["counters"] = {{"malformed_frames", s.malformed_frames},
                    {"stale_messages", s.stale_messages}};
   j["checkpoints"] = {{"committed_step", s.checkpoint_step},

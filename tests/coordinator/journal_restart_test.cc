@@ -24,13 +24,14 @@ using journal::JournalTest;
 
 class RestartTest : public JournalTest {
  protected:
-  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers,
-                                           Env* env = Env::Default()) {
+  std::unique_ptr<CoordinatorCore> NewCore(int initial_workers, Env* env = Env::Default(),
+                                           int spares = 0) {
     CoordinatorOptions o;
     o.env = env;
     o.job = "job";
     o.initial_workers = initial_workers;
     o.max_workers = 8;
+    o.spares = spares;
     o.heartbeat_interval = Duration(200);
     o.heartbeat_timeout = Duration(1500);
     o.clock = &clock_;
@@ -436,6 +437,26 @@ TEST_F(RestartTest, TheTargetSurvivesARestart) {
   }
   auto core = NewCore(2);
   EXPECT_EQ(core->target_workers(), 1);
+}
+
+// The spares the job started with, then those a resize named, are the restarted coordinator's
+// (elastra run restarts its coordinator with --restart alone).
+TEST_F(RestartTest, TheSparesSurviveARestart) {
+  {
+    auto core = NewCore(2, Env::Default(), /*spares=*/1);
+    StartTwo(*core);
+  }
+  {
+    auto core = NewCore(2);
+    EXPECT_EQ(core->spares_target(), 1) << "the job record's";
+    proto::ResizeRequest only_spares;
+    only_spares.spares = 3;
+    Send(*core, "admin", proto::Role::kAdmin, T::kResize, only_spares, 9);
+    EXPECT_EQ(core->spares_target(), 3);
+  }
+  auto core = NewCore(2);
+  EXPECT_EQ(core->spares_target(), 3) << "the resize's";
+  EXPECT_EQ(core->target_workers(), 2);
 }
 
 TEST_F(RestartTest, AJournalOfAnotherJobIsRefused) {

@@ -151,6 +151,10 @@ TEST(LayoutMemoryTest, KeepReplicasKeepsWholeReplicasInPlace) {
   // With a spare the layout stays: the spare takes b1's place, everyone else stays put.
   EXPECT_EQ(KeepReplicas(current, members, {"a0", "a1", "b0"}, {"s"}, 2),
             (std::vector<std::string>{"a0", "a1", "b0", "s"}));
+  // a0 lost with a spare: the spare takes its place and the replicas keep their order, so that
+  // every dp group but the broken one stays as it was.
+  EXPECT_EQ(KeepReplicas(current, members, {"a1", "b0", "b1"}, {"s"}, 2),
+            (std::vector<std::string>{"s", "a1", "b0", "b1"}));
   // Two broken replicas make one: a1 and b0 hold positions 1 and 0.
   EXPECT_EQ(KeepReplicas(current, members, {"a1", "b0"}, {}, 1),
             (std::vector<std::string>{"b0", "a1"}));

@@ -31,11 +31,14 @@ class ManagerTest : public ::testing::Test {
     generations_.AddCommitListener([this](uint64_t) {
       resizes_.Continue();
       resizes_.MaybeRegrow();
+      resizes_.MaybeReplenishSpares();
     });
+    generations_.SetTargets([this] { return JobTargets{resizes_.target(), resizes_.spares()}; });
     host_manager_.AddHostListener([this] {
       host_manager_.MaybeStartFirstWorkers();
       resizes_.ContinueIfWaitingForWorkers();
       resizes_.MaybeRegrow();
+      resizes_.MaybeReplenishSpares();
     });
     generations_.AddJobEndListener([this](const std::string& m) {
       ended_ = m;

@@ -106,6 +106,66 @@ TEST_F(RecoveryLayoutTest, AStandbyTakesTheLostRankAndTheLayoutStays) {
   for (const auto& [identity, ng] : built) EXPECT_FALSE(ng.leave) << identity;
 }
 
+// Hot spares (options.spares = 1): the standby takes the lost rank, and then the coordinator asks
+// the host's agent for a replacement, which joins as a standby without a new generation. The
+// agent does not heartbeat (elastra run's): spares are asked of it all the same.
+TEST_F(RecoveryLayoutTest, ASpareTakesTheLostRankAndAnAgentStartsItsReplacement) {
+  RegisterHost("n1", 8, /*heartbeats=*/false);
+  FormDp2Tp2();
+  Join("s");
+  options_.spares = 1;
+  resizes_.MaybeReplenishSpares();
+  EXPECT_TRUE(Sent<proto::SpawnRequest>(T::kSpawnRequest).empty()) << "one spare stands";
+
+  auto built = Recover(before_[3]);
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{2, 1, 2})) << "the layout stays";
+  ASSERT_EQ(g.members.size(), 4u);
+  EXPECT_EQ(g.members[3].worker_id, "s") << "the spare takes the lost rank";
+  EXPECT_EQ(hosts_.Outstanding(), 0) << "no replacement before the recovery committed";
+  ReadyAll(built);
+  const uint64_t recovered = generations_.generation();
+  ASSERT_EQ(generations_.history().back().reason, proto::GenerationReason::kFailure);
+
+  auto spawns = Sent<proto::SpawnRequest>(T::kSpawnRequest);
+  ASSERT_EQ(spawns.size(), 1u) << "the used spare is replaced";
+  EXPECT_EQ(spawns[0].first, "id-agent-n1");
+  ASSERT_EQ(spawns[0].second.worker_ids.size(), 1u);
+  const std::string replacement = spawns[0].second.worker_ids[0];
+  resizes_.MaybeReplenishSpares();
+  EXPECT_TRUE(Sent<proto::SpawnRequest>(T::kSpawnRequest).empty()) << "one is on its way";
+  EXPECT_EQ(hosts_.Outstanding(), 1);
+
+  Join(replacement);
+  EXPECT_EQ(hosts_.Outstanding(), 0);
+  EXPECT_EQ(membership_.Find(replacement)->state, WorkerState::kStandby);
+  EXPECT_TRUE(Sent<proto::PauseRequest>(T::kPauseRequest).empty()) << "no change for a spare";
+  EXPECT_EQ(generations_.phase(), Phase::kIdle);
+  EXPECT_EQ(generations_.generation(), recovered);
+  EXPECT_EQ(generations_.layout(), (Layout{2, 1, 2}));
+  resizes_.MaybeReplenishSpares();
+  EXPECT_TRUE(Sent<proto::SpawnRequest>(T::kSpawnRequest).empty()) << "one spare stands again";
+}
+
+// With spares kept, a recovery takes standby workers only up to the target size: in a job of
+// pure data parallelism that loses one worker with two standing, one takes the rank and the
+// other stays standby (not dp=5).
+TEST_F(RecoveryLayoutTest, ARecoveryLeavesTheSparesBeyondTheTargetStanding) {
+  options_.initial_workers = 4;
+  for (const std::string id : {"a", "b", "c", "d"}) Join(id);
+  ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
+  ASSERT_EQ(generations_.layout(), (Layout{4, 1, 1}));
+  Join("s1");
+  Join("s2");
+  options_.spares = 2;
+  auto built = Recover("b");
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{4, 1, 1}));
+  ReadyAll(built);
+  EXPECT_EQ(membership_.StandbyCount(), 1u);
+  EXPECT_EQ(membership_.Find("s2")->state, WorkerState::kStandby);
+}
+
 TEST_F(RecoveryLayoutTest, AMemoryBudgetKeepsTheJobOffLayoutsThatDoNotFit) {
   // 600 B a worker: only pp=2 x tp=2 fits, so 3 workers wait for a fourth, and of 5 one waits.
   options_.initial_workers = 3;

@@ -26,6 +26,18 @@ class ResizeManagerTest : public ManagerTest {
     e.payload = proto::EncodePayload(req);
     resizes_.OnResize("id-admin", e);
   }
+  // An admin asks for `workers` (0: unchanged) and `spares`, without waiting.
+  void ResizeSpares(int workers, int spares) {
+    proto::ResizeRequest req;
+    req.workers = workers;
+    req.spares = spares;
+    proto::Envelope e;
+    e.type = T::kResize;
+    e.sender = "admin";
+    e.request_id = ++rid_;
+    e.payload = proto::EncodePayload(req);
+    resizes_.OnResize("id-admin", e);
+  }
   // `sender` holding `role` asks to drain `host`.
   void Drain(const std::string& host, bool wait, proto::Role role = proto::Role::kAdmin,
              const std::string& sender = "admin") {
@@ -160,6 +172,64 @@ TEST_F(ResizeManagerTest, AGrowAsksTheAgentAndCompletesWhenTheWorkersJoined) {
   EXPECT_FALSE(resizes_.pending().has_value());
 }
 
+// A resize that names only spares changes them at once (no generation), and the agent is asked
+// for the standbys that are missing; numbers that cannot be are refused with why.
+TEST_F(ResizeManagerTest, SparesAloneChangeAtOnceAndBadNumbersAreRefused) {
+  StartTwo();
+  RegisterHost("n1", 8);
+  outbox_.Take();
+  ResizeSpares(0, -2);
+  EXPECT_EQ(RefusalMessage(), "spares must be 0 or more; asked for -2");
+  ResizeSpares(0, 9);
+  EXPECT_EQ(RefusalMessage(),
+            "asked for 9 spares; this job allows at most 8 workers (max_workers)");
+  EXPECT_EQ(resizes_.spares(), 0);
+
+  ResizeSpares(0, 2);
+  const Frames f = TakeAll();
+  auto replies = f.Of<proto::ResizeReply>(T::kResizeReply);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].second.phase, proto::ResizePhase::kDone);
+  EXPECT_EQ(replies[0].second.message, "the job keeps 2 spare(s)");
+  EXPECT_EQ(resizes_.spares(), 2);
+  auto spawns = f.Of<proto::SpawnRequest>(T::kSpawnRequest);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].second.worker_ids.size(), 2u);
+  EXPECT_TRUE(f.Of<proto::PauseRequest>(T::kPauseRequest).empty());
+  EXPECT_EQ(resizes_.target(), 2) << "the size is not changed";
+  EXPECT_FALSE(resizes_.pending().has_value());
+}
+
+// A grow does not eat the spare when the agent's free slots can start its workers: it asks for
+// a new worker and goes on with it, and the spare stays standing. Without a free slot, the target
+// comes first and the grow uses the spare.
+TEST_F(ResizeManagerTest, AGrowLeavesTheSpareStandingWhereSlotsAllow) {
+  StartTwo();
+  RegisterHost("n1", 8);
+  Join("s");
+  options_.spares = 1;
+  outbox_.Take();
+  Resize(3, false);
+  auto spawned = Spawned();
+  ASSERT_EQ(spawned["id-agent-n1"].size(), 1u) << "a new worker, not the spare";
+  ASSERT_TRUE(resizes_.pending().has_value());
+  EXPECT_TRUE(resizes_.pending()->waiting_for_workers);
+  Join(spawned["id-agent-n1"][0]);
+  ASSERT_NO_FATAL_FAILURE(PauseAndCommit(5));
+  EXPECT_EQ(membership_.MemberCount(), 3u);
+  EXPECT_EQ(membership_.StandbyCount(), 1u) << "the spare stands";
+  EXPECT_TRUE(Spawned().empty());
+
+  // n1 has 4 slots, all taken: the fourth worker can only be the spare.
+  hosts_.Find("n1")->slots = 4;
+  Resize(4, false);
+  EXPECT_TRUE(Spawned().empty()) << "no free slot: the grow uses the spare at once";
+  ASSERT_NO_FATAL_FAILURE(PauseAndCommit(9));
+  EXPECT_EQ(membership_.MemberCount(), 4u);
+  EXPECT_EQ(membership_.StandbyCount(), 0u);
+  EXPECT_TRUE(Spawned().empty()) << "and no slot for a replacement";
+}
+
 TEST_F(ResizeManagerTest, AGrowFailsWhenItsWorkersDoNotComeWithinSpawnTimeout) {
   StartTwo();
   Resize(3, true);  // no agent: waits for workers started elsewhere
@@ -191,7 +261,7 @@ TEST_F(ResizeManagerTest, TheJobEndingFailsTheWaitingResize) {
 
 TEST_F(ResizeManagerTest, ARestoredResizeContinuesWithoutAReply) {
   StartTwo();
-  resizes_.Restore(JournalResize{1, false, Layout{}}, 1);
+  resizes_.Restore(JournalResize{1, false, Layout{}}, 1, /*spares=*/0);
   resizes_.Continue();
   auto out = outbox_.Take();
   ASSERT_EQ(out.size(), 2u);  // the pause requests only: nobody waits for a reply

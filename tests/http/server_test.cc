@@ -294,6 +294,29 @@ TEST_F(HttpServerTest, ImpossibleSizesAre422AChangeTheStateRefusesIs409) {
   EXPECT_EQ(nohost, 404) << n;
 }
 
+// "spares" in a resize body: the spares the job keeps change at once (200, even before the first
+// generation), the status and /metrics show them, and a number that cannot be is refused with why.
+TEST_F(HttpServerTest, AResizeOfSparesIsDoneAtOnceAndShownInStatusAndMetrics) {
+  auto [code, j] = Post("/v1/resize", R"({"spares":2})", admin_);
+  EXPECT_EQ(code, 200) << j;
+  EXPECT_EQ(j.value("phase", ""), "done") << j;
+  auto [negative, n] = Post("/v1/resize", R"({"spares":-1})", admin_);
+  EXPECT_EQ(negative, 422) << n;
+  EXPECT_EQ(ErrorOf(n), "\"spares\" must be 0 or more, got -1");
+  auto [over, o] = Post("/v1/resize", R"({"spares":5})", admin_);
+  EXPECT_EQ(over, 422) << o;
+  EXPECT_NE(ErrorOf(o).find("at most 4 workers"), std::string::npos) << o;
+  EXPECT_EQ(Post("/v1/resize", R"({"spares":"two"})", admin_).first, 400);
+  EXPECT_EQ(Post("/v1/resize", R"({"spares":1})", read_).first, 403);
+  auto [status, st] = Get("/v1/job", read_);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(st.value("spares_target", -1), 2) << st;
+  EXPECT_EQ(st.value("target_workers", -1), 2) << "the size is not changed";
+  auto metrics = client_->Get("/metrics", Bearer(read_));
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("elastra_spares_target 2\n"), std::string::npos) << metrics->body;
+}
+
 TEST_F(HttpServerTest, UnknownPathsAndIdsAre404AsJson) {
   auto [id, j] = Get("/v1/resizes/12345", read_);
   EXPECT_EQ(id, 404);

@@ -371,6 +371,30 @@ TEST_F(JournalTest, RandomDamageNeverCrashes) {
   }
 }
 
+// The spares: the job record's, then each target record's that names them.
+TEST_F(JournalTest, TheSparesSurviveReplay) {
+  {
+    auto j = Journal::Create(path_);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->RecordJob("mlp", 2, 8, "", /*spares=*/1).ok());
+    EXPECT_EQ((*j)->state().spares, 1);
+    ASSERT_TRUE((*j)->RecordTarget(2, 3).ok());  // a resize that named spares
+    ASSERT_TRUE((*j)->RecordTarget(4).ok());     // a target change that leaves them
+    EXPECT_FALSE((*j)->RecordTarget(4, -2).ok());
+  }
+  auto s = Journal::Replay(path_, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->spares, 3);
+  EXPECT_EQ(s->target_workers, 4);
+  WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})") +
+           Framed(R"({"t":"target","workers":4,"spares":-1})"));
+  std::vector<std::string> warnings;
+  auto bad = Journal::Replay(path_, &warnings);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->records, 1u) << "spares below 0 stop replay";
+  EXPECT_FALSE(warnings.empty());
+}
+
 TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
   {
     auto j = Journal::Create(path_);
@@ -393,6 +417,7 @@ TEST_F(JournalTest, TheTargetAndTheBindAddressSurviveReplay) {
   EXPECT_EQ(old->records, 1u);
   EXPECT_EQ(old->bind, "");
   EXPECT_EQ(old->target_workers, 4);
+  EXPECT_EQ(old->spares, 0);
   // A target out of range stops replay there, like any bad record.
   WriteAll(Framed(R"({"t":"job","version":1,"job":"j","initial_workers":4,"max_workers":8})") +
            Framed(R"({"t":"target","workers":0})"));

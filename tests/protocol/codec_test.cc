@@ -107,6 +107,7 @@ JobStatus SampleStatus() {
   s.resize_pending = true;
   s.resize_workers = 4;
   s.resize_waiting_for_workers = true;
+  s.spares_target = 2;
   return s;
 }
 
@@ -134,6 +135,7 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   ExpectRoundTrip(MessageType::kKvSetAndGet, KvSetAndGetRequest{{"a"}, {"1"}, {"b", "c"}, 100});
   ExpectRoundTrip(MessageType::kKvValues, KvValuesReply{{"x", ""}});
   ExpectRoundTrip(MessageType::kResize, ResizeRequest{4, true, Layout{4, 1, 1}, true});
+  ExpectRoundTrip(MessageType::kResize, ResizeRequest{0, false, Layout{}, false, 3});
   ResizeReply rr;
   rr.phase = ResizePhase::kDone;
   rr.generation = 3;
@@ -297,6 +299,18 @@ TEST(CodecTest, PayloadTrailingBytesAndTruncationAreCorrupt) {
               StatusCode::kCorrupt)
         << n;
   }
+}
+
+// Hot spares (protocol 10): a resize's spares and the status's spares_target are on the wire,
+// last in their messages.
+TEST(CodecTest, TheSparesTravel) {
+  auto resize = DecodePayload<ResizeRequest>(EncodePayload(ResizeRequest{0, false, {}, false, 3}));
+  ASSERT_TRUE(resize.ok()) << resize.status();
+  EXPECT_EQ(resize->spares, 3);
+  EXPECT_EQ(ResizeRequest{}.spares, -1) << "unchanged unless named";
+  auto status = DecodePayload<JobStatus>(EncodePayload(SampleStatus()));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->spares_target, 2);
 }
 
 TEST(CodecTest, EnumOutOfRangeIsCorrupt) {
