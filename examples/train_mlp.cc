@@ -59,6 +59,11 @@ using elastra::Status;
 using elastra::TensorCollection;
 using elastra::examples::MlpOps;
 
+// 1 when `path` names a file that exists, else 0 (also for an empty path).
+int64_t Exists(const std::string& path) {
+  return !path.empty() && access(path.c_str(), F_OK) == 0 ? 1 : 0;
+}
+
 void PadStep(std::chrono::steady_clock::time_point start, double step_time_ms) {
   if (step_time_ms <= 0) return;
   std::this_thread::sleep_until(start + std::chrono::microseconds(
@@ -175,8 +180,11 @@ std::optional<int> StartWorker(const Flags& flags, int device, Model& model,
                  "ELASTRA_BACKEND=gloo\n");
     return 2;
   }
-  if (!flags.stop_file.empty() && worker.world().backend() == elastra::Backend::kNccl) {
-    std::fprintf(stderr, "train_mlp: --stop-file needs host collectives, not the nccl backend\n");
+  if ((!flags.stop_file.empty() || !flags.hold_file.empty()) &&
+      worker.world().backend() == elastra::Backend::kNccl) {
+    std::fprintf(stderr,
+                 "train_mlp: --stop-file and --hold-file need host collectives, not the nccl "
+                 "backend\n");
     return 2;
   }
   return std::nullopt;
@@ -259,7 +267,8 @@ class ElasticLoop {
   // Returns the process's exit status.
   int Run() {
     while (worker_.step() < flags_.steps) {
-      Next next = flags_.stop_file.empty() ? Next::kTrain : CheckStopFile();
+      Next next =
+          flags_.stop_file.empty() && flags_.hold_file.empty() ? Next::kTrain : CheckStopFile();
       if (next == Next::kRetry) continue;
       if (next == Next::kTrain) next = TrainStep();
       if (next == Next::kStop) break;
@@ -287,11 +296,11 @@ class ElasticLoop {
   }
 
   // Every member asks at the same point of the same step, also right after a reconfiguration
-  // (a joiner's first step), so they all stop together.
+  // (a joiner's first step), so they all stop (or hold) together.
   Next CheckStopFile() {
-    int64_t seen = access(flags_.stop_file.c_str(), F_OK) == 0 ? 1 : 0;
+    int64_t seen[2] = {Exists(flags_.stop_file), Exists(flags_.hold_file)};
     Status agreed =
-        worker_.world().Allreduce(&seen, 1, elastra::DataType::kInt64, elastra::ReduceOp::kMax);
+        worker_.world().Allreduce(seen, 2, elastra::DataType::kInt64, elastra::ReduceOp::kMax);
     if (!agreed.ok()) {
       // A failed collective like any other: the worker recovers and the step is retried.
       const bool logged = worker_.rank() == 0;
@@ -305,9 +314,18 @@ class ElasticLoop {
       counted_.AfterStepEnd(worker_, logged, before);
       return Next::kRetry;
     }
-    if (seen != 0) {
+    if (seen[0] != 0) {
       stopped_at_ = worker_.step();
       return Next::kStop;
+    }
+    if (seen[1] != 0) {
+      if (worker_.rank() == 0) {
+        if (std::FILE* f = std::fopen((flags_.hold_file + ".held").c_str(), "w")) std::fclose(f);
+      }
+      while (Exists(flags_.hold_file) != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      return Next::kRetry;  // asked again: a member may have failed meanwhile
     }
     return Next::kTrain;
   }

@@ -16,7 +16,8 @@ namespace {
                "                 [--lr X] [--log FILE] [--step-time-ms T] [--commit-every K]\n"
                "                 [--checkpoint-dir DIR --checkpoint-every M]\n"
                "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n"
-               "                 [--device cpu|cuda] [--stop-file FILE] [--device-memory-mb N]\n",
+               "                 [--device cpu|cuda] [--stop-file FILE] [--hold-file FILE]\n"
+               "                 [--device-memory-mb N]\n",
                msg);
   std::exit(2);
 }
@@ -71,6 +72,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--reference") f.reference = true;
     else if (a == "--device") f.cuda = device_value();
     else if (a == "--stop-file") f.stop_file = value();
+    else if (a == "--hold-file") f.hold_file = value();
     else if (a == "--device-memory-mb") f.device_memory_mb = int_value(1);
     else Usage(("unknown flag " + a).c_str());
   }

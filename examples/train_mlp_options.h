@@ -36,6 +36,10 @@ struct Flags {
   // Host collectives only (not with the nccl backend). Tests use it to end a job when they are
   // done with it instead of guessing how many steps their resizes need.
   std::string stop_file;
+  // --hold-file FILE: while FILE exists the workers wait between two steps (agreed as for
+  // --stop-file; rank 0 then creates FILE.held), and ask again once it is gone. A test that kills
+  // a worker while the others hold knows that no dp, pp or tp collective was in flight.
+  std::string hold_file;
   // --device-memory-mb N: the memory this worker may use for the job's state
   // (WorkerOptions::device_memory_bytes, as ELASTRA_DEVICE_MEMORY_BYTES); 0: the environment's.
   int64_t device_memory_mb = 0;

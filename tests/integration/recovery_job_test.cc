@@ -2,9 +2,15 @@
 // `elastra run` with train_mlp workers that each declare how much of the state they may hold.
 // A killed worker's job goes on at a layout that keeps tp=2, the broken replica's survivor waits
 // as a standby, a resize to a layout that does not fit is refused with the numbers, and a grow
-// brings dp back to 2. Every sample is applied once: the run matches its --reference run.
+// brings dp back to 2. Every sample is applied once: the run matches its --reference run. With
+// --spares 1 the spare takes the lost rank, only the lost rank's groups are rebuilt, and the
+// run's agent starts a replacement spare.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +20,7 @@ namespace elastra::testing {
 namespace {
 
 using std::chrono::seconds;
+namespace fs = std::filesystem;
 
 // train_mlp of 2 layers, hidden 16, ffn 32: its state (weights and two moments, float64) is
 // 59,616 bytes whole, 34,272 a worker at tp=2 and 32,256 at pp=2. A budget of 40,000 bytes
@@ -23,6 +30,13 @@ std::vector<std::string> TwoLayerArgs() {
           "32", "--hidden", "16", "--ffn", "32", "--layers", "2", "--commit-every", "5"};
 }
 constexpr char kBudget[] = "ELASTRA_DEVICE_MEMORY_BYTES=40000";
+
+// A path for train_mlp's --hold-file, in a new directory of its own; empty when none could be
+// made.
+std::string HoldPath() {
+  char dir[] = "/tmp/elastra_hold_XXXXXX";
+  return mkdtemp(dir) == nullptr ? std::string() : std::string(dir) + "/hold";
+}
 
 int CountWorkers(const nlohmann::json& status, const std::string& state) {
   int n = 0;
@@ -75,7 +89,10 @@ TEST(RecoveryJob, AKilledWorkerKeepsTensorParallelismAndTheJobGrowsBack) {
 // With --spares 1 a fifth worker waits as a standby; when a member is killed it takes the lost
 // rank, and the layout stays dp=2 x tp=2.
 TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
-  const std::vector<std::string> args = TwoLayerArgs();
+  const std::string hold = HoldPath();
+  ASSERT_FALSE(hold.empty());
+  std::vector<std::string> args = TwoLayerArgs();
+  args.insert(args.end(), {"--hold-file", hold});
   Job job(4, args, {kBudget}, {"--spares", "1"});
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
   ASSERT_TRUE(job.WaitFor([](const nlohmann::json& j) { return CountWorkers(j, "standby") == 1; },
@@ -93,7 +110,16 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
   ASSERT_FALSE(spare.empty());
   pid_t victim = job.PidOfRank(3);
   ASSERT_GT(victim, 0);
-  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
+  // Rank 3 dies while the members hold between two steps, so that no dp or tp collective is in
+  // flight: one that is (rank 0 in a dp allreduce that rank 2, blocked in tp with rank 3, never
+  // entered) is rebuilt as well, whichever group it is (docs/recovery.md).
+  std::ofstream(hold).put('\n');
+  ASSERT_TRUE(
+      job.WaitFor([&](const nlohmann::json&) { return fs::exists(hold + ".held"); }, seconds(60)))
+      << LauncherLog(job);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  fs::remove(hold);
+  ASSERT_NO_FATAL_FAILURE(WaitForFailureRecovery(job));
   const nlohmann::json after = job.Status();
   EXPECT_EQ(after["layout"].value("dp", 0), 2) << "the layout stays";
   EXPECT_EQ(after["layout"].value("tp", 0), 2);
@@ -102,6 +128,10 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
   // (2 x 3 x (512 + 32 + 512) / 2 float64) and everything replicated (3 x (272 + 2 x 16 + 68)).
   const nlohmann::json& recovery = after["history"].back();
   EXPECT_EQ(recovery.value("bytes_moved", int64_t{-1}), 34272) << recovery.dump();
+  // Only the groups with the spare in the lost rank 3's place are rebuilt: the world, dp {1,3}
+  // and tp {2,3}; dp {0,2} and tp {0,1} are kept (pp groups of one rank are not counted).
+  EXPECT_EQ(recovery.value("groups_rebuilt", -1), 3) << after["history"].dump();
+  EXPECT_EQ(recovery.value("groups_kept", -1), 2) << after["history"].dump();
   for (const auto& w : after["workers"]) {
     if (w.value("rank", -1) == 3 && w.value("state", std::string()) == "member") {
       EXPECT_EQ(w.value("id", std::string()), spare) << "the spare takes the lost rank " << lost;
@@ -110,6 +140,76 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
   ExpectStoppedRunMatchesReference(job, args);
+  fs::remove_all(fs::path(hold).parent_path());
+}
+
+// `elastra run --spares 1` keeps its spare: once a killed member's rank went to the standby, the
+// coordinator asks the run's agent for a replacement, which joins as a standby, with no new
+// generation and the layout as it was. `elastra resize --spares 2` then keeps two, through a
+// restart of the coordinator.
+TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
+  Job job(2, TwoLayerArgs(), {}, {"--spares", "1"});
+  ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
+  ASSERT_TRUE(job.WaitFor([](const nlohmann::json& j) { return CountWorkers(j, "standby") == 1; },
+                          seconds(60)))
+      << job.Status().dump();
+  const nlohmann::json before = job.Status();
+  EXPECT_EQ(before.value("spares_target", 0), 1);
+  std::string spare;
+  for (const auto& w : before["workers"]) {
+    if (w.value("state", std::string()) == "standby") spare = w.value("id", std::string());
+  }
+  pid_t victim = job.PidOfRank(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAndRecover(job, victim));
+  // One standby again, a new worker: the spare holds the lost rank.
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json& j) {
+        for (const auto& w : j.value("workers", nlohmann::json::array())) {
+          if (w.value("state", std::string()) == "standby" &&
+              w.value("id", std::string()) != spare) {
+            return CountWorkers(j, "standby") == 1;
+          }
+        }
+        return false;
+      },
+      seconds(60)))
+      << job.Status().dump() << LauncherLog(job);
+  const nlohmann::json after = job.Status();
+  EXPECT_EQ(after["layout"], before["layout"]) << "the layout stays";
+  EXPECT_EQ(CountWorkers(after, "member"), 2);
+  for (const auto& w : after["workers"]) {
+    if (w.value("id", std::string()) == spare) {
+      EXPECT_EQ(w.value("state", std::string()), "member") << after.dump();
+      EXPECT_EQ(w.value("rank", -1), 1) << "the spare holds the lost rank";
+    }
+  }
+  EXPECT_EQ(after["history"].back().value("reason", std::string()), "failure")
+      << "the replacement forms no generation";
+
+  // `elastra resize --spares 2` alone: done at once, and the agent starts the second standby.
+  auto r = job.Resize("--spares 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"phase\":\"done\""), std::string::npos) << r.out;
+  ASSERT_TRUE(job.WaitFor([](const nlohmann::json& j) { return CountWorkers(j, "standby") == 2; },
+                          seconds(60)))
+      << job.Status().dump() << LauncherLog(job);
+  const CommandResult text = RunShell(ElastraBinary() + " status --state-dir " + job.state_dir());
+  EXPECT_NE(text.out.find("workers 2 (target 2, spares 2)"), std::string::npos) << text.out;
+  // A restarted coordinator (elastra run starts it again with --restart alone) keeps them.
+  const pid_t coordinator = job.CoordinatorPid();
+  ASSERT_GT(coordinator, 0);
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json& j) {
+        const pid_t now = job.CoordinatorPid();
+        return now > 0 && now != coordinator && j.value("state", std::string()) == "running";
+      },
+      seconds(60)))
+      << LauncherLog(job);
+  EXPECT_EQ(job.Status().value("spares_target", -1), 2);
+  job.StopTraining();
+  ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
 }
 
 }  // namespace
