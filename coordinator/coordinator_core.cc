@@ -155,8 +155,10 @@ std::vector<Outgoing> CoordinatorCore::Handle(const std::string& identity, proto
       kv_.Handle(identity, e);
       break;
     case T::kStatusRequest: {
+      auto req = outbox_.DecodeOrReply<proto::StatusRequest>(identity, e);
+      if (!req) break;
       proto::StatusReply reply;
-      reply.status = Snapshot();
+      reply.status = req->brief ? BriefSnapshot() : Snapshot();
       outbox_.Send(identity, T::kStatusReply, reply, e.request_id);
       break;
     }
@@ -264,6 +266,16 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
 
 // ---------------------------------------------------------------------------------------------
 // Status.
+
+proto::JobStatus CoordinatorCore::BriefSnapshot() const {
+  proto::JobStatus s;
+  s.job = options_.job;
+  s.state = state();
+  s.generation = generations_.generation();
+  s.layout = generations_.layout();
+  s.target_workers = resizes_.target();
+  return s;
+}
 
 proto::JobStatus CoordinatorCore::Snapshot() const {
   proto::JobStatus s;

@@ -80,6 +80,8 @@ class CoordinatorCore {
 
   // The job as `elastra status` shows it (protocol/status_json.h makes the JSON).
   proto::JobStatus Snapshot() const;
+  // Only the job as a whole (StatusRequest::brief): O(1), whatever the job's size.
+  proto::JobStatus BriefSnapshot() const;
   proto::JobState state() const { return generations_.state(); }
   uint64_t generation() const { return generations_.generation(); }
   const Layout& layout() const { return generations_.layout(); }

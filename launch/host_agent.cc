@@ -275,7 +275,9 @@ std::optional<int> HostAgent::Outcome() {
   // Every worker is gone and the coordinator did not say the job is over: ask it once more (again
   // later, while it is being restarted).
   if (watch_ != nullptr && watch_->restarting()) return std::nullopt;
-  auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
+  proto::StatusRequest brief;
+  brief.brief = true;  // only the job's state
+  auto st = client_->Call<proto::StatusReply>(MessageType::kStatusRequest, brief,
                                               milliseconds(2000));
   if (!st.ok() && watch_ != nullptr && watch_->restarting()) return std::nullopt;
   if (st.ok()) return st->status.state == proto::JobState::kFinished ? 0 : 1;

@@ -362,8 +362,10 @@ StatusOr<bool> ReconfigurationLoop::CheckJobWhileParked() {
   auto now = std::chrono::steady_clock::now();
   if (now - parked_since_check_ < milliseconds(1000)) return false;
   parked_since_check_ = now;
-  auto st = channel_->client().Call<proto::StatusReply>(MessageType::kStatusRequest,
-                                                        proto::StatusRequest{}, milliseconds(2000));
+  proto::StatusRequest brief;
+  brief.brief = true;  // only whether the job is over: a full status grows with the job
+  auto st = channel_->client().Call<proto::StatusReply>(MessageType::kStatusRequest, brief,
+                                                        milliseconds(2000));
   if (!st.ok()) {
     if (++status_failures_ >= 5) {
       return UnavailableError("the coordinator stopped answering while this worker was parked: " +

@@ -378,7 +378,9 @@ void SimJob::Park(int w) {
 void SimJob::PollStatus(int w, uint64_t token) {
   Worker& x = workers_[w];
   if (token != x.hb_token || !x.parked || x.state != State::kStandby) return;
-  SendFrom(w, MessageType::kStatusRequest, proto::StatusRequest{}, x.next_request++);
+  proto::StatusRequest brief;
+  brief.brief = true;  // as ReconfigurationLoop::CheckJobWhileParked asks
+  SendFrom(w, MessageType::kStatusRequest, brief, x.next_request++);
   loop_->After(model_.parked_status_us, [this, w, token] { PollStatus(w, token); });
 }
 
