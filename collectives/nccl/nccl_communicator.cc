@@ -15,6 +15,7 @@
 #include "collectives/nccl/nccl_call.h"
 #include "collectives/nccl/nccl_communicator_impl.h"
 #include "collectives/nccl/nccl_interrupt.h"
+#include "collectives/nccl/nccl_unique_ids.h"
 #include "common/logging.h"
 
 namespace elastra {
@@ -24,118 +25,6 @@ using nccl_internal::Clock;
 using nccl_internal::CudaStatus;
 using nccl_internal::NcclStatus;
 using nccl_internal::Poll;
-
-std::string ToHex(const void* data, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
-
-bool FromHex(const std::string& hex, void* data, size_t n) {
-  if (hex.size() != 2 * n) return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  auto* p = static_cast<unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    p[i] = static_cast<unsigned char>(hi << 4 | lo);
-  }
-  return true;
-}
-
-// Rank 0 makes the unique id and broadcasts it over options.id_world with a byte saying whether
-// it could (so that the others fail at once, not at the deadline, when it could not).
-Status ShareUniqueId(const NcclOptions& options, Clock::time_point deadline, ncclUniqueId* id) {
-  Communicator& over = *options.id_world;
-  if (over.size() != options.size || over.rank() != options.rank) {
-    return InvalidArgumentError("NcclOptions.id_world has rank " + std::to_string(over.rank()) +
-                                " of " + std::to_string(over.size()) + ", not " +
-                                std::to_string(options.rank) + " of " +
-                                std::to_string(options.size));
-  }
-  uint8_t message[1 + sizeof(ncclUniqueId)] = {0};
-  Status made;
-  if (options.rank == 0) {
-    const ncclResult_t r = ncclGetUniqueId(id);
-    if (r == ncclSuccess) {
-      message[0] = 1;
-      std::memcpy(message + 1, id, sizeof(*id));
-    } else {
-      made = InternalError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
-    }
-  }
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) left = std::chrono::milliseconds(1);
-  ELASTRA_RETURN_IF_ERROR(
-      over.Broadcast(message, sizeof(message), DataType::kUint8, /*root=*/0, left)
-          .WithContext("broadcasting the NCCL unique id"));
-  if (!made.ok()) return made;
-  if (message[0] != 1) return UnavailableError("rank 0 could not make an NCCL unique id");
-  std::memcpy(id, message + 1, sizeof(*id));
-  return OkStatus();
-}
-
-// Ranks per NCCL unique id of a world's init over id_world (ncclCommInitRankScalable): every
-// rank of the init reaches a bootstrap root, and one root per 256 ranks keeps that off one thread.
-constexpr int kRanksPerUniqueId = 256;
-
-int UniqueIdsFor(int size) { return (size + kRanksPerUniqueId - 1) / kRanksPerUniqueId; }
-
-// The unique ids of a world of options.size ranks, one per kRanksPerUniqueId ranks, each made by
-// the rank at the start of its block, and summed into every rank's copy by one allreduce over
-// id_world (a slot has one maker, the others add zeros): O(size / 256) bytes, one collective.
-// Each slot's first byte says its maker made it.
-Status ShareUniqueIds(const NcclOptions& options, Clock::time_point deadline,
-                      std::vector<ncclUniqueId>* ids) {
-  Communicator& over = *options.id_world;
-  if (over.size() != options.size || over.rank() != options.rank) {
-    return InvalidArgumentError("NcclOptions.id_world has rank " + std::to_string(over.rank()) +
-                                " of " + std::to_string(over.size()) + ", not " +
-                                std::to_string(options.rank) + " of " +
-                                std::to_string(options.size));
-  }
-  const int n = UniqueIdsFor(options.size);
-  constexpr size_t kSlot = 1 + sizeof(ncclUniqueId);
-  std::vector<uint8_t> slots(static_cast<size_t>(n) * kSlot, 0);
-  Status made;
-  if (options.rank % kRanksPerUniqueId == 0) {
-    uint8_t* slot = slots.data() + static_cast<size_t>(options.rank / kRanksPerUniqueId) * kSlot;
-    ncclUniqueId id;
-    const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r == ncclSuccess) {
-      slot[0] = 1;
-      std::memcpy(slot + 1, &id, sizeof(id));
-    } else {
-      made = InternalError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
-    }
-  }
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) left = std::chrono::milliseconds(1);
-  ELASTRA_RETURN_IF_ERROR(
-      over.Allreduce(slots.data(), slots.size(), DataType::kUint8, ReduceOp::kSum, left)
-          .WithContext("sharing the NCCL unique ids"));
-  if (!made.ok()) return made;
-  ids->resize(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
-    const uint8_t* slot = slots.data() + static_cast<size_t>(k) * kSlot;
-    if (slot[0] != 1) {
-      return UnavailableError("rank " + std::to_string(k * kRanksPerUniqueId) +
-                              " could not make an NCCL unique id");
-    }
-    std::memcpy(&(*ids)[static_cast<size_t>(k)], slot + 1, sizeof(ncclUniqueId));
-  }
-  return OkStatus();
-}
 
 // ncclCommRevoke appeared in NCCL 2.28.7, and the libnccl.so.2 a job runs with may be older than
 // the header it was built with (e.g. PyTorch's): it is looked up at run time, never linked.
@@ -159,24 +48,6 @@ RevokeFn LookupRevoke() {
     return reinterpret_cast<RevokeFn>(sym);
   }();
   return revoke;
-}
-
-// ncclCommInitRankScalable appeared in NCCL 2.23; looked up at run time like ncclCommRevoke.
-using InitScalableFn = ncclResult_t (*)(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*);
-
-InitScalableFn LookupInitScalable() {
-  static const InitScalableFn init = [] {
-    void* sym = dlsym(RTLD_DEFAULT, "ncclCommInitRankScalable");
-    if (sym == nullptr) {
-      if (void* lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD)) {
-        sym = dlsym(lib, "ncclCommInitRankScalable");
-        dlclose(lib);
-      }
-    }
-    if (sym == nullptr) LOG(INFO) << "ncclCommInitRankScalable missing: one unique id per init";
-    return reinterpret_cast<InitScalableFn>(sym);
-  }();
-  return init;
 }
 
 NcclCommState StateOf(ncclComm_t comm, ncclResult_t* async) {
@@ -565,39 +436,19 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOpt
 
   // Rank 0's id carries the address of a bootstrap root thread that lives in this process; it
   // stays up while rank 0 is inside the init below, which ends only when every rank has joined.
-  const std::string key = options.prefix + "nccl_id";
-  ncclUniqueId id;
-  // Over id_world, a world of more than 256 ranks inits from one unique id per 256 ranks.
-  const bool scalable = options.id_world != nullptr && UniqueIdsFor(options.size) > 1 &&
-                        LookupInitScalable() != nullptr;
-  std::vector<ncclUniqueId> ids;
-  if (scalable) {
-    ELASTRA_RETURN_IF_ERROR(ShareUniqueIds(options, deadline, &ids));
-  } else if (options.id_world != nullptr) {
-    ELASTRA_RETURN_IF_ERROR(ShareUniqueId(options, deadline, &id));
-  } else if (options.rank == 0) {
-    ELASTRA_NCCL_RETURN(ncclGetUniqueId(&id), nullptr);
-    ELASTRA_RETURN_IF_ERROR(options.store->Set(key, ToHex(&id, sizeof(id))));
-  } else {
-    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
-    auto hex = options.store->Get(key, remaining);
-    if (!hex.ok()) return hex.status().WithContext("NCCL unique id '" + key + "'");
-    if (!FromHex(*hex, &id, sizeof(id))) {
-      return CorruptError("NCCL unique id at '" + key + "' is malformed");
-    }
-  }
+  ELASTRA_ASSIGN_OR_RETURN(std::vector<ncclUniqueId> ids,
+                           nccl_internal::UniqueIdsOf(options, deadline));
 
   ncclConfig_t config = NonBlockingConfig();
   ncclComm_t comm = nullptr;
   ncclResult_t r;
   const char* init = "ncclCommInitRankConfig";
-  if (scalable) {
+  if (ids.size() > 1) {
     init = "ncclCommInitRankScalable";
-    r = LookupInitScalable()(&comm, options.size, options.rank, static_cast<int>(ids.size()),
-                             ids.data(), &config);
+    r = nccl_internal::InitRankScalable()(&comm, options.size, options.rank,
+                                          static_cast<int>(ids.size()), ids.data(), &config);
   } else {
-    r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+    r = ncclCommInitRankConfig(&comm, options.size, ids[0], options.rank, &config);
   }
   Status s = NcclStatus(r, comm, init);
   if (s.ok() && comm == nullptr) s = InternalError(std::string(init) + " returned no handle");
