@@ -278,11 +278,7 @@ proto::JobStatus CoordinatorCore::BriefSnapshot() const {
 }
 
 proto::JobStatus CoordinatorCore::Snapshot() const {
-  proto::JobStatus s;
-  s.job = options_.job;
-  s.state = state();
-  s.generation = generations_.generation();
-  s.layout = generations_.layout();
+  proto::JobStatus s = BriefSnapshot();
   for (const WorkerInfo* w : membership_.All()) {
     if (w->state == WorkerState::kMember || w->state == WorkerState::kFinished) {
       s.step = std::max(s.step, w->step);
@@ -329,7 +325,6 @@ proto::JobStatus CoordinatorCore::Snapshot() const {
     }
     s.hosts.push_back(std::move(hs));
   }
-  s.target_workers = resizes_.target();
   s.spares_target = resizes_.spares();
   s.malformed_frames = outbox_.malformed_frames();
   s.stale_messages = outbox_.stale_messages();

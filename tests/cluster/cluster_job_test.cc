@@ -95,6 +95,18 @@ class ClusterJobTest : public ClusterFixture<NamespaceCluster> {
     return j.is_object() ? j : nlohmann::json::object();
   }
 
+  // Waits for the job to run again with 4 members, two of them on host 2 (a regrow there).
+  bool WaitForRegrowOnHost2() {
+    return job_->WaitFor(
+        [](const nlohmann::json& j) {
+          int on_host2 = 0;
+          for (const auto& [rank, host] : MemberHostsByRank(j)) on_host2 += host == "host2";
+          return Str(j, "state") == "running" && MemberHostsByRank(j).size() == 4 &&
+                 on_host2 == 2;
+        },
+        kEvent);
+  }
+
   // Waits for the job to train `steps` more steps than it has now.
   void TrainOn(int64_t steps) {
     const int64_t at = job_->JobStatus().value("step", int64_t{0});
@@ -196,14 +208,7 @@ TEST_F(ClusterJobTest, AHostLostMidTrainingIsOneRecoveryRoundThenTheJobRegrowsEl
   EXPECT_EQ(*killed, 128 + SIGKILL);
 
   // Back at the target: 4 members, two of them on host 2.
-  ASSERT_TRUE(job_->WaitFor(
-      [](const nlohmann::json& j) {
-        int on_host2 = 0;
-        for (const auto& [rank, host] : MemberHostsByRank(j)) on_host2 += host == "host2";
-        return Str(j, "state") == "running" && MemberHostsByRank(j).size() == 4 && on_host2 == 2;
-      },
-      kEvent))
-      << job_->JobStatus().dump() << job_->Logs();
+  ASSERT_TRUE(WaitForRegrowOnHost2()) << job_->JobStatus().dump() << job_->Logs();
   auto after = job_->JobStatus();
   EXPECT_EQ(Str(HostEntry(after, "host1"), "state"), "lost") << after.dump();
   EXPECT_EQ(after.value("target_workers", 0), 4);
@@ -264,14 +269,7 @@ TEST_F(ClusterJobTest, AHostHoldingATensorGroupIsLostAndTheJobKeepsTensorParalle
   EXPECT_EQ(*killed, 128 + SIGKILL);
 
   // Back at the target: 4 members, two of them on host 2.
-  ASSERT_TRUE(job_->WaitFor(
-      [](const nlohmann::json& j) {
-        int on_host2 = 0;
-        for (const auto& [rank, host] : MemberHostsByRank(j)) on_host2 += host == "host2";
-        return Str(j, "state") == "running" && MemberHostsByRank(j).size() == 4 && on_host2 == 2;
-      },
-      kEvent))
-      << job_->JobStatus().dump() << job_->Logs();
+  ASSERT_TRUE(WaitForRegrowOnHost2()) << job_->JobStatus().dump() << job_->Logs();
   auto after = job_->JobStatus();
   EXPECT_EQ(Str(HostEntry(after, "host1"), "state"), "lost") << after.dump();
   // One recovery round at dp=1 x tp=2, then the regrow; no layout in between holds the whole
