@@ -201,18 +201,25 @@ std::vector<std::string> LayoutPolicy::Assign(
   const bool dense = from_classes * to_classes <= kDenseClasses;
   auto by_class = std::make_shared<std::unordered_map<uint64_t, int64_t>>();
   auto dense_class = std::make_shared<std::vector<int64_t>>(
-      !zero && dense ? from_classes * to_classes : 0, int64_t{-1});
+      !zero && dense ? 2 * from_classes * to_classes : 0, int64_t{-1});
   options.kept_bytes_memoized = !zero;
   options.kept_bytes = [&state, current, layout, zero, dense, to_classes, by_class, dense_class](
                            int from_rank, const Layout& to, int to_rank) {
     const Coordinates a = CoordinatesOf(current, from_rank), b = CoordinatesOf(to, to_rank);
-    // Without ZeRO the class of a pair is its two (pp, tp) positions.
+    // Twice the bytes kept, plus 1 when the worker keeps its data-parallel index: among
+    // assignments that keep as many bytes (every replica holds the same), the one that leaves
+    // each replica at its index keeps its pp and tp groups (docs/recovery.md, "Rebuild only what
+    // changed"); a regrow otherwise permuted the stages' hosts at random.
+    const int same_dp = a.dp_rank == b.dp_rank ? 1 : 0;
+    // Without ZeRO the class of a pair is its two (pp, tp) positions and whether dp is the same.
     const int64_t from_class = a.pp_rank * current.tp + a.tp_rank;
     const int64_t to_class = b.pp_rank * to.tp + b.tp_rank;
-    const uint64_t key = (static_cast<uint64_t>(from_class) << 32) | static_cast<uint64_t>(to_class);
+    const uint64_t key =
+        (((static_cast<uint64_t>(from_class) << 32) | static_cast<uint64_t>(to_class)) << 1) |
+        static_cast<uint64_t>(same_dp);
     int64_t* slot = nullptr;
     if (!zero && dense && to.pp == layout.pp && to.tp == layout.tp) {
-      slot = &(*dense_class)[from_class * to_classes + to_class];
+      slot = &(*dense_class)[(from_class * to_classes + to_class) * 2 + same_dp];
       if (*slot >= 0) return *slot;
     } else if (!zero) {
       auto it = by_class->find(key);
@@ -229,6 +236,7 @@ std::vector<std::string> LayoutPolicy::Assign(
         }
       }
     }
+    kept = 2 * kept + same_dp;
     if (slot != nullptr) {
       *slot = kept;
     } else if (!zero) {
@@ -247,8 +255,9 @@ std::vector<std::string> LayoutPolicy::Assign(
   }
   std::vector<std::string> order;
   for (int w : *assigned) order.push_back(candidates[w]);
-  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps " << kept << " bytes in place"
-            << (exact ? "" : " (heuristic)");
+  // kept_bytes counted each byte twice and each worker left at its dp index once.
+  LOG(INFO) << "rank assignment for " << layout.ToString() << " keeps about " << kept / 2
+            << " bytes in place" << (exact ? "" : " (heuristic)");
   return order;
 }
 
