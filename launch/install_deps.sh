@@ -24,6 +24,8 @@ packages=(
   # The elastra Python package and its tests (docs/python.md): Debian's torch 1.13 for
   # /usr/bin/python3, pybind11 2.10, pytest.
   python3-torch pybind11-dev python3-pytest
+  # The journal on etcd (docs/ha.md): its tests start single-member etcd servers of their own.
+  etcd-server etcd-client
   # The Slurm tests (tests/slurm): a real Slurm cluster in network namespaces (docs/slurm.md).
   munge slurmctld slurmd slurm-client
 )
