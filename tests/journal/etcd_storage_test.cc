@@ -2,7 +2,8 @@
 // single-member etcd each test starts on its own ports (tests/journal/etcd_server.h): records read
 // back in order and from a position, a multi-MiB record in pieces read back whole, a missing piece
 // seen as damage, CutAfter (with its copy) and Clear, two jobs apart, the whole Journal over etcd
-// writing what it writes to the file, and an unreachable cluster answered kUnavailable.
+// writing what it writes to the file and its events read back, and an unreachable cluster answered
+// kUnavailable.
 #include "journal/etcd_storage.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "journal/events.h"
 #include "journal/journal.h"
 #include "tests/journal/etcd_server.h"
 #include "tests/journal/test_util.h"
@@ -160,6 +162,16 @@ TEST_F(EtcdStorageTest, ARecordOverEtcdsRequestLimitIsWrittenInPiecesAndReadBack
   EXPECT_TRUE(v.payloads[1] == big)
       << "the big record differs: " << v.payloads[1].size() << " bytes";
   EXPECT_EQ(v.payloads[2], "after");
+  // Heads of a full piece each: a page of them (kHeadsPerRead) is one answer of several MiB.
+  std::vector<std::string> full;
+  for (int i = 0; i < 5; ++i) {
+    full.push_back(BigPayload(EtcdJournalStorage::kChunkBytes - i));
+    ASSERT_TRUE(s->Append(full.back()).ok());
+  }
+  const Visited pages = ReadFrom(*s, 3);
+  ASSERT_EQ(pages.payloads.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(pages.payloads[i] == full[i]) << "record " << 3 + i;
+
   EXPECT_EQ(s->Append(BigPayload(EtcdJournalStorage::kMaxRecordBytes + 1)).code(),
             StatusCode::kInvalidArgument);
 
@@ -172,7 +184,7 @@ TEST_F(EtcdStorageTest, ARecordOverEtcdsRequestLimitIsWrittenInPiecesAndReadBack
   EXPECT_EQ(cut.payloads, std::vector<std::string>{"small"});
   EXPECT_EQ(end, 1u);
   EXPECT_EQ(damage.why, "piece 2 of the record is missing");
-  EXPECT_EQ(damage.end, 3u);
+  EXPECT_EQ(damage.end, 8u);
 }
 
 TEST_F(EtcdStorageTest, CutAfterDropsTheTailKeepingACopyAndClearDropsAll) {
@@ -310,6 +322,20 @@ TEST_F(EtcdStorageTest, TheJournalOverEtcdWritesAndReplaysWhatItDoesOverTheFile)
   ASSERT_TRUE(ended.ok()) << ended.status();
   EXPECT_EQ(ended->records, 10u);
   EXPECT_EQ(Count("/elastra/job/corrupt/"), 0) << "nothing was cut";
+
+  // The job's events (GET /v1/events) read through it, an event's id the record count past it.
+  JournalEventReader reader(Storage(), 0);
+  const std::vector<JobEvent> events = reader.ReadNew();
+  std::vector<std::string> types;
+  std::vector<uint64_t> ids;
+  for (const JobEvent& e : events) {
+    types.push_back(e.type);
+    ids.push_back(e.id);
+  }
+  EXPECT_EQ(types,
+            (std::vector<std::string>{"generation", "checkpoint", "resize_accepted", "job_end"}));
+  EXPECT_EQ(ids, (std::vector<uint64_t>{5, 6, 8, 10}));
+  EXPECT_TRUE(reader.ReadNew().empty()) << "no record since";
 }
 
 TEST_F(EtcdStorageTest, TheClientTriesTheNextEndpointAndReportsEtcdsRefusal) {
