@@ -95,16 +95,23 @@ class ClusterJobTest : public ClusterFixture<NamespaceCluster> {
     return j.is_object() ? j : nlohmann::json::object();
   }
 
-  // Waits for the job to run again with 4 members, two of them on host 2 (a regrow there).
-  bool WaitForRegrowOnHost2() {
-    return job_->WaitFor(
+  // Host 1's machine dies (KillHost); waits until the job is back at 4 members, two of them on
+  // host 2 (a regrow there), with host 1 lost. `after`: the status then.
+  void KillHost1AndWaitForRegrowOnHost2(nlohmann::json* after) {
+    auto killed = job_->KillHost(1);
+    ASSERT_TRUE(killed.ok()) << killed.status();
+    EXPECT_EQ(*killed, 128 + SIGKILL);
+    ASSERT_TRUE(job_->WaitFor(
         [](const nlohmann::json& j) {
           int on_host2 = 0;
           for (const auto& [rank, host] : MemberHostsByRank(j)) on_host2 += host == "host2";
           return Str(j, "state") == "running" && MemberHostsByRank(j).size() == 4 &&
                  on_host2 == 2;
         },
-        kEvent);
+        kEvent))
+        << job_->JobStatus().dump() << job_->Logs();
+    *after = job_->JobStatus();
+    EXPECT_EQ(Str(HostEntry(*after, "host1"), "state"), "lost") << after->dump();
   }
 
   // Waits for the job to train `steps` more steps than it has now.
@@ -203,14 +210,8 @@ TEST_F(ClusterJobTest, AHostLostMidTrainingIsOneRecoveryRoundThenTheJobRegrowsEl
   const size_t generations_before = History(before).size();
   TrainOn(5);
 
-  auto killed = job_->KillHost(1);
-  ASSERT_TRUE(killed.ok()) << killed.status();
-  EXPECT_EQ(*killed, 128 + SIGKILL);
-
-  // Back at the target: 4 members, two of them on host 2.
-  ASSERT_TRUE(WaitForRegrowOnHost2()) << job_->JobStatus().dump() << job_->Logs();
-  auto after = job_->JobStatus();
-  EXPECT_EQ(Str(HostEntry(after, "host1"), "state"), "lost") << after.dump();
+  nlohmann::json after;
+  ASSERT_NO_FATAL_FAILURE(KillHost1AndWaitForRegrowOnHost2(&after));
   EXPECT_EQ(after.value("target_workers", 0), 4);
   // Exactly two generations since the loss: one recovery round without host 1's two workers,
   // then the regrow.
@@ -264,14 +265,8 @@ TEST_F(ClusterJobTest, AHostHoldingATensorGroupIsLostAndTheJobKeepsTensorParalle
   const size_t generations_before = History(before).size();
   TrainOn(5);
 
-  auto killed = job_->KillHost(1);
-  ASSERT_TRUE(killed.ok()) << killed.status();
-  EXPECT_EQ(*killed, 128 + SIGKILL);
-
-  // Back at the target: 4 members, two of them on host 2.
-  ASSERT_TRUE(WaitForRegrowOnHost2()) << job_->JobStatus().dump() << job_->Logs();
-  auto after = job_->JobStatus();
-  EXPECT_EQ(Str(HostEntry(after, "host1"), "state"), "lost") << after.dump();
+  nlohmann::json after;
+  ASSERT_NO_FATAL_FAILURE(KillHost1AndWaitForRegrowOnHost2(&after));
   // One recovery round at dp=1 x tp=2, then the regrow; no layout in between holds the whole
   // state on one worker.
   auto history = History(after);

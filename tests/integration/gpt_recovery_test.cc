@@ -6,11 +6,9 @@
 // and only its dp, pp and tp groups and the world are rebuilt. Every sample is applied once: each
 // run matches its --reference run (gpt_job_harness.h).
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -192,13 +190,7 @@ TEST(GptRecovery, ASpareTakesTheLostRankAndOnlyItsGroupsAreRebuilt) {
 
   const pid_t victim = MemberOfRank(ReadStatus(job), kVictimRank).value("pid", pid_t{-1});
   ASSERT_GT(victim, 0);
-  std::ofstream(hold).put('\n');
-  ASSERT_TRUE(
-      job.WaitFor([&](const nlohmann::json&) { return fs::exists(hold + ".held"); }, seconds(60)))
-      << LauncherLog(job);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  fs::remove(hold);
-  ASSERT_NO_FATAL_FAILURE(WaitForFailureRecovery(job));
+  ASSERT_NO_FATAL_FAILURE(KillHeldWorkerAndRecover(job, hold, victim));
   const nlohmann::json after = ReadStatus(job);
   EXPECT_EQ(LayoutOf(after), std::make_tuple(2, 2, 2)) << "the layout stays";
   EXPECT_EQ(CountWorkers(after, "member"), 8);

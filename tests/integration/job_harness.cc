@@ -143,6 +143,17 @@ void KillWorkerAndRecover(Job& job, pid_t victim) {
   WaitForFailureRecovery(job);
 }
 
+void KillHeldWorkerAndRecover(Job& job, const std::string& hold, pid_t victim) {
+  std::ofstream(hold).put('\n');
+  ASSERT_TRUE(job.WaitFor(
+      [&hold](const nlohmann::json&) { return std::filesystem::exists(hold + ".held"); },
+      std::chrono::seconds(60)))
+      << LauncherLog(job);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  std::filesystem::remove(hold);
+  WaitForFailureRecovery(job);
+}
+
 void WaitForFailureRecovery(Job& job) {
   ASSERT_TRUE(job.WaitFor(
       [](const nlohmann::json& j) {

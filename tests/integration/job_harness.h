@@ -79,6 +79,11 @@ class Job {
 void KillWorkerAndRecover(Job& job, pid_t victim);
 // KillWorkerAndRecover's wait, for a test that failed a worker itself.
 void WaitForFailureRecovery(Job& job);
+// KillWorkerAndRecover while the members hold between two steps: creates `hold` (the job's
+// --hold-file), waits for `hold`.held (60 s), SIGKILLs `victim`, removes `hold` and waits as
+// KillWorkerAndRecover does. No dp, pp or tp call is then in flight, so only the groups whose
+// members changed are rebuilt (docs/recovery.md).
+void KillHeldWorkerAndRecover(Job& job, const std::string& hold, pid_t victim);
 
 // Path of a built binary (set by CMake).
 std::string ElastraBinary();

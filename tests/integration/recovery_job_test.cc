@@ -10,7 +10,6 @@
 #include <stdlib.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,13 +112,7 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
   // Rank 3 dies while the members hold between two steps, so that no dp or tp collective is in
   // flight: one that is (rank 0 in a dp allreduce that rank 2, blocked in tp with rank 3, never
   // entered) is rebuilt as well, whichever group it is (docs/recovery.md).
-  std::ofstream(hold).put('\n');
-  ASSERT_TRUE(
-      job.WaitFor([&](const nlohmann::json&) { return fs::exists(hold + ".held"); }, seconds(60)))
-      << LauncherLog(job);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  fs::remove(hold);
-  ASSERT_NO_FATAL_FAILURE(WaitForFailureRecovery(job));
+  ASSERT_NO_FATAL_FAILURE(KillHeldWorkerAndRecover(job, hold, victim));
   const nlohmann::json after = job.Status();
   EXPECT_EQ(after["layout"].value("dp", 0), 2) << "the layout stays";
   EXPECT_EQ(after["layout"].value("tp", 0), 2);
