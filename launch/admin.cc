@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 
 #include "protocol/control_client.h"
 #include "protocol/keys.h"
@@ -31,15 +33,42 @@ constexpr char kDefaultStateDir[] = ".elastra";
 // How long a resize or drain waits to connect and for the coordinator's first answer: its
 // --timeout, at most a minute (a coordinator busy planning for thousands of workers, or on a
 // loaded machine, may take seconds; one that is gone should not hold the command for 10 minutes).
-milliseconds FirstAnswerTimeout(int timeout_s) {
-  return milliseconds(1000 * static_cast<int64_t>(std::min(timeout_s, 60)));
+milliseconds FirstAnswerTimeout(milliseconds timeout) {
+  return std::min(timeout, milliseconds(std::chrono::minutes(1)));
+}
+
+// A --timeout as its messages say it: "2 s", or "300 ms" when not whole seconds.
+std::string DurationText(milliseconds t) {
+  return t.count() % 1000 == 0 ? std::to_string(t.count() / 1000) + " s"
+                               : std::to_string(t.count()) + " ms";
+}
+
+// --timeout's value: seconds ("30", "30s") or milliseconds ("300ms"), from 1 ms to a day.
+milliseconds ParseTimeout(const std::string& text) {
+  std::string_view digits = text;
+  int64_t unit_ms = 1000;
+  if (digits.size() > 2 && digits.substr(digits.size() - 2) == "ms") {
+    digits.remove_suffix(2);
+    unit_ms = 1;
+  } else if (digits.size() > 1 && digits.back() == 's') {
+    digits.remove_suffix(1);
+  }
+  int64_t n = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  constexpr int64_t kDayMs = 86'400'000;
+  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || n < 1 ||
+      n > kDayMs / unit_ms) {
+    throw FlagError("--timeout must be between 1 and 86400 (seconds; 1ms to 86400000ms in "
+                    "milliseconds), got '" +
+                    text + "'");
+  }
+  return milliseconds(n * unit_ms);
 }
 
 // Connects with the admin credentials from DIR/coordinator.json within `timeout`; prints why on
 // failure.
 std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
-                                            const std::string& state_dir,
-                                            milliseconds timeout = milliseconds(5000)) {
+                                            const std::string& state_dir, milliseconds timeout) {
   auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
   if (!info.ok()) {
     std::fprintf(stderr, "elastra %s: no job found in %s: %s\n", command.c_str(), state_dir.c_str(),
@@ -130,9 +159,15 @@ struct HttpFlags {
 struct AdminFlags {
   std::string state_dir = kDefaultStateDir;
   HttpFlags http;
-  bool wait = false;    // resize and drain only
-  int timeout_s = 600;  // resize and drain only
+  bool wait = false;  // resize and drain only
+  // --timeout: for a change, the wait for it, and (at most a minute) connecting and the first
+  // answer; for status, connecting and the answer. nullopt: the command's default (kChangeTimeout,
+  // kStatusTimeout).
+  std::optional<milliseconds> timeout;
 };
+
+constexpr milliseconds kChangeTimeout = std::chrono::minutes(10);
+constexpr milliseconds kStatusTimeout{5000};
 
 struct ResizeOptions : AdminFlags {
   int workers = 0;               // 0: not given (--spares alone)
@@ -153,21 +188,23 @@ struct KeygenOptions {
 };
 
 // The outcome of a request answered like a resize (ResizeRequest, DrainRequest): with `wait` and
-// an "accepted" first reply, the second reply (done or failed), waited for up to `timeout_s`. A
+// an "accepted" first reply, the second reply (done or failed), waited for up to `timeout`. A
 // coordinator restarted from its journal (docs/journal.md) finishes the change but no longer knows
 // who waits for it: `done_from_status` reads the outcome from the job's status instead. nullopt
 // after printing why on stderr (then the command exits 1).
 std::optional<proto::ResizeReply> AwaitOutcome(
     const std::string& command, ControlClient& client, const proto::ResizeReply& first, bool wait,
-    int timeout_s, const std::function<std::optional<proto::ResizeReply>()>& done_from_status) {
+    milliseconds timeout,
+    const std::function<std::optional<proto::ResizeReply>()>& done_from_status) {
   if (!wait || first.phase != proto::ResizePhase::kAccepted) return first;
   const uint64_t id = client.last_request_id();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left =
         std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      std::fprintf(stderr, "elastra %s: not done within %d s\n", command.c_str(), timeout_s);
+      std::fprintf(stderr, "elastra %s: not done within %s\n", command.c_str(),
+                   DurationText(timeout).c_str());
       return std::nullopt;
     }
     auto second = client.AwaitReply(id, std::min(left, milliseconds(1000)));
@@ -208,7 +245,7 @@ struct HttpAnswer {
 };
 std::optional<HttpAnswer> CallHttp(const std::string& command, const HttpFlags& flags,
                                    const std::string& method, const std::string& path,
-                                   const std::string& body, std::chrono::seconds timeout) {
+                                   const std::string& body, milliseconds timeout) {
   std::ifstream in(flags.token_file);
   std::string token;
   std::getline(in, token);
@@ -217,8 +254,9 @@ std::optional<HttpAnswer> CallHttp(const std::string& command, const HttpFlags& 
     return std::nullopt;
   }
   httplib::Client client(flags.url);
-  client.set_connection_timeout(10, 0);
-  client.set_read_timeout(timeout.count(), 0);
+  const milliseconds connect = std::min(timeout, milliseconds(10000));
+  client.set_connection_timeout(connect.count() / 1000, connect.count() % 1000 * 1000);
+  client.set_read_timeout(timeout.count() / 1000, timeout.count() % 1000 * 1000);
   const httplib::Headers headers = {{"Authorization", "Bearer " + token}};
   auto res = method == "POST" ? client.Post(path, headers, body, "application/json")
                               : client.Get(path, headers);
@@ -242,9 +280,9 @@ std::string HttpError(const HttpAnswer& a) {
 // elastra resize|drain --url: POST /v1/resize or /v1/drain; prints what the ZeroMQ path prints
 // (the API's object without its "id").
 int ChangeOverHttp(const std::string& command, const HttpFlags& http, const std::string& path,
-                   const nlohmann::json& body, bool wait, int timeout_s) {
+                   const nlohmann::json& body, bool wait, milliseconds timeout) {
   auto answer =
-      CallHttp(command, http, "POST", path, body.dump(), std::chrono::seconds(timeout_s + 30));
+      CallHttp(command, http, "POST", path, body.dump(), timeout + std::chrono::seconds(30));
   if (!answer) return 1;
   if (answer->status != 200 && answer->status != 202) {
     std::fprintf(stderr, "elastra %s: refused: %s\n", command.c_str(), HttpError(*answer).c_str());
@@ -272,7 +310,8 @@ int ResizeOverHttp(const ResizeOptions& flags) {
   if (flags.layout) {
     body["layout"] = {{"dp", flags.layout->dp}, {"pp", flags.layout->pp}, {"tp", flags.layout->tp}};
   }
-  return ChangeOverHttp("resize", flags.http, "/v1/resize", body, flags.wait, flags.timeout_s);
+  return ChangeOverHttp("resize", flags.http, "/v1/resize", body, flags.wait,
+                        flags.timeout.value_or(kChangeTimeout));
 }
 
 int ResizeJob(const ResizeOptions& flags) {
@@ -291,15 +330,16 @@ int ResizeJob(const ResizeOptions& flags) {
     req.layout = *flags.layout;
     req.has_layout = true;
   }
-  auto client = ConnectAdmin("resize", flags.state_dir, FirstAnswerTimeout(flags.timeout_s));
+  const milliseconds timeout = flags.timeout.value_or(kChangeTimeout);
+  auto client = ConnectAdmin("resize", flags.state_dir, FirstAnswerTimeout(timeout));
   if (client == nullptr) return 1;
-  auto first = client->Call<proto::ResizeReply>(MessageType::kResize, req,
-                                                FirstAnswerTimeout(flags.timeout_s));
+  auto first =
+      client->Call<proto::ResizeReply>(MessageType::kResize, req, FirstAnswerTimeout(timeout));
   if (!first.ok()) {
     std::fprintf(stderr, "elastra resize: refused: %s\n", first.status().message().c_str());
     return 1;
   }
-  auto reply = AwaitOutcome("resize", *client, *first, req.wait, flags.timeout_s,
+  auto reply = AwaitOutcome("resize", *client, *first, req.wait, timeout,
                             [&] { return DoneFromStatus(*client, first->generation, req); });
   if (!reply) return 1;
   return PrintOutcome(*reply);
@@ -309,18 +349,19 @@ int DrainHost(const DrainOptions& flags) {
   if (!flags.http.url.empty()) {
     return ChangeOverHttp("drain", flags.http, "/v1/drain",
                           {{"host", flags.host}, {"wait", flags.wait}}, flags.wait,
-                          flags.timeout_s);
+                          flags.timeout.value_or(kChangeTimeout));
   }
   const proto::DrainRequest req{flags.host, flags.wait};
-  auto client = ConnectAdmin("drain", flags.state_dir, FirstAnswerTimeout(flags.timeout_s));
+  const milliseconds timeout = flags.timeout.value_or(kChangeTimeout);
+  auto client = ConnectAdmin("drain", flags.state_dir, FirstAnswerTimeout(timeout));
   if (client == nullptr) return 1;
-  auto first = client->Call<proto::ResizeReply>(MessageType::kDrain, req,
-                                                FirstAnswerTimeout(flags.timeout_s));
+  auto first =
+      client->Call<proto::ResizeReply>(MessageType::kDrain, req, FirstAnswerTimeout(timeout));
   if (!first.ok()) {
     std::fprintf(stderr, "elastra drain: refused: %s\n", first.status().message().c_str());
     return 1;
   }
-  auto reply = AwaitOutcome("drain", *client, *first, req.wait, flags.timeout_s, [&] {
+  auto reply = AwaitOutcome("drain", *client, *first, req.wait, timeout, [&] {
     return DrainDoneFromStatus(*client, first->generation, flags.host);
   });
   if (!reply) return 1;
@@ -366,7 +407,8 @@ int ShowFinalStatus(const StatusOptions& flags, const nlohmann::json& j) {
 
 // elastra status --url: GET /v1/job, printed as the ZeroMQ path prints it.
 int StatusOverHttp(const StatusOptions& flags) {
-  auto answer = CallHttp("status", flags.http, "GET", "/v1/job", "", std::chrono::seconds(30));
+  auto answer = CallHttp("status", flags.http, "GET", "/v1/job", "",
+                         flags.timeout.value_or(std::chrono::seconds(30)));
   if (!answer) return 1;
   if (answer->status != 200) {
     std::fprintf(stderr, "elastra status: %s\n", HttpError(*answer).c_str());
@@ -388,13 +430,14 @@ int StatusOverHttp(const StatusOptions& flags) {
 int ShowStatus(const StatusOptions& flags) {
   if (!flags.http.url.empty()) return StatusOverHttp(flags);
   if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
-  auto client = ConnectAdmin("status", flags.state_dir);
+  const milliseconds timeout = flags.timeout.value_or(kStatusTimeout);
+  auto client = ConnectAdmin("status", flags.state_dir, timeout);
   if (client == nullptr) {
     if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
     return 1;
   }
   auto reply = client->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
-                                                milliseconds(5000));
+                                                timeout);
   if (!reply.ok()) {
     if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
     std::fprintf(stderr, "elastra status: %s\n", reply.status().ToString().c_str());
@@ -432,13 +475,13 @@ int Keygen(const KeygenOptions& flags) {
 // What tells one admin command's shared flags apart in its help.
 struct AdminFlagsHelp {
   const char* state_dir;         // --state-dir's help
-  const char* change = nullptr;  // a change ("resize", "drain"); nullptr: no --wait, no --timeout
+  const char* change = nullptr;  // a change ("resize", "drain"); nullptr: no --wait
   const char* wait = nullptr;    // --wait's help, for a change
 };
 
 // Adds the flags every admin command shares to `command`, and the command's own flags through
 // `add_own`, in the order its help lists them: --state-dir, the command's own, --wait (a change),
-// --url and --token-file (which replace --state-dir's ZeroMQ connection), --timeout (a change).
+// --url and --token-file (which replace --state-dir's ZeroMQ connection), --timeout.
 void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& help,
                    const std::function<void()>& add_own) {
   command->add_option("--state-dir", out->state_dir, help.state_dir)
@@ -458,11 +501,18 @@ void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& hel
           ->type_name("FILE");
   url->needs(token);
   token->needs(url);
-  if (help.change == nullptr) return;
   const std::string timeout_help =
-      std::string("With --wait: give up waiting after this long (the ") + help.change + " goes on)";
-  AddIntFlag(command, "--timeout", &out->timeout_s, 1, 86400, "SECONDS", timeout_help)
-      ->capture_default_str();
+      help.change == nullptr
+          ? std::string("Give up connecting or waiting for the answer after this long (default "
+                        "5 s; 300ms for milliseconds)")
+          : std::string("With --wait: give up waiting after this long (the ") + help.change +
+                " goes on; default 600 s; 300ms for milliseconds); connecting and the first "
+                "answer wait as long, at most 60 s";
+  command
+      ->add_option_function<std::string>(
+          "--timeout", [out](const std::string& text) { out->timeout = ParseTimeout(text); },
+          timeout_help)
+      ->type_name("SECONDS");
 }
 
 }  // namespace
@@ -515,8 +565,8 @@ void AddStatusCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<StatusOptions>();
   CLI::App* status =
       app->add_subcommand("status", "Show a job's state, workers, hosts and history");
-  SetUsage(status, {"elastra status --state-dir DIR [--json]",
-                    "elastra status --url URL --token-file FILE [--json]"});
+  SetUsage(status, {"elastra status --state-dir DIR [--json] [--timeout SECONDS]",
+                    "elastra status --url URL --token-file FILE [--json] [--timeout SECONDS]"});
   AddAdminFlags(status, o.get(), {.state_dir = "The job's state directory (elastra run's)"}, [&] {
     status->add_flag("--json", o->json,
                      "One JSON object: job, state, generation, layout, step, workers, history, "

@@ -1,7 +1,11 @@
 // `elastra drain` and `elastra status` through the binary, against a fake coordinator: the request
 // they send with the admin key, and what they print and exit with for each answer.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -273,6 +277,37 @@ TEST_F(LaunchAdmin, StatusShowsTheHostsAndTheTargetSize) {
   CommandResult plain = RunServed({"status", "--state-dir", state_});
   EXPECT_EQ(plain.out.find("ADDRESS"), std::string::npos) << plain.out;
   EXPECT_NE(plain.out.find("step 120  workers 3\n"), std::string::npos) << plain.out;
+}
+
+TEST_F(LaunchAdmin, TimeoutBoundsConnectingWhenNoCoordinatorAnswers) {
+  // A port that nobody listens on: bound, never listened on, closed.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  ConnectionInfo nobody = fake_->info();
+  nobody.address = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ASSERT_TRUE(WriteConnectionInfo(state_ + "/coordinator.json", nobody).ok());
+  // Each command gives up after its --timeout (not the 5 s or 60 s of its default), and says so.
+  const std::vector<std::vector<std::string>> commands = {
+      {"status", "--state-dir", state_, "--timeout", "300ms"},
+      {"resize", "--state-dir", state_, "--workers", "2", "--wait", "--timeout", "300ms"},
+      {"drain", "--state-dir", state_, "--host", "hostB", "--timeout", "300ms"}};
+  for (const auto& args : commands) {
+    CommandResult r = Elastra(args);
+    EXPECT_EQ(r.code, 1) << Describe(args, r);
+    EXPECT_NE(r.err.find("no coordinator answered at " + nobody.address + " within 300 ms"),
+              std::string::npos)
+        << Describe(args, r);
+  }
+  // Whole seconds, as before.
+  const std::vector<std::string> status = {"status", "--state-dir", state_, "--timeout", "1"};
+  CommandResult r = Elastra(status);
+  EXPECT_NE(r.err.find("within 1000 ms"), std::string::npos) << Describe(status, r);
 }
 
 }  // namespace
