@@ -26,10 +26,11 @@ Every failing call raises an :class:`Error` subclass named after the C++ status 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import torch
-import torch.utils.dlpack
+# Imported as _torch: the name elastra.torch is the submodule of bind() (elastra/torch.py).
+import torch as _torch
+import torch.utils.dlpack as _dlpack
 
 from elastra import _elastra
 
@@ -138,16 +139,16 @@ _elastra._register_errors(_ERRORS)
 # ---------------------------------------------------------------------------------------------
 # Data types: torch dtype <-> elastra::DataType.
 
-_DTYPES = {torch.float32: 0, torch.float64: 1, torch.int64: 2, torch.uint8: 3,
-           torch.bfloat16: 4, torch.float16: 5, torch.int32: 6}
+_DTYPES = {_torch.float32: 0, _torch.float64: 1, _torch.int64: 2, _torch.uint8: 3,
+           _torch.bfloat16: 4, _torch.float16: 5, _torch.int32: 6}
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 # What the Communicator reduces and moves (docs/collectives.md).
-_COLLECTIVE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32,
-                      torch.int64, torch.uint8)
+_COLLECTIVE_DTYPES = (_torch.float32, _torch.float64, _torch.bfloat16, _torch.float16,
+                      _torch.int32, _torch.int64, _torch.uint8)
 
 
-def _dtype_code(dtype: torch.dtype, what: str) -> int:
-    if not isinstance(dtype, torch.dtype):
+def _dtype_code(dtype: _torch.dtype, what: str) -> int:
+    if not isinstance(dtype, _torch.dtype):
         raise TypeError(f"{what}: dtype must be a torch.dtype, got {dtype!r}")
     if dtype not in _DTYPES:
         names = ", ".join(str(d) for d in _DTYPES)
@@ -257,7 +258,7 @@ class State:
     def __init__(self, worker: "Worker") -> None:
         self._worker = worker
 
-    def add_tensor(self, name: str, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+    def add_tensor(self, name: str, shape: Sequence[int], dtype: _torch.dtype = _torch.float32,
                    sharding: Sharding = Sharding()) -> None:
         """Registers a zero-filled tensor of 1 or 2 dimensions. Raises TypeError for a bad
         dtype or sharding, ValueError (InvalidArgument) for a bad shape, name or rule."""
@@ -280,13 +281,13 @@ class State:
         layer-owned tensors."""
         self._worker._w.set_num_layers(int(layers))
 
-    def view(self, name: str) -> torch.Tensor:
+    def view(self, name: str) -> _torch.Tensor:
         """A torch tensor that views this rank's shard of ``name`` in Elastra's memory (no
         copy): writing to it changes the state Elastra commits and moves. Its shape is
         ``region(name).local_shape``. Valid until the next step_end() that returns
         RECONFIGURED. Raises ValueError (InvalidArgument) for an unknown name."""
         capsule = self._worker._w.view(name, self._worker)
-        return torch.utils.dlpack.from_dlpack(capsule)
+        return _dlpack.from_dlpack(capsule)
 
     def region(self, name: str) -> Region:
         """Which part of the global tensor ``name`` this rank holds now."""
@@ -294,7 +295,7 @@ class State:
         return Region(tuple(r.global_shape), r.row_begin, r.row_end, r.col_begin, r.col_end,
                       r.flat_begin, r.flat_end, tuple(r.local_shape))
 
-    def dtype(self, name: str) -> torch.dtype:
+    def dtype(self, name: str) -> _torch.dtype:
         return _TORCH_DTYPES[self._worker._w.tensor_dtype(name)]
 
     def names(self) -> Tuple[str, ...]:
@@ -312,8 +313,8 @@ class State:
 # ---------------------------------------------------------------------------------------------
 # Collectives.
 
-def _check_tensor(t: object, what: str) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
+def _check_tensor(t: object, what: str) -> _torch.Tensor:
+    if not isinstance(t, _torch.Tensor):
         raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
         raise ValueError(f"{what}: tensor is on {t.device}; only CPU tensors are supported yet")
@@ -344,7 +345,7 @@ class Group:
     def size(self) -> int:
         return self._worker._w.group_size(self._index)
 
-    def allreduce(self, tensor: torch.Tensor, op: int = SUM) -> torch.Tensor:
+    def allreduce(self, tensor: _torch.Tensor, op: int = SUM) -> _torch.Tensor:
         """In place: ``tensor`` becomes the reduction over the group. Returns it."""
         t = _check_tensor(tensor, f"{self.name}.allreduce")
         if op not in (SUM, MAX, MIN):
@@ -352,14 +353,14 @@ class Group:
         self._worker._w.allreduce(self._index, t.data_ptr(), t.numel(), _DTYPES[t.dtype], op)
         return tensor
 
-    def broadcast(self, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
+    def broadcast(self, tensor: _torch.Tensor, root: int = 0) -> _torch.Tensor:
         """In place: every rank's ``tensor`` becomes rank ``root``'s. Returns it."""
         t = _check_tensor(tensor, f"{self.name}.broadcast")
         self._worker._w.broadcast(self._index, t.data_ptr(), t.numel(), _DTYPES[t.dtype],
                                   int(root))
         return tensor
 
-    def allgather(self, output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    def allgather(self, output: _torch.Tensor, input: _torch.Tensor) -> _torch.Tensor:
         """``output`` (size * input.numel() elements) receives every rank's ``input``, rank r's
         at offset r * input.numel(). Returns output."""
         o = _check_tensor(output, f"{self.name}.allgather output")
@@ -369,8 +370,8 @@ class Group:
                                   _DTYPES[i.dtype])
         return output
 
-    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor,
-                       op: int = SUM) -> torch.Tensor:
+    def reduce_scatter(self, output: _torch.Tensor, input: _torch.Tensor,
+                       op: int = SUM) -> _torch.Tensor:
         """``input`` holds size * output.numel() elements; rank r's ``output`` receives the
         reduction of block r. Returns output."""
         o = _check_tensor(output, f"{self.name}.reduce_scatter output")
@@ -385,20 +386,20 @@ class Group:
     def barrier(self) -> None:
         self._worker._w.barrier(self._index)
 
-    def send(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> None:
+    def send(self, tensor: _torch.Tensor, peer: int, tag: int = 0) -> None:
         """Sends ``tensor``'s bytes to group rank ``peer``; matches its recv() with ``tag``."""
         t = _check_tensor(tensor, f"{self.name}.send")
         self._worker._w.send(self._index, t.data_ptr(), t.numel() * t.element_size(), int(peer),
                              int(tag))
 
-    def recv(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> torch.Tensor:
+    def recv(self, tensor: _torch.Tensor, peer: int, tag: int = 0) -> _torch.Tensor:
         """Receives into ``tensor`` what group rank ``peer`` sent with ``tag``. Returns it."""
         t = _check_tensor(tensor, f"{self.name}.recv")
         self._worker._w.recv(self._index, t.data_ptr(), t.numel() * t.element_size(), int(peer),
                              int(tag))
         return tensor
 
-    def _check_pair(self, big: torch.Tensor, small: torch.Tensor, call: str, big_name: str,
+    def _check_pair(self, big: _torch.Tensor, small: _torch.Tensor, call: str, big_name: str,
                     small_name: str) -> None:
         if big.dtype != small.dtype:
             raise TypeError(f"{self.name}.{call}: {big_name} is {big.dtype}, "
@@ -456,12 +457,16 @@ class Worker:
         self.dp_group = Group(self, 1, "dp_group")
         self.pp_group = Group(self, 2, "pp_group")
         self.tp_group = Group(self, 3, "tp_group")
+        # Called with no argument whenever the shards may have moved: after start() and after a
+        # step_end() that returns RECONFIGURED (elastra.torch.bind re-points a module there).
+        self._on_reconfigured: List[Callable[[], None]] = []
 
     def start(self) -> None:
         """Joins the job; returns once this worker holds a layout, groups and the job's state
         (received from the current members when it joins a running job). Raises Unavailable or
         Aborted when it is never admitted."""
         self._w.start()
+        self._reconfigured()
 
     def step_end(self, error: Optional[BaseException] = None) -> int:
         """Ends a step: returns CONTINUE, RECONFIGURED or LEAVE.
@@ -471,12 +476,20 @@ class Worker:
         worker back to the last commit (``w.step`` goes back) and returns RECONFIGURED. Any other
         exception is passed as Aborted. Raises an Error only when the job cannot go on."""
         if error is None:
-            return self._w.step_end(0, "")
-        if isinstance(error, Error):
-            return self._w.step_end(error.code, error.message)
-        if isinstance(error, BaseException):
-            return self._w.step_end(Aborted.code, f"{type(error).__name__}: {error}")
-        raise TypeError(f"step_end: error must be an exception or None, got {error!r}")
+            action = self._w.step_end(0, "")
+        elif isinstance(error, Error):
+            action = self._w.step_end(error.code, error.message)
+        elif isinstance(error, BaseException):
+            action = self._w.step_end(Aborted.code, f"{type(error).__name__}: {error}")
+        else:
+            raise TypeError(f"step_end: error must be an exception or None, got {error!r}")
+        if action == RECONFIGURED:
+            self._reconfigured()
+        return action
+
+    def _reconfigured(self) -> None:
+        for hook in self._on_reconfigured:
+            hook()
 
     def finish(self) -> None:
         """Tells the coordinator this worker finished training (after the last step)."""
@@ -519,3 +532,6 @@ class Worker:
     @property
     def worker_id(self) -> str:
         return self._w.worker_id
+
+# elastra.torch.bind: a torch.nn.Module and its optimizer kept in the state (elastra/torch.py).
+from elastra import torch  # noqa: E402  (it uses the classes above)
