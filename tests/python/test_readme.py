@@ -22,5 +22,5 @@ def readme_loop() -> str:
 def test_readme_loop_runs_as_written():
     with Job(2, ["{dir}/loop.py"], files={"loop.py": readme_loop()}) as job:
         assert job.wait(120) == 0, job.log()
-        # 100 steps at dp=2, 32 samples each; the weights moved by the summed gradients.
+        # 100 steps at dp=2, 32 samples each, of a module bound with elastra.torch.bind.
         assert "trained 100 steps at Layout(dp=2, pp=1, tp=1), cursor 3200" in job.log(), job.log()
