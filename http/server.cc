@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "protocol/status_json.h"
 #include "http/dashboard.h"
 #include "http/metrics.h"
+#include "http/routes.h"
 
 namespace elastra::http {
 namespace {
@@ -34,24 +34,13 @@ constexpr char kPrometheus[] = "text/plain; version=0.0.4; charset=utf-8";
 // The cookie the dashboard's browser keeps the (read) token in.
 constexpr char kCookie[] = "elastra_token";
 
-// Whether two tokens are equal, in time that depends only on the length of `expected` (a
-// mismatch at the first byte takes as long as one at the last).
-bool ConstantTimeEquals(const std::string& given, const std::string& expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
-
 void Reply(httplib::Response& res, int code, const std::string& body, const char* type = kJson) {
   res.status = code;
   res.set_content(body, type);
 }
 
 void Error(httplib::Response& res, int code, const std::string& message) {
-  Reply(res, code, json{{"error", message}}.dump());
+  Reply(res, code, ErrorBody(message));
 }
 
 // The HTTP status for a coordinator's refusal (docs/http.md, "Errors").
@@ -150,7 +139,9 @@ StatusOr<HttpTokens> LoadOrCreateTokens(const std::string& state_dir) {
 
 class HttpServer::Impl {
  public:
-  explicit Impl(HttpOptions options) : options_(std::move(options)) {}
+  explicit Impl(HttpOptions options)
+      : options_(std::move(options)),
+        config_{options_.admin_token, options_.read_token, static_cast<bool>(options_.events)} {}
 
   Status Start(std::unique_ptr<ControlClient> client) {
     client_ = std::move(client);
@@ -202,193 +193,114 @@ class HttpServer::Impl {
   int port() const { return port_; }
 
  private:
-  enum class Access { kRead, kAdmin };
-
-  // The token a request carries: `Authorization: Bearer TOKEN`; else, for a browser, the
-  // `token` query parameter or the kCookie cookie, which grant reading only (a cookie is sent
-  // by the browser on its own, so it must never let a page elsewhere change the job). Empty
-  // when none.
-  static std::string TokenOf(const httplib::Request& req, bool* from_browser) {
-    const std::string header = req.get_header_value("Authorization");
-    constexpr char kBearer[] = "Bearer ";
-    *from_browser = false;
-    if (header.rfind(kBearer, 0) == 0) return header.substr(sizeof(kBearer) - 1);
-    *from_browser = true;
-    if (req.has_param("token")) return req.get_param_value("token");
-    return CookieValue(req.get_header_value("Cookie"), kCookie);
-  }
-
-  static std::string CookieValue(const std::string& header, const std::string& name) {
-    size_t pos = 0;
-    while (pos < header.size()) {
-      size_t end = header.find(';', pos);
-      if (end == std::string::npos) end = header.size();
-      size_t begin = header.find_first_not_of(' ', pos);
-      if (begin < end && header.compare(begin, name.size() + 1, name + "=") == 0) {
-        return header.substr(begin + name.size() + 1, end - begin - name.size() - 1);
-      }
-      pos = end + 1;
-    }
-    return "";
-  }
-
-  // Whether the request carries a token that grants `need`; answers 401/403 when not.
-  bool Authorized(const httplib::Request& req, httplib::Response& res, Access need) {
-    bool from_browser = false;
-    const std::string token = TokenOf(req, &from_browser);
-    if (token.empty()) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      Error(res, 401,
-            "missing bearer token (Authorization: Bearer TOKEN; a browser opens /?token=TOKEN)");
-      return false;
-    }
-    const bool admin = ConstantTimeEquals(token, options_.admin_token);
-    const bool read = ConstantTimeEquals(token, options_.read_token);
-    if (!admin && !read) {
-      res.set_header("WWW-Authenticate", "Bearer error=\"invalid_token\"");
-      Error(res, 401, "the bearer token is not this job's");
-      return false;
-    }
-    if (need == Access::kAdmin && (!admin || from_browser)) {
-      Error(res, 403,
-            from_browser ? "a token from a query parameter or cookie may only read; send "
-                           "Authorization: Bearer with the admin token"
-                         : "the read token may not change the job; use the admin token");
-      return false;
-    }
-    return true;
-  }
-
-  // GET /: the dashboard. With ?token=, a valid token becomes an HttpOnly cookie and the browser
-  // is sent back to / (the token leaves the address bar and the history).
-  void Dashboard(const httplib::Request& req, httplib::Response& res) {
-    if (req.has_param("token")) {
-      if (!Authorized(req, res, Access::kRead)) return;
-      res.set_header("Set-Cookie", std::string(kCookie) + "=" + req.get_param_value("token") +
-                                       "; Path=/; HttpOnly; SameSite=Strict");
-      res.set_header("Cache-Control", "no-store");
-      res.set_redirect("/", 303);
-      return;
-    }
-    if (!Authorized(req, res, Access::kRead)) return;
-    res.set_header("Content-Security-Policy", kDashboardCsp);
-    res.set_header("Cache-Control", "no-store");
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.status = 200;
-    res.set_content(std::string(DashboardHtml()), "text/html; charset=utf-8");
-  }
-
   void Routes() {
     server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) Error(res, res.status, DefaultMessage(res.status));
     });
     server_.set_exception_handler([](const httplib::Request&, httplib::Response& res,
                                      std::exception_ptr) { Error(res, 500, "internal error"); });
-    server_.Get(
-        "/", [this](const httplib::Request& req, httplib::Response& res) { Dashboard(req, res); });
-    server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-      Reply(res, 200, R"({"ok":true})");
-    });
-    server_.Get("/v1/job", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res, Access::kRead)) return;
-      auto status = JobStatus();
-      if (!status.ok()) return Error(res, HttpCode(status.status()), status.status().message());
-      Reply(res, 200, proto::StatusJson(*status));
-    });
-    server_.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res, Access::kRead)) return;
-      auto status = JobStatus();
-      if (!status.ok()) return Error(res, HttpCode(status.status()), status.status().message());
-      Reply(res, 200, PrometheusMetrics(*status) + JournalMetrics(), kPrometheus);
-    });
-    server_.Get(
-        R"(/v1/resizes/(\d{1,18}))", [this](const httplib::Request& req, httplib::Response& res) {
-          if (!Authorized(req, res, Access::kRead)) return;
-          const uint64_t id = std::stoull(req.matches[1].str());
-          std::lock_guard<std::mutex> lock(mu_);
-          auto it = changes_.find(id);
-          if (it == changes_.end()) {
-            return Error(res, 404,
-                         "no resize " + std::to_string(id) + " (ids are per coordinator process)");
-          }
-          Reply(res, 200, ChangeJson(id, it->second));
-        });
-    server_.Get("/v1/events", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res, Access::kRead)) return;
-      if (!options_.events) return Error(res, 404, "this job keeps no journal");
-      uint64_t after = 0;
-      const std::string last = req.get_header_value("Last-Event-ID");
-      if (!last.empty()) {
-        auto [ptr, ec] = std::from_chars(last.data(), last.data() + last.size(), after);
-        if (ec != std::errc() || ptr != last.data() + last.size()) {
-          return Error(res, 400, "Last-Event-ID '" + last + "' is not an event id");
-        }
+    // cpp-httplib matches the paths; Route (http/routes.h) decides everything else.
+    const auto serve = [this](const httplib::Request& req, httplib::Response& res) {
+      Serve(req, res);
+    };
+    for (const char* path :
+         {"/", "/healthz", "/v1/job", "/metrics", R"(/v1/resizes/(\d{1,18}))", "/v1/events"}) {
+      server_.Get(path, serve);
+    }
+    server_.Post("/v1/resize", serve);
+    server_.Post("/v1/drain", serve);
+  }
+
+  void Serve(const httplib::Request& req, httplib::Response& res) {
+    ApiRequest api{req.method, req.path, req.get_header_value("Authorization"),
+                   req.get_header_value("Cookie"), std::nullopt,
+                   req.get_header_value("Last-Event-ID"), req.body};
+    if (req.has_param("token")) api.token_param = req.get_param_value("token");
+    ApiAction a = Route(api, config_);
+    switch (a.kind) {
+      case ApiAction::Kind::kError:
+        if (!a.www_authenticate.empty()) res.set_header("WWW-Authenticate", a.www_authenticate);
+        return Error(res, a.code, a.message);
+      case ApiAction::Kind::kHealth:
+        return Reply(res, 200, R"({"ok":true})");
+      case ApiAction::Kind::kSetCookie:
+        // The token leaves the address bar and the history as an HttpOnly cookie.
+        res.set_header("Set-Cookie", std::string(kCookie) + "=" + a.token +
+                                         "; Path=/; HttpOnly; SameSite=Strict");
+        res.set_header("Cache-Control", "no-store");
+        return res.set_redirect("/", 303);
+      case ApiAction::Kind::kDashboard:
+        res.set_header("Content-Security-Policy", kDashboardCsp);
+        res.set_header("Cache-Control", "no-store");
+        res.set_header("X-Content-Type-Options", "nosniff");
+        return Reply(res, 200, std::string(DashboardHtml()), "text/html; charset=utf-8");
+      case ApiAction::Kind::kJob:
+      case ApiAction::Kind::kMetrics: {
+        auto status = JobStatus();
+        if (!status.ok()) return Error(res, HttpCode(status.status()), status.status().message());
+        if (a.kind == ApiAction::Kind::kJob) return Reply(res, 200, proto::StatusJson(*status));
+        return Reply(res, 200, PrometheusMetrics(*status) + JournalMetrics(), kPrometheus);
       }
-      {
+      case ApiAction::Kind::kChange: {
         std::lock_guard<std::mutex> lock(mu_);
-        if (streams_ >= options_.max_event_streams) {
-          return Error(res, 503, "too many event streams open; retry later");
+        auto it = changes_.find(a.id);
+        if (it == changes_.end()) {
+          return Error(res, 404,
+                       "no resize " + std::to_string(a.id) + " (ids are per coordinator process)");
         }
-        ++streams_;
+        return Reply(res, 200, ChangeJson(a.id, it->second));
       }
-      res.set_header("Cache-Control", "no-cache");
-      std::shared_ptr<JobEventSource> reader = options_.events(after);
-      auto quiet_since =
-          std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, reader, quiet_since](size_t, httplib::DataSink& sink) {
-            std::string out;
-            for (const JobEvent& e : reader->ReadNew()) {
-              out += "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data +
-                     "\n\n";
-            }
-            const auto now = std::chrono::steady_clock::now();
-            if (out.empty() && now - *quiet_since >= options_.event_keepalive)
-              out = ": keepalive\n\n";
-            if (!out.empty()) {
-              *quiet_since = now;
-              if (!sink.write(out.data(), out.size())) return false;  // the client went away
-            }
-            std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait_for(lock, options_.event_poll, [&] { return stopped_; });
-            if (stopped_) sink.done();  // the API stops: end the stream cleanly
-            return true;
-          },
-          [this](bool) {
-            std::lock_guard<std::mutex> lock(mu_);
-            --streams_;
-          });
-    });
-    server_.Post("/v1/resize", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res, Access::kAdmin)) return;
-      proto::ResizeRequest r;
-      bool wait = false;
-      if (std::string why = ParseResize(req.body, &r, &wait); !why.empty()) {
-        return Error(res, why.rfind("422:", 0) == 0 ? 422 : 400, why.substr(4));
+      case ApiAction::Kind::kEvents:
+        return Events(a.id, res);
+      case ApiAction::Kind::kResize:
+        a.resize.wait = true;  // the tracker learns the outcome even when this client does not wait
+        return Submit(MessageType::kResize, proto::EncodePayload(a.resize), "", a.wait, res);
+      case ApiAction::Kind::kDrain:
+        a.drain.wait = true;
+        return Submit(MessageType::kDrain, proto::EncodePayload(a.drain), a.drain.host, a.wait,
+                      res);
+    }
+  }
+
+  // GET /v1/events: the journal's events after `after`, as server-sent events, until the client
+  // goes away or the API stops.
+  void Events(uint64_t after, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (streams_ >= options_.max_event_streams) {
+        return Error(res, 503, "too many event streams open; retry later");
       }
-      r.wait = true;  // the tracker learns the outcome even when this client does not wait
-      Submit(MessageType::kResize, proto::EncodePayload(r), "", wait, res);
-    });
-    server_.Post("/v1/drain", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res, Access::kAdmin)) return;
-      json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-      if (!body.is_object()) return Error(res, 400, "the body is not a JSON object");
-      proto::DrainRequest d;
-      bool wait = false;
-      for (const auto& [key, value] : body.items()) {
-        if (key == "host" && value.is_string() && !value.get<std::string>().empty()) {
-          d.host = value.get<std::string>();
-        } else if (key == "wait" && value.is_boolean()) {
-          wait = value.get<bool>();
-        } else {
-          return Error(res, 400, "unexpected or malformed field \"" + key + "\"");
-        }
-      }
-      if (d.host.empty()) return Error(res, 400, "\"host\" is required");
-      d.wait = true;
-      Submit(MessageType::kDrain, proto::EncodePayload(d), d.host, wait, res);
-    });
+      ++streams_;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    std::shared_ptr<JobEventSource> reader = options_.events(after);
+    auto quiet_since =
+        std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, reader, quiet_since](size_t, httplib::DataSink& sink) {
+          std::string out;
+          for (const JobEvent& e : reader->ReadNew()) {
+            out += "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data +
+                   "\n\n";
+          }
+          const auto now = std::chrono::steady_clock::now();
+          if (out.empty() && now - *quiet_since >= options_.event_keepalive) {
+            out = ": keepalive\n\n";
+          }
+          if (!out.empty()) {
+            *quiet_since = now;
+            if (!sink.write(out.data(), out.size())) return false;  // the client went away
+          }
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait_for(lock, options_.event_poll, [&] { return stopped_; });
+          if (stopped_) sink.done();  // the API stops: end the stream cleanly
+          return true;
+        },
+        [this](bool) {
+          std::lock_guard<std::mutex> lock(mu_);
+          --streams_;
+        });
   }
 
   // Counts of the journal's events since the job started (restarts included): what the status
@@ -408,55 +320,6 @@ class HttpServer::Impl {
         MessageType::kStatusRequest, proto::StatusRequest{}, options_.coordinator_timeout);
     if (!reply.ok()) return reply.status();
     return reply->status;
-  }
-
-  // Fills `r` from a resize body; "" when it is well formed, else "400:why" or "422:why".
-  static std::string ParseResize(const std::string& text, proto::ResizeRequest* r, bool* wait) {
-    json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!body.is_object()) return "400:the body is not a JSON object";
-    bool has_workers = false;
-    for (const auto& [key, value] : body.items()) {
-      if (key == "workers" && value.is_number_integer()) {
-        const int64_t n = value.get<int64_t>();
-        if (n < 1 || n > std::numeric_limits<int32_t>::max()) {
-          return "422:\"workers\" must be at least 1, got " + std::to_string(n);
-        }
-        r->workers = static_cast<int32_t>(n);
-        has_workers = true;
-      } else if (key == "layout" && value.is_object()) {
-        int32_t* dims[] = {&r->layout.dp, &r->layout.pp, &r->layout.tp};
-        const char* names[] = {"dp", "pp", "tp"};
-        if (value.size() != 3) return "400:\"layout\" needs exactly dp, pp and tp";
-        for (int i = 0; i < 3; ++i) {
-          auto it = value.find(names[i]);
-          if (it == value.end() || !it->is_number_integer()) {
-            return std::string("400:\"layout\" needs an integer \"") + names[i] + "\"";
-          }
-          const int64_t v = it->get<int64_t>();
-          if (v < 1 || v > 1 << 20) {
-            return std::string("422:layout ") + names[i] + " must be at least 1";
-          }
-          *dims[i] = static_cast<int32_t>(v);
-        }
-        r->has_layout = true;
-      } else if (key == "wait" && value.is_boolean()) {
-        *wait = value.get<bool>();
-      } else if (key == "spares" && value.is_number_integer()) {
-        // The coordinator refuses more than max_workers (422, with the bound).
-        const int64_t k = value.get<int64_t>();
-        if (k < 0 || k > std::numeric_limits<int32_t>::max()) {
-          return "422:\"spares\" must be 0 or more, got " + std::to_string(k);
-        }
-        r->spares = static_cast<int32_t>(k);
-      } else {
-        return "400:unexpected or malformed field \"" + key + "\"";
-      }
-    }
-    if (!has_workers && !r->has_layout && r->spares < 0) {
-      return "400:\"workers\", \"layout\" or \"spares\" is required";
-    }
-    if (!has_workers) r->workers = r->has_layout ? r->layout.world() : 0;  // 0: only the spares
-    return "";
   }
 
   static std::string ChangeJson(uint64_t id, const Change& c) {
@@ -527,6 +390,7 @@ class HttpServer::Impl {
   }
 
   HttpOptions options_;
+  const ApiConfig config_;
   httplib::Server server_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};
