@@ -5,7 +5,9 @@
 // produce. Deterministic, so the committed seeds change only when an encoding does.
 //
 //   fuzz_make_corpus DIR   (make fuzz-corpus: DIR = tests/fuzz/corpus)
-// Regression inputs (named after what they found, not seed-*) are never touched.
+// Seeds written before are removed first; regression inputs (named after what they found, not
+// seed-*) are never touched. VERSION records the encodings the seeds were written for
+// (corpus_version.h; FuzzCorpus.version fails when the code's differ).
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -22,6 +24,7 @@
 #include "coordinator/coordinator_core.h"
 #include "journal/journal.h"
 #include "tests/fuzz/checkpoint_frame.h"
+#include "tests/fuzz/corpus_version.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/make_corpus.h"
 #include "tests/fuzz/memory_env.h"
@@ -43,6 +46,18 @@ void Write(const std::string& target, const std::string& name, const std::string
   const fs::path dir = g_out / target;
   fs::create_directories(dir);
   std::ofstream(dir / ("seed-" + name), std::ios::binary) << bytes;
+}
+
+// Removes every seed of the corpus (a seed that is no longer written would stay on an old
+// encoding); regression inputs stay.
+void RemoveSeeds() {
+  std::error_code ec;
+  for (const auto& target : fs::directory_iterator(g_out, ec)) {
+    if (!target.is_directory()) continue;
+    for (const auto& e : fs::directory_iterator(target.path())) {
+      if (e.path().filename().string().rfind("seed-", 0) == 0) fs::remove(e.path());
+    }
+  }
 }
 
 // A recorded session, with the generation the coordinator reached (shown, so that a change that
@@ -102,12 +117,13 @@ proto::JobStatus JobStatusSeed() {
   s.workers.push_back({"w1", "b", 101, 1, proto::WorkerState::kMember, 1, 40, 30});
   s.workers.push_back({"w2", "b", 102, -1, proto::WorkerState::kLost, -1, 12, -1});
   s.history.push_back({1, proto::GenerationReason::kStart, {"w0"}, Layout{}, 1, 0, 1, 0});
-  s.history.push_back(
-      {2, proto::GenerationReason::kResize, {"w0", "w1"}, Layout{2, 1, 1}, 35, 3, 20, 11});
+  s.history.push_back({2, proto::GenerationReason::kResize, {"w0", "w1"}, Layout{2, 1, 1}, 35, 3,
+                       20, 11, 1 << 20, 1, 2});
   s.agents.push_back({"agent-a", "a", 4});
   s.hosts.push_back({"a", "10.0.0.1", 4, 0, 1, proto::HostState::kUp, 100});
   s.target_workers = 2;
   s.malformed_frames = 1;
+  s.spares_target = 1;
   return s;
 }
 
@@ -118,14 +134,19 @@ std::string PayloadOf(MessageType type) {
     case MessageType::kError:
       return EncodePayload(ErrorReply{5, "worker 'w9' is unknown"});
     case MessageType::kJoin:
+      // With a rendezvous endpoint (6 bytes) and a memory budget (protocol 9).
       return EncodePayload(JoinRequest{"w0", "host-a", 0, 4242, SmallState(),
-                                       std::string(R"({"model":)") + kModelJson + "}"});
+                                       std::string(R"({"model":)") + kModelJson + "}",
+                                       std::string("\x7f\x00\x00\x01\x1f\x90", 6), 16ll << 30});
     case MessageType::kLeave:
       return EncodePayload(LeaveRequest{LeaveReason::kQuit, "bye"});
     case MessageType::kHeartbeat:
       return EncodePayload(Heartbeat{17, 640, {{"loss", 0.25, 16}, {"lr", 1e-3, 16}}});
     case MessageType::kPaused:
-      return EncodePayload(PausedReport{3, 20, {10, 20}, true});
+      // Commits in a failed generation's layout (protocol 6), the groups' health (protocol 10).
+      return EncodePayload(PausedReport{3, 20, {10, 20}, true, Layout{1, 2, 2}, 3,
+                                        {{kDpGroup, 2, true, 40, {1}, {20}, {20}},
+                                         {kTpGroup, 2, false, 39, {0, 2}, {5, 0}, {4, 1}}}});
     case MessageType::kGenerationReady:
       return EncodePayload(GenerationReady{3, 12.5, 40.25, 4096});
     case MessageType::kFailureReport:
@@ -169,7 +190,9 @@ std::string PayloadOf(MessageType type) {
       g.move.workers = 4;
       g.move.tensors = 2;
       g.move.transfers = {{0, 0, 3, 0, 8, 0, 16}, {1, 0, 3, 0, 1, 4, 12}};
-      g.nccl = {2, 2, false, false, {}};
+      g.nccl = {2, 2, false, false, 0, {}};
+      g.build_peers = std::string("\x7f\x00\x00\x01\x1f\x91", 6);
+      g.keep_groups = 1 << kDpGroup;  // protocol 10
       return EncodePayload(g);
     }
     case MessageType::kKvSet:
@@ -188,7 +211,7 @@ std::string PayloadOf(MessageType type) {
     case MessageType::kKvValues:
       return EncodePayload(KvValuesReply{{"addr:1234", "addr:5678"}});
     case MessageType::kResize:
-      return EncodePayload(ResizeRequest{4, true, Layout{2, 1, 2}, true});
+      return EncodePayload(ResizeRequest{4, true, Layout{2, 1, 2}, true, 1});  // 1 spare
     case MessageType::kResizeReply:
       return EncodePayload(
           ResizeReply{ResizePhase::kDone, 3, 4, Layout{2, 1, 2}, 30, 2, 12, 9, 400, "done"});
@@ -437,12 +460,15 @@ int main(int argc, char** argv) {
   using namespace elastra::fuzz;
   QuietLogs();
   g_out = argv[1];
+  RemoveSeeds();
   CodecSeeds();
   CoreSeeds();
   CheckpointSeeds();
   JournalSeeds();
   ModelSeeds();
   KeySeeds();
+  HttpSeeds();
+  std::ofstream(g_out / "VERSION") << CorpusVersion();
   std::printf("seeds written under %s\n", argv[1]);
   return 0;
 }

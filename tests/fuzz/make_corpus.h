@@ -1,5 +1,6 @@
-// The pieces of fuzz_make_corpus that its two files share (make_corpus.cc: the codec's and the
-// core's seeds and main; make_corpus_files.cc: the seeds of the files the real writers produce).
+// The pieces of fuzz_make_corpus that its files share (make_corpus.cc: the codec's and the core's
+// seeds and main; make_corpus_files.cc: the seeds of the files the real writers produce;
+// make_corpus_http.cc: the HTTP API's requests).
 #pragma once
 
 #include <cstdint>
@@ -23,5 +24,7 @@ void CheckpointSeeds();
 void JournalSeeds();
 void ModelSeeds();
 void KeySeeds();
+// The HTTP API's requests (make_corpus_http.cc).
+void HttpSeeds();
 
 }  // namespace elastra::fuzz
