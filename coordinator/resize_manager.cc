@@ -70,12 +70,18 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
     // runs now (a change in flight uses the new number from its next step on).
     if (generations_->job_over()) return refuse(CheckCanChange());
     SetSpares(req.spares);
+    const int stopped = spares_to_stop_ > 0 ? StopSparesBeyond() : 0;
     proto::ResizeReply reply;
     reply.phase = proto::ResizePhase::kDone;
     reply.generation = generations_->generation();
     reply.workers = static_cast<int32_t>(membership_->MemberCount());
     reply.layout = generations_->layout();
     reply.message = "the job keeps " + std::to_string(spares()) + " spare(s)";
+    if (stopped > 0) {
+      reply.message += "; " + std::to_string(stopped) + " standby worker(s) beyond them stop";
+    } else if (spares_to_stop_ > 0) {
+      reply.message += "; the standby workers beyond them stop once the change in flight ends";
+    }
     outbox_->Send(identity, proto::MessageType::kResizeReply, reply, e.request_id);
     MaybeReplenishSpares();
     return;
@@ -450,6 +456,7 @@ void ResizeManager::FinishDrain() {
 void ResizeManager::SetSpares(int spares) {
   if (spares == this->spares()) return;
   LOG(INFO) << "the job keeps " << spares << " spare(s) (was " << this->spares() << ")";
+  spares_to_stop_ = std::max(0, this->spares() - spares);
   spares_ = spares;
   journal_->Target(target(), spares);
 }

@@ -116,7 +116,8 @@ class ResizeManager {
   // usable standby workers and the workers on their way are fewer, asks agents for the rest,
   // fullest host first, on any up host with free slots (an agent that does not heartbeat too:
   // spares were asked for, as a resize's workers are); they join as standbys. O(1) while enough
-  // stand or are on their way.
+  // stand or are on their way. Stops the standby workers a lowered spares() no longer keeps
+  // first (StopSparesBeyond).
   void MaybeReplenishSpares();
   const std::optional<Pending>& pending() const { return pending_; }
 
@@ -135,7 +136,14 @@ class ResizeManager {
   void BeginPause();
   void FinishDrain();
   void SetTarget(int workers, bool journal);
+  // Sets spares(); when it is lowered by d, up to d standby workers beyond the new number stop
+  // at the next moment with no change pending or in flight (StopSparesBeyond).
   void SetSpares(int spares);
+  // Stops the standby workers owed by a lowered spares(), newest first, leaving at least
+  // spares() standing: each is told to leave (Shutdown with code 0) and counts as leaving until
+  // its Leave or its exit arrives. Only the number lowered goes: survivors that a layout leaves
+  // out are the next grow's (docs/recovery.md, "Spares"). Returns how many it stopped now.
+  int StopSparesBeyond();
   // Workers asked of the agents of hosts other than `except` that have not joined yet.
   int OnTheirWay(const std::string& except) const;
   // Of `standby` usable standby workers, how many a grow from `staying` members to `want` leaves
@@ -160,6 +168,7 @@ class ResizeManager {
   std::optional<Pending> pending_;
   std::optional<int> target_;  // unset: options.initial_workers
   std::optional<int> spares_;  // unset: options.spares
+  int spares_to_stop_ = 0;     // standby workers a lowered spares() still owes (StopSparesBeyond)
   bool restoring_ = false;
 };
 

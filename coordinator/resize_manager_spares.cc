@@ -1,6 +1,7 @@
 // ResizeManager's hot spares (see resize_manager.h; docs/recovery.md, "Spares"): keeping
-// spares() standby workers beyond the layout, and how many of them a grow leaves standing. The
-// admission of resizes, drains and regrows is in resize_manager.cc.
+// spares() standby workers beyond the layout, how many of them a grow leaves standing, and
+// stopping those a lowered spares() no longer keeps. The admission of resizes, drains and regrows
+// is in resize_manager.cc.
 #include <algorithm>
 
 #include "common/logging.h"
@@ -21,6 +22,7 @@ size_t ResizeManager::SparesKept(size_t want, size_t staying, size_t standby,
 }
 
 void ResizeManager::MaybeReplenishSpares() {
+  if (spares_to_stop_ > 0) StopSparesBeyond();
   const int spares = this->spares();
   if (spares <= 0) return;
   // Called on every tick: O(1) while enough standby workers stand or are on their way (a
@@ -44,6 +46,32 @@ void ResizeManager::MaybeReplenishSpares() {
                                  << " standing and no free slot on an up host for the other "
                                  << missing;
   }
+}
+
+int ResizeManager::StopSparesBeyond() {
+  if (generations_->job_over()) {
+    spares_to_stop_ = 0;
+    return 0;
+  }
+  // A change in flight or pending may take standby workers: the count waits for it to end.
+  if (restoring_ || pending_ || generations_->phase() != Phase::kIdle) return 0;
+  const std::vector<std::string> standby = hosts_->UsableStandby();
+  const int beyond = static_cast<int>(standby.size()) - spares();
+  const int n = std::min(spares_to_stop_, beyond);
+  spares_to_stop_ = 0;
+  if (n <= 0) return 0;
+  const proto::Shutdown shutdown{
+      0, "the job keeps " + std::to_string(spares()) + " spare(s); this standby is not needed"};
+  for (int i = 0; i < n; ++i) {
+    const std::string& id = standby[standby.size() - 1 - static_cast<size_t>(i)];
+    const WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr) continue;
+    outbox_->Send(w->identity, proto::MessageType::kShutdown, shutdown, 0);
+    membership_->SetState(id, WorkerState::kLeaving);
+  }
+  LOG(INFO) << "the job keeps " << spares() << " spare(s): stopping " << n << " of "
+            << standby.size() << " standby worker(s)";
+  return n;
 }
 
 }  // namespace elastra::coordinator

@@ -214,7 +214,7 @@ std::optional<StatusOr<StepAction>> ReconfigurationLoop::WhileFenced() {
         return AwaitGeneration();
       }
       case FenceOutcome::kJobFinished:
-        if (options_.park_when_removed) return LeaveParked();
+        if (options_.park_when_removed) return LeaveParked("the job finished");
         return StatusOr<StepAction>(AbortedError("the job finished while this worker was fenced"));
       case FenceOutcome::kJobFailed:
         return StatusOr<StepAction>(AbortedError("the job failed while this worker was fenced"));
@@ -254,7 +254,7 @@ StatusOr<StepAction> ReconfigurationLoop::AwaitGeneration() {
       if (!polled && parked_) {
         auto over = CheckJobWhileParked();
         if (!over.ok()) return over.status();
-        if (*over) return LeaveParked();
+        if (*over) return LeaveParked("the job finished");
       }
       if (!polled) continue;
       if (inbox.empty()) continue;  // a pause request; nothing else to do while waiting
@@ -391,9 +391,9 @@ void ReconfigurationLoop::SayLeavingParked(const std::string& why) {
       .IgnoreError();
 }
 
-StatusOr<StepAction> ReconfigurationLoop::LeaveParked() {
-  LOG(INFO) << "the job finished while this worker was parked; leaving";
-  SayLeavingParked("job finished");
+StatusOr<StepAction> ReconfigurationLoop::LeaveParked(const std::string& why) {
+  LOG(INFO) << why << " while this worker was parked; leaving";
+  SayLeavingParked(why);
   parked_ = false;
   left_ = true;
   Shutdown();
@@ -402,7 +402,8 @@ StatusOr<StepAction> ReconfigurationLoop::LeaveParked() {
 
 StatusOr<StepAction> ReconfigurationLoop::EndParked(const proto::Envelope& e) {
   auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
-  if (req.ok() && req->exit_code == 0) return LeaveParked();
+  // Code 0: the job finished, or it keeps fewer spares and this standby is not needed.
+  if (req.ok() && req->exit_code == 0) return LeaveParked(req->reason);
   SayLeavingParked("job ended");
   return AbortedError("the job ended while this worker was parked: " +
                       (req.ok() ? req->reason : std::string("shutdown")));

@@ -101,7 +101,8 @@ class ReconfigurationLoop {
   Status Park(uint64_t generation);
   StatusOr<bool> CheckJobWhileParked();
   void SayLeavingParked(const std::string& why);
-  StatusOr<StepAction> LeaveParked();
+  // Leaves the job from standby (`why` goes to the log and the coordinator): kLeave.
+  StatusOr<StepAction> LeaveParked(const std::string& why);
   // A Shutdown read while parked: the job ended (kLeave when it finished, else kAborted).
   StatusOr<StepAction> EndParked(const proto::Envelope& e);
 

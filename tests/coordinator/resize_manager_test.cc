@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "tests/coordinator/manager_test_util.h"
@@ -198,6 +199,69 @@ TEST_F(ResizeManagerTest, SparesAloneChangeAtOnceAndBadNumbersAreRefused) {
   EXPECT_TRUE(f.Of<proto::PauseRequest>(T::kPauseRequest).empty());
   EXPECT_EQ(resizes_.target(), 2) << "the size is not changed";
   EXPECT_FALSE(resizes_.pending().has_value());
+}
+
+// Lowering the spares stops the standby workers beyond the new number, newest first, but no more
+// than the number lowered: standby workers the layout left out stay for the next grow. With a
+// change in flight they stop when it ends.
+TEST_F(ResizeManagerTest, LoweredSparesStopTheStandbysBeyondThem) {
+  StartTwo();
+  RegisterHost("n1", 8);
+  Join("left-out");  // a survivor the layout left out, not a spare
+  outbox_.Take();
+  ResizeSpares(0, 3);
+  std::vector<std::string> spares = Spawned()["id-agent-n1"];
+  ASSERT_EQ(spares.size(), 2u) << "one standby stands already";
+  for (const auto& id : spares) Join(id);
+  ASSERT_EQ(membership_.StandbyCount(), 3u);
+  outbox_.Take();
+
+  ResizeSpares(0, 1);
+  Frames f = TakeAll();
+  auto replies = f.Of<proto::ResizeReply>(T::kResizeReply);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].second.message,
+            "the job keeps 1 spare(s); 2 standby worker(s) beyond them stop");
+  auto told = f.Of<proto::Shutdown>(T::kShutdown);
+  ASSERT_EQ(told.size(), 2u);
+  std::vector<std::string> stopped;
+  for (const auto& [to, shutdown] : told) {
+    EXPECT_EQ(shutdown.exit_code, 0) << "a clean leave, not a failure";
+    EXPECT_EQ(shutdown.reason, "the job keeps 1 spare(s); this standby is not needed");
+    stopped.push_back(to);
+  }
+  std::sort(stopped.begin(), stopped.end());
+  std::vector<std::string> newest = {"id-" + spares[0], "id-" + spares[1]};
+  std::sort(newest.begin(), newest.end());
+  EXPECT_EQ(stopped, newest) << "the newest standbys go";
+  EXPECT_EQ(membership_.Find(spares[0])->state, WorkerState::kLeaving);
+  EXPECT_EQ(membership_.StandbyCount(), 1u);
+  resizes_.MaybeReplenishSpares();
+  EXPECT_TRUE(Spawned().empty()) << "one spare stands: nothing to start";
+
+  // To 0 while a grow is in flight: the stop waits for the change, which takes the oldest
+  // standby (n1 has no free slot), and then stops the other.
+  Join("late");
+  hosts_.Find("n1")->slots = 6;
+  outbox_.Take();
+  Resize(3, false);
+  ASSERT_TRUE(resizes_.pending().has_value());
+  ResizeSpares(0, 0);
+  f = TakeAll();
+  replies = f.Of<proto::ResizeReply>(T::kResizeReply);
+  ASSERT_FALSE(replies.empty());
+  EXPECT_EQ(replies.back().second.message,
+            "the job keeps 0 spare(s); the standby workers beyond them stop once the change in "
+            "flight ends");
+  EXPECT_TRUE(f.Of<proto::Shutdown>(T::kShutdown).empty());
+  ASSERT_NO_FATAL_FAILURE(PauseAndCommit(5));  // the commit's tick stops it
+  EXPECT_EQ(membership_.MemberCount(), 3u);
+  EXPECT_EQ(membership_.Find("left-out")->state, WorkerState::kMember);
+  resizes_.MaybeReplenishSpares();
+  told = Sent<proto::Shutdown>(T::kShutdown);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].first, "id-late");
+  EXPECT_EQ(membership_.StandbyCount(), 0u);
 }
 
 // A grow does not eat the spare when the agent's free slots can start its workers: it asks for

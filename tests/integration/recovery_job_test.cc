@@ -139,7 +139,7 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
 // `elastra run --spares 1` keeps its spare: once a killed member's rank went to the standby, the
 // coordinator asks the run's agent for a replacement, which joins as a standby, with no new
 // generation and the layout as it was. `elastra resize --spares 2` then keeps two, through a
-// restart of the coordinator.
+// restart of the coordinator, and `--spares 0` stops them.
 TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
   Job job(2, TwoLayerArgs(), {}, {"--spares", "1"});
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
@@ -201,6 +201,17 @@ TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
       seconds(60)))
       << LauncherLog(job);
   EXPECT_EQ(job.Status().value("spares_target", -1), 2);
+  // `--spares 0`: both standby workers stop and leave the job; its members train on.
+  r = job.Resize("--spares 0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(job.WaitFor(
+      [](const nlohmann::json& j) {
+        return CountWorkers(j, "standby") == 0 && CountWorkers(j, "leaving") == 0;
+      },
+      seconds(60)))
+      << job.Status().dump() << LauncherLog(job);
+  EXPECT_EQ(CountWorkers(job.Status(), "member"), 2);
+  ASSERT_TRUE(job.WaitForStep(job.Status().value("step", int64_t{0}) + 3, seconds(60)));
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);
 }
