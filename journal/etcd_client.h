@@ -34,6 +34,7 @@ struct EtcdKeyValue {
   int64_t create_revision = 0;
   int64_t mod_revision = 0;
   int64_t version = 0;  // puts since it was created; 0: it does not exist
+  int64_t lease = 0;    // the lease the key is attached to; 0: none
 };
 
 struct EtcdRangeResult {
@@ -62,6 +63,7 @@ struct EtcdOp {
   std::string value;      // kPut
   std::string range_end;  // kDeleteRange and kRange: empty for the one key
   int64_t limit = 0;      // kRange
+  int64_t lease = 0;      // kPut: the lease the key is attached to (0: none)
 };
 
 struct EtcdTxnResult {
@@ -69,6 +71,19 @@ struct EtcdTxnResult {
   int64_t revision = 0;
   // What each kRange op of the branch that ran returned, in order.
   std::vector<EtcdRangeResult> ranges;
+};
+
+// A leader's claim on its writes (docs/ha.md, "Fencing"): a write is made only while `key` (the
+// election key it created) has the create revision `create_revision`. A key deleted and created
+// again (another leader's) has another.
+struct EtcdFence {
+  std::string key;
+  int64_t create_revision = 0;
+};
+
+struct EtcdLease {
+  int64_t id = 0;
+  int64_t ttl_seconds = 0;
 };
 
 class EtcdClient {
@@ -90,6 +105,12 @@ class EtcdClient {
   StatusOr<EtcdRangeResult> Range(std::string_view key, std::string_view range_end,
                                   int64_t limit = 0, bool descending = false,
                                   bool keys_only = false);
+  // The same at the store's `revision` (0: the newest): a reader that reads in several requests
+  // sees one state. kInternal ("required revision has been compacted") when etcd no longer keeps
+  // it.
+  StatusOr<EtcdRangeResult> RangeAt(int64_t revision, std::string_view key,
+                                    std::string_view range_end, int64_t limit = 0,
+                                    bool descending = false, bool keys_only = false);
   // Deletes the keys in [key, range_end); returns how many were deleted.
   StatusOr<int64_t> DeleteRange(std::string_view key, std::string_view range_end);
   // If every compare holds runs `success`, else `failure`, atomically. etcd refuses two ops on
@@ -97,6 +118,15 @@ class EtcdClient {
   StatusOr<EtcdTxnResult> Txn(const std::vector<EtcdCompare>& compares,
                               const std::vector<EtcdOp>& success,
                               const std::vector<EtcdOp>& failure);
+
+  // A lease of `ttl_seconds` (etcd may grant a longer one: its minimum is 1.5 election timeouts,
+  // rounded up): its id and the TTL granted, in seconds.
+  StatusOr<EtcdLease> LeaseGrant(int64_t ttl_seconds);
+  // Renews lease `id` once: the TTL it has again, in seconds, counted from when etcd received the
+  // request; 0 when the lease is gone (expired or revoked).
+  StatusOr<int64_t> LeaseKeepAlive(int64_t id);
+  // Revokes lease `id`, deleting every key attached to it. OK when it is gone already.
+  Status LeaseRevoke(int64_t id);
 
   const std::string& endpoints() const { return options_.endpoints; }
 

@@ -46,8 +46,8 @@ class EtcdServer {
   }
 
   // Starts a member with its data in `dir`/etcd and waits until it answers. Empty on success,
-  // else why not (with the end of etcd's log).
-  std::string Start(const std::string& dir) {
+  // else why not (with the end of etcd's log). `extra` goes on etcd's command line.
+  std::string Start(const std::string& dir, const std::vector<std::string>& extra = {}) {
     std::string why;
     const std::string binary = Binary(&why);
     if (binary.empty()) return why;
@@ -74,6 +74,7 @@ class EtcdServer {
                                        "t=" + peer,
                                        "--initial-cluster-state",
                                        "new"};
+      args.insert(args.end(), extra.begin(), extra.end());
       pid_ = fork();
       if (pid_ == 0) {
         const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -385,6 +385,105 @@ TEST_F(EtcdStorageTest, TheClientTriesTheNextEndpointAndReportsEtcdsRefusal) {
   EXPECT_NE(big.message().find("etcdserver: request is too large"), std::string::npos) << big;
 }
 
+// A snapshot of the test's kind: the payloads it stands for, each as "<bytes>:<payload>".
+std::string SnapshotOf(const std::vector<std::string>& records) {
+  std::string out;
+  for (const std::string& r : records) out += std::to_string(r.size()) + ":" + r;
+  return out;
+}
+
+// What a reader replays from 0, as a list of payloads: a snapshot expanded, then the records
+// after it.
+std::vector<std::string> Replayed(EtcdJournalStorage& s) {
+  const StatusOr<uint64_t> compacted = s.Compacted();
+  EXPECT_TRUE(compacted.ok()) << compacted.status();
+  std::vector<std::string> out;
+  bool first = true;
+  auto r = s.Read(
+      0,
+      [&](std::string_view payload, uint64_t next) {
+        if (first && compacted.ok() && *compacted > 0) {
+          EXPECT_EQ(next, *compacted) << "the snapshot ends where it was taken";
+          for (size_t at = 0; at < payload.size();) {
+            const size_t colon = payload.find(':', at);
+            const size_t bytes = std::stoul(std::string(payload.substr(at, colon - at)));
+            out.emplace_back(payload.substr(colon + 1, bytes));
+            at = colon + 1 + bytes;
+          }
+        } else {
+          out.emplace_back(payload);
+        }
+        first = false;
+        return true;
+      },
+      nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return out;
+}
+
+TEST_F(EtcdStorageTest, CompactionKeepsWhatReplayYieldsAndBoundsTheKeys) {
+  auto s = Storage();
+  ASSERT_TRUE(s->Clear().ok());
+  std::vector<std::string> records;
+  // Every 5 records, a snapshot of all so far: the keys stay under 5 heads, their pieces, the
+  // snapshot (2 keys once it holds the 1.2 MiB record) and `created`; 20 and more without it.
+  for (uint64_t i = 0; i < 20; ++i) {
+    records.push_back(i == 7 ? BigPayload(1200 * 1024) : "record " + std::to_string(i));
+    ASSERT_TRUE(s->Append(records.back()).ok());
+    if ((i + 1) % 5 == 0) {
+      const std::vector<std::string> before = Replayed(*Storage());
+      ASSERT_TRUE(s->Compact(i + 1, SnapshotOf(records)).ok()) << "at " << i + 1;
+      const std::vector<std::string> after = Replayed(*Storage());
+      EXPECT_TRUE(after == before) << "replay changed by the snapshot at " << i + 1;
+      EXPECT_EQ(*Storage()->Compacted(), i + 1);
+    }
+    EXPECT_LE(Count("/elastra/job/journal/"), 9) << "after record " << i;
+  }
+  EXPECT_EQ(Count("/elastra/job/journal/r/"), 0);
+  EXPECT_EQ(Count("/elastra/job/journal/snapshot/"), 1) << "the older snapshots' pieces are gone";
+
+  // Records after the snapshot; a reader past it reads them alone, one from before it gets the
+  // snapshot first, ending where the snapshot was taken.
+  for (const char* r : {"record 20", "record 21", "record 22"}) {
+    records.push_back(r);
+    ASSERT_TRUE(s->Append(r).ok());
+  }
+  const Visited tail = ReadFrom(*Storage(), 21);
+  EXPECT_EQ(tail.payloads, (std::vector<std::string>{"record 21", "record 22"}));
+  EXPECT_EQ(tail.next, (std::vector<uint64_t>{22, 23}));
+  const Visited behind = ReadFrom(*Storage(), 3);
+  ASSERT_EQ(behind.payloads.size(), 4u);
+  EXPECT_EQ(behind.next, (std::vector<uint64_t>{20, 21, 22, 23}));
+  EXPECT_TRUE(Replayed(*Storage()) == records);
+
+  // A writer that opens it again appends after the last record.
+  auto reopened = Storage();
+  uint64_t end = 0;
+  JournalDamage damage;
+  ReadFrom(*reopened, 0, &end, &damage);
+  EXPECT_EQ(end, 23u);
+  EXPECT_EQ(damage.end, 23u);
+  ASSERT_TRUE(reopened->CutAfter(end, /*keep_copy=*/true).ok());
+  ASSERT_TRUE(reopened->Append("record 23").ok());
+  EXPECT_EQ(ReadFrom(*Storage(), 23).next, std::vector<uint64_t>{24});
+  // Nothing behind the snapshot can be compacted or cut to.
+  EXPECT_EQ(reopened->Compact(10, "older").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reopened->Compact(0, "").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reopened->CutAfter(12, /*keep_copy=*/false).code(), StatusCode::kInvalidArgument);
+
+  // A snapshot's piece lost is damage before the snapshot; a reader past it reads on.
+  auto c = Client();
+  ASSERT_TRUE(
+      c->DeleteRange("/elastra/job/journal/snapshot/00000000000000000020/0001", "").ok());
+  EXPECT_TRUE(ReadFrom(*Storage(), 0, &end, &damage).payloads.empty());
+  EXPECT_EQ(end, 0u);
+  EXPECT_EQ(damage.why, "snapshot: piece 1 of the record is missing");
+  EXPECT_EQ(ReadFrom(*Storage(), 22).payloads,
+            (std::vector<std::string>{"record 22", "record 23"}));
+  ASSERT_TRUE(reopened->Clear().ok());
+  EXPECT_EQ(Count("/elastra/job/journal/"), 1) << "only `created`";
+}
+
 // No etcd at all: every endpoint refused, kUnavailable naming each, after the connect attempts
 // (no wait for the request timeout). Needs no etcd running.
 TEST(EtcdClientTest, AnUnreachableClusterIsUnavailable) {
