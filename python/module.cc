@@ -90,6 +90,7 @@ PYBIND11_MODULE(_elastra, m) {
       .def("region", &PyWorker::Region)
       .def("tensor_dtype", &PyWorker::TensorDtype)
       .def("view", &PyWorker::View)
+      .def("close", &PyWorker::Close)
       .def("start", &PyWorker::Start)
       .def("step_end", &PyWorker::StepEnd)
       .def("finish", &PyWorker::Finish)

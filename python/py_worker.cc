@@ -153,6 +153,9 @@ PyWorker::~PyWorker() {
 }
 
 void PyWorker::CheckUsable() const {
+  if (phase_ == Phase::kClosed) {
+    throw StatusError(FailedPreconditionError("this Worker is closed"));
+  }
   if (phase_ == Phase::kBroken) {
     throw StatusError(AbortedError(
         "this Worker is unusable: a Ctrl-C interrupted its start() or step_end(), which may "
@@ -260,6 +263,24 @@ py::capsule PyWorker::View(const std::string& name, py::object owner) {
   ctx->managed.manager_ctx = ctx;
   ctx->managed.deleter = &DeleteView;
   return py::capsule(&ctx->managed, "dltensor", &DestroyCapsule);
+}
+
+void PyWorker::Close() {
+  if (phase_ == Phase::kClosed) return;
+  if (phase_ != Phase::kBroken) {
+    // Moved, not copied: the buffers, and so the views into them, stay where they are.
+    TensorCollection& state = worker_->state();
+    for (const std::string& name : TensorNames()) {
+      closed_shards_.push_back(std::move(state.tensor(name).data));
+    }
+    // Closing the sockets and threads may wait a little; other Python threads may run.
+    py::gil_scoped_release release;
+    holder_.reset();
+  }
+  // A broken worker's abandoned call still uses it: it is destroyed with this object, or at
+  // process exit.
+  worker_ = nullptr;
+  phase_ = Phase::kClosed;
 }
 
 void PyWorker::Blocking(std::function<Status()> call, Communicator* interruptible) {

@@ -20,6 +20,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include "elastra/host_bytes.h"
 #include "elastra/status.h"
 #include "elastra/worker.h"
 
@@ -75,6 +76,11 @@ class PyWorker {
   // holding this PyWorker) is kept alive until the consumer releases the view.
   pybind11::capsule View(const std::string& name, pybind11::object owner);
 
+  // Leaves the job at once without finishing (the coordinator sees a lost worker, the others
+  // recover): the worker's communicators and connection close. The shards' memory stays, so views
+  // held by Python remain readable; every later call but Close() throws kFailedPrecondition.
+  void Close();
+
   // The loop.
   void Start();
   // `code` is the step's outcome (0: OK). Returns the StepAction as an int.
@@ -83,13 +89,13 @@ class PyWorker {
   void Report(const std::string& name, double value);
   void ReportSamples(int64_t samples);
 
-  int64_t step() const { return worker_->step(); }
-  uint64_t generation() const { return worker_->generation(); }
+  int64_t step() const { return (CheckUsable(), worker_->step()); }
+  uint64_t generation() const { return (CheckUsable(), worker_->generation()); }
   Layout layout() const;
   Coordinates coordinates() const;
-  int rank() const { return worker_->rank(); }
-  int world_size() const { return worker_->world_size(); }
-  std::string worker_id() const { return worker_->worker_id(); }
+  int rank() const { return (CheckUsable(), worker_->rank()); }
+  int world_size() const { return (CheckUsable(), worker_->world_size()); }
+  std::string worker_id() const { return (CheckUsable(), worker_->worker_id()); }
   bool started() const { return phase_ == Phase::kTraining; }
 
   // Collectives on host memory of the current generation's group `group`, with the worker's
@@ -106,8 +112,9 @@ class PyWorker {
 
  private:
   // kCreated: registering state; kTraining: between start() and a LEAVE or finish();
-  // kDone: left or finished; kBroken: a call was abandoned to Ctrl-C and may still run.
-  enum class Phase { kCreated, kTraining, kDone, kBroken };
+  // kDone: left or finished; kBroken: a call was abandoned to Ctrl-C and may still run;
+  // kClosed: Close() destroyed the worker.
+  enum class Phase { kCreated, kTraining, kDone, kBroken, kClosed };
 
   // What every worker call needs: a worker that is not in use by an abandoned call.
   void CheckUsable() const;
@@ -123,6 +130,8 @@ class PyWorker {
   std::shared_ptr<std::unique_ptr<Worker>> holder_;
   Worker* worker_ = nullptr;
   Phase phase_ = Phase::kCreated;
+  // The shards' memory after Close(): views handed to Python may still point into it.
+  std::vector<HostBytes> closed_shards_;
 };
 
 // Throws StatusError when `s` is not OK.

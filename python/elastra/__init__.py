@@ -495,6 +495,20 @@ class Worker:
         """Tells the coordinator this worker finished training (after the last step)."""
         self._w.finish()
 
+    def close(self) -> None:
+        """Leaves the job now, without finishing: the worker's groups and its connection to the
+        coordinator close, and the job recovers without it as from a lost worker. For a process
+        that goes on after an error (``with Worker() as w:`` calls it); a process that exits
+        needs no close(). Views stay readable; every other call then raises
+        FailedPrecondition. Calling it again does nothing."""
+        self._w.close()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def report(self, name: str, value: float) -> None:
         """A number for the job's status, /metrics and dashboard (elastra::Worker::Report)."""
         self._w.report(name, float(value))

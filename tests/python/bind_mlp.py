@@ -7,7 +7,9 @@ sum over the data-parallel replicas and step_end() are Elastra's. The data, the 
 (one process, no Elastra, the whole global batch each step) by examples/compare_logs.
 
 --raise-file FILE: the worker of rank 1 that finds FILE removes it and raises RuntimeError in the
-middle of a step (after its backward pass, before the gradient allreduce), uncaught.
+middle of a step (after its backward pass, before the gradient allreduce). The exception leaves
+the `with elastra.Worker()` block, which closes the worker, and ends the process; with
+--stay-after-raise the process catches it and lives on until --stop-file exists.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -90,35 +93,36 @@ def run_elastic(args: argparse.Namespace) -> int:
     import elastra
     import elastra.torch
 
-    worker = elastra.Worker(commit_every=args.commit_every)
-    model, optimizer, data = make(args)
-    elastra.torch.bind(worker, model, optimizer)
-    worker.state.add_scalar("cursor", 0)
-    worker.start()
-    log = StepLog(args.log)
-    counted = CountedSteps(args, args.commit_every, log)
-    while worker.step < args.steps:
-        seen = torch.tensor([int(os.path.exists(args.stop_file))], dtype=torch.int64)
-        step, generation, layout, logs = worker.step, worker.generation, worker.layout, \
-            worker.rank == 0
-        begin, loss, error = worker.state["cursor"], 0.0, None
-        try:
-            worker.world.allreduce(seen, elastra.MAX)  # all stop after the same step
-            if seen.item():
-                break
-            loss = train_step(worker, model, optimizer, data, args, begin)
-            worker.state["cursor"] = begin + args.global_batch
-        except elastra.Error as e:
-            error = e
-        action = worker.step_end(error)
-        if worker.step == step + 1:  # applied
-            if logs:
-                log.write(step, generation, layout, loss, begin, begin + args.global_batch)
-            counted.add(step, generation, layout, loss, begin)
-        if action == elastra.LEAVE:
-            return 0
-        counted.after_step_end(worker, logs, generation)
-    worker.finish()
+    # The with block closes the worker however it ends: after an uncaught exception the job
+    # recovers without it at once, even while this process lives on (--stay-after-raise).
+    with elastra.Worker(commit_every=args.commit_every) as worker:
+        model, optimizer, data = make(args)
+        elastra.torch.bind(worker, model, optimizer)
+        worker.state.add_scalar("cursor", 0)
+        worker.start()
+        log = StepLog(args.log)
+        counted = CountedSteps(args, args.commit_every, log)
+        while worker.step < args.steps:
+            seen = torch.tensor([int(os.path.exists(args.stop_file))], dtype=torch.int64)
+            step, generation, layout = worker.step, worker.generation, worker.layout
+            logs, begin, loss, error = worker.rank == 0, worker.state["cursor"], 0.0, None
+            try:
+                worker.world.allreduce(seen, elastra.MAX)  # all stop after the same step
+                if seen.item():
+                    break
+                loss = train_step(worker, model, optimizer, data, args, begin)
+                worker.state["cursor"] = begin + args.global_batch
+            except elastra.Error as e:
+                error = e
+            action = worker.step_end(error)
+            if worker.step == step + 1:  # applied
+                if logs:
+                    log.write(step, generation, layout, loss, begin, begin + args.global_batch)
+                counted.add(step, generation, layout, loss, begin)
+            if action == elastra.LEAVE:
+                return 0
+            counted.after_step_end(worker, logs, generation)
+        worker.finish()
     return 0
 
 
@@ -133,10 +137,22 @@ def main() -> int:
     p.add_argument("--log", default="")
     p.add_argument("--stop-file", default="")
     p.add_argument("--raise-file", default="")
+    p.add_argument("--stay-after-raise", action="store_true",
+                   help="after the raise, keep the process until --stop-file exists")
     p.add_argument("--reference", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
-    return run_reference(args) if args.reference else run_elastic(args)
+    if args.reference:
+        return run_reference(args)
+    if not args.stay_after_raise:
+        return run_elastic(args)
+    try:
+        return run_elastic(args)
+    except RuntimeError as e:
+        print(f"bind_mlp.py: {e}; the worker is closed, the process stays", flush=True)
+        while not os.path.exists(args.stop_file):
+            time.sleep(0.1)
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 - Python.RaisingWorker: a worker whose step raises an uncaught exception leaves (its process
   exits with the traceback), and the others recover and go on; the run still matches its
   reference, every sample applied once.
+- Python.ClosedWorker: the same, but the process catches the exception and lives on: the
+  `with elastra.Worker()` block it left closed the worker, and the job recovers as before.
 """
 
 from __future__ import annotations
@@ -91,17 +93,29 @@ def test_bound_module_resized_and_killed_matches_reference():
         matches_reference(job)
 
 
-def test_worker_raising_mid_step_leaves_and_the_job_recovers():
+def raise_in_a_step(stay: bool) -> None:
+    """3 workers; rank 1 raises mid-step once; the job must recover and match its reference."""
+    extra = ["--stay-after-raise"] if stay else []
     with Job(3, [BIND_MLP, "--log", "{dir}/run.jsonl", "--stop-file", "{dir}/stop",
-                 "--raise-file", "{dir}/raise"]) as job:
+                 "--raise-file", "{dir}/raise"] + extra) as job:
         job.wait_for_step(5)
         open(job.path("raise"), "w").close()
         s = job.wait_for(lambda s: s.get("state") == "running" and s.get("history") and
                          s["history"][-1].get("reason") == "failure", what="failure recovery")
         assert not os.path.exists(job.path("raise")), "no worker raised"
         job.wait_for_step(s["step"] + 5)
+        if stay:  # the raiser's process lives on, its worker closed: it is what left
+            assert "the worker is closed, the process stays" in job.log(), job.log()
+            assert "exited with" not in job.log(), job.log()
         open(job.path("stop"), "w").close()
         assert job.wait() == 0, job.log()
-        log = job.log()
-        assert "RuntimeError: bind_mlp.py: a bug in the step, on purpose" in log, log
+        assert "RuntimeError: bind_mlp.py: a bug in the step, on purpose" in job.log() or stay
         matches_reference(job)
+
+
+def test_worker_raising_mid_step_leaves_and_the_job_recovers():
+    raise_in_a_step(stay=False)
+
+
+def test_worker_closed_by_with_after_an_exception_while_its_process_lives():
+    raise_in_a_step(stay=True)
