@@ -97,6 +97,15 @@ Status Model::Register(TensorCollection* state) const {
     salt += 1000003;
     param_names_.push_back(p.name);
   }
+  if (flags_.state_mb > 0) {
+    // Not a parameter: no step reads or writes it. Its pages are written here, so that every
+    // commit, checkpoint and move copies real memory.
+    const int64_t elements = flags_.state_mb << 17;  // float64
+    Status s = state->AddTensor("pad", {elements}, DataType::kFloat64, elastra::SplitOverTp(0, 0));
+    if (!s.ok()) return s;
+    auto pad = state->View<double>("pad");
+    for (size_t k = 0; k < pad.size(); ++k) pad[k] = static_cast<double>(k % 4096);
+  }
   return state->AddScalar("cursor", 0);
 }
 

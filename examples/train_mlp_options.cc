@@ -17,7 +17,7 @@ namespace {
                "                 [--checkpoint-dir DIR --checkpoint-every M]\n"
                "                 [--plan [--pin-tp N] [--pin-pp N] [--only-dp]] [--reference]\n"
                "                 [--device cpu|cuda] [--stop-file FILE] [--hold-file FILE]\n"
-               "                 [--device-memory-mb N]\n",
+               "                 [--device-memory-mb N] [--state-mb N]\n",
                msg);
   std::exit(2);
 }
@@ -74,10 +74,13 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--stop-file") f.stop_file = value();
     else if (a == "--hold-file") f.hold_file = value();
     else if (a == "--device-memory-mb") f.device_memory_mb = int_value(1);
+    else if (a == "--state-mb") f.state_mb = int_value(0);
     else Usage(("unknown flag " + a).c_str());
   }
   if (f.ffn == 0) f.ffn = 2 * f.hidden;
-  if (f.hidden > 4096 || f.ffn > 16384 || f.layers > 64) Usage("model too large for this example");
+  if (f.hidden > 4096 || f.ffn > 16384 || f.layers > 64 || f.state_mb > 65536) {
+    Usage("model too large for this example");
+  }
   if (f.cuda && !ELASTRA_TRAIN_MLP_CUDA) {
     std::fprintf(stderr, "train_mlp: --device cuda: this train_mlp was built without CUDA\n");
     std::exit(2);

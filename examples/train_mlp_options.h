@@ -43,6 +43,11 @@ struct Flags {
   // --device-memory-mb N: the memory this worker may use for the job's state
   // (WorkerOptions::device_memory_bytes, as ELASTRA_DEVICE_MEMORY_BYTES); 0: the environment's.
   int64_t device_memory_mb = 0;
+  // --state-mb N: N MiB of state beside the model (the tensor "pad", float64, split over tp with
+  // layer 0), committed, checkpointed and moved like the parameters but not computed on: the
+  // state of a larger model whose step runs elsewhere, at the pace of --step-time-ms.
+  // bench_goodput uses it for a realistic state size without a realistic CPU step. 0: none.
+  int64_t state_mb = 0;
 };
 
 // The flags of the command line, checked; exits with status 2 (after printing the usage) on a bad
