@@ -61,6 +61,11 @@ struct CoordinatorOptions {
   // Where the coordinator keeps its journal (<state_dir>/journal.bin, docs/journal.md). Empty: no
   // journal. When the journal holds a job, the core takes that job back (a restart).
   std::string state_dir;
+  // The etcd cluster that keeps the journal instead of <state_dir>/journal.bin (docs/ha.md):
+  // its members' client URLs, comma-separated ("http://10.0.0.1:2379,http://10.0.0.2:2379"); the
+  // journal is the keys under /elastra/<job>/journal/. Used only with a state_dir (which still
+  // holds status.json). Empty (default): the file.
+  std::string etcd;
   // Time source for deadlines; nullptr means SystemClock. Not owned.
   Clock* clock = nullptr;
   // The filesystem (the checkpoint Env seam) for the journal, checkpoint commits and listing

@@ -6,12 +6,17 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "coordinator/journal_location.h"
 
 namespace elastra::coordinator {
 
 Status RestoreManager::Open() {
-  auto journal = Journal::Open(options_->state_dir + "/journal.bin", options_->env);
-  if (!journal.ok()) return journal.status();
+  const std::string where = JournalLocation(*options_);
+  auto storage = OpenJournalStorage(*options_);
+  if (!storage.ok()) return storage.status().WithContext("the journal (" + where + ")");
+  auto journal = Journal::Open(std::move(storage).value());
+  if (!journal.ok()) return journal.status().WithContext("opening the journal (" + where + ")");
+  LOG(INFO) << "journal: " << where;
   journal_->Attach(std::move(journal).value());
   const JournalState& s = journal_->journal()->state();
   if (s.empty()) {
@@ -20,8 +25,8 @@ Status RestoreManager::Open() {
                                           options_->spares);
   }
   if (s.job != options_->job) {
-    return FailedPreconditionError("the journal in " + options_->state_dir + " belongs to job '" +
-                                   s.job + "', not '" + options_->job + "'");
+    return FailedPreconditionError("the journal (" + where + ") belongs to job '" + s.job +
+                                   "', not '" + options_->job + "'");
   }
   Restore(s);
   return OkStatus();

@@ -1,10 +1,11 @@
 // RestoreManager: taking a job back after the coordinator restarted (docs/journal.md). It opens
-// the journal in the state directory (a new journal first records the job; a journal of another
-// job is refused), hands what the journal holds to each manager (committed generations, the
-// workers, checkpoints, a pending resize, every worker id used), and, once every restored member
-// was heard from or a heartbeat timeout passed, runs the recovery round of a change that was in
-// flight and resumes the pending resize. Resizes are refused until then. Time comes from the
-// injected Clock. Thread-compatible: the core's loop owns it, like every manager.
+// the job's journal, the state directory's file or etcd's keys (docs/ha.md); a new journal first
+// records the job, a journal of another job is refused. It hands what the journal holds to each
+// manager (committed generations, the workers, checkpoints, a pending resize, every worker id
+// used), and, once every restored member was heard from or a heartbeat timeout passed, runs the
+// recovery round of a change that was in flight and resumes the pending resize. Resizes are
+// refused until then. Time comes from the injected Clock. Thread-compatible: the core's loop owns
+// it, like every manager.
 #pragma once
 
 #include <string>
@@ -40,7 +41,9 @@ class RestoreManager {
   RestoreManager(const RestoreManager&) = delete;
   RestoreManager& operator=(const RestoreManager&) = delete;
 
-  // Opens <state_dir>/journal.bin through options.env and, when it holds the job, takes it back.
+  // Opens the journal the options choose (coordinator/journal_location.h: <state_dir>/journal.bin
+  // through options.env, or the job's keys on options.etcd) and, when it holds the job, takes it
+  // back.
   // The journal's error when it cannot be opened or the job cannot be recorded;
   // kFailedPrecondition when it belongs to another job. The server refuses to start then.
   Status Open();

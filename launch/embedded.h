@@ -7,8 +7,9 @@
 // `elastra resize|status|drain --state-dir` and workers started with ELASTRA_STATE_DIR use (the
 // same address, the admin and worker key pairs, the pid). Heartbeat and spawn timing come from ELASTRA_HEARTBEAT_MS,
 // ELASTRA_HEARTBEAT_TIMEOUT_MS and ELASTRA_SPAWN_TIMEOUT_MS when set. The coordinator journals the
-// job to <state_dir>/journal.bin and keeps its key pair in <state_dir>/server.key (mode 0600), so
-// that a restart (EmbeddedOptions::restart) takes the job back on the same address and keys.
+// job to <state_dir>/journal.bin (or to etcd: EmbeddedOptions::etcd) and keeps its key pair in
+// <state_dir>/server.key (mode 0600), so that a restart (EmbeddedOptions::restart) takes the job
+// back on the same address and keys.
 #pragma once
 
 #include <memory>
@@ -51,6 +52,13 @@ struct EmbeddedOptions {
   // except on a restart, which serves it again where coordinator.json's "http" says. Its tokens
   // are <state_dir>/admin.token and read.token (0600), kept across restarts.
   std::string http;
+  // The etcd cluster that keeps the job's journal instead of <state_dir>/journal.bin
+  // (CoordinatorOptions::etcd, docs/ha.md): comma-separated client URLs; empty: the file. The
+  // job's keys and published address are kept there too, at /elastra/JOB/coordinator, and a job
+  // name that etcd holds a job of is taken over as a restart takes its job back (from etcd, with
+  // the state directory's files written again, so a lost state directory loses nothing), with or
+  // without `restart`; `restart` then only requires that etcd holds the job.
+  std::string etcd;
 };
 
 struct EmbeddedCoordinator {
@@ -58,6 +66,8 @@ struct EmbeddedCoordinator {
   ConnectionInfo info;  // what coordinator.json holds (the advertised address, keys, pid)
   ConnectionInfo join;  // what join.json holds (no admin keys, no pid)
   std::unique_ptr<http::HttpServer> http;  // null without EmbeddedOptions::http; stops before `server`
+  // Where the journal is: "file <state_dir>/journal.bin" or "etcd URLS /elastra/JOB/".
+  std::string journal;
 };
 
 // kInvalidArgument when the state directory cannot be made or an option is out of range,

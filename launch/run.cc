@@ -73,6 +73,7 @@ struct CoordinatorOptions {
   std::string resume;
   bool restart = false;
   std::string http;  // the HTTP API, HOST:PORT or :PORT; empty: off
+  std::string etcd;  // the etcd cluster that keeps the journal; empty: <state_dir>/journal.bin
 };
 
 // The coordinator child process of `elastra run`, started again with --restart on the same state
@@ -254,6 +255,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   // --restart: take back the job journaled in the state directory (docs/journal.md).
   o.restart = flags.restart;
   o.http = flags.http;
+  // --etcd: the journal and the job's keys on etcd; a job etcd holds is taken over (docs/ha.md).
+  o.etcd = flags.etcd;
   auto embedded = StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
@@ -262,7 +265,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   // join.json: what agents and workers on other hosts join with (docs/hosts.md, "Keys").
   nlohmann::json ready = {{"address", embedded->info.address},
                           {"state_dir", flags.state_dir},
-                          {"join", flags.state_dir + "/join.json"}};
+                          {"join", flags.state_dir + "/join.json"},
+                          {"journal", embedded->journal}};
   if (!embedded->info.http.empty()) ready["http"] = embedded->info.http;
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
@@ -321,8 +325,9 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       app->add_subcommand("coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
                          "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
-                         "[--spares K] [--job NAME] [--http ADDR:PORT]",
-                         "elastra coordinator --state-dir DIR --restart"});
+                         "[--spares K] [--job NAME] [--http ADDR:PORT] [--etcd URL[,URL...]]",
+                         "elastra coordinator --state-dir DIR --restart "
+                         "[--etcd URL[,URL...] --job NAME]"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
       ->type_name("DIR")
       ->capture_default_str();
@@ -352,6 +357,11 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
                    "Start from the newest committed checkpoint under this root")
       ->type_name("CKPT_ROOT");
   AddHttpFlag(coordinator, &o->http);
+  coordinator
+      ->add_option("--etcd", o->etcd,
+                   "Keep the job's journal and keys in this etcd cluster, under /elastra/JOB/, "
+                   "instead of --state-dir; a job etcd holds is taken over (docs/ha.md)")
+      ->type_name("URL[,URL...]");
   coordinator->add_flag("--restart", o->restart,
                         "Take back the job journaled in --state-dir after its coordinator died");
   coordinator->callback([o, exit_code] { *exit_code = RunCoordinator(*o); });

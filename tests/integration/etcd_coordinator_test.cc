@@ -1,0 +1,252 @@
+// End-to-end: `elastra coordinator --etcd` keeps the job's journal and keys in etcd (docs/ha.md).
+// A real job (the coordinator, one `elastra agent`, two train_mlp workers) runs against a
+// single-member etcd the test starts; the coordinator is SIGKILLed and its state directory
+// deleted, and a coordinator started again with the same --etcd and job name takes the job over
+// from etcd alone: on the same address, with the same keys, the same worker processes, and the
+// run matches `train_mlp --reference` with every sample applied once. Skipped only when there is
+// no etcd binary (launch/install_deps.sh installs Debian's etcd-server).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "tests/integration/job_harness.h"
+#include "tests/journal/etcd_server.h"
+
+namespace elastra::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Starts argv with its output (stdout and stderr) appended to `log`, in a process group of its
+// own (an agent's workers are in the agent's).
+pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    putenv(const_cast<char*>("ELASTRA_HEARTBEAT_MS=100"));
+    FILE* f = std::freopen(log.c_str(), "a", stderr);
+    (void)f;
+    dup2(fileno(stderr), fileno(stdout));
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` to exit; its exit code, 128 + the signal, or -1 after `timeout` (then SIGKILLs
+// its group).
+int WaitExit(pid_t pid, seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Polls until `pred` holds for the text of `path`.
+bool WaitForText(const std::string& path, const std::function<bool(const std::string&)>& pred,
+                 seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(ReadFile(path))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The worker pids of the current members, by rank.
+std::vector<int64_t> MemberPids(const nlohmann::json& status) {
+  std::vector<std::pair<int, int64_t>> by_rank;
+  for (const auto& w : status.value("workers", nlohmann::json::array())) {
+    if (w.value("state", std::string()) == "member") {
+      by_rank.emplace_back(w.value("rank", -1), w.value("pid", int64_t{-1}));
+    }
+  }
+  std::sort(by_rank.begin(), by_rank.end());
+  std::vector<int64_t> pids;
+  for (const auto& p : by_rank) pids.push_back(p.second);
+  return pids;
+}
+
+// True when `host` is listed and up.
+bool HostUp(const nlohmann::json& status, const std::string& host) {
+  for (const auto& h : status.value("hosts", nlohmann::json::array())) {
+    if (h.value("name", std::string()) == host) return h.value("state", std::string()) == "up";
+  }
+  return false;
+}
+
+class EtcdCoordinator : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (journal::EtcdServer::Binary(&why).empty()) GTEST_SKIP() << why;
+    char tmpl[] = "/tmp/elastra_etcd_it_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    ASSERT_EQ(etcd_.Start(dir_), "");
+  }
+  void TearDown() override {
+    for (pid_t pid : {agent_, coordinator_}) {
+      if (pid <= 0) continue;
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    etcd_.Stop();
+    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+  }
+
+  std::string state() const { return dir_ + "/state"; }
+  std::string coordinator_log() const { return dir_ + "/coordinator.log"; }
+  std::string Logs() const {
+    return "--- coordinator.log\n" + ReadFile(coordinator_log()) + "--- agent.log\n" +
+           ReadFile(dir_ + "/agent.log");
+  }
+
+  // `elastra coordinator --etcd`, the same command each time; waits for its `n`th ready line.
+  void StartCoordinator(size_t n) {
+    coordinator_ = Spawn({ElastraBinary(), "coordinator", "--state-dir", state(), "--workers", "2",
+                          "--job", "etcdjob", "--etcd", etcd_.url()},
+                         coordinator_log());
+    ASSERT_TRUE(WaitForText(
+        coordinator_log(), [n](const std::string& t) { return Count(t, "{\"address\"") >= n; },
+        seconds(30)))
+        << Logs();
+  }
+
+  nlohmann::json Status() {
+    CommandResult r = RunShell(ElastraBinary() + " status --state-dir " + state() + " --json");
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  }
+  bool WaitFor(const std::function<bool(const nlohmann::json&)>& pred, seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (pred(Status())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  std::string dir_;
+  journal::EtcdServer etcd_;
+  pid_t coordinator_ = -1;
+  pid_t agent_ = -1;
+};
+
+TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromEtcd) {
+  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
+                                         "--step-time-ms", "15",
+                                         "--global-batch", "48",
+                                         "--hidden",       "24",
+                                         "--commit-every", "5"};
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(1));
+  const std::string first = ReadFile(coordinator_log());
+  EXPECT_NE(first.find("\"journal\":\"etcd " + etcd_.url() + " /elastra/etcdjob/\""),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("journal: etcd " + etcd_.url() + " /elastra/etcdjob/"), std::string::npos)
+      << first;
+  EXPECT_FALSE(fs::exists(state() + "/journal.bin"));
+  // The agent's copy of join.json, as an operator gives it to another host.
+  fs::copy_file(state() + "/join.json", dir_ + "/join.json");
+  std::vector<std::string> agent = {ElastraBinary(),
+                                    "agent",
+                                    "--join",
+                                    dir_ + "/join.json",
+                                    "--name",
+                                    "hostA",
+                                    "--slots",
+                                    "2",
+                                    "--coordinator-timeout",
+                                    "60",
+                                    "--",
+                                    TrainBinary(),
+                                    "--log",
+                                    dir_ + "/run.jsonl",
+                                    "--stop-file",
+                                    dir_ + "/stop"};
+  agent.insert(agent.end(), args.begin(), args.end());
+  agent_ = Spawn(agent, dir_ + "/agent.log");
+  ASSERT_TRUE(WaitFor([](const nlohmann::json& j) { return j.value("step", int64_t{-1}) >= 20; },
+                      seconds(60)))
+      << Logs();
+  const nlohmann::json before = Status();
+  const std::vector<int64_t> pids = MemberPids(before);
+  ASSERT_EQ(pids.size(), 2u) << before.dump();
+  // Where the agents and workers reach the coordinator: where the new one must be.
+  const std::string address =
+      nlohmann::json::parse(ReadFile(dir_ + "/join.json")).value("address", std::string());
+  ASSERT_FALSE(address.empty());
+
+  // The coordinator's host is gone, as far as this job can tell: its process and its disk.
+  ASSERT_EQ(kill(coordinator_, SIGKILL), 0);
+  waitpid(coordinator_, nullptr, 0);
+  coordinator_ = -1;
+  const int64_t step_at_kill = StepsApplied(dir_ + "/run.jsonl");
+  fs::remove_all(state());
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(2));
+  const std::string log = ReadFile(coordinator_log());
+  EXPECT_NE(log.find("has a journal on etcd"), std::string::npos) << log;
+  EXPECT_NE(log.find("taking it over on " + address), std::string::npos) << log;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(state() + "/join.json")).value("address", ""), address);
+  EXPECT_NE(log.find("took back job etcdjob"), std::string::npos) << log;
+
+  // The same job goes on: the same generation and worker processes, training past the kill, and
+  // the agent's host known again (it registers again within its period).
+  ASSERT_TRUE(WaitFor(
+      [&](const nlohmann::json& j) {
+        return j.value("step", int64_t{-1}) > step_at_kill + 10 && HostUp(j, "hostA");
+      },
+      seconds(60)))
+      << Logs();
+  const nlohmann::json after = Status();
+  EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
+  EXPECT_EQ(MemberPids(after), pids);
+  EXPECT_EQ(after.value("state", std::string()), "running");
+
+  std::ofstream(dir_ + "/stop") << "stop\n";
+  EXPECT_EQ(WaitExit(coordinator_, seconds(60)), 0) << Logs();
+  coordinator_ = -1;
+  EXPECT_EQ(WaitExit(agent_, seconds(60)), 0) << Logs();
+  agent_ = -1;
+  auto run = ExpectStoppedLogMatchesReference(dir_ + "/run.jsonl", dir_ + "/ref.jsonl", args);
+  // No worker was restarted and no recovery was needed: one generation in the whole run.
+  EXPECT_EQ(run.applied.size(), static_cast<size_t>(StepsApplied(dir_ + "/run.jsonl")));
+  for (const auto& applied : run.applied) EXPECT_EQ(applied.second.generation, 1u) << applied.first;
+}
+
+}  // namespace
+}  // namespace elastra::testing
