@@ -24,7 +24,7 @@ they are registered before ``start()``; SGD without momentum, which keeps no sta
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -149,9 +149,10 @@ def bind(worker: "elastra.Worker", module: torch.nn.Module,
     after ``start()`` and after each ``step_end()`` that returns RECONFIGURED (so also after a
     rollback, with the values of the commit). Returns the Binding. Raises TypeError for an
     unsupported optimizer, a rule that is no Sharding or a parameter of an unsupported dtype;
-    ValueError for a ZeRO rule (a flat range has no view of the parameter's shape), a parameter
-    not on the CPU, an optimizer parameter the module does not have, or optimizer state that
-    exists already.
+    ValueError for a ZeRO rule (a flat range has no view of the parameter's shape), a split of
+    a dimension the parameter lacks, a parameter not on the CPU, an optimizer parameter the
+    module does not have, optimizer state that exists already, or a name the state has. A
+    refused bind registers nothing.
     """
     if not isinstance(worker, elastra.Worker):
         raise TypeError(f"bind: worker must be an elastra.Worker, got {type(worker).__name__}")
@@ -160,10 +161,34 @@ def bind(worker: "elastra.Worker", module: torch.nn.Module,
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"bind: optimizer must be a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
-    named = list(module.named_parameters())
-    rule_of = _rule_of(rules, [n for n, _ in named])
     binding = Binding(worker, module, optimizer)
-    state = worker.state
+    # Everything is checked before anything is registered: a refused bind leaves no tensors.
+    plan = _plan(binding, rules, prefix)
+    taken = set(worker.state.names()) & {p.name for p in plan}
+    if taken:
+        raise ValueError(f"bind: the state has tensors of these names already: {sorted(taken)}")
+    for p in plan:
+        worker.state.add_tensor(p.name, p.shape, p.dtype, p.rule)
+        if p.value is not None:
+            worker.state.view(p.name).view(p.value.shape).copy_(p.value.detach())
+    binding.rebind()  # held whole until start(): the module now computes with Elastra's memory
+    worker._on_reconfigured.append(binding.rebind)
+    return binding
+
+
+class _Registration(NamedTuple):
+    name: str
+    shape: Tuple[int, ...]          # as registered: 1-D or 2-D
+    dtype: torch.dtype
+    rule: "elastra.Sharding"
+    value: Optional[torch.Tensor]   # copied in; None: zeros
+
+
+def _plan(binding: Binding, rules: Rules, prefix: str) -> List[_Registration]:
+    """The tensors to register, after every check; fills in binding's tables."""
+    named = list(binding.module.named_parameters())
+    rule_of = _rule_of(rules, [n for n, _ in named])
+    plan: List[_Registration] = []
     rules_of: Dict[int, elastra.Sharding] = {}
     for name, param in named:
         rule = rule_of(name)
@@ -176,24 +201,28 @@ def bind(worker: "elastra.Worker", module: torch.nn.Module,
         if param.device.type != "cpu":
             raise ValueError(f"bind: parameter '{name}' is on {param.device}; only CPU "
                              "parameters are supported yet")
+        if param.dtype not in elastra._DTYPES:
+            raise TypeError(f"bind: parameter '{name}' is {param.dtype}, which the state cannot "
+                            "hold")
         shape = tuple(param.shape)
-        state.add_tensor(prefix + name, _registered_shape(name, shape, rule), param.dtype, rule)
-        state.view(prefix + name).view(param.shape).copy_(param.detach())
+        registered = _registered_shape(name, shape, rule)
+        if rule.tp_split_dim >= len(registered):
+            raise ValueError(f"bind: parameter '{name}' of shape {list(shape)} has no dimension "
+                             f"{rule.tp_split_dim} to split")
+        plan.append(_Registration(prefix + name, registered, param.dtype, rule, param))
         binding.names[name] = prefix + name
         binding._params.append((param, prefix + name, shape))
         rules_of[id(param)] = rule
-    if optimizer is not None:
-        _add_optimizer_state(binding, optimizer, named, rules_of)
-    binding.rebind()  # held whole until start(): the module now computes with Elastra's memory
-    worker._on_reconfigured.append(binding.rebind)
-    return binding
+    if binding.optimizer is not None:
+        plan += _plan_optimizer_state(binding, named, rules_of)
+    return plan
 
 
-def _add_optimizer_state(binding: Binding, optimizer: torch.optim.Optimizer,
-                         named: List[Tuple[str, torch.nn.Parameter]],
-                         rules_of: Dict[int, "elastra.Sharding"]) -> None:
-    state = binding.worker.state
+def _plan_optimizer_state(binding: Binding, named: List[Tuple[str, torch.nn.Parameter]],
+                          rules_of: Dict[int, "elastra.Sharding"]) -> List[_Registration]:
+    optimizer = binding.optimizer
     name_of = {id(p): binding.names[n] for n, p in named}
+    plan: List[_Registration] = []
     for group in optimizer.param_groups:
         spec = _state_spec(optimizer, group)
         for param in group["params"]:
@@ -207,9 +236,11 @@ def _add_optimizer_state(binding: Binding, optimizer: torch.optim.Optimizer,
             rule = rules_of[id(param)]
             for key, like_param in spec.items():
                 if like_param:
-                    state.add_tensor(f"{name}.{key}", _registered_shape(name, shape, rule),
-                                     param.dtype, rule)
+                    plan.append(_Registration(f"{name}.{key}", _registered_shape(name, shape, rule),
+                                              param.dtype, rule, None))
                 else:  # AdamW's step count: a float32 tensor of one element, held by every rank
-                    state.add_tensor(f"{name}.{key}", (1,), torch.float32, elastra.replicated())
+                    plan.append(_Registration(f"{name}.{key}", (1,), torch.float32,
+                                              elastra.replicated(), None))
             if spec:
                 binding._opt_state.append((param, name, shape, spec))
+    return plan

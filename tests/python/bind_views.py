@@ -78,6 +78,26 @@ def check(worker: elastra.Worker, model: Net, optimizer, binding) -> dict:
             "split_rows": model.split.weight.shape[0], "cols_cols": model.cols.weight.shape[1]}
 
 
+def refused_binds(worker: elastra.Worker) -> list:
+    """Binds that must raise and register nothing: what went otherwise."""
+    wrong, model = [], Net()
+    cases = [({"optimizer": torch.optim.RMSprop(model.parameters())}, TypeError),
+             ({"rules": {"kernel": elastra.split_over_tp(1)}}, ValueError),
+             ({"rules": {"split.bias": elastra.split_over_tp(1)}}, ValueError),
+             ({"rules": {"split.weight": elastra.split_over_tp(0).with_zero()}}, ValueError),
+             ({"rules": {"no.such": elastra.replicated()}}, ValueError),
+             ({"rules": lambda name: "replicated"}, TypeError)]
+    for kwargs, error in cases:
+        try:
+            elastra.torch.bind(worker, model, **kwargs)
+            wrong.append(f"{kwargs}: no error")
+        except error:
+            pass
+        if worker.state.names():
+            wrong.append(f"{kwargs}: registered {worker.state.names()}")
+    return wrong
+
+
 def main() -> int:
     out_dir, stop_file = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -87,12 +107,15 @@ def main() -> int:
         for name, param in model.named_parameters():
             param.copy_(initial(name))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    refused_wrong = refused_binds(worker)
     binding = elastra.torch.bind(worker, model, optimizer, RULES)
     worker.start()
     results = open(os.path.join(out_dir, f"check.{os.getpid()}.jsonl"), "a")
 
     def record() -> None:
-        results.write(json.dumps(check(worker, model, optimizer, binding)) + "\n")
+        found = check(worker, model, optimizer, binding)
+        found["refused_wrong"] = refused_wrong
+        results.write(json.dumps(found) + "\n")
         results.flush()
 
     record()
@@ -112,6 +135,18 @@ def main() -> int:
         if action == elastra.RECONFIGURED:
             record()
     worker.finish()
+    # Closed, the worker refuses calls but its memory stays: the module is still readable.
+    before = [p.detach().clone() for p in model.parameters()]
+    worker.close()
+    after_close = [] if all(torch.equal(a, p.detach()) for a, p in
+                            zip(before, model.parameters())) else ["parameters changed"]
+    try:
+        worker.step
+        after_close.append("step after close(): no error")
+    except elastra.FailedPrecondition:
+        pass
+    worker.close()  # again: nothing
+    results.write(json.dumps({"pid": os.getpid(), "after_close": after_close}) + "\n")
     return 0
 
 

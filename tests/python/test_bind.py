@@ -2,7 +2,8 @@
 
 - Python.BindViews: after start() and each reconfiguration (2 workers, then dp=2 x tp=2 on 4)
   every parameter and AdamW state tensor of a bound module is the view of its shard (the same
-  memory) and holds the right part of the global value (bind_views.py checks, this test reads).
+  memory) and holds the right part of the global value (bind_views.py checks, this test reads);
+  binds with a bad optimizer or rule raise and register nothing.
 - Python.ElasticBind: an nn.Module + AdamW trained through 4 -> 2 -> 3 workers and a SIGKILLed
   one matches its --reference run step for step, every sample applied once (compare_logs).
 - Python.RaisingWorker: a worker whose step raises an uncaught exception leaves (its process
@@ -61,11 +62,14 @@ def test_parameters_are_the_views_after_a_reshard():
         job.wait_for_step(s["step"] + 2)
         open(job.path("stop"), "w").close()
         assert job.wait() == 0, job.log()
-        checks = [json.loads(line) for path in glob.glob(job.path("check.*.jsonl"))
-                  for line in open(path)]
+        records = [json.loads(line) for path in glob.glob(job.path("check.*.jsonl"))
+                   for line in open(path)]
+        checks = [r for r in records if "wrong" in r]
+        closed = [r["after_close"] for r in records if "after_close" in r]
         assert checks, job.log()
+        assert len(closed) == 4 and all(c == [] for c in closed), closed
         for c in checks:
-            assert c["wrong"] == [], c
+            assert c["wrong"] == [] and c["refused_wrong"] == [], c
         at_tp2 = [c for c in checks if c["layout"] == [2, 1, 2]]
         assert len(at_tp2) == 4, checks  # every rank checked after the change
         # Each tp rank holds half of the split tensors: the module's shapes changed.
