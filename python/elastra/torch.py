@@ -24,13 +24,13 @@ they are registered before ``start()``; SGD without momentum, which keeps no sta
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import torch
 
 import elastra
 
-__all__ = ["bind", "Binding"]
+__all__ = ["bind", "Binding", "allreduce_gradients"]
 
 Rules = Union[None, Mapping[str, "elastra.Sharding"],
               Callable[[str], Optional["elastra.Sharding"]]]
@@ -244,3 +244,32 @@ def _plan_optimizer_state(binding: Binding, named: List[Tuple[str, torch.nn.Para
             if spec:
                 binding._opt_state.append((param, name, shape, spec))
     return plan
+
+
+def allreduce_gradients(group: "elastra.Group", parameters: Iterable[torch.nn.Parameter],
+                        scale: float = 1.0, bucket_bytes: int = 4 << 20) -> None:
+    """DDP's bucketed gradient sum (elastra::torch's GradientReducer): the defined, non-empty
+    gradients of ``parameters``, last first as backward produces them, packed into flat buckets
+    of one dtype of up to ``bucket_bytes`` (at least one gradient each), each summed over
+    ``group`` with one allreduce, multiplied by ``scale`` and copied back. Every rank of the
+    group passes gradients of the same shapes in the same order (a dp_group). Raises what the
+    allreduce raises (PeerLost, TimedOut, Aborted): hand it to step_end()."""
+    grads = [p.grad for p in reversed(list(parameters))
+             if p.grad is not None and p.grad.numel() > 0]
+    i = 0
+    while i < len(grads):
+        end, elements = i, 0
+        while end < len(grads) and grads[end].dtype == grads[i].dtype and (
+                end == i or (elements + grads[end].numel()) * grads[i].element_size() <=
+                bucket_bytes):
+            elements += grads[end].numel()
+            end += 1
+        flat = torch.cat([g.reshape(-1) for g in grads[i:end]])
+        group.allreduce(flat)
+        if scale != 1.0:
+            flat.mul_(scale)
+        offset = 0
+        for g in grads[i:end]:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        i = end

@@ -25,6 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "examples", "python"))
 from train_mlp import INPUTS, OUTPUTS, CountedSteps, Dataset, StepLog  # noqa: E402
 
+import elastra  # noqa: E402
+import elastra.torch  # noqa: E402
+
 
 class Net(torch.nn.Module):
     def __init__(self, hidden: int) -> None:
@@ -67,7 +70,7 @@ def run_reference(args: argparse.Namespace) -> int:
 def train_step(worker, model: Net, optimizer, data: Dataset, args: argparse.Namespace,
                begin: int) -> float:
     """One step on this replica's share of the global batch at cursor `begin`; the gradients and
-    the loss summed over dp in one allreduce. Returns the global batch's mean loss."""
+    the loss summed over dp. Returns the global batch's mean loss."""
     layout, dp_rank = worker.layout, worker.coordinates.dp_rank
     b = args.global_batch
     optimizer.zero_grad()
@@ -77,22 +80,15 @@ def train_step(worker, model: Net, optimizer, data: Dataset, args: argparse.Name
     if args.raise_file and worker.rank == 1 and os.path.exists(args.raise_file):
         os.remove(args.raise_file)
         raise RuntimeError(f"bind_mlp.py: a bug in the step, on purpose (step {worker.step})")
-    params = list(model.parameters())
-    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
-    worker.dp_group.allreduce(flat)
-    flat /= b
-    offset = 0
-    for p in params:
-        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-        offset += p.numel()
+    elastra.torch.allreduce_gradients(worker.dp_group, model.parameters(), 1.0 / b,
+                                      bucket_bytes=256)  # several buckets, as a big model has
+    total = loss.detach().reshape(1).clone()
+    worker.dp_group.allreduce(total)
     optimizer.step()
-    return float(flat[-1])
+    return float(total) / b
 
 
 def run_elastic(args: argparse.Namespace) -> int:
-    import elastra
-    import elastra.torch
-
     # The with block closes the worker however it ends: after an uncaught exception the job
     # recovers without it at once, even while this process lives on (--stay-after-raise).
     with elastra.Worker(commit_every=args.commit_every) as worker:
