@@ -15,6 +15,9 @@ StatusOr<std::unique_ptr<journal::JournalStorage>> OpenJournalStorage(
   etcd.endpoints = options.etcd;
   auto storage = journal::EtcdJournalStorage::Create(std::move(etcd), options.job);
   if (!storage.ok()) return storage.status();
+  if (!options.etcd_fence_key.empty()) {
+    (*storage)->SetFence({options.etcd_fence_key, options.etcd_fence_revision});
+  }
   return std::unique_ptr<journal::JournalStorage>(std::move(storage).value());
 }
 

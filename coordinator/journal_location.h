@@ -16,7 +16,8 @@ namespace elastra::coordinator {
 
 // A new storage of the job's journal; nothing is read or connected yet. Over etcd:
 // kInvalidArgument for a job name etcd cannot key (empty or holding '/') or a malformed endpoint
-// list. The file's storage goes through options.env.
+// list. Over etcd with options.etcd_fence_key, every write of the storage is fenced on it. The
+// file's storage goes through options.env.
 StatusOr<std::unique_ptr<journal::JournalStorage>> OpenJournalStorage(
     const CoordinatorOptions& options);
 

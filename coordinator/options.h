@@ -66,6 +66,12 @@ struct CoordinatorOptions {
   // journal is the keys under /elastra/<job>/journal/. Used only with a state_dir (which still
   // holds status.json). Empty (default): the file.
   std::string etcd;
+  // With etcd: the leader key this coordinator created and its create revision
+  // (journal::EtcdElection::Campaign's fence). Every journal write is then a transaction
+  // conditioned on it, so a deposed leader's writes are refused by etcd (docs/ha.md, "Fencing").
+  // Empty (default): unfenced.
+  std::string etcd_fence_key;
+  int64_t etcd_fence_revision = 0;
   // Time source for deadlines; nullptr means SystemClock. Not owned.
   Clock* clock = nullptr;
   // The filesystem (the checkpoint Env seam) for the journal, checkpoint commits and listing

@@ -262,6 +262,8 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.spares = options.spares;
   o.state_dir = options.state_dir;
   o.etcd = options.etcd;
+  o.etcd_fence_key = options.etcd_fence_key;
+  o.etcd_fence_revision = options.etcd_fence_revision;
   ELASTRA_ASSIGN_OR_RETURN(std::optional<EtcdJob> prior, PriorJob(options, f));
   // A restart, or a takeover over etcd: the same job, address and keys as before, and clients
   // reconnect by themselves.

@@ -59,6 +59,11 @@ struct EmbeddedOptions {
   // the state directory's files written again, so a lost state directory loses nothing), with or
   // without `restart`; `restart` then only requires that etcd holds the job.
   std::string etcd;
+  // The leadership this coordinator won for the job on etcd (CoordinatorOptions::etcd_fence_key
+  // and etcd_fence_revision): every journal write, the takeover's and the start's included, is
+  // fenced on it. Empty: unfenced.
+  std::string etcd_fence_key;
+  int64_t etcd_fence_revision = 0;
 };
 
 struct EmbeddedCoordinator {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "launch/cli.h"
 #include "launch/commands.h"
 #include "launch/host_agent.h"
+#include "journal/etcd_election.h"
 
 namespace elastra::launch {
 namespace {
@@ -74,6 +76,7 @@ struct CoordinatorOptions {
   bool restart = false;
   std::string http;  // the HTTP API, HOST:PORT or :PORT; empty: off
   std::string etcd;  // the etcd cluster that keeps the journal; empty: <state_dir>/journal.bin
+  int leader_ttl = 3;  // with etcd: the leadership lease's TTL, in seconds
 };
 
 // The coordinator child process of `elastra run`, started again with --restart on the same state
@@ -240,8 +243,66 @@ int RunJob(const RunOptions& flags) {
   return code;
 }
 
+// The exit status of `elastra coordinator --etcd` that lost the leadership of its job: neither 0
+// (the job finished, or a signal stopped it) nor 1 (it failed or could not start).
+constexpr int kLostLeadershipExit = 3;
+
+// --etcd: campaigns for the leadership of the job and returns once this process leads it, with the
+// fence its journal writes carry (docs/ha.md, "The coordinator's leadership"). While another
+// leads, it is a standby: it says so in its log and on stdout, and binds nothing. Never two
+// leaders acting on one job: when the leadership is lost, the process exits at once with
+// kLostLeadershipExit (the kernel closes its sockets; its agents and workers wait for the next
+// leader as through a restart). kAborted when a signal came while it waited.
+StatusOr<std::unique_ptr<journal::EtcdElection>> LeadTheJob(const CoordinatorOptions& flags,
+                                                            journal::EtcdFence* fence) {
+  journal::ElectionOptions e;
+  e.etcd.endpoints = flags.etcd;
+  e.job = flags.job;
+  e.address = HostName() + " pid " + std::to_string(getpid());
+  e.ttl = std::chrono::seconds(flags.leader_ttl);
+  e.on_lost = [](const std::string& why) {
+    // On the election's thread, while the coordinator's may be mid-step: nothing more of this
+    // process may run (a message after the lease is gone could contradict the next leader).
+    LOG(ERROR) << "lost the leadership of the job (" << why << "); exiting with "
+               << kLostLeadershipExit;
+    _exit(kLostLeadershipExit);
+  };
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<journal::EtcdElection> election,
+                           journal::EtcdElection::Create(std::move(e)));
+  auto leader = election->Leader();
+  if (leader.ok()) {
+    LOG(WARNING) << "standby: job " << flags.job << " is led by " << leader->address
+                 << "; campaigning on a " << flags.leader_ttl << " s lease";
+    const nlohmann::json standby = {
+        {"role", "standby"}, {"job", flags.job}, {"leader", leader->address}};
+    std::printf("%s\n", standby.dump().c_str());
+    std::fflush(stdout);
+  }
+  auto won = std::async(std::launch::async, [&election] { return election->Campaign(); });
+  while (won.wait_for(milliseconds(50)) != std::future_status::ready) {
+    if (g_stop_signal != 0) election->Cancel();
+  }
+  ELASTRA_ASSIGN_OR_RETURN(*fence, won.get());
+  LOG(INFO) << "leading job " << flags.job << " (the leader key's revision "
+            << fence->create_revision << " fences every journal write)";
+  return election;
+}
+
 int RunCoordinator(const CoordinatorOptions& flags) {
   logging::SetTag("coordinator");
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  std::unique_ptr<journal::EtcdElection> election;
+  journal::EtcdFence fence;
+  if (!flags.etcd.empty()) {
+    auto led = LeadTheJob(flags, &fence);
+    if (!led.ok()) {
+      if (led.status().code() == StatusCode::kAborted) return 0;  // stopped while a standby
+      std::fprintf(stderr, "elastra coordinator: %s\n", led.status().ToString().c_str());
+      return 1;
+    }
+    election = std::move(led).value();
+  }
   EmbeddedOptions o;
   o.state_dir = flags.state_dir;
   o.job = flags.job;
@@ -257,6 +318,8 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.http = flags.http;
   // --etcd: the journal and the job's keys on etcd; a job etcd holds is taken over (docs/ha.md).
   o.etcd = flags.etcd;
+  o.etcd_fence_key = fence.key;
+  o.etcd_fence_revision = fence.create_revision;
   auto embedded = StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
@@ -268,13 +331,18 @@ int RunCoordinator(const CoordinatorOptions& flags) {
                           {"join", flags.state_dir + "/join.json"},
                           {"journal", embedded->journal}};
   if (!embedded->info.http.empty()) ready["http"] = embedded->info.http;
+  if (election) ready["role"] = "leader";
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
   // One job: once it ended and every agent was told (done()), exit 0 when it finished, 1 when it
   // failed. A signal stops the coordinator (0: a restart with --restart takes the job back).
   while (g_stop_signal == 0 && !embedded->server->WaitDone(milliseconds(50))) {
+    if (election && !election->Leading()) {
+      // The deadline passed before the election's thread said so (on_lost): the same rule.
+      LOG(ERROR) << "no longer the leader of job " << flags.job << "; exiting with "
+                 << kLostLeadershipExit;
+      _exit(kLostLeadershipExit);
+    }
   }
   const bool done = embedded->server->done();
   if (embedded->http) embedded->http->Stop();  // it is a client of the server
@@ -325,7 +393,8 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
       app->add_subcommand("coordinator", "Run only the coordinator, for workers started elsewhere");
   SetUsage(coordinator, {"elastra coordinator --state-dir DIR --workers N "
                          "[--bind tcp://127.0.0.1:0] [--advertise ADDR] [--max-workers M] "
-                         "[--spares K] [--job NAME] [--http ADDR:PORT] [--etcd URL[,URL...]]",
+                         "[--spares K] [--job NAME] [--http ADDR:PORT] [--etcd URL[,URL...] "
+                         "[--leader-ttl SECONDS]]",
                          "elastra coordinator --state-dir DIR --restart "
                          "[--etcd URL[,URL...] --job NAME]"});
   coordinator->add_option("--state-dir", o->state_dir, "Where the job's keys and journal live")
@@ -362,6 +431,10 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
                    "Keep the job's journal and keys in this etcd cluster, under /elastra/JOB/, "
                    "instead of --state-dir; a job etcd holds is taken over (docs/ha.md)")
       ->type_name("URL[,URL...]");
+  AddIntFlag(coordinator, "--leader-ttl", &o->leader_ttl, 1, 3600, "SECONDS",
+             "With --etcd: the lease of the job's leadership; a standby takes the job over this "
+             "long after the leader's host died (docs/ha.md)")
+      ->capture_default_str();
   coordinator->add_flag("--restart", o->restart,
                         "Take back the job journaled in --state-dir after its coordinator died");
   coordinator->callback([o, exit_code] { *exit_code = RunCoordinator(*o); });

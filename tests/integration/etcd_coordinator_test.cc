@@ -4,7 +4,10 @@
 // deleted, and a coordinator started again with the same --etcd and job name takes the job over
 // from etcd alone: on the same address, with the same keys, the same worker processes, and the
 // run matches `train_mlp --reference` with every sample applied once. Skipped only when there is
-// no etcd binary (launch/install_deps.sh installs Debian's etcd-server).
+// no etcd binary (launch/install_deps.sh installs Debian's etcd-server). With two coordinators of
+// the job on etcd, one leads and the other waits as a standby without binding; the standby takes
+// the job over when the leader is SIGKILLed, and a leader stopped past its lease exits when woken
+// rather than act beside the new leader.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -106,6 +109,13 @@ bool HostUp(const nlohmann::json& status, const std::string& host) {
   return false;
 }
 
+// The workers' program arguments: train until the stop file appears, a commit every 5 steps.
+const std::vector<std::string> kTrainArgs = {"--steps",        std::to_string(kUntilStopped),
+                                             "--step-time-ms", "15",
+                                             "--global-batch", "48",
+                                             "--hidden",       "24",
+                                             "--commit-every", "5"};
+
 class EtcdCoordinator : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -113,10 +123,12 @@ class EtcdCoordinator : public ::testing::Test {
     if (journal::EtcdServer::Binary(&why).empty()) GTEST_SKIP() << why;
     char tmpl[] = "/tmp/elastra_etcd_it_XXXXXX";
     dir_ = mkdtemp(tmpl);
-    ASSERT_EQ(etcd_.Start(dir_), "");
+    leader_state_ = state();
+    // etcd grants at least 1.5 election timeouts: 150 ms here, so --leader-ttl 1 stays 1 s.
+    ASSERT_EQ(etcd_.Start(dir_, {"--heartbeat-interval", "10", "--election-timeout", "100"}), "");
   }
   void TearDown() override {
-    for (pid_t pid : {agent_, coordinator_}) {
+    for (pid_t pid : {agent_, coordinator_, standby_}) {
       if (pid <= 0) continue;
       kill(-pid, SIGKILL);
       waitpid(pid, nullptr, 0);
@@ -130,24 +142,45 @@ class EtcdCoordinator : public ::testing::Test {
 
   std::string state() const { return dir_ + "/state"; }
   std::string coordinator_log() const { return dir_ + "/coordinator.log"; }
+  std::string standby_state() const { return dir_ + "/standby"; }
+  std::string standby_log() const { return dir_ + "/standby.log"; }
   std::string Logs() const {
-    return "--- coordinator.log\n" + ReadFile(coordinator_log()) + "--- agent.log\n" +
-           ReadFile(dir_ + "/agent.log");
+    return "--- coordinator.log\n" + ReadFile(coordinator_log()) + "--- standby.log\n" +
+           ReadFile(standby_log()) + "--- agent.log\n" + ReadFile(dir_ + "/agent.log");
   }
 
-  // `elastra coordinator --etcd`, the same command each time; waits for its `n`th ready line.
+  // `elastra coordinator --etcd` of the job, its state in `state_dir` and its output in `log`.
+  pid_t SpawnCoordinator(const std::string& state_dir, const std::string& log) {
+    return Spawn({ElastraBinary(), "coordinator", "--state-dir", state_dir, "--workers", "2",
+                  "--job", "etcdjob", "--etcd", etcd_.url(), "--leader-ttl", "1"},
+                 log);
+  }
+
+  // The same command each time; waits for its `n`th ready line.
   void StartCoordinator(size_t n) {
-    coordinator_ = Spawn({ElastraBinary(), "coordinator", "--state-dir", state(), "--workers", "2",
-                          "--job", "etcdjob", "--etcd", etcd_.url()},
-                         coordinator_log());
+    coordinator_ = SpawnCoordinator(state(), coordinator_log());
     ASSERT_TRUE(WaitForText(
         coordinator_log(), [n](const std::string& t) { return Count(t, "{\"address\"") >= n; },
         seconds(30)))
         << Logs();
   }
 
+  // One `elastra agent` on hostA with two train_mlp workers, joining with a copy of join.json
+  // (as an operator gives it to another host).
+  void StartAgent(const std::vector<std::string>& args) {
+    fs::copy_file(state() + "/join.json", dir_ + "/join.json");
+    std::vector<std::string> agent = {ElastraBinary(), "agent", "--join", dir_ + "/join.json",
+                                      "--name", "hostA", "--slots", "2", "--coordinator-timeout",
+                                      "60", "--", TrainBinary(), "--log", dir_ + "/run.jsonl",
+                                      "--stop-file", dir_ + "/stop"};
+    agent.insert(agent.end(), args.begin(), args.end());
+    agent_ = Spawn(agent, dir_ + "/agent.log");
+  }
+
+  // The status of the coordinator whose state directory is leader_state_.
   nlohmann::json Status() {
-    CommandResult r = RunShell(ElastraBinary() + " status --state-dir " + state() + " --json");
+    CommandResult r =
+        RunShell(ElastraBinary() + " status --state-dir " + leader_state_ + " --json");
     auto j = nlohmann::json::parse(r.out, nullptr, false);
     return j.is_object() ? j : nlohmann::json::object();
   }
@@ -160,18 +193,55 @@ class EtcdCoordinator : public ::testing::Test {
     return false;
   }
 
+  // A second coordinator of the job, on another state directory as on another host, started
+  // while the first leads: a standby that binds nothing. Then an agent with two workers trains 20
+  // steps. Sets `address` to the one the job published.
+  void StartLeaderAndStandby(std::string* address) {
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator(1));
+    standby_ = SpawnCoordinator(standby_state(), standby_log());
+    ASSERT_TRUE(WaitForText(
+        standby_log(),
+        [](const std::string& t) { return t.find("standby: job etcdjob is led by") != t.npos; },
+        seconds(30)))
+        << Logs();
+    StartAgent(kTrainArgs);
+    ASSERT_TRUE(WaitFor([](const nlohmann::json& j) { return j.value("step", int64_t{-1}) >= 20; },
+                        seconds(60)))
+        << Logs();
+    const std::string log = ReadFile(standby_log());
+    EXPECT_NE(log.find("\"role\":\"standby\""), std::string::npos) << log;
+    EXPECT_EQ(log.find("{\"address\""), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(standby_state() + "/coordinator.json"));
+    *address = nlohmann::json::parse(ReadFile(dir_ + "/join.json")).value("address", std::string());
+    ASSERT_FALSE(address->empty());
+  }
+
+  // Stops the job (the workers' stop file) and checks that it ends well on `coordinator`: the
+  // run matches `train_mlp --reference` with every sample applied once, in one generation (no
+  // worker was restarted and no recovery was needed).
+  void StopAndCheck(pid_t* coordinator, const std::vector<std::string>& args) {
+    std::ofstream(dir_ + "/stop") << "stop\n";
+    EXPECT_EQ(WaitExit(*coordinator, seconds(60)), 0) << Logs();
+    *coordinator = -1;
+    EXPECT_EQ(WaitExit(agent_, seconds(60)), 0) << Logs();
+    agent_ = -1;
+    auto run = ExpectStoppedLogMatchesReference(dir_ + "/run.jsonl", dir_ + "/ref.jsonl", args);
+    EXPECT_EQ(run.applied.size(), static_cast<size_t>(StepsApplied(dir_ + "/run.jsonl")));
+    for (const auto& applied : run.applied) {
+      EXPECT_EQ(applied.second.generation, 1u) << applied.first;
+    }
+  }
+
   std::string dir_;
+  std::string leader_state_;  // the state directory Status() reads
   journal::EtcdServer etcd_;
   pid_t coordinator_ = -1;
+  pid_t standby_ = -1;
   pid_t agent_ = -1;
 };
 
 TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromEtcd) {
-  const std::vector<std::string> args = {"--steps",        std::to_string(kUntilStopped),
-                                         "--step-time-ms", "15",
-                                         "--global-batch", "48",
-                                         "--hidden",       "24",
-                                         "--commit-every", "5"};
+  const std::vector<std::string>& args = kTrainArgs;
   ASSERT_NO_FATAL_FAILURE(StartCoordinator(1));
   const std::string first = ReadFile(coordinator_log());
   EXPECT_NE(first.find("\"journal\":\"etcd " + etcd_.url() + " /elastra/etcdjob/\""),
@@ -180,26 +250,7 @@ TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromE
   EXPECT_NE(first.find("journal: etcd " + etcd_.url() + " /elastra/etcdjob/"), std::string::npos)
       << first;
   EXPECT_FALSE(fs::exists(state() + "/journal.bin"));
-  // The agent's copy of join.json, as an operator gives it to another host.
-  fs::copy_file(state() + "/join.json", dir_ + "/join.json");
-  std::vector<std::string> agent = {ElastraBinary(),
-                                    "agent",
-                                    "--join",
-                                    dir_ + "/join.json",
-                                    "--name",
-                                    "hostA",
-                                    "--slots",
-                                    "2",
-                                    "--coordinator-timeout",
-                                    "60",
-                                    "--",
-                                    TrainBinary(),
-                                    "--log",
-                                    dir_ + "/run.jsonl",
-                                    "--stop-file",
-                                    dir_ + "/stop"};
-  agent.insert(agent.end(), args.begin(), args.end());
-  agent_ = Spawn(agent, dir_ + "/agent.log");
+  StartAgent(args);
   ASSERT_TRUE(WaitFor([](const nlohmann::json& j) { return j.value("step", int64_t{-1}) >= 20; },
                       seconds(60)))
       << Logs();
@@ -237,15 +288,79 @@ TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromE
   EXPECT_EQ(MemberPids(after), pids);
   EXPECT_EQ(after.value("state", std::string()), "running");
 
-  std::ofstream(dir_ + "/stop") << "stop\n";
-  EXPECT_EQ(WaitExit(coordinator_, seconds(60)), 0) << Logs();
+  StopAndCheck(&coordinator_, args);
+}
+
+TEST_F(EtcdCoordinator, AStandbyTakesTheJobOverWhenTheLeaderDies) {
+  std::string address;
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&address));
+  const nlohmann::json before = Status();
+  const std::vector<int64_t> pids = MemberPids(before);
+  ASSERT_EQ(pids.size(), 2u) << before.dump();
+
+  // The leader's host is gone. The standby leads once its lease expired (1 s here).
+  ASSERT_EQ(kill(coordinator_, SIGKILL), 0);
+  waitpid(coordinator_, nullptr, 0);
   coordinator_ = -1;
-  EXPECT_EQ(WaitExit(agent_, seconds(60)), 0) << Logs();
-  agent_ = -1;
-  auto run = ExpectStoppedLogMatchesReference(dir_ + "/run.jsonl", dir_ + "/ref.jsonl", args);
-  // No worker was restarted and no recovery was needed: one generation in the whole run.
-  EXPECT_EQ(run.applied.size(), static_cast<size_t>(StepsApplied(dir_ + "/run.jsonl")));
-  for (const auto& applied : run.applied) EXPECT_EQ(applied.second.generation, 1u) << applied.first;
+  const int64_t step_at_kill = StepsApplied(dir_ + "/run.jsonl");
+  ASSERT_TRUE(WaitForText(
+      standby_log(), [](const std::string& t) { return t.find("{\"address\"") != t.npos; },
+      seconds(30)))
+      << Logs();
+  const std::string log = ReadFile(standby_log());
+  EXPECT_NE(log.find("leading job etcdjob"), std::string::npos) << log;
+  EXPECT_NE(log.find("taking it over on " + address), std::string::npos) << log;
+  EXPECT_NE(log.find("\"role\":\"leader\""), std::string::npos) << log;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(standby_state() + "/join.json")).value("address", ""),
+            address);
+  leader_state_ = standby_state();
+  ASSERT_TRUE(WaitFor(
+      [&](const nlohmann::json& j) {
+        return j.value("step", int64_t{-1}) > step_at_kill + 10 && HostUp(j, "hostA");
+      },
+      seconds(60)))
+      << Logs();
+  const nlohmann::json after = Status();
+  EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
+  EXPECT_EQ(MemberPids(after), pids);
+  StopAndCheck(&standby_, kTrainArgs);
+}
+
+// A leader stopped (SIGSTOP) past its lease, as a host that froze or was cut off, is deposed; woken
+// (SIGCONT) while the standby leads, it exits with the lost-leadership status instead of acting
+// beside the new leader, and the job goes on under the new one.
+TEST_F(EtcdCoordinator, ALeaderWokenAfterItsLeaseExpiredExits) {
+  std::string address;
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&address));
+  const std::vector<int64_t> pids = MemberPids(Status());
+  ASSERT_EQ(pids.size(), 2u);
+
+  ASSERT_EQ(kill(coordinator_, SIGSTOP), 0);
+  ASSERT_TRUE(WaitForText(
+      standby_log(), [](const std::string& t) { return t.find("leading job etcdjob") != t.npos; },
+      seconds(30)))
+      << Logs();
+  // The standby leads, but cannot bind the job's address while the old leader holds it.
+  ASSERT_EQ(kill(coordinator_, SIGCONT), 0);
+  EXPECT_EQ(WaitExit(coordinator_, seconds(30)), 3) << Logs();
+  coordinator_ = -1;
+  EXPECT_NE(ReadFile(coordinator_log()).find("lost the leadership of the job"), std::string::npos)
+      << Logs();
+  ASSERT_TRUE(WaitForText(
+      standby_log(), [](const std::string& t) { return t.find("{\"address\"") != t.npos; },
+      seconds(30)))
+      << Logs();
+  EXPECT_NE(ReadFile(standby_log()).find("taking it over on " + address), std::string::npos);
+  leader_state_ = standby_state();
+  const int64_t step_at_takeover = StepsApplied(dir_ + "/run.jsonl");
+  ASSERT_TRUE(WaitFor(
+      [&](const nlohmann::json& j) {
+        return j.value("step", int64_t{-1}) > step_at_takeover + 10 && HostUp(j, "hostA");
+      },
+      seconds(60)))
+      << Logs();
+  EXPECT_EQ(MemberPids(Status()), pids);
+  StopAndCheck(&standby_, kTrainArgs);
 }
 
 }  // namespace
