@@ -419,11 +419,14 @@ def main():
             run["ettr"] = run["steps"] * per_step_s / run["wall_s"]
             run["ettr_after_start"] = (run["steps"] * per_step_s /
                                        (run["wall_s"] - run["first_step_s"]))
+    except BaseException:
+        args.keep = True  # the launchers' logs say why
+        raise
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         else:
-            print(f"files kept in {root}")
+            print(f"files kept in {root}", file=sys.stderr)
     print_table(runs, per_step_s)
     for run in runs:
         mode = run["mode"]
