@@ -339,7 +339,7 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   while (g_stop_signal == 0 && !embedded->server->WaitDone(milliseconds(50))) {
     if (election && !election->Leading()) {
       // The deadline passed before the election's thread said so (on_lost): the same rule.
-      LOG(ERROR) << "no longer the leader of job " << flags.job << "; exiting with "
+      LOG(ERROR) << "lost the leadership of the job (its lease's deadline passed); exiting with "
                  << kLostLeadershipExit;
       _exit(kLostLeadershipExit);
     }
