@@ -76,7 +76,7 @@ bool CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   const double commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // A restart still knows it.
-  JournalRecorder::LogFailure(
+  journal_->LogFailure(
       Record(r.step, r.generation, *dir, bytes, p.write_seconds + commit_seconds));
   LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
   // Older pending ones can never complete now.

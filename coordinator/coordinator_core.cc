@@ -57,6 +57,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options)
       workers_(context_, &layouts_, &generations_, &host_manager_, &resizes_),
       restore_(context_, &checkpoints_, &generations_, &resizes_),
       training_(clock_, &membership_) {
+  journal_.set_on_fenced(options_.on_fenced);
   workers_.SetHeartbeatListener([this](const WorkerInfo& worker, const proto::Heartbeat& hb) {
     training_.OnHeartbeat(worker, hb, generations_.layout());
   });

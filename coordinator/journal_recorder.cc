@@ -17,11 +17,16 @@ bool SameIds(const std::vector<std::string>& ids, const std::vector<JournalWorke
 
 }  // namespace
 
-void JournalRecorder::LogFailure(const Status& s) {
-  if (!s.ok()) {
-    LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): "
-                              << s;
+void JournalRecorder::LogFailure(const Status& s) const {
+  if (s.ok()) return;
+  if (on_fenced_ && s.code() == StatusCode::kFailedPrecondition &&
+      s.message().rfind("not the leader", 0) == 0) {
+    LOG(ERROR) << "journal write refused by the fence: another coordinator leads the job (" << s
+               << ")";
+    on_fenced_(s);
+    return;
   }
+  LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): " << s;
 }
 
 JournalWorker JournalRecorder::RecordOf(const std::string& id) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,8 +68,13 @@ class JournalRecorder {
   Status Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
                     int64_t bytes = -1, double seconds = -1);
 
-  // Logs a failed journal write (at most once a second).
-  static void LogFailure(const Status& s);
+  // Logs a failed journal write (at most once a second); one the journal's fence refused goes to
+  // the handler set_on_fenced gave, when there is one.
+  void LogFailure(const Status& s) const;
+  // CoordinatorOptions::on_fenced.
+  void set_on_fenced(std::function<void(const Status&)> on_fenced) {
+    on_fenced_ = std::move(on_fenced);
+  }
 
  private:
   JournalWorker RecordOf(const std::string& id) const;
@@ -79,6 +85,7 @@ class JournalRecorder {
 
   const Membership* membership_;
   std::unique_ptr<Journal> journal_;
+  std::function<void(const Status&)> on_fenced_;
 };
 
 }  // namespace elastra::coordinator

@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "common/env.h"
 #include "common/clock.h"
+#include "common/env.h"
+#include "elastra/status.h"
 #include "protocol/keys.h"
 
 namespace elastra::coordinator {
@@ -72,6 +74,12 @@ struct CoordinatorOptions {
   // Empty (default): unfenced.
   std::string etcd_fence_key;
   int64_t etcd_fence_revision = 0;
+  // With a fence: called, on the coordinator's thread, with a journal write the fence refused
+  // (kFailedPrecondition "not the leader: ..."). Another coordinator leads the job: this one must
+  // act no more, and `elastra coordinator` exits there, before the decision that wrote the record
+  // sends a message (docs/ha.md, "The coordinator's leadership"). Unset: logged as any failed
+  // write.
+  std::function<void(const Status&)> on_fenced;
   // Time source for deadlines; nullptr means SystemClock. Not owned.
   Clock* clock = nullptr;
   // The filesystem (the checkpoint Env seam) for the journal, checkpoint commits and listing

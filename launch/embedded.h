@@ -12,6 +12,7 @@
 // back on the same address and keys.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -64,6 +65,8 @@ struct EmbeddedOptions {
   // fenced on it. Empty: unfenced.
   std::string etcd_fence_key;
   int64_t etcd_fence_revision = 0;
+  // With a fence: what a journal write the fence refused calls (CoordinatorOptions::on_fenced).
+  std::function<void(const Status&)> on_fenced;
 };
 
 struct EmbeddedCoordinator {

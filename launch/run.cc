@@ -320,6 +320,16 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.etcd = flags.etcd;
   o.etcd_fence_key = fence.key;
   o.etcd_fence_revision = fence.create_revision;
+  if (election) {
+    // A write the fence refused: another coordinator leads, whatever this one's lease says (its
+    // clock may not have caught up yet). The same rule as on_lost, before the decision that
+    // wrote the record sends anything.
+    o.on_fenced = [](const Status& why) {
+      LOG(ERROR) << "lost the leadership of the job (" << why.message() << "); exiting with "
+                 << kLostLeadershipExit;
+      _exit(kLostLeadershipExit);
+    };
+  }
   auto embedded = StartEmbeddedCoordinator(o);
   if (!embedded.ok()) {
     std::fprintf(stderr, "elastra coordinator: %s\n", embedded.status().ToString().c_str());
