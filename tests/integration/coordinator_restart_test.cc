@@ -4,13 +4,11 @@
 // must exit 0 and match `train_mlp --reference` (1e-4 relative loss, exact sample accounting).
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -226,39 +224,6 @@ TEST(CoordinatorRestart, CommittedCheckpointSurvivesTheRestart) {
   std::filesystem::remove_all(std::filesystem::path(ckpt).parent_path(), ec);
 }
 
-// Starts `argv` with `env` ("K=V") added, stdout and stderr to `log`.
-pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (const auto& e : env) putenv(strdup(e.c_str()));
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
-    dup2(fileno(stderr), fileno(stdout));
-    std::vector<char*> args;
-    for (auto a : argv) args.push_back(strdup(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Waits for `pid`; its exit code, 128+signal, or -1 after `timeout` (then it is killed).
-int WaitPid(pid_t pid, seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
-}
-
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
   auto j = nlohmann::json::parse(in, nullptr, false);
@@ -283,9 +248,9 @@ TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
   EXPECT_EQ(none.exit_code, 1) << none.out;
   EXPECT_NE(none.out.find("restarting"), std::string::npos) << none.out;
 
-  pid_t coordinator = Start({ElastraBinary(), "coordinator", "--state-dir", state, "--workers", "2",
-                             "--job", "standalone"},
-                            {}, log);
+  pid_t coordinator = SpawnLogged({ElastraBinary(), "coordinator", "--state-dir", state,
+                                   "--workers", "2", "--job", "standalone"},
+                                  log);
   const auto up = std::chrono::steady_clock::now() + seconds(10);
   while (ReadJson(state + "/coordinator.json").value("pid", int64_t{0}) != coordinator &&
          std::chrono::steady_clock::now() < up) {
@@ -300,8 +265,8 @@ TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> argv = {TrainBinary(), "--log", dir + "/run.jsonl"};
     argv.insert(argv.end(), args.begin(), args.end());
-    workers.push_back(Start(
-        argv, {"ELASTRA_STATE_DIR=" + state, "ELASTRA_WORKER_ID=w" + std::to_string(i)}, log));
+    workers.push_back(SpawnLogged(
+        argv, log, {"ELASTRA_STATE_DIR=" + state, "ELASTRA_WORKER_ID=w" + std::to_string(i)}));
   }
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   while (StatusOf(state).value("step", int64_t{-1}) < 20 &&
@@ -311,10 +276,10 @@ TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
   ASSERT_GE(StatusOf(state).value("step", int64_t{-1}), 20);
 
   ASSERT_EQ(kill(coordinator, SIGKILL), 0);
-  EXPECT_EQ(WaitPid(coordinator, seconds(5)), 128 + SIGKILL);
+  EXPECT_EQ(WaitExit(coordinator, seconds(5)), 128 + SIGKILL);
   pid_t restarted =
-      Start({ElastraBinary(), "coordinator", "--state-dir", state, "--restart"}, {}, log);
-  for (pid_t w : workers) EXPECT_EQ(WaitPid(w, seconds(60)), 0);
+      SpawnLogged({ElastraBinary(), "coordinator", "--state-dir", state, "--restart"}, log);
+  for (pid_t w : workers) EXPECT_EQ(WaitExit(w, seconds(60)), 0);
   const auto after = ReadJson(state + "/coordinator.json");
   EXPECT_EQ(after.value("pid", int64_t{0}), restarted);
   EXPECT_EQ(after.value("address", std::string()), info.value("address", std::string("?")));
@@ -323,7 +288,7 @@ TEST(CoordinatorRestart, StandaloneCoordinatorTakesTheJobBackWithRestartFlag) {
   EXPECT_EQ(status.value("job", std::string()), "standalone");
   EXPECT_EQ(status.value("generation", uint64_t{0}), 1u);
   kill(restarted, SIGTERM);
-  EXPECT_EQ(WaitPid(restarted, seconds(10)), 0);
+  EXPECT_EQ(WaitExit(restarted, seconds(10)), 0);
 
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), {});

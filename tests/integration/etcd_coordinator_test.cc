@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -35,40 +34,8 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// Starts argv with its output (stdout and stderr) appended to `log`, in a process group of its
-// own (an agent's workers are in the agent's).
-pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    putenv(const_cast<char*>("ELASTRA_HEARTBEAT_MS=100"));
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
-    dup2(fileno(stderr), fileno(stdout));
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Waits for `pid` to exit; its exit code, 128 + the signal, or -1 after `timeout` (then SIGKILLs
-// its group).
-int WaitExit(pid_t pid, seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+// What every process the test starts runs with: 100 ms heartbeats.
+const std::vector<std::string> kHeartbeatEnv = {"ELASTRA_HEARTBEAT_MS=100"};
 
 // Polls until `pred` holds for the text of `path`.
 bool WaitForText(const std::string& path, const std::function<bool(const std::string&)>& pred,
@@ -149,11 +116,12 @@ class EtcdCoordinator : public ::testing::Test {
            ReadFile(standby_log()) + "--- agent.log\n" + ReadFile(dir_ + "/agent.log");
   }
 
-  // `elastra coordinator --etcd` of the job, its state in `state_dir` and its output in `log`.
+  // `elastra coordinator --etcd` of the job, its state in `state_dir` and its output appended to
+  // `log`, in a process group of its own (TearDown kills the group).
   pid_t SpawnCoordinator(const std::string& state_dir, const std::string& log) {
-    return Spawn({ElastraBinary(), "coordinator", "--state-dir", state_dir, "--workers", "2",
-                  "--job", "etcdjob", "--etcd", etcd_.url(), "--leader-ttl", "1"},
-                 log);
+    return SpawnLogged({ElastraBinary(), "coordinator", "--state-dir", state_dir, "--workers", "2",
+                        "--job", "etcdjob", "--etcd", etcd_.url(), "--leader-ttl", "1"},
+                       log, kHeartbeatEnv, ProcessGroup::kOwn);
   }
 
   // The same command each time; waits for its `n`th ready line.
@@ -166,7 +134,7 @@ class EtcdCoordinator : public ::testing::Test {
   }
 
   // One `elastra agent` on hostA with two train_mlp workers, joining with a copy of join.json
-  // (as an operator gives it to another host).
+  // (as an operator gives it to another host), in a process group of its own.
   void StartAgent(const std::vector<std::string>& args) {
     fs::copy_file(state() + "/join.json", dir_ + "/join.json");
     std::vector<std::string> agent = {ElastraBinary(), "agent", "--join", dir_ + "/join.json",
@@ -174,7 +142,7 @@ class EtcdCoordinator : public ::testing::Test {
                                       "60", "--", TrainBinary(), "--log", dir_ + "/run.jsonl",
                                       "--stop-file", dir_ + "/stop"};
     agent.insert(agent.end(), args.begin(), args.end());
-    agent_ = Spawn(agent, dir_ + "/agent.log");
+    agent_ = SpawnLogged(agent, dir_ + "/agent.log", kHeartbeatEnv, ProcessGroup::kOwn);
   }
 
   // The status of the coordinator whose state directory is leader_state_.

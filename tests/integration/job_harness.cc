@@ -2,12 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +34,61 @@ CommandResult RunShell(const std::string& command) {
   return r;
 }
 
+pid_t SpawnLogged(const std::vector<std::string>& argv, const std::string& log_path,
+                  const std::vector<std::string>& env, ProcessGroup group) {
+  // Everything is built before fork: the child calls only async-signal-safe functions.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const size_t eq = entry.find('=');
+    const bool replaced =
+        eq != std::string::npos && std::any_of(env.begin(), env.end(), [&](const std::string& v) {
+          return v.compare(0, eq + 1, entry, 0, eq + 1) == 0;  // the same "K="
+        });
+    if (!replaced) env_strings.push_back(entry);
+  }
+  env_strings.insert(env_strings.end(), env.begin(), env.end());
+  std::vector<std::string> args_strings = argv;
+  std::vector<char*> args;
+  std::vector<char*> envp;
+  for (auto& a : args_strings) args.push_back(a.data());
+  args.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (group == ProcessGroup::kOwn) setpgid(0, 0);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd < 0) _exit(127);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    if (fd > STDERR_FILENO) close(fd);
+    execve(args[0], args.data(), envp.data());
+    _exit(127);
+  }
+  // In the parent too, so that the group exists before the caller can kill it (harmless when the
+  // child made it first and has exec'd: then this fails).
+  if (pid > 0 && group == ProcessGroup::kOwn) setpgid(pid, pid);
+  return pid;
+}
+
+int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0 && errno != EINTR) return -1;
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Only a leader's pid names a group (a pid in use is never another group's id).
+  if (kill(-pid, SIGKILL) != 0) kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string> env,
          std::vector<std::string> run_args) {
   char tmpl[] = "/tmp/elastra_it_XXXXXX";
@@ -40,19 +98,7 @@ Job::Job(int nproc, std::vector<std::string> train_args, std::vector<std::string
   argv.insert(argv.end(), run_args.begin(), run_args.end());
   argv.insert(argv.end(), {"--", TrainBinary(), "--log", log_path(), "--stop-file", stop_path()});
   argv.insert(argv.end(), train_args.begin(), train_args.end());
-  pid_ = fork();
-  if (pid_ == 0) {
-    for (const auto& e : env) putenv(strdup(e.c_str()));
-    std::string out = dir_ + "/launcher.log";
-    FILE* f = std::freopen(out.c_str(), "w", stderr);
-    (void)f;
-    dup2(fileno(stderr), fileno(stdout));
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  pid_ = SpawnLogged(argv, dir_ + "/launcher.log", env);
 }
 
 Job::Job(Job&& other) noexcept
@@ -118,20 +164,9 @@ pid_t Job::CoordinatorPid() const {
 
 int Job::Wait(std::chrono::seconds timeout) {
   if (pid_ <= 0) return -1;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, nullptr, 0);
+  const int code = WaitExit(pid_, timeout);
   pid_ = -1;
-  return -1;
+  return code;
 }
 
 void Job::Signal(int sig) {

@@ -26,6 +26,26 @@ struct CommandResult {
 // Runs a shell command, capturing its output.
 CommandResult RunShell(const std::string& command);
 
+// The process group of a process SpawnLogged starts.
+enum class ProcessGroup {
+  kInherit,  // the test's own (a terminal's Ctrl-C reaches it with the test)
+  kOwn,      // a new one it leads, so that a kill of the group reaches what it started too
+};
+
+// Starts `argv` (argv[0] is a path: no PATH search) with its stdout and stderr appended to
+// `log_path` (created when missing), this process's environment with `env` entries ("K=V") set on
+// top of it, in the process group `group` says. Returns the child's pid, or -1 when fork fails;
+// the child exits 127 when it cannot open the log or run argv[0].
+pid_t SpawnLogged(const std::vector<std::string>& argv, const std::string& log_path,
+                  const std::vector<std::string>& env = {},
+                  ProcessGroup group = ProcessGroup::kInherit);
+
+// Waits up to `timeout` for `pid`, a child of this process, to exit, and reaps it. Returns its
+// exit code, or 128 + the signal that ended it. Past `timeout` it SIGKILLs the process group that
+// `pid` leads (ProcessGroup::kOwn), or `pid` alone when it leads none, reaps it and returns -1;
+// -1 at once when `pid` is no child to wait for.
+int WaitExit(pid_t pid, std::chrono::milliseconds timeout);
+
 class Job {
  public:
   // `train_args` are train_mlp's flags; --log is added. `env` entries ("K=V") are set for the
