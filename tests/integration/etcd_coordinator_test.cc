@@ -184,6 +184,21 @@ class EtcdCoordinator : public ::testing::Test {
     ASSERT_FALSE(address->empty());
   }
 
+  // After a takeover, once the job applied `step`: waits until it trained 10 steps past it with
+  // the agent's host up again (it registers again within its period), and checks that it is the
+  // job of `before` going on: the same generation and worker processes.
+  void ExpectTheJobGoesOn(int64_t step, const nlohmann::json& before) {
+    ASSERT_TRUE(WaitFor(
+        [step](const nlohmann::json& j) {
+          return j.value("step", int64_t{-1}) > step + 10 && HostUp(j, "hostA");
+        },
+        seconds(60)))
+        << Logs();
+    const nlohmann::json after = Status();
+    EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
+    EXPECT_EQ(MemberPids(after), MemberPids(before));
+  }
+
   // Stops the job (the workers' stop file) and checks that it ends well on `coordinator`: the
   // run matches `train_mlp --reference` with every sample applied once, in one generation (no
   // worker was restarted and no recovery was needed).
@@ -244,17 +259,9 @@ TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromE
   EXPECT_NE(log.find("took back job etcdjob"), std::string::npos) << log;
 
   // The same job goes on: the same generation and worker processes, training past the kill, and
-  // the agent's host known again (it registers again within its period).
-  ASSERT_TRUE(WaitFor(
-      [&](const nlohmann::json& j) {
-        return j.value("step", int64_t{-1}) > step_at_kill + 10 && HostUp(j, "hostA");
-      },
-      seconds(60)))
-      << Logs();
-  const nlohmann::json after = Status();
-  EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
-  EXPECT_EQ(MemberPids(after), pids);
-  EXPECT_EQ(after.value("state", std::string()), "running");
+  // the agent's host known again.
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobGoesOn(step_at_kill, before));
+  EXPECT_EQ(Status().value("state", std::string()), "running");
 
   StopAndCheck(&coordinator_, args);
 }
@@ -282,15 +289,7 @@ TEST_F(EtcdCoordinator, AStandbyTakesTheJobOverWhenTheLeaderDies) {
   EXPECT_EQ(nlohmann::json::parse(ReadFile(standby_state() + "/join.json")).value("address", ""),
             address);
   leader_state_ = standby_state();
-  ASSERT_TRUE(WaitFor(
-      [&](const nlohmann::json& j) {
-        return j.value("step", int64_t{-1}) > step_at_kill + 10 && HostUp(j, "hostA");
-      },
-      seconds(60)))
-      << Logs();
-  const nlohmann::json after = Status();
-  EXPECT_EQ(after.value("generation", uint64_t{0}), before.value("generation", uint64_t{1}));
-  EXPECT_EQ(MemberPids(after), pids);
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobGoesOn(step_at_kill, before));
   StopAndCheck(&standby_, kTrainArgs);
 }
 
@@ -300,8 +299,8 @@ TEST_F(EtcdCoordinator, AStandbyTakesTheJobOverWhenTheLeaderDies) {
 TEST_F(EtcdCoordinator, ALeaderWokenAfterItsLeaseExpiredExits) {
   std::string address;
   ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&address));
-  const std::vector<int64_t> pids = MemberPids(Status());
-  ASSERT_EQ(pids.size(), 2u);
+  const nlohmann::json before = Status();
+  ASSERT_EQ(MemberPids(before).size(), 2u);
 
   ASSERT_EQ(kill(coordinator_, SIGSTOP), 0);
   ASSERT_TRUE(WaitForText(
@@ -321,13 +320,7 @@ TEST_F(EtcdCoordinator, ALeaderWokenAfterItsLeaseExpiredExits) {
   EXPECT_NE(ReadFile(standby_log()).find("taking it over on " + address), std::string::npos);
   leader_state_ = standby_state();
   const int64_t step_at_takeover = StepsApplied(dir_ + "/run.jsonl");
-  ASSERT_TRUE(WaitFor(
-      [&](const nlohmann::json& j) {
-        return j.value("step", int64_t{-1}) > step_at_takeover + 10 && HostUp(j, "hostA");
-      },
-      seconds(60)))
-      << Logs();
-  EXPECT_EQ(MemberPids(Status()), pids);
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobGoesOn(step_at_takeover, before));
   StopAndCheck(&standby_, kTrainArgs);
 }
 
