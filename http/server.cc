@@ -221,8 +221,11 @@ class HttpServer::Impl {
       case ApiAction::Kind::kError:
         if (!a.www_authenticate.empty()) res.set_header("WWW-Authenticate", a.www_authenticate);
         return Error(res, a.code, a.message);
-      case ApiAction::Kind::kHealth:
-        return Reply(res, 200, R"({"ok":true})");
+      case ApiAction::Kind::kHealth: {
+        json health = {{"ok", true}};
+        if (!options_.role.empty()) health["role"] = options_.role;
+        return Reply(res, 200, health.dump());
+      }
       case ApiAction::Kind::kSetCookie:
         // The token leaves the address bar and the history as an HttpOnly cookie.
         res.set_header("Set-Cookie", std::string(kCookie) + "=" + a.token +

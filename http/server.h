@@ -43,6 +43,9 @@ struct HttpOptions {
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
   // HTTP worker threads (each serves one connection at a time).
   int threads = 8;
+  // What GET /healthz says this coordinator is, as "role": "leader" for the elected leader of a
+  // job on etcd (docs/ha.md; a standby answers with StandbyServer). Empty: no "role".
+  std::string role;
   // The job's events from a position on (an event id; 0: from the start), which GET /v1/events
   // streams and /metrics counts: the launcher hands the journal's reader (journal/events.h).
   // Empty: no event stream (404) and no event metrics.

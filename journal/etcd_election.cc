@@ -42,6 +42,7 @@ EtcdElection::EtcdElection(ElectionOptions options, std::unique_ptr<EtcdClient> 
       key_(LeaderKey(options_.job)),
       client_(std::move(client)),
       renew_client_(std::move(renew_client)) {
+  value_ = options_.address;
   renew_thread_ = std::thread([this] { RenewLoop(); });
   watch_thread_ = std::thread([this] { WatchLoop(); });
 }
@@ -100,7 +101,12 @@ StatusOr<bool> EtcdElection::TryToLead(EtcdFence* fence) {
   // The key is created only if it does not exist; a repeated request whose first answer was lost
   // finds the key on its own lease and leads with it.
   const EtcdCompare free{key_, EtcdCompare::Target::kVersion, EtcdCompare::Result::kEqual, 0, ""};
-  EtcdOp put{EtcdOp::Kind::kPut, key_, options_.address, "", 0};
+  std::string value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    value = value_;
+  }
+  EtcdOp put{EtcdOp::Kind::kPut, key_, value, "", 0};
   put.lease = lease;
   ELASTRA_ASSIGN_OR_RETURN(const EtcdTxnResult txn,
                            client_->Txn({free}, {put}, {{EtcdOp::Kind::kRange, key_, "", "", 1}}));
@@ -141,6 +147,34 @@ StatusOr<EtcdLeader> EtcdElection::Leader() {
 bool EtcdElection::Leading() const {
   std::lock_guard<std::mutex> lock(mu_);
   return leading_ && Clock::now() < deadline_;
+}
+
+Status EtcdElection::Announce(std::string value) {
+  int64_t lease = 0;
+  int64_t won = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!leading_ || Clock::now() >= deadline_) {
+      return FailedPreconditionError("not the leader of job " + options_.job);
+    }
+    lease = lease_;
+    won = won_revision_;
+  }
+  // Only the key this campaigner created: a put on it keeps its create revision (the fence).
+  const EtcdCompare mine{key_, EtcdCompare::Target::kCreateRevision, EtcdCompare::Result::kEqual,
+                         won, ""};
+  EtcdOp put{EtcdOp::Kind::kPut, key_, value, "", 0};
+  put.lease = lease;
+  std::lock_guard<std::mutex> client_lock(client_mu_);
+  ELASTRA_ASSIGN_OR_RETURN(const EtcdTxnResult txn, client_->Txn({mine}, {put}, {}));
+  if (!txn.succeeded) {
+    return FailedPreconditionError("the leader key " + key_ +
+                                   " is no longer the one created at revision " +
+                                   std::to_string(won));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  value_ = std::move(value);
+  return OkStatus();
 }
 
 Status EtcdElection::Resign() {

@@ -30,8 +30,9 @@ struct ElectionOptions {
   EtcdOptions etcd;
   // The job whose leadership this is: its key is /elastra/JOB/leader. Required, without a '/'.
   std::string job;
-  // The leader key's value while this campaigner leads: its address, for standbys and clients to
-  // read. Required.
+  // The leader key's value while this campaigner leads, for standbys and clients to read: opaque
+  // here (elastra coordinator puts a JSON object of its addresses, host and pid; docs/ha.md).
+  // Required. Announce() replaces it once the leader knows more.
   std::string address;
   // The lease's TTL, rounded up to whole seconds (etcd's unit; etcd grants at least 1.5 of its
   // election timeouts). Default 3 s.
@@ -49,7 +50,7 @@ struct ElectionOptions {
 
 // The leader as the leader key says.
 struct EtcdLeader {
-  std::string address;
+  std::string address;  // the key's value (ElectionOptions::address of the leader)
   int64_t create_revision = 0;  // what its writes are fenced on
   int64_t lease = 0;
 };
@@ -80,6 +81,11 @@ class EtcdElection {
   // True while this campaigner leads and its lease's deadline has not passed (by the clock, even
   // before the renewal thread noticed).
   bool Leading() const;
+  // While leading: sets the leader key's value to `value` (what this leader learned after it won,
+  // such as the ports it bound), on the same lease and create revision, so the fence holds.
+  // kFailedPrecondition when it does not lead or the key is no longer the one it created, etcd's
+  // error when the write failed; the old value stays then.
+  Status Announce(std::string value);
   // Gives up leading (or the lease a standby waits with): revokes the lease, which deletes the
   // leader key, so a standby leads next. on_lost is not called. etcd's error when the revoke
   // failed (the lease then expires by itself); OK when there was nothing to give up.
@@ -117,6 +123,7 @@ class EtcdElection {
   Clock::time_point next_renewal_;  // when the next keepalive is due
   bool leading_ = false;
   int64_t won_revision_ = 0;
+  std::string value_;  // the leader key's value: options_.address, then Announce's
   std::string lost_why_;  // set by LoseLocked while leading; WatchLoop reports it
   bool paused_ = false;
   bool cancelled_ = false;

@@ -211,6 +211,8 @@ StatusOr<std::unique_ptr<HttpServer>> StartHttp(const std::string& listen, bool 
   h.coordinator.client_keys = e.info.admin;
   h.coordinator.job = e.info.job;
   h.coordinator.sender = "admin-http";
+  // Elected on etcd: /healthz says so, as a standby's says "standby" (docs/ha.md).
+  if (!o.etcd_fence_key.empty()) h.role = "leader";
   h.events = [o](uint64_t after) -> std::unique_ptr<JobEventSource> {
     auto storage = coordinator::OpenJournalStorage(o);
     if (!storage.ok()) {

@@ -27,6 +27,7 @@
 #include "launch/commands.h"
 #include "launch/host_agent.h"
 #include "journal/etcd_election.h"
+#include "http/standby.h"
 
 namespace elastra::launch {
 namespace {
@@ -247,18 +248,61 @@ int RunJob(const RunOptions& flags) {
 // (the job finished, or a signal stopped it) nor 1 (it failed or could not start).
 constexpr int kLostLeadershipExit = 3;
 
+// The leader key's value (docs/ha.md, "The leader key"): where agents and workers reach this
+// coordinator ("control", its published address), its HTTP API ("http"), its host and pid. Before
+// it binds, an address whose port is still to be picked (0) is left out; the leader announces the
+// bound ones once it serves (LeaderValueOfFlags, then Announce).
+std::string LeaderValue(const std::string& control, const std::string& http) {
+  nlohmann::json v = {{"host", HostName()}, {"pid", static_cast<int64_t>(getpid())}};
+  if (!control.empty()) v["control"] = control;
+  if (!http.empty()) v["http"] = http;
+  return v.dump();
+}
+
+std::string LeaderValueOfFlags(const CoordinatorOptions& flags) {
+  std::string control;
+  auto advertised = AdvertisedAddress(flags.bind, flags.advertise);
+  if (advertised.ok() && !advertised->ends_with(":0")) control = *advertised;
+  std::string url;
+  auto listen = http::ParseHttpListen(flags.http);
+  if (!flags.http.empty() && listen.ok() && listen->second != 0) {
+    url = "http://" + listen->first + ":" + std::to_string(listen->second);
+  }
+  return LeaderValue(control, url);
+}
+
+// --etcd with --http: the standby's HTTP on that address while it waits (http/standby.h):
+// /healthz says "standby" and who leads, everything else is refused with the leader's address.
+StatusOr<std::unique_ptr<http::StandbyServer>> ServeStandbyHttp(const CoordinatorOptions& flags,
+                                                                journal::EtcdElection* election) {
+  http::StandbyOptions s;
+  s.listen = flags.http;
+  s.job = flags.job;
+  s.leader = [election]() -> StatusOr<std::string> {
+    ELASTRA_ASSIGN_OR_RETURN(journal::EtcdLeader leader, election->Leader());
+    return leader.address;
+  };
+  ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<http::StandbyServer> server,
+                           http::StandbyServer::Start(std::move(s)));
+  LOG(INFO) << "standby HTTP at " << server->url()
+            << ": /healthz says standby, other requests are refused with the leader's address";
+  return server;
+}
+
 // --etcd: campaigns for the leadership of the job and returns once this process leads it, with the
 // fence its journal writes carry (docs/ha.md, "The coordinator's leadership"). While another
-// leads, it is a standby: it says so in its log and on stdout, and binds nothing. Never two
-// leaders acting on one job: when the leadership is lost, the process exits at once with
+// leads, it is a standby: it says so in its log and on stdout, binds no coordinator socket, and
+// with --http serves only the standby's HTTP, closed before the coordinator binds that address.
+// Never two leaders acting on one job: when the leadership is lost, the process exits at once with
 // kLostLeadershipExit (the kernel closes its sockets; its agents and workers wait for the next
-// leader as through a restart). kAborted when a signal came while it waited.
+// leader as through a restart). kAborted when a signal came while it waited; kUnavailable when
+// the --http address cannot be bound.
 StatusOr<std::unique_ptr<journal::EtcdElection>> LeadTheJob(const CoordinatorOptions& flags,
                                                             journal::EtcdFence* fence) {
   journal::ElectionOptions e;
   e.etcd.endpoints = flags.etcd;
   e.job = flags.job;
-  e.address = HostName() + " pid " + std::to_string(getpid());
+  e.address = LeaderValueOfFlags(flags);
   e.ttl = std::chrono::seconds(flags.leader_ttl);
   e.on_lost = [](const std::string& why) {
     // On the election's thread, while the coordinator's may be mid-step: nothing more of this
@@ -269,12 +313,19 @@ StatusOr<std::unique_ptr<journal::EtcdElection>> LeadTheJob(const CoordinatorOpt
   };
   ELASTRA_ASSIGN_OR_RETURN(std::unique_ptr<journal::EtcdElection> election,
                            journal::EtcdElection::Create(std::move(e)));
+  std::unique_ptr<http::StandbyServer> standby_http;
+  if (!flags.http.empty()) {
+    ELASTRA_ASSIGN_OR_RETURN(standby_http, ServeStandbyHttp(flags, election.get()));
+  }
   auto leader = election->Leader();
   if (leader.ok()) {
-    LOG(WARNING) << "standby: job " << flags.job << " is led by " << leader->address
-                 << "; campaigning on a " << flags.leader_ttl << " s lease";
-    const nlohmann::json standby = {
-        {"role", "standby"}, {"job", flags.job}, {"leader", leader->address}};
+    LOG(WARNING) << "standby: job " << flags.job << " is led by "
+                 << http::DescribeLeader(leader->address) << "; campaigning on a "
+                 << flags.leader_ttl << " s lease";
+    nlohmann::json said = nlohmann::json::parse(leader->address, nullptr, false);
+    if (!said.is_object()) said = leader->address;
+    nlohmann::json standby = {{"role", "standby"}, {"job", flags.job}, {"leader", said}};
+    if (standby_http) standby["http"] = standby_http->url();
     std::printf("%s\n", standby.dump().c_str());
     std::fflush(stdout);
   }
@@ -282,6 +333,8 @@ StatusOr<std::unique_ptr<journal::EtcdElection>> LeadTheJob(const CoordinatorOpt
   while (won.wait_for(milliseconds(50)) != std::future_status::ready) {
     if (g_stop_signal != 0) election->Cancel();
   }
+  // Before the coordinator binds the same address.
+  if (standby_http) standby_http->Stop();
   ELASTRA_ASSIGN_OR_RETURN(*fence, won.get());
   LOG(INFO) << "leading job " << flags.job << " (the leader key's revision "
             << fence->create_revision << " fences every journal write)";
@@ -341,7 +394,12 @@ int RunCoordinator(const CoordinatorOptions& flags) {
                           {"join", flags.state_dir + "/join.json"},
                           {"journal", embedded->journal}};
   if (!embedded->info.http.empty()) ready["http"] = embedded->info.http;
-  if (election) ready["role"] = "leader";
+  if (election) {
+    ready["role"] = "leader";
+    // The leader key names the bound addresses now, for standbys and their clients.
+    Status announced = election->Announce(LeaderValue(embedded->info.address, embedded->info.http));
+    if (!announced.ok()) LOG(WARNING) << "the leader key keeps its first value: " << announced;
+  }
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
   // One job: once it ended and every agent was told (done()), exit 0 when it finished, 1 when it
