@@ -4,10 +4,10 @@
 // deleted, and a coordinator started again with the same --etcd and job name takes the job over
 // from etcd alone: on the same address, with the same keys, the same worker processes, and the
 // run matches `train_mlp --reference` with every sample applied once. Skipped only when there is
-// no etcd binary (launch/install_deps.sh installs Debian's etcd-server). With two coordinators of
-// the job on etcd, one leads and the other waits as a standby without binding; the standby takes
-// the job over when the leader is SIGKILLed, and a leader stopped past its lease exits when woken
-// rather than act beside the new leader.
+// no etcd binary (launch/install_deps.sh installs Debian's etcd-server; ELASTRA_REQUIRE_ETCD=1
+// makes that a failure). With two coordinators of the job on etcd, one leads and the other waits
+// as a standby without binding; the standby takes the job over when the leader is SIGKILLed, and
+// a leader stopped past its lease exits when woken rather than act beside the new leader.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,6 +22,7 @@
 
 #include "tests/integration/job_harness.h"
 #include "tests/journal/etcd_server.h"
+#include "tests/journal/require_etcd.h"
 
 namespace elastra::testing {
 namespace {
@@ -86,8 +87,7 @@ const std::vector<std::string> kTrainArgs = {"--steps",        std::to_string(kU
 class EtcdCoordinator : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string why;
-    if (journal::EtcdServer::Binary(&why).empty()) GTEST_SKIP() << why;
+    ELASTRA_SKIP_WITHOUT_ETCD();
     char tmpl[] = "/tmp/elastra_etcd_it_XXXXXX";
     dir_ = mkdtemp(tmpl);
     leader_state_ = state();

@@ -1,7 +1,8 @@
 // The embedded coordinator over etcd (EmbeddedOptions::etcd, docs/ha.md "The coordinator on etcd"):
 // the job's keys beside its journal, a takeover with the state directory gone, --restart over etcd,
 // and a journal that was never published cleared by a new start. Each test starts a single-member
-// etcd of its own (tests/journal/etcd_server.h); skipped only without an etcd binary.
+// etcd of its own (tests/journal/etcd_server.h); skipped only without an etcd binary
+// (ELASTRA_REQUIRE_ETCD=1 makes that a failure).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -14,6 +15,7 @@
 #include "launch/embedded.h"
 #include "launch/etcd_job.h"
 #include "tests/journal/etcd_server.h"
+#include "tests/journal/require_etcd.h"
 
 namespace elastra::launch {
 namespace {
@@ -26,8 +28,7 @@ std::string ReadFile(const std::string& path) {
 class EmbeddedEtcdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string why;
-    if (journal::EtcdServer::Binary(&why).empty()) GTEST_SKIP() << why;
+    ELASTRA_SKIP_WITHOUT_ETCD();
     char tmpl[] = "/tmp/elastra-embedded-etcd-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
