@@ -44,10 +44,13 @@ import sys
 import tempfile
 import time
 
-BUILD = os.environ.get("ELASTRA_BUILD", "build")
-ELASTRA = f"{BUILD}/launch/elastra"
-TRAIN = f"{BUILD}/examples/train_mlp"
-COMPARE = f"{BUILD}/examples/compare_logs"
+sys.dont_write_bytecode = True  # no __pycache__ beside the sources
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "common"))
+import elastra_bench  # noqa: E402
+from elastra_bench import ELASTRA  # noqa: E402
+
+TRAIN = elastra_bench.build_path("examples", "train_mlp")
+COMPARE = elastra_bench.build_path("examples", "compare_logs")
 CALIBRATION_EVERY = 5  # checkpoint interval of the run that measures a checkpoint's cost
 
 
@@ -65,25 +68,11 @@ class Job:
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def status(self):
-        r = subprocess.run([ELASTRA, "status", "--state-dir", self.state, "--json"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            return None
-        try:
-            return json.loads(r.stdout)
-        except ValueError:
-            return None
+        return elastra_bench.status(self.state)
 
     def wait_for(self, what, condition, timeout_s=120, poll_s=0.05):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.state}: elastra run exited while waiting for {what}")
-            s = self.status()
-            if s is not None and condition(s):
-                return s
-            time.sleep(poll_s)
-        raise RuntimeError(f"{self.state}: no {what} within {timeout_s} s")
+        return elastra_bench.wait_for_status(self.state, what, condition,
+                                             [("elastra run", self.process)], timeout_s, poll_s)
 
     def running(self, timeout_s=120):
         return self.wait_for("a running job", lambda s: s["state"] == "running", timeout_s)

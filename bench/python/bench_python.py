@@ -31,9 +31,12 @@ import sys
 import tempfile
 import time
 
-BUILD = os.path.abspath(os.environ.get("ELASTRA_BUILD", "build"))
+sys.dont_write_bytecode = True  # no __pycache__ beside the sources
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "common"))
+import elastra_bench  # noqa: E402
+from elastra_bench import BUILD, ELASTRA  # noqa: E402
+
 PYTHON = os.environ.get("ELASTRA_PYTHON", "/usr/bin/python3")
-ELASTRA = f"{BUILD}/launch/elastra"
 SELF = os.path.abspath(__file__)
 HERE = os.path.dirname(SELF)
 
@@ -158,27 +161,9 @@ def allreduce_time(root, mode, args, rep):
     raise RuntimeError(f"no allreduce figure in the output of {mode}:\n{out[-3000:]}")
 
 
-def elastra_status(state):
-    r = subprocess.run([ELASTRA, "status", "--state-dir", state, "--json"], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        return None
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        return None
-
-
 def wait_for(process, state, what, condition, timeout_s=120):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"elastra run exited while waiting for {what} ({state})")
-        s = elastra_status(state)
-        if s is not None and condition(s):
-            return s
-        time.sleep(0.02)
-    raise RuntimeError(f"no {what} within {timeout_s} s ({state})")
+    return elastra_bench.wait_for_status(state, what, condition, [("elastra run", process)],
+                                         timeout_s)
 
 
 def resize_downtime(root, mode, args, rep):

@@ -36,9 +36,12 @@ import sys
 import tempfile
 import time
 
-BUILD = os.environ.get("ELASTRA_BUILD", "build")
-ELASTRA = f"{BUILD}/launch/elastra"
-TRAIN = f"{BUILD}/examples/train_mlp"
+sys.dont_write_bytecode = True  # no __pycache__ beside the sources
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "common"))
+import elastra_bench  # noqa: E402
+from elastra_bench import ELASTRA  # noqa: E402
+
+TRAIN = elastra_bench.build_path("examples", "train_mlp")
 INPUTS, OUTPUTS = 16, 4  # examples/train_mlp_model.h
 
 
@@ -62,26 +65,9 @@ class Job:
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **(env or {})})
 
-    def status(self):
-        r = subprocess.run([ELASTRA, "status", "--state-dir", self.state, "--json"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            return None
-        try:
-            return json.loads(r.stdout)
-        except ValueError:
-            return None
-
     def wait_for(self, what, condition, timeout_s=120):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.dir}: elastra run exited while waiting for {what}")
-            s = self.status()
-            if s is not None and condition(s):
-                return s
-            time.sleep(0.02)
-        raise RuntimeError(f"{self.dir}: no {what} within {timeout_s} s")
+        return elastra_bench.wait_for(what, condition, lambda: elastra_bench.status(self.state),
+                                      self.dir, [("elastra run", self.process)], timeout_s)
 
     def steps(self, n):
         at = self.wait_for("a status", lambda s: True)["step"]
