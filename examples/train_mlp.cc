@@ -155,7 +155,8 @@ elastra::StatusOr<elastra::WorkerOptions> ElasticOptions(const Flags& flags) {
 }
 
 // Registers the model's state with the worker and joins the job. Returns the exit status when
-// it cannot, nullopt when training can begin.
+// it cannot (0 when the coordinator dismissed it before it held a rank), nullopt when training can
+// begin.
 std::optional<int> StartWorker(const Flags& flags, int device, Model& model,
                                elastra::Worker& worker) {
   // The parameters are initialized whole in host memory; with a device, Start() moves the shards
@@ -171,6 +172,11 @@ std::optional<int> StartWorker(const Flags& flags, int device, Model& model,
     }
   }
   if (Status s = worker.Start(); !s.ok()) {
+    if (worker.dismissed()) {  // a standby the job did not need: nothing went wrong
+      std::printf("train_mlp: %s\n", s.message().c_str());
+      std::fflush(stdout);
+      return 0;
+    }
     std::fprintf(stderr, "train_mlp: %s\n", s.ToString().c_str());
     return 1;
   }

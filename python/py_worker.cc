@@ -273,8 +273,10 @@ void PyWorker::Close() {
     for (const std::string& name : TensorNames()) {
       closed_shards_.push_back(std::move(state.tensor(name).data));
     }
-    // Closing the sockets and threads may wait a little; other Python threads may run.
+    // Telling the coordinator and closing the sockets and threads may wait a little; other Python
+    // threads may run.
     py::gil_scoped_release release;
+    worker_->Leave("closed by the program (Worker.close())");
     holder_.reset();
   }
   // A broken worker's abandoned call still uses it: it is destroyed with this object, or at
@@ -299,11 +301,23 @@ void PyWorker::Blocking(std::function<Status()> call, Communicator* interruptibl
   ThrowIfError(*result);
 }
 
-void PyWorker::Start() {
+int PyWorker::Start() {
   CheckPhase(Phase::kCreated, "start()");
   Worker* w = worker_;
-  Blocking([w] { return w->Start(); }, nullptr);
+  auto dismissed = std::make_shared<bool>(false);
+  Blocking(
+      [w, dismissed] {
+        Status s = w->Start();
+        *dismissed = !s.ok() && w->dismissed();
+        return *dismissed ? OkStatus() : s;
+      },
+      nullptr);
+  if (*dismissed) {
+    phase_ = Phase::kDone;
+    return static_cast<int>(StepAction::kLeave);
+  }
   phase_ = Phase::kTraining;
+  return static_cast<int>(StepAction::kContinue);
 }
 
 int PyWorker::StepEnd(int code, const std::string& message) {

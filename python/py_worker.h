@@ -76,13 +76,16 @@ class PyWorker {
   // holding this PyWorker) is kept alive until the consumer releases the view.
   pybind11::capsule View(const std::string& name, pybind11::object owner);
 
-  // Leaves the job at once without finishing (the coordinator sees a lost worker, the others
-  // recover): the worker's communicators and connection close. The shards' memory stays, so views
-  // held by Python remain readable; every later call but Close() throws kFailedPrecondition.
+  // Leaves the job at once without finishing: the worker tells the coordinator (Worker::Leave),
+  // which goes on without it at once (the others recover), and its communicators and connection
+  // close. The shards' memory stays, so views held by Python remain readable; every later call but
+  // Close() throws kFailedPrecondition.
   void Close();
 
   // The loop.
-  void Start();
+  // Returns StepAction::kContinue as an int, or kLeave when the coordinator dismissed this worker
+  // before it held a rank (Worker::dismissed(); the worker is then done). Other errors throw.
+  int Start();
   // `code` is the step's outcome (0: OK). Returns the StepAction as an int.
   int StepEnd(int code, const std::string& message);
   void Finish();

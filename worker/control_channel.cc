@@ -30,10 +30,11 @@ void PushInbox::Stash(proto::Envelope e, uint64_t generation, bool parked) {
         queue_.push_back(std::move(e));
         return;
       }
-      // The coordinator declared this worker lost (or the job failed): it must not go on.
+      // Declared lost, the job failed, or (code 0) this worker's part ended: it must not go on.
       auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
-      shutdown_ = AbortedError("the coordinator stopped this worker: " +
-                               (req.ok() ? req->reason : std::string("(unreadable reason)")));
+      shutdown_reason_ = req.ok() ? req->reason : std::string("(unreadable reason)");
+      shutdown_ = AbortedError("the coordinator stopped this worker: " + shutdown_reason_);
+      shutdown_clean_ = req.ok() && req->exit_code == 0;
       return;
     }
     default:

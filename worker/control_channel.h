@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "collectives/peer_record_store.h"
@@ -42,8 +43,9 @@ class PushInbox {
   // - PauseRequest for a later generation: raises pause_target() (not queued).
   // - RecoverRequest for a later generation: sets recover_pending(); queued either way.
   // - Shutdown: queued while parked (a parked worker reads it as the end of the job); otherwise
-  //   the coordinator declared this worker lost (or the job failed): shutdown() is set, the
-  //   worker must not go on.
+  //   shutdown() is set, the worker must not go on: the coordinator declared it lost or the job
+  //   failed (code 1), or it ended the worker's part cleanly (code 0, shutdown_clean(): the job
+  //   finished, a spare it no longer needs, its host drained).
   // - anything else: queued.
   void Stash(proto::Envelope e, uint64_t generation, bool parked);
 
@@ -59,14 +61,24 @@ class PushInbox {
   void ClearPending();
   // Set when the coordinator told this worker to stop (AbortedError with its reason).
   const std::optional<Status>& shutdown() const { return shutdown_; }
+  // Set with shutdown(): whether that Shutdown had code 0 (a clean end of this worker's part, not
+  // a failure), and the coordinator's reason.
+  bool shutdown_clean() const { return shutdown_clean_; }
+  const std::string& shutdown_reason() const { return shutdown_reason_; }
   // The worker acted on it by parking (park_when_removed): as standby it waits for the job again.
-  void ClearShutdown() { shutdown_.reset(); }
+  void ClearShutdown() {
+    shutdown_.reset();
+    shutdown_clean_ = false;
+    shutdown_reason_.clear();
+  }
 
  private:
   std::deque<proto::Envelope> queue_;
   uint64_t pause_target_ = 0;
   bool recover_pending_ = false;
   std::optional<Status> shutdown_;
+  bool shutdown_clean_ = false;
+  std::string shutdown_reason_;
 };
 
 class ControlChannel {

@@ -32,6 +32,7 @@ void ReconfigurationLoop::SetStep(int64_t s) {
 }
 
 Status ReconfigurationLoop::Join() {
+  if (left_) return FailedPreconditionError("this worker has left the job");
   proto::JoinRequest join = MakeJoin();
   auto reply =
       channel_->client().Call<proto::JoinReply>(MessageType::kJoin, join, milliseconds(10000));
@@ -42,7 +43,9 @@ Status ReconfigurationLoop::Join() {
   auto action = AwaitGeneration();
   if (!action.ok()) return action.status();
   if (*action == StepAction::kLeave) {
-    return AbortedError("the coordinator removed this worker before it started");
+    // Every way to kLeave is a clean one: the coordinator let this worker go, or the job finished.
+    dismissed_ = true;
+    return AbortedError("dismissed before holding a rank: " + left_why_);
   }
   return OkStatus();
 }
@@ -108,6 +111,16 @@ void ReconfigurationLoop::Shutdown() {
   // pace, and a finalize may wait for them (up to the timeout per communicator).
   groups_->Release();
   channel_->Close();
+}
+
+void ReconfigurationLoop::Quit(const std::string& why) {
+  if (left_) return;
+  // The coordinator goes on without this worker at once, rather than after its heartbeats stop.
+  LOG(INFO) << "leaving the job: " << why;
+  SayLeaving(why);
+  parked_ = false;
+  left_ = true;
+  Shutdown();
 }
 
 StatusOr<StepAction> ReconfigurationLoop::Pause(uint64_t target) {
@@ -246,6 +259,8 @@ StatusOr<StepAction> ReconfigurationLoop::AwaitGeneration() {
   PushInbox& inbox = channel_->inbox();
   while (parked_ || std::chrono::steady_clock::now() < deadline) {
     if (inbox.shutdown()) {
+      // Nothing of the job's is this standby's to hand off or park for (even under mpirun).
+      if (!held_rank_ && inbox.shutdown_clean()) return LeaveUnused(inbox.shutdown_reason());
       ELASTRA_RETURN_IF_ERROR(Removed(*inbox.shutdown()));
       continue;  // parked: wait to be brought back
     }
@@ -312,12 +327,14 @@ std::optional<StatusOr<StepAction>> ReconfigurationLoop::Enter(const proto::NewG
     }
     LOG(INFO) << "leaving the job at generation " << gen.generation << " after step " << step();
     left_ = true;
+    left_why_ = "removed by generation " + std::to_string(gen.generation);
     Shutdown();
     return StatusOr<StepAction>(StepAction::kLeave);
   }
   Status s = builder_->Apply(gen);
   if (s.ok()) {
     parked_ = false;
+    held_rank_ = true;
     return StatusOr<StepAction>(StepAction::kReconfigured);
   }
   LOG(WARNING) << "generation " << gen.generation << " failed to build: " << s;
@@ -375,16 +392,17 @@ StatusOr<bool> ReconfigurationLoop::CheckJobWhileParked() {
   }
   status_failures_ = 0;
   if (st->status.state == proto::JobState::kFailed) {
-    SayLeavingParked("job failed");
+    SayLeaving("parked: job failed");
     return AbortedError("the job failed while this worker was parked");
   }
   return st->status.state == proto::JobState::kFinished;
 }
 
-// Tells the coordinator this standby worker is gone, so a host waiting for the job's workers
-// to leave (MPI rank 0 keeping its coordinator up) need not wait out its deadline.
-void ReconfigurationLoop::SayLeavingParked(const std::string& why) {
-  proto::LeaveRequest req{proto::LeaveReason::kQuit, "parked: " + why};
+// Tells the coordinator this worker is gone, so that it need not wait out its heartbeats (nor a
+// host waiting for the job's workers to leave, MPI rank 0 keeping its coordinator up, its
+// deadline).
+void ReconfigurationLoop::SayLeaving(const std::string& detail) {
+  proto::LeaveRequest req{proto::LeaveReason::kQuit, detail};
   channel_->client()
       .Call<proto::Ack>(MessageType::kLeave, req, milliseconds(1000), channel_->generation())
       .status()
@@ -393,9 +411,19 @@ void ReconfigurationLoop::SayLeavingParked(const std::string& why) {
 
 StatusOr<StepAction> ReconfigurationLoop::LeaveParked(const std::string& why) {
   LOG(INFO) << why << " while this worker was parked; leaving";
-  SayLeavingParked(why);
+  SayLeaving("parked: " + why);
   parked_ = false;
   left_ = true;
+  left_why_ = why;
+  Shutdown();
+  return StepAction::kLeave;
+}
+
+StatusOr<StepAction> ReconfigurationLoop::LeaveUnused(const std::string& why) {
+  LOG(INFO) << "dismissed before holding a rank: " << why << "; leaving";
+  SayLeaving("standby: " + why);
+  left_ = true;
+  left_why_ = why;
   Shutdown();
   return StepAction::kLeave;
 }
@@ -404,7 +432,7 @@ StatusOr<StepAction> ReconfigurationLoop::EndParked(const proto::Envelope& e) {
   auto req = proto::DecodePayload<proto::Shutdown>(e.payload);
   // Code 0: the job finished, or it keeps fewer spares and this standby is not needed.
   if (req.ok() && req->exit_code == 0) return LeaveParked(req->reason);
-  SayLeavingParked("job ended");
+  SayLeaving("parked: job ended");
   return AbortedError("the job ended while this worker was parked: " +
                       (req.ok() ? req->reason : std::string("shutdown")));
 }

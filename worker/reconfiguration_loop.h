@@ -52,9 +52,12 @@ class ReconfigurationLoop {
   ReconfigurationLoop& operator=(const ReconfigurationLoop&) = delete;
 
   // Joins the job and waits for its first generation (Worker::Start()). The join's error,
-  // kAborted when the coordinator removes the worker before it started, the errors of
-  // AwaitGeneration().
+  // kAborted when the coordinator ends this worker's part before it held a rank (dismissed() when
+  // it did so cleanly), kFailedPrecondition after Quit(), the errors of AwaitGeneration().
   Status Join();
+  // Whether Join ended because the coordinator let this worker go cleanly before it ever held a
+  // rank (Worker::dismissed()).
+  bool dismissed() const { return dismissed_; }
 
   // Worker::StepEnd(): see include/elastra/worker.h.
   StatusOr<StepAction> StepEnd(const Status& step_status);
@@ -66,6 +69,10 @@ class ReconfigurationLoop {
   // Stops the worker's traffic: the checkpoint writer finishes, the communicators are released
   // and the control channel closes.
   void Shutdown();
+
+  // Worker::Leave(): tells the coordinator this worker quits (`why` goes to its log), then shuts
+  // down. Nothing when it left or finished already.
+  void Quit(const std::string& why);
 
  private:
   int64_t step() const { return state_->GetScalar(kStepScalarName); }
@@ -100,9 +107,13 @@ class ReconfigurationLoop {
 
   Status Park(uint64_t generation);
   StatusOr<bool> CheckJobWhileParked();
-  void SayLeavingParked(const std::string& why);
+  // A Leave that quits (`detail` goes to the coordinator's log), waited for a second at most.
+  void SayLeaving(const std::string& detail);
   // Leaves the job from standby (`why` goes to the log and the coordinator): kLeave.
   StatusOr<StepAction> LeaveParked(const std::string& why);
+  // A standby that never held a rank, let go cleanly (a Shutdown of code 0: a spare no longer
+  // needed, its host drained, the job finished): it says so and leaves. kLeave.
+  StatusOr<StepAction> LeaveUnused(const std::string& why);
   // A Shutdown read while parked: the job ended (kLeave when it finished, else kAborted).
   StatusOr<StepAction> EndParked(const proto::Envelope& e);
 
@@ -116,7 +127,10 @@ class ReconfigurationLoop {
 
   uint64_t answered_target_ = 0;  // newest target we reported Paused for
   bool left_ = false;
-  bool parked_ = false;  // removed by a shrink, standing by (park_when_removed)
+  std::string left_why_;    // why this worker left the job with a kLeave
+  bool held_rank_ = false;  // it entered a generation of the job once
+  bool dismissed_ = false;  // Join ended with a clean kLeave: nothing to train
+  bool parked_ = false;     // removed by a shrink, standing by (park_when_removed)
   std::chrono::steady_clock::time_point parked_since_check_;
   int status_failures_ = 0;  // status requests in a row that got no answer while parked
 };

@@ -51,6 +51,8 @@ class Worker::Impl {
   StatusOr<StepAction> StepEnd(const Status& step_status) { return loop_.StepEnd(step_status); }
   void Finish() { loop_.Finish(); }
   void Shutdown() { loop_.Shutdown(); }
+  bool dismissed() const { return loop_.dismissed(); }
+  void Leave(std::string_view why) { loop_.Quit(std::string(why)); }
 
   Status Report(std::string_view name, double value) {
     if (!proto::IsValidMetricName(name)) {
@@ -178,6 +180,8 @@ Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Worker::~Worker() { impl_->Shutdown(); }
 TensorCollection& Worker::state() { return impl_->state(); }
 Status Worker::Start() { return impl_->Start(); }
+bool Worker::dismissed() const { return impl_->dismissed(); }
+void Worker::Leave(std::string_view why) { impl_->Leave(why); }
 StatusOr<StepAction> Worker::StepEnd(const Status& s) { return impl_->StepEnd(s); }
 void Worker::Finish() { impl_->Finish(); }
 Status Worker::Report(std::string_view name, double value) { return impl_->Report(name, value); }

@@ -87,7 +87,12 @@ int RunElastic(const Flags& flags, Corpus* corpus) {
   auto trainer_or = GptTrainer::Create(flags.model, corpus, &worker->state());
   if (!trainer_or.ok()) return Fail(trainer_or.status(), 2);
   GptTrainer& trainer = **trainer_or;
-  if (Status s = worker->Start(); !s.ok()) return Fail(s);
+  if (Status s = worker->Start(); !s.ok()) {
+    if (!worker->dismissed()) return Fail(s);
+    std::printf("train_gpt: %s\n", s.message().c_str());  // a standby the job did not need
+    std::fflush(stdout);
+    return 0;
+  }
   if (worker->world().backend() == elastra::Backend::kNccl) {
     return Fail(elastra::InvalidArgumentError("train_gpt trains on the CPU: ELASTRA_BACKEND=gloo"),
                 2);

@@ -272,7 +272,9 @@ def run_elastic(args: argparse.Namespace) -> int:
     for name, value in model.initial_values().items():
         state.view(name).copy_(value)  # whole before start(): the job starts from rank 0's
     state.add_scalar("cursor", 0)
-    worker.start()
+    if worker.start() == elastra.LEAVE:  # a standby the job did not need: nothing went wrong
+        print("train_mlp.py: dismissed before holding a rank", flush=True)
+        return 0
 
     commit_every = args.commit_every or int(os.environ.get("ELASTRA_COMMIT_EVERY", "10"))
     log = StepLog(args.log)

@@ -62,9 +62,24 @@ class Worker {
   TensorCollection& state();
 
   // Joins the job and returns once this worker holds a layout, communicators and the job's state
-  // (received from a current worker when it joins a running job). Returns kLeave-equivalent
-  // kAborted if the coordinator never admits it, kUnavailable on timeout.
+  // (received from a current worker when it joins a running job). Returns kAborted if the
+  // coordinator ends this worker's part before it holds a rank (dismissed() then says whether
+  // it did so cleanly), kUnavailable on timeout, kFailedPrecondition after Leave().
   Status Start();
+
+  // True once Start() returned an error because the coordinator ended this worker's part cleanly
+  // before it ever held a rank: a standby (a hot spare, or a replacement an agent started) that
+  // the job no longer needs (`elastra resize --spares` lowered, its host drained), or the job
+  // finished while it stood by. Nothing went wrong: the program should exit 0, as on kLeave.
+  bool dismissed() const;
+
+  // Leaves the job at once without finishing, for a program that goes on after giving up on
+  // training (Python's Worker.close()): tells the coordinator (a Leave; `why` goes to its log),
+  // which goes on without this worker right away, its peers recovering as from a lost one without
+  // waiting out its heartbeats, and closes the communicators and the connection. Waits up to a
+  // second for the coordinator's answer. Nothing when this worker left or finished already;
+  // StepEnd() and Start() fail with kFailedPrecondition afterwards.
+  void Leave(std::string_view why);
 
   // Ends a step. `step_status` is the outcome of the step's own collectives: an error there
   // (kPeerLost, kTimedOut, kAborted) starts the failure path. Cheap when nothing is pending: one

@@ -461,12 +461,16 @@ class Worker:
         # step_end() that returns RECONFIGURED (elastra.torch.bind re-points a module there).
         self._on_reconfigured: List[Callable[[], None]] = []
 
-    def start(self) -> None:
-        """Joins the job; returns once this worker holds a layout, groups and the job's state
-        (received from the current members when it joins a running job). Raises Unavailable or
+    def start(self) -> int:
+        """Joins the job; returns CONTINUE once this worker holds a layout, groups and the job's
+        state (received from the current members when it joins a running job), or LEAVE when the
+        coordinator dismissed it cleanly before it held a rank (a spare the job no longer needs,
+        or the job finished while it stood by): nothing went wrong, exit 0. Raises Unavailable or
         Aborted when it is never admitted."""
-        self._w.start()
-        self._reconfigured()
+        action = self._w.start()
+        if action == CONTINUE:
+            self._reconfigured()
+        return action
 
     def step_end(self, error: Optional[BaseException] = None) -> int:
         """Ends a step: returns CONTINUE, RECONFIGURED or LEAVE.
@@ -496,8 +500,9 @@ class Worker:
         self._w.finish()
 
     def close(self) -> None:
-        """Leaves the job now, without finishing: the worker's groups and its connection to the
-        coordinator close, and the job recovers without it as from a lost worker. For a process
+        """Leaves the job now, without finishing: the worker tells the coordinator, which goes on
+        without it at once (the job recovers as from a lost worker, without waiting out its
+        heartbeats), and its groups and connection close. For a process
         that goes on after an error (``with Worker() as w:`` calls it); a process that exits
         needs no close(). Views stay readable; every other call then raises
         FailedPrecondition. Calling it again does nothing."""

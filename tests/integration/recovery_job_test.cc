@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -139,7 +140,8 @@ TEST(RecoveryJob, ASpareTakesTheLostRankAndTheLayoutStays) {
 // `elastra run --spares 1` keeps its spare: once a killed member's rank went to the standby, the
 // coordinator asks the run's agent for a replacement, which joins as a standby, with no new
 // generation and the layout as it was. `elastra resize --spares 2` then keeps two, through a
-// restart of the coordinator, and `--spares 0` stops them.
+// restart of the coordinator, and `--spares 0` stops them: neither ever held a rank, and each
+// exits 0, saying it was dismissed.
 TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
   Job job(2, TwoLayerArgs(), {}, {"--spares", "1"});
   ASSERT_TRUE(job.WaitForStep(3, seconds(60))) << LauncherLog(job);
@@ -201,6 +203,23 @@ TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
       seconds(60)))
       << LauncherLog(job);
   EXPECT_EQ(job.Status().value("spares_target", -1), 2);
+  // What the agent logs when each standby exits: "worker ID (pid PID) exited with 0". (The
+  // restarted coordinator lists them once they are back.)
+  nlohmann::json standing;
+  ASSERT_TRUE(job.WaitFor(
+      [&](const nlohmann::json& j) {
+        standing = j;
+        return CountWorkers(j, "standby") == 2;
+      },
+      seconds(60)))
+      << standing.dump() << LauncherLog(job);
+  std::vector<std::string> standby_exits;
+  for (const auto& w : standing["workers"]) {
+    if (w.value("state", std::string()) != "standby") continue;
+    standby_exits.push_back("worker " + w.value("id", std::string()) + " (pid " +
+                            std::to_string(w.value("pid", int64_t{-1})) + ") exited with ");
+  }
+  ASSERT_EQ(standby_exits.size(), 2u) << standing.dump();
   // `--spares 0`: both standby workers stop and leave the job; its members train on.
   r = job.Resize("--spares 0");
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -211,6 +230,28 @@ TEST(RecoveryJob, ARunKeepsItsSpareAfterAKilledMember) {
       seconds(60)))
       << job.Status().dump() << LauncherLog(job);
   EXPECT_EQ(CountWorkers(job.Status(), "member"), 2);
+  // Neither ever held a rank: each says it was dismissed and exits 0, not 1 (a spare that was not
+  // needed is no failure).
+  const auto exited = [&] {
+    const std::string log = LauncherLog(job);
+    for (const std::string& e : standby_exits) {
+      if (log.find(e) == std::string::npos) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 600 && !exited(); ++i) usleep(100 * 1000);  // a bound on a broken test
+  const std::string log = LauncherLog(job);
+  for (const std::string& e : standby_exits) {
+    EXPECT_NE(log.find(e + "0\n"), std::string::npos) << e << "0 missing in:\n" << log;
+  }
+  const std::string kDismissed =
+      "train_mlp: dismissed before holding a rank: the job keeps 0 spare(s); this standby is not "
+      "needed\n";
+  size_t dismissed = 0;
+  for (size_t p = log.find(kDismissed); p != std::string::npos; p = log.find(kDismissed, p + 1)) {
+    ++dismissed;
+  }
+  EXPECT_EQ(dismissed, 2u) << log;
   ASSERT_TRUE(job.WaitForStep(job.Status().value("step", int64_t{0}) + 3, seconds(60)));
   job.StopTraining();
   ASSERT_EQ(job.Wait(seconds(120)), 0) << LauncherLog(job);

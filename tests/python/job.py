@@ -21,11 +21,11 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 
 class Job:
-    """`elastra run --nproc N -- python3 PROGRAM ARGS` in a fresh directory; "{dir}" in
+    """`elastra run --nproc N RUN_ARGS -- python3 PROGRAM ARGS` in a fresh directory; "{dir}" in
     PROGRAM ARGS is replaced by that directory, where `files` (name -> text) are written first."""
 
     def __init__(self, nproc: int, program: List[str], env: Optional[dict] = None,
-                 files: Optional[dict] = None) -> None:
+                 files: Optional[dict] = None, run_args: Optional[List[str]] = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="elastra_py_")
         for name, text in (files or {}).items():  # written before any worker starts
             with open(os.path.join(self.dir, name), "w") as f:
@@ -33,7 +33,7 @@ class Job:
         self.state_dir = os.path.join(self.dir, "state")
         self.launcher_log = os.path.join(self.dir, "launcher.log")
         argv = [ELASTRA, "run", "--nproc", str(nproc), "--state-dir", self.state_dir,
-                "--max-workers", "8", "--", PYTHON] + [a.replace("{dir}", self.dir) for a in program]
+                "--max-workers", "8"] + (run_args or []) + ["--", PYTHON] + [a.replace("{dir}", self.dir) for a in program]
         full_env = dict(os.environ)
         full_env.update(env or {})
         with open(self.launcher_log, "w") as log:
@@ -69,6 +69,17 @@ class Job:
 
     def wait_for_step(self, step: int, timeout: float = 60) -> dict:
         return self.wait_for(lambda s: s.get("step", -1) >= step, timeout, f"step {step}")
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+        """Waits until `text` is in what `elastra run` printed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"never printed: {text}\n{self.log()}")
 
     def wait_for_file(self, path: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -11,6 +11,8 @@
   reference, every sample applied once.
 - Python.ClosedWorker: the same, but the process catches the exception and lives on: the
   `with elastra.Worker()` block it left closed the worker, and the job recovers as before.
+  Either way the block's close() sent the coordinator a Leave: it recovers at once, not once the
+  worker's heartbeats stopped.
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ def raise_in_a_step(stay: bool) -> None:
         if stay:  # the raiser's process lives on, its worker closed: it is what left
             assert "the worker is closed, the process stays" in job.log(), job.log()
             assert "exited with" not in job.log(), job.log()
+        # The with block's close() told the coordinator: it went on at the worker's Leave, not
+        # when the worker's heartbeats stopped.
+        assert "lost: left (closed by the program (Worker.close()))" in job.log(), job.log()
+        assert "missed heartbeat deadline" not in job.log(), job.log()
         open(job.path("stop"), "w").close()
         assert job.wait() == 0, job.log()
         assert "RuntimeError: bind_mlp.py: a bug in the step, on purpose" in job.log() or stay

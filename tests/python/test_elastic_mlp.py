@@ -1,6 +1,11 @@
-"""examples/python/train_mlp.py as an elastic job: 4 workers, resized to 2 and to 3, changed to
-dp=2 x tp=2 on 4, then one SIGKILLed; its log must match its --reference run step for step, every sample applied once
-(examples/compare_logs), as tests/integration/elastic_job_test.cc checks the C++ train_mlp."""
+"""examples/python/train_mlp.py as an elastic job:
+
+- Python.ElasticMlp: 4 workers, resized to 2 and to 3, changed to dp=2 x tp=2 on 4, then one
+  SIGKILLed; its log must match its --reference run step for step, every sample applied once
+  (examples/compare_logs), as tests/integration/elastic_job_test.cc checks the C++ train_mlp.
+- Python.DismissedSpare: a hot spare (`elastra run --spares 1`) that `elastra resize --spares 0`
+  stops before it ever held a rank: its start() returns LEAVE and it exits 0.
+"""
 
 from __future__ import annotations
 
@@ -66,3 +71,19 @@ def test_resized_and_killed_run_matches_reference():
         assert r.returncode == 0, f"{r.stdout}{r.stderr}\n{job.log()}"
         result = json.loads(r.stdout)
         assert result["accounting_ok"] and result["steps"] == applied
+
+
+def test_a_spare_no_longer_needed_exits_0():
+    with Job(2, [MLP, "--stop-file", "{dir}/stop", "--steps", "1000000"] + ARGS,
+             run_args=["--spares", "1"]) as job:
+        s = job.wait_for(lambda s: any(w.get("state") == "standby" for w in s.get("workers", [])),
+                         what="a standby spare")
+        spare = [w for w in s["workers"] if w.get("state") == "standby"][0]
+        job.resize("--spares", "0")
+        job.wait_for_log(f"worker {spare['id']} (pid {spare['pid']}) exited with ")
+        assert f"worker {spare['id']} (pid {spare['pid']}) exited with 0\n" in job.log(), job.log()
+        assert "train_mlp.py: dismissed before holding a rank" in job.log(), job.log()
+        assert "dismissed before holding a rank: the job keeps 0 spare(s)" in job.log(), job.log()
+        job.wait_for_step(job.status().get("step", 0) + 3)
+        open(job.path("stop"), "w").close()
+        assert job.wait() == 0, job.log()

@@ -1,7 +1,8 @@
 // PushInbox: how the training thread files the coordinator's pushes. Pause requests only raise
 // the pause target (the step's allreduce carries it), recovery requests are queued and mark a
-// recovery pending, a Shutdown stops a working worker but is queued for a parked one (the end of
-// the job), and requests for the generation the worker already runs change nothing.
+// recovery pending, a Shutdown stops a working worker (cleanly when its code is 0) but is queued
+// for a parked one (the end of the job), and requests for the generation the worker already runs
+// change nothing.
 #include <gtest/gtest.h>
 
 #include "worker/control_channel.h"
@@ -92,7 +93,28 @@ TEST(PushInbox, ShutdownStopsAWorkingWorker) {
   ASSERT_TRUE(inbox.shutdown().has_value());
   EXPECT_EQ(inbox.shutdown()->code(), StatusCode::kAborted);
   EXPECT_NE(inbox.shutdown()->message().find("declared lost: silent"), std::string::npos);
+  EXPECT_FALSE(inbox.shutdown_clean()) << "code 1 is a failure";
+  EXPECT_EQ(inbox.shutdown_reason(), "declared lost: silent");
   EXPECT_TRUE(inbox.empty());
+}
+
+// Code 0 ends the worker's part cleanly (a spare no longer needed, the job finished): a standby
+// that never held a rank is dismissed by it rather than failed.
+TEST(PushInbox, ShutdownOfCodeZeroIsClean) {
+  PushInbox inbox;
+  inbox.Stash(Stop(0, "this standby is not needed"), 0, /*parked=*/false);
+  ASSERT_TRUE(inbox.shutdown().has_value());
+  EXPECT_EQ(inbox.shutdown()->code(), StatusCode::kAborted);
+  EXPECT_TRUE(inbox.shutdown_clean());
+  EXPECT_EQ(inbox.shutdown_reason(), "this standby is not needed");
+  inbox.ClearShutdown();
+  EXPECT_FALSE(inbox.shutdown_clean());
+  EXPECT_EQ(inbox.shutdown_reason(), "");
+  proto::Envelope garbled = Stop(0, "x");
+  garbled.payload = "x";
+  inbox.Stash(garbled, 0, false);  // unreadable: not known to be clean
+  ASSERT_TRUE(inbox.shutdown().has_value());
+  EXPECT_FALSE(inbox.shutdown_clean());
 }
 
 // Under mpirun the worker acts on it by parking; as standby it waits for the job again.
