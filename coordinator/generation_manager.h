@@ -152,6 +152,13 @@ class GenerationManager {
   // Why the job waits for workers (state() kWaitingForWorkers); empty when it does not.
   const std::string& waiting_reason() const { return waiting_reason_; }
 
+  // Where replacement spares go first (ResizeManager::MaybeReplenishSpares, docs/recovery.md
+  // "Spares"): the host of each worker lost since the last call (a member or a standby), then, for
+  // each standby a recovery gave a rank, the host holding the most other members of its
+  // tensor-parallel group. Oldest first, at most 16 of each kind (older ones are dropped). Takes
+  // them: the next call returns only what was noted since.
+  std::vector<std::string> TakeReplacementHosts();
+
   // The smallest memory budget (WorkerInfo::memory_bytes) of `ids` and whose it is; {0, ""} when
   // every one is unlimited.
   std::pair<int64_t, std::string> SmallestBudget(const std::vector<std::string>& ids) const;
@@ -170,6 +177,11 @@ class GenerationManager {
   // The most workers (survivors and standbys) a recovery with `survivors` survivors takes:
   // max_workers; with spares kept, the target size (at least the survivors).
   size_t RecoveryWorkers(size_t survivors) const;
+  // For each of `standbys` holding a rank of `members` at `layout`: the host holding the most
+  // other members of its tensor-parallel group (the first to reach that count, by rank) is noted
+  // for TakeReplacementHosts.
+  void NoteGroupHosts(const Layout& layout, const std::vector<std::string>& members,
+                      const std::vector<std::string>& standbys);
   // The id of each of `infos` (none null).
   static std::vector<std::string> IdsOf(const std::vector<const WorkerInfo*>& infos);
   // The host of each of `ids` (the id itself for an unknown worker).
@@ -242,6 +254,10 @@ class GenerationManager {
   SizeGoal pause_goal_;  // of the pause in flight
   // Not empty while a recovery waits for workers that make a layout fit (FinishRecovery).
   std::string waiting_reason_;
+  // TakeReplacementHosts': the hosts of lost workers and of the groups standbys joined, oldest
+  // first.
+  std::vector<std::string> lost_hosts_;
+  std::vector<std::string> group_hosts_;
 
   std::vector<std::function<void(uint64_t)>> commit_listeners_;
   std::vector<std::function<void(const std::string&)>> job_end_listeners_;

@@ -12,6 +12,18 @@
 #include "coordinator/generation_manager.h"
 
 namespace elastra::coordinator {
+namespace {
+
+// The most hosts of each kind TakeReplacementHosts keeps.
+constexpr size_t kMaxReplacementHosts = 16;
+
+void Note(std::vector<std::string>* hosts, const std::string& host) {
+  if (host.empty()) return;
+  if (hosts->size() >= kMaxReplacementHosts) hosts->erase(hosts->begin());
+  hosts->push_back(host);
+}
+
+}  // namespace
 
 void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const std::string& why) {
   std::vector<std::string> lost;
@@ -22,6 +34,7 @@ void GenerationManager::LoseWorkers(const std::vector<std::string>& ids, const s
     health_->Forget(w->slot);
     if (w->state == WorkerState::kLost) continue;
     LOG(WARNING) << "worker " << id << " lost: " << why;
+    Note(&lost_hosts_, w->host);  // its replacement goes there first
     w->last_shutdown = clock_->Now();
     // If the process is in fact alive (stalled, partitioned), it is out of the job: tell it to
     // exit rather than let it wait on communicators its peers have abandoned.
@@ -211,6 +224,7 @@ void GenerationManager::FinishRecovery() {
     plan.leaving.push_back(everyone[i]);
     plan.standby.push_back(everyone[i]);
   }
+  NoteGroupHosts(plan.layout, plan.members, spares);
   if (!plan.standby.empty()) {
     LOG(INFO) << "recovery: " << plan.layout.ToString() << " leaves " << plan.standby.size()
               << " survivor(s) standby";
@@ -225,6 +239,39 @@ void GenerationManager::FinishRecovery() {
   plan.source_rank =
       source == plan.has_state.end() ? 0 : static_cast<int32_t>(source - plan.has_state.begin());
   StartBuild(std::move(plan));
+}
+
+void GenerationManager::NoteGroupHosts(const Layout& layout,
+                                       const std::vector<std::string>& members,
+                                       const std::vector<std::string>& standbys) {
+  if (standbys.empty() || layout.tp <= 1) return;
+  const std::unordered_set<std::string> taken(standbys.begin(), standbys.end());
+  for (size_t r = 0; r < members.size(); ++r) {
+    if (taken.count(members[r]) == 0) continue;
+    // TP is innermost: the group is the tp ranks from r - tp_rank on.
+    const size_t begin =
+        r - static_cast<size_t>(CoordinatesOf(layout, static_cast<int>(r)).tp_rank);
+    std::map<std::string, int> count;
+    std::string best;
+    int most = 0;
+    for (size_t q = begin; q < begin + static_cast<size_t>(layout.tp) && q < members.size(); ++q) {
+      const WorkerInfo* w = q == r ? nullptr : membership_->Find(members[q]);
+      if (w == nullptr || w->host.empty()) continue;
+      if (++count[w->host] > most) {
+        most = count[w->host];
+        best = w->host;
+      }
+    }
+    Note(&group_hosts_, best);
+  }
+}
+
+std::vector<std::string> GenerationManager::TakeReplacementHosts() {
+  std::vector<std::string> hosts = std::move(lost_hosts_);
+  hosts.insert(hosts.end(), group_hosts_.begin(), group_hosts_.end());
+  lost_hosts_.clear();
+  group_hosts_.clear();
+  return hosts;
 }
 
 size_t GenerationManager::RecoveryWorkers(size_t survivors) const {

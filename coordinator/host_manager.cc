@@ -73,11 +73,12 @@ bool HostManager::OnAgentHeartbeat(const std::string& sender) {
   return true;
 }
 
-int HostManager::Spawn(int n, Placement placement, bool watched_only, const std::string& except) {
+int HostManager::Spawn(int n, Placement placement, bool watched_only, const std::string& except,
+                       const std::vector<std::string>& first) {
   if (n <= 0) return 0;
   const TimePoint now = clock_->Now();
   int asked = 0;
-  for (const auto& [host, count] : hosts_->Place(n, placement, now, watched_only, except)) {
+  for (const auto& [host, count] : hosts_->Place(n, placement, now, watched_only, except, first)) {
     proto::SpawnRequest spawn;
     for (int i = 0; i < count; ++i) {
       std::string id = membership_->NextWorkerId();

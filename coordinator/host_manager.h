@@ -57,9 +57,10 @@ class HostManager {
 
   // Asks agents for `n` new workers under fresh ids (journaled), placed by `placement` on the
   // hosts where a worker may start (with `watched_only`, only hosts whose agents heartbeat), less
-  // host `except`; each SpawnRequest goes to its host's agent only. Returns how many were asked
-  // for: fewer than `n` when the slots run out.
-  int Spawn(int n, Placement placement, bool watched_only, const std::string& except = "");
+  // host `except`, the hosts named in `first` first (HostTable::Place); each SpawnRequest goes to
+  // its host's agent only. Returns how many were asked for: fewer than `n` when the slots run out.
+  int Spawn(int n, Placement placement, bool watched_only, const std::string& except = "",
+            const std::vector<std::string>& first = {});
   // While the first generation forms: asks the agents that heartbeat for workers in their free
   // slots, hosts in registration order, until initial_workers are joined or on their way.
   void MaybeStartFirstWorkers();

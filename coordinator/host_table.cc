@@ -124,11 +124,13 @@ int HostTable::LeavingTotal(TimePoint now, bool watched_only, const std::string&
 
 std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placement, TimePoint now,
                                                         bool watched_only,
-                                                        const std::string& except) {
+                                                        const std::string& except,
+                                                        const std::vector<std::string>& first) {
   struct Candidate {
     HostInfo* host;
     int free;
     int workers;
+    int take = 0;
   };
   std::vector<Candidate> candidates;
   for (auto& h : hosts_) {
@@ -144,13 +146,28 @@ std::vector<std::pair<HostInfo*, int>> HostTable::Place(int n, Placement placeme
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const Candidate& a, const Candidate& b) { return a.workers > b.workers; });
   }
-  std::vector<std::pair<HostInfo*, int>> out;
-  for (const auto& c : candidates) {
+  // The named hosts first, one worker a name, in the order named (a few names: a linear search).
+  std::vector<size_t> order;
+  for (const auto& name : first) {
     if (n <= 0) break;
-    const int take = std::min(n, c.free);
-    out.emplace_back(c.host, take);
+    auto c = std::find_if(candidates.begin(), candidates.end(),
+                          [&name](const Candidate& x) { return x.host->name == name; });
+    if (c == candidates.end() || c->take >= c->free) continue;
+    if (c->take == 0) order.push_back(static_cast<size_t>(c - candidates.begin()));
+    ++c->take;
+    --n;
+  }
+  for (size_t i = 0; i < candidates.size() && n > 0; ++i) {
+    Candidate& c = candidates[i];
+    const int take = std::min(n, c.free - c.take);
+    if (take <= 0) continue;
+    if (c.take == 0) order.push_back(i);
+    c.take += take;
     n -= take;
   }
+  std::vector<std::pair<HostInfo*, int>> out;
+  out.reserve(order.size());
+  for (const size_t i : order) out.emplace_back(candidates[i].host, candidates[i].take);
   return out;
 }
 

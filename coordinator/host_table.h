@@ -98,9 +98,12 @@ class HostTable {
 
   // Where `n` new workers go: hosts with counts, in the order of `placement`, over the hosts where
   // a worker may start (less `except`), at most their free slots each. Fewer than `n` in all when
-  // the slots run out.
+  // the slots run out. Each name in `first` (a host may be named more than once) takes one worker
+  // before `placement` places the rest, when it is such a host with a slot still free; those hosts
+  // come first in the answer, in the order named.
   std::vector<std::pair<HostInfo*, int>> Place(int n, Placement placement, TimePoint now,
-                                               bool watched_only, const std::string& except = "");
+                                               bool watched_only, const std::string& except = "",
+                                               const std::vector<std::string>& first = {});
 
   // Worker `id` was asked of `host`'s agent; it has until `deadline` to join.
   void AddSpawn(HostInfo* host, const std::string& id, TimePoint deadline);

@@ -113,11 +113,12 @@ class ResizeManager {
   // accepted resize that named them (journaled: a restarted coordinator keeps them).
   int spares() const { return spares_.value_or(options_->spares); }
   // Keeps spares() standing: with the job running and no change pending or in flight, when the
-  // usable standby workers and the workers on their way are fewer, asks agents for the rest,
-  // fullest host first, on any up host with free slots (an agent that does not heartbeat too:
-  // spares were asked for, as a resize's workers are); they join as standbys. O(1) while enough
-  // stand or are on their way. Stops the standby workers a lowered spares() no longer keeps
-  // first (StopSparesBeyond).
+  // usable standby workers and the workers on their way are fewer, asks agents for the rest on
+  // any up host with free slots (an agent that does not heartbeat too: spares were asked for, as
+  // a resize's workers are): first on the hosts of the workers lost, then on those of the groups
+  // the used standbys joined (GenerationManager::TakeReplacementHosts), then fullest host first;
+  // they join as standbys. O(1) while enough stand or are on their way. Stops the standby workers
+  // a lowered spares() no longer keeps first (StopSparesBeyond).
   void MaybeReplenishSpares();
   const std::optional<Pending>& pending() const { return pending_; }
 

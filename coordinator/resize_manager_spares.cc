@@ -24,7 +24,10 @@ size_t ResizeManager::SparesKept(size_t want, size_t staying, size_t standby,
 void ResizeManager::MaybeReplenishSpares() {
   if (spares_to_stop_ > 0) StopSparesBeyond();
   const int spares = this->spares();
-  if (spares <= 0) return;
+  if (spares <= 0) {
+    generations_->TakeReplacementHosts();  // no replacement to place: the hints go
+    return;
+  }
   // Called on every tick: O(1) while enough standby workers stand or are on their way (a
   // standby on a host that is draining is counted here and not below; the drain removes it).
   const int on_their_way = hosts_->Outstanding();
@@ -36,8 +39,12 @@ void ResizeManager::MaybeReplenishSpares() {
   const int standing = static_cast<int>(hosts_->UsableStandby().size());
   const int missing = spares - standing - on_their_way;
   if (missing <= 0) return;
+  // First where the lost workers were (the slot a lost member held keeps its tensor-parallel
+  // group on one host at the next change), else where the groups the used standbys joined live,
+  // else the fullest host with a free slot.
   const int asked = host_manager_->Spawn(missing, Placement::kFullestFirst,
-                                         /*watched_only=*/false);
+                                         /*watched_only=*/false, /*except=*/"",
+                                         generations_->TakeReplacementHosts());
   if (asked > 0) {
     LOG(INFO) << "keeping " << spares << " spare(s): " << standing << " standing, " << on_their_way
               << " on their way; asked for " << asked << " more";

@@ -132,6 +132,25 @@ TEST_F(HostTableTest, AGrowFillsTheFullestHostFirst) {
             (std::vector<std::pair<std::string, int>>{{"b", 1}, {"a", 2}}));
 }
 
+// Hosts named first take one worker a name where a slot is free (c twice, b full, z unknown);
+// the rest goes by the placement.
+TEST_F(HostTableTest, NamedHostsTakeOneWorkerANameFirst) {
+  Register("a", 4);
+  Register("b", 1);
+  Register("c", 4);
+  Join("a0", "a", WorkerState::kMember);
+  Join("a1", "a", WorkerState::kMember);
+  Join("b0", "b", WorkerState::kMember);
+  EXPECT_EQ(Names(hosts_.Place(4, Placement::kFullestFirst, clock_.Now(), false, "",
+                               {"c", "b", "z", "c"})),
+            (std::vector<std::pair<std::string, int>>{{"c", 2}, {"a", 2}}));
+  EXPECT_EQ(Names(hosts_.Place(1, Placement::kFullestFirst, clock_.Now(), false, "", {"c", "a"})),
+            (std::vector<std::pair<std::string, int>>{{"c", 1}}));
+  EXPECT_EQ(Names(hosts_.Place(1, Placement::kFullestFirst, clock_.Now(), false, "c", {"c"})),
+            (std::vector<std::pair<std::string, int>>{{"a", 1}}))
+      << "a host left out is not named back in";
+}
+
 TEST_F(HostTableTest, WorkersStartOnlyOnUpHostsNotBackingOffAndWatchedWhenAsked) {
   HostInfo* a = Register("a", 4);
   HostInfo* b = Register("b", 4);

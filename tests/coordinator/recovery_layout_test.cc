@@ -30,11 +30,14 @@ proto::JoinRequest WithState(const std::string& id) {
 
 class RecoveryLayoutTest : public ManagerTest {
  protected:
-  // a, b, c, d (each with `memory` bytes) form dp=2 x tp=2 and commit it as generation 2.
-  void FormDp2Tp2(int64_t memory = 0) {
+  // a, b, c, d (each with `memory` bytes, on hosts `on`) form dp=2 x tp=2 and commit it as
+  // generation 2.
+  void FormDp2Tp2(int64_t memory = 0,
+                  const std::vector<std::string>& on = {"n1", "n1", "n1", "n1"}) {
     options_.initial_workers = 4;
     layouts_.Learn(WithState("a"));
-    for (const std::string id : {"a", "b", "c", "d"}) Join(id, "n1", memory);
+    const std::vector<std::string> ids = {"a", "b", "c", "d"};
+    for (size_t i = 0; i < ids.size(); ++i) Join(ids[i], on[i], memory);
     ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
     generations_.BeginPause(SizeGoal{4, true, Layout{2, 1, 2}});
     for (const auto& id : generations_.members()) {
@@ -145,6 +148,48 @@ TEST_F(RecoveryLayoutTest, ASpareTakesTheLostRankAndAnAgentStartsItsReplacement)
   EXPECT_EQ(generations_.layout(), (Layout{2, 1, 2}));
   resizes_.MaybeReplenishSpares();
   EXPECT_TRUE(Sent<proto::SpawnRequest>(T::kSpawnRequest).empty()) << "one spare stands again";
+}
+
+// A replacement spare goes to the host the lost worker lived on when a slot is free there (its
+// tensor-parallel group stays on one host), not to the fullest host: n1 holds a and b, n2 holds c,
+// d and the spare s; b is lost and s takes its rank.
+TEST_F(RecoveryLayoutTest, AReplacementGoesWhereTheLostWorkerWas) {
+  RegisterHost("n1", 2, /*heartbeats=*/false);  // no first workers asked of them
+  RegisterHost("n2", 8, /*heartbeats=*/false);
+  FormDp2Tp2(0, {"n1", "n1", "n2", "n2"});
+  ASSERT_EQ(membership_.Find(before_[0])->host, membership_.Find(before_[1])->host)
+      << "a tp group on one host";
+  Join("s", "n2");
+  options_.spares = 1;
+  const std::string lost = membership_.Find(before_[0])->host == "n1" ? before_[1] : before_[3];
+  ReadyAll(Recover(lost));
+  ASSERT_EQ(generations_.history().back().reason, proto::GenerationReason::kFailure);
+  EXPECT_EQ(generations_.layout(), (Layout{2, 1, 2}));
+  EXPECT_EQ(membership_.Find("s")->state, WorkerState::kMember);
+  auto spawns = Sent<proto::SpawnRequest>(T::kSpawnRequest);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].first, "id-agent-n1") << "the lost worker's host, not the fullest (n2)";
+  EXPECT_EQ(spawns[0].second.worker_ids.size(), 1u);
+}
+
+// With no slot free on the lost worker's host (nor on the host of the group the spare joined:
+// the same), the replacement goes where it went before: the fullest host with a free slot.
+TEST_F(RecoveryLayoutTest, AReplacementGoesToTheFullestHostWhenTheLostWorkersHostIsFull) {
+  RegisterHost("n1", 2, /*heartbeats=*/false);  // no first workers asked of them
+  RegisterHost("n2", 8, /*heartbeats=*/false);
+  FormDp2Tp2(0, {"n1", "n1", "n2", "n2"});
+  Join("s", "n2");
+  options_.spares = 1;
+  const std::string lost = membership_.Find(before_[0])->host == "n1" ? before_[1] : before_[3];
+  auto built = Recover(lost);
+  // Its agent now runs one worker: the lost one's slot is gone.
+  RegisterHost("n1", 1, /*heartbeats=*/false);
+  ReadyAll(built);
+  ASSERT_EQ(generations_.history().back().reason, proto::GenerationReason::kFailure);
+  auto spawns = Sent<proto::SpawnRequest>(T::kSpawnRequest);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].first, "id-agent-n2");
+  EXPECT_EQ(spawns[0].second.worker_ids.size(), 1u);
 }
 
 // With spares kept, a recovery takes standby workers only up to the target size: in a job of
