@@ -29,6 +29,23 @@ void JournalRecorder::LogFailure(const Status& s) const {
   LOG_EVERY_MS(ERROR, 1000) << "journal write failed (a restart may not take the job back): " << s;
 }
 
+void JournalRecorder::Wrote(const Status& s) {
+  LogFailure(s);
+  if (s.ok()) MaybeCompact();
+}
+
+void JournalRecorder::MaybeCompact() {
+  // Between two records, never inside one: the snapshot is of the state written so far.
+  const Status s = journal_->MaybeCompact();
+  if (s.ok()) return;
+  if (s.code() == StatusCode::kFailedPrecondition && s.message().rfind("not the leader", 0) == 0) {
+    LogFailure(s);  // the fence refused it: another coordinator leads the job
+    return;
+  }
+  LOG_EVERY_MS(WARNING, 1000) << "journal compaction failed (the records stay, tried again later): "
+                              << s;
+}
+
 JournalWorker JournalRecorder::RecordOf(const std::string& id) const {
   return RecordOf(id, membership_->Find(id));
 }
@@ -59,20 +76,20 @@ std::vector<JournalWorker> JournalRecorder::RecordsOf(const std::vector<std::str
 }
 
 void JournalRecorder::Join(const std::string& id) {
-  if (journal_) LogFailure(journal_->RecordJoin(RecordOf(id)));
+  if (journal_) Wrote(journal_->RecordJoin(RecordOf(id)));
 }
 
 void JournalRecorder::WorkerState(const std::string& id, JournalWorkerState state) {
-  if (journal_) LogFailure(journal_->RecordWorkerState(id, state));
+  if (journal_) Wrote(journal_->RecordWorkerState(id, state));
 }
 
 void JournalRecorder::Ids(const std::vector<std::string>& ids) {
-  if (journal_) LogFailure(journal_->RecordIds(ids));
+  if (journal_) Wrote(journal_->RecordIds(ids));
 }
 
 void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
                                   const std::vector<std::string>& workers) {
-  if (journal_) LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers)));
+  if (journal_) Wrote(journal_->RecordChangeBegun(target, kind, RecordsOf(workers)));
 }
 
 void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
@@ -82,7 +99,7 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
   // A pause of the committed generation's members, by rank: the record refers to them.
   const JournalGeneration* committed = journal_->state().current();
   if (kind == ChangeKind::kPause && committed != nullptr && SameIds(workers, committed->members)) {
-    LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind));
+    Wrote(journal_->RecordChangeBegunOfCommitted(target, kind));
     return;
   }
   // Most builds keep the committed members in their order, less some (a shrink, a recovery),
@@ -109,12 +126,12 @@ void JournalRecorder::ChangeBegun(uint64_t target, ChangeKind kind,
       std::vector<JournalWorker> more;
       more.reserve(added);
       for (size_t i = kept; i < workers.size(); ++i) more.push_back(RecordOf(workers[i], infos[i]));
-      LogFailure(journal_->RecordChangeBegunOfCommitted(target, kind, std::move(dropped),
-                                                        std::move(more)));
+      Wrote(journal_->RecordChangeBegunOfCommitted(target, kind, std::move(dropped),
+                                                   std::move(more)));
       return;
     }
   }
-  LogFailure(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
+  Wrote(journal_->RecordChangeBegun(target, kind, RecordsOf(workers, infos)));
 }
 
 void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason,
@@ -141,11 +158,11 @@ void JournalRecorder::Commit(uint64_t generation, proto::GenerationReason reason
   const JournalState& s = journal_->state();
   if (s.change_in_flight && s.change_kind == ChangeKind::kBuild && s.change_target == generation &&
       SameIds(members, s.change_workers)) {
-    LogFailure(journal_->RecordCommitOfBegun(std::move(g)));
+    Wrote(journal_->RecordCommitOfBegun(std::move(g)));
     return;
   }
   g.members = RecordsOf(members);
-  LogFailure(journal_->RecordCommit(std::move(g)));
+  Wrote(journal_->RecordCommit(std::move(g)));
 }
 
 void JournalRecorder::Resize(int32_t workers, bool has_layout, const Layout& layout) {
@@ -154,46 +171,48 @@ void JournalRecorder::Resize(int32_t workers, bool has_layout, const Layout& lay
   z.workers = workers;
   z.has_layout = has_layout;
   z.layout = layout;
-  LogFailure(journal_->RecordResize(z));
+  Wrote(journal_->RecordResize(z));
 }
 
 void JournalRecorder::ResizeEnd(bool done, uint64_t generation) {
-  if (journal_) LogFailure(journal_->RecordResizeEnd(done, generation));
+  if (journal_) Wrote(journal_->RecordResizeEnd(done, generation));
 }
 
 void JournalRecorder::ResizeRefused(int32_t workers, const Layout* layout, const std::string& host,
                                     const Status& why) {
-  if (journal_) LogFailure(journal_->RecordResizeRefused(workers, layout, host, why.message()));
+  if (journal_) Wrote(journal_->RecordResizeRefused(workers, layout, host, why.message()));
 }
 
 void JournalRecorder::Waiting(const std::string& why) {
-  if (journal_) LogFailure(journal_->RecordWaiting(why));
+  if (journal_) Wrote(journal_->RecordWaiting(why));
 }
 
 void JournalRecorder::HostLost(const std::string& host, const std::string& why,
                                const std::vector<std::string>& workers) {
-  if (journal_) LogFailure(journal_->RecordHostLost(host, why, workers));
+  if (journal_) Wrote(journal_->RecordHostLost(host, why, workers));
 }
 
 void JournalRecorder::Target(int32_t workers, int32_t spares) {
-  if (journal_) LogFailure(journal_->RecordTarget(workers, spares));
+  if (journal_) Wrote(journal_->RecordTarget(workers, spares));
 }
 
 void JournalRecorder::State(const StateSpec& state) {
-  if (journal_) LogFailure(journal_->RecordState(state));
+  if (journal_) Wrote(journal_->RecordState(state));
 }
 
 void JournalRecorder::End(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step,
                           const std::string& checkpoint_dir) {
   if (journal_) {
-    LogFailure(journal_->RecordEnd(outcome, reason, checkpoint_step, checkpoint_dir));
+    Wrote(journal_->RecordEnd(outcome, reason, checkpoint_step, checkpoint_dir));
   }
 }
 
 Status JournalRecorder::Checkpoint(int64_t step, uint64_t generation, const std::string& dir,
                                    int64_t bytes, double seconds) {
   if (!journal_) return OkStatus();
-  return journal_->RecordCheckpoint(step, generation, dir, bytes, seconds);
+  Status s = journal_->RecordCheckpoint(step, generation, dir, bytes, seconds);
+  if (s.ok()) MaybeCompact();
+  return s;
 }
 
 }  // namespace elastra::coordinator

@@ -1,7 +1,9 @@
 // JournalRecorder: the coordinator's events written as journal records (docs/journal.md), each
 // before the messages it causes leave. Without a journal (no state directory) every call does
 // nothing. A record that cannot be written is logged as an error and the job goes on: a full disk
-// must not stop training, it only costs the ability to take the job back after a restart.
+// must not stop training, it only costs the ability to take the job back after a restart. After
+// each record written the journal compacts when it is due (Journal::MaybeCompact: a journal on
+// etcd, every CoordinatorOptions::journal_compact_records records, between changes).
 // Thread-compatible: the core's loop owns it, like every manager.
 #pragma once
 
@@ -80,6 +82,10 @@ class JournalRecorder {
   JournalWorker RecordOf(const std::string& id) const;
   static JournalWorker RecordOf(const std::string& id, const WorkerInfo* w);
   std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids) const;
+  // LogFailure(s); then, when the record was written, a compaction if one is due.
+  void Wrote(const Status& s);
+  // Journal::MaybeCompact; a failure is logged (one the fence refused as LogFailure does).
+  void MaybeCompact();
   static std::vector<JournalWorker> RecordsOf(const std::vector<std::string>& ids,
                                               const std::vector<const WorkerInfo*>& infos);
 

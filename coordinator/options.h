@@ -74,6 +74,10 @@ struct CoordinatorOptions {
   // Empty (default): unfenced.
   std::string etcd_fence_key;
   int64_t etcd_fence_revision = 0;
+  // With etcd: the journal is compacted (a snapshot of the job's state replaces its records,
+  // docs/ha.md "Compaction") once this many records were written since the last snapshot, between
+  // changes. 0: never. The file journal is never compacted.
+  uint64_t journal_compact_records = 1000;
   // With a fence: called, on the coordinator's thread, with a journal write the fence refused
   // (kFailedPrecondition "not the leader: ..."). Another coordinator leads the job: this one must
   // act no more, and `elastra coordinator` exits there, before the decision that wrote the record

@@ -18,6 +18,10 @@ Status RestoreManager::Open() {
   if (!journal.ok()) return journal.status().WithContext("opening the journal (" + where + ")");
   LOG(INFO) << "journal: " << where;
   journal_->Attach(std::move(journal).value());
+  // Only etcd's journal compacts (docs/ha.md, "Compaction"); the file keeps every record.
+  if (!options_->etcd.empty()) {
+    journal_->journal()->set_compact_every(options_->journal_compact_records);
+  }
   const JournalState& s = journal_->journal()->state();
   if (s.empty()) {
     return journal_->journal()->RecordJob(options_->job, options_->initial_workers,

@@ -77,10 +77,10 @@ class EtcdJournalStorage : public JournalStorage {
   // for a position past the end or before the last snapshot's, or a snapshot over
   // max_payload_bytes(); kFailedPrecondition before CutAfter or Clear, or when the fence refused
   // it; kInternal when another writer compacted meanwhile; else errors as Append's.
-  Status Compact(uint64_t position, std::string_view snapshot);
+  Status Compact(uint64_t position, std::string_view snapshot) override;
   // The position the snapshot ends at (a Read from before it visits the snapshot's payload
   // first); 0 when the journal was never compacted. Errors as Read's.
-  StatusOr<uint64_t> Compacted();
+  StatusOr<uint64_t> Compacted() override;
 
   // The key prefix of the job's journal: "/elastra/JOB/journal/".
   const std::string& prefix() const { return prefix_; }

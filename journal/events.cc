@@ -111,6 +111,14 @@ JobEvent JournalEventReader::EventOf(const json& r) {
 
 void JournalEventReader::Follow(const json& r) {
   const std::string t = r.value("t", "");
+  if (t == "snapshot") {
+    // A compacted journal's first payload (docs/ha.md, "Compaction"): no event, but the state a
+    // later record refers to (the committed members, the build in flight) is in its records.
+    for (const json& inner : r.value("records", json::array())) {
+      if (inner.is_object()) Follow(inner);
+    }
+    return;
+  }
   if (t == "begin" && r.value("kind", "") == "build") {
     // Kept for the commit that follows it, also when that commit is the first event after
     // `after`.

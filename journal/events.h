@@ -30,7 +30,8 @@ class JournalEventReader : public JobEventSource {
 
   // The events of the records appended since the last call (all of them the first time), up to
   // the last whole, intact record; none when the journal is missing. Records that are no event
-  // (joins, ids, changes begun) are skipped.
+  // (joins, ids, changes begun, a compacted journal's snapshot) are skipped; a reader behind a
+  // snapshot goes on from its position (the events of the records it replaced are gone).
   std::vector<JobEvent> ReadNew() override;
 
  private:

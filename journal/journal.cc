@@ -79,9 +79,20 @@ StatusOr<JournalState> Journal::Replay(JournalStorage& storage, std::vector<std:
   JournalState state;
   std::string refused;  // why the records refused the record the storage stopped at
   JournalDamage damage;
+  // A compacted journal's first payload is its snapshot, the state of the records before it.
+  ELASTRA_ASSIGN_OR_RETURN(const uint64_t compacted, storage.Compacted());
+  Status snapshot = OkStatus();
   auto read = storage.Read(
       0,
-      [&](std::string_view payload, uint64_t) {
+      [&](std::string_view payload, uint64_t next) {
+        if (compacted > 0 && state.records == 0) {
+          snapshot = next == compacted
+                         ? ApplyJournalSnapshot(payload, &state)
+                         : CorruptError("journal snapshot ends at record " + std::to_string(next) +
+                                        ", not " + std::to_string(compacted));
+          state.records = next;
+          return snapshot.ok();
+        }
         auto record = DecodeJournalRecord(payload, state);
         if (!record.ok()) {
           refused = record.status().message();
@@ -92,6 +103,13 @@ StatusOr<JournalState> Journal::Replay(JournalStorage& storage, std::vector<std:
       },
       &damage);
   if (!read.ok()) return read.status();
+  if (compacted > 0 && (!snapshot.ok() || *read < compacted)) {
+    // Never a prefix to cut back to: the records the snapshot stands for are gone.
+    return CorruptError("journal " + storage.name() + ": " +
+                        (snapshot.ok() ? "journal snapshot: " + damage.why : snapshot.message()) +
+                        "; the records before " + std::to_string(compacted) +
+                        " are only in it, so the journal is not opened");
+  }
   const std::string& why = refused.empty() ? damage.why : refused;
   if (!why.empty()) {
     std::string line = "journal " + storage.name() + ": " + why + " at byte " +
@@ -130,8 +148,38 @@ StatusOr<std::unique_ptr<Journal>> Journal::Open(std::unique_ptr<JournalStorage>
   }
   // A copy of what is cut off is kept when replay met bad bytes there.
   ELASTRA_RETURN_IF_ERROR(storage->CutAfter(good, /*keep_copy=*/!warnings.empty()));
-  return std::unique_ptr<Journal>(
+  ELASTRA_ASSIGN_OR_RETURN(const uint64_t compacted, storage->Compacted());
+  auto journal = std::unique_ptr<Journal>(
       new Journal(std::move(storage), std::move(state), std::move(warnings)));
+  journal->compacted_ = compacted;
+  return journal;
+}
+
+Status Journal::MaybeCompact() {
+  if (compact_every_ == 0 || state_.empty() || state_.change_in_flight ||
+      state_.records < next_compaction_) {
+    return OkStatus();
+  }
+  // The next try after as many records again, whether this one succeeds or not.
+  next_compaction_ = state_.records + compact_every_;
+  return Compact();
+}
+
+Status Journal::Compact() {
+  if (state_.empty()) return FailedPreconditionError("journal " + path() + ": nothing to compact");
+  const std::string snapshot = EncodeJournalSnapshot(state_);
+  JournalState replayed;
+  Status check = ApplyJournalSnapshot(snapshot, &replayed);
+  if (check.ok() && !SameJournalState(replayed, state_)) {
+    check = InternalError("it replays to another state");
+  }
+  if (!check.ok()) {
+    return InternalError("journal " + path() + ": the journal snapshot at record " +
+                         std::to_string(state_.records) + " is not written: " + check.message());
+  }
+  ELASTRA_RETURN_IF_ERROR(storage_->Compact(state_.records, snapshot));
+  compacted_ = state_.records;
+  return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Journal>> Journal::Create(std::unique_ptr<JournalStorage> storage) {

@@ -198,7 +198,9 @@ class Journal {
   // `storage` and cuts it back to its consistent prefix, Create clears it, and Replay reads it
   // (`consistent_position`: the end of the consistent prefix, as the storage counts). The
   // storage's error when it cannot be read, cut or cleared; Replay: kNotFound when it holds no
-  // journal.
+  // journal. A compacted journal (JournalStorage::Compacted) replays its snapshot first; a
+  // snapshot that cannot be read or is of an unknown version is kCorrupt naming "journal
+  // snapshot", and Open then cuts nothing (the records it stands for are gone).
   static StatusOr<std::unique_ptr<Journal>> Open(std::unique_ptr<JournalStorage> storage);
   static StatusOr<std::unique_ptr<Journal>> Create(std::unique_ptr<JournalStorage> storage);
   static StatusOr<JournalState> Replay(JournalStorage& storage, std::vector<std::string>* warnings,
@@ -268,6 +270,23 @@ class Journal {
   Status RecordEnd(JobOutcome outcome, const std::string& reason, int64_t checkpoint_step = -1,
                    const std::string& checkpoint_dir = "");
 
+  // Compaction (docs/ha.md, "Compaction"; a storage that can: etcd's). Every `records` records
+  // (0, the default: never), MaybeCompact replaces the records written so far with a snapshot of
+  // state() (EncodeJournalSnapshot), when no change is in flight.
+  void set_compact_every(uint64_t records) {
+    compact_every_ = records;
+    next_compaction_ = compacted_ + records;
+  }
+  // Compacts when `compact_every` records were written since the last snapshot (or the last try)
+  // and no change is in flight; OK when not due. Errors as Compact's.
+  Status MaybeCompact();
+  // Replaces the records written so far with a snapshot of state(), first checked to replay to
+  // it: kInternal when it does not (nothing written), else the storage's error
+  // (kFailedPrecondition for a storage that cannot compact, or when its fence refused it).
+  Status Compact();
+  // The position the journal's snapshot ends at; 0 when it was never compacted.
+  uint64_t compacted() const { return compacted_; }
+
   // CRC-32C (Castagnoli) of `data`.
   static uint32_t Crc32c(const void* data, size_t size) {
     return ::elastra::journal::Crc32c(data, size);
@@ -284,6 +303,9 @@ class Journal {
   std::unique_ptr<JournalStorage> storage_;
   JournalState state_;
   std::vector<std::string> warnings_;
+  uint64_t compacted_ = 0;
+  uint64_t compact_every_ = 0;
+  uint64_t next_compaction_ = 0;  // MaybeCompact's next try, as state_.records counts
 };
 
 }  // namespace elastra::journal

@@ -145,6 +145,23 @@ Status CheckJournalRecord(const JournalRecord& record, const JournalState& state
 // Applies a record CheckJournalRecord accepted against this same state.
 void ApplyJournalRecord(JournalRecord record, JournalState* state);
 
+// The journal's snapshot (docs/ha.md, "Compaction"): the state of a journal as one record,
+// {"t":"snapshot","version":1,"records":[...]}, whose records are ordinary ones, the fewest that
+// replay to that state (the job, the ids used, each committed generation as a build begun from
+// the one before and its commit, the standby workers' joins, the workers' states, the
+// checkpoints, the change in flight, the end, the resize and the target). A reader that does not
+// know the version refuses it.
+inline constexpr uint64_t kJournalSnapshotVersion = 1;
+// The snapshot of `state`.
+std::string EncodeJournalSnapshot(const JournalState& state);
+// Replays the snapshot `text` into `state` (its `records` count is left to the caller: the
+// position the snapshot ends at). kCorrupt naming "journal snapshot" when it is none, of another
+// version, or one of its records is refused (`state` unchanged then).
+Status ApplyJournalSnapshot(std::string_view text, JournalState* state);
+// Whether replay yields the same job from `a` and `b`: every field but `records`, a member
+// list's workers compared as member lists keep them (their id, host, device and pid).
+bool SameJournalState(const JournalState& a, const JournalState& b);
+
 // The text of a `begin` or `commit` record (the two that list every member), built from typed
 // values without JSON objects (at 16,384 workers the objects cost tens of ms a record), and the
 // record changed as EncodeJournalRecord says. A commit with members_begun is written with

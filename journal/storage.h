@@ -57,6 +57,17 @@ class JournalStorage {
   // kResourceExhausted for a full disk, kInternal otherwise); kInvalidArgument for a payload over
   // max_payload_bytes(); kFailedPrecondition before CutAfter or Clear.
   virtual Status Append(std::string_view payload) = 0;
+
+  // Replaces the records before `position` with `snapshot`, a payload of the state they replay
+  // to (docs/ha.md, "Compaction"); Read from before `position` then visits it first, as the
+  // payload ending there. A storage that cannot compact (the file) answers kFailedPrecondition.
+  virtual Status Compact(uint64_t position, std::string_view snapshot) {
+    (void)position;
+    (void)snapshot;
+    return FailedPreconditionError("the journal " + name() + " cannot be compacted");
+  }
+  // The position the snapshot ends at (Read from 0 visits it first); 0 when never compacted.
+  virtual StatusOr<uint64_t> Compacted() { return uint64_t{0}; }
 };
 
 }  // namespace elastra::journal
