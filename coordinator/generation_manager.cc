@@ -262,31 +262,30 @@ void GenerationManager::FinishPause(int64_t step) {
   const std::string& except = pause_goal_.except_host;
   GenerationPlan plan;
   plan.generation = reconf_.target();
-  // The candidates: the current members (less a draining host's), plus usable standby workers up
-  // to the size asked for.
+  // The candidates: the current members (less a draining host's), plus usable standby workers.
   std::vector<std::string> candidates;
-  candidates.reserve(std::max(old.size(), pause_goal_.workers));
   for (const auto& id : old) {
     const WorkerInfo* w = except.empty() ? nullptr : membership_->Find(id);
     if (except.empty() || w == nullptr || w->host != except) candidates.push_back(id);
   }
-  for (const auto& id : hosts_->UsableStandby(except)) {
-    if (candidates.size() >= pause_goal_.workers) break;
-    candidates.push_back(id);
-  }
+  size_t staying = candidates.size();
+  const std::vector<std::string> standby = hosts_->UsableStandby(except);
+  candidates.insert(candidates.end(), standby.begin(), standby.end());
   if (candidates.empty()) {
     // Nobody is left to take over (a replacement vanished meanwhile): this change keeps everyone,
     // and the drain asking for it decides again once it committed.
     candidates = old;
+    staying = old.size();
   }
   const size_t want = std::min(pause_goal_.workers, candidates.size());
-  const bool has_layout =
-      pause_goal_.has_layout && static_cast<size_t>(pause_goal_.layout.world()) == want;
-  const std::vector<std::string> hosts = HostNames(candidates);
-  plan.layout = has_layout ? pause_goal_.layout : ChangeLayout(candidates, hosts, want);
+  // Of them, those with the memory of a layout that fits (members short of it stay, standby),
+  // standby workers only up to the size asked for.
+  std::unordered_set<std::string> short_of_memory;
+  const std::vector<std::string> pool =
+      ChangeWorkers(candidates, staying, want, &plan.layout, &short_of_memory);
   // Who takes which rank (and, when shrinking, who leaves): the assignment that keeps the most
   // state in place.
-  plan.members = layouts_->Assign(plan.layout, candidates, hosts, layout_, members_);
+  plan.members = layouts_->Assign(plan.layout, pool, HostNames(pool), layout_, members_);
   IdIndex old_index;  // a flat index of the old members, not a hash node per member
   old_index.Build(&old);
   std::vector<bool> taken(old.size(), false);
@@ -297,13 +296,16 @@ void GenerationManager::FinishPause(int64_t step) {
     if (held) taken[i] = true;
     plan.has_state.push_back(held);
   }
-  // Old members not taken leave the job; when the layout uses fewer workers than were asked for
-  // (their memory), as many of them as it left out stay standby instead.
+  // Old members not taken leave the job; those short of the layout's memory, and when the layout
+  // uses fewer workers than were asked for (their memory) as many others as it left out, stay
+  // standby instead.
   size_t left_out = want - std::min(want, plan.members.size());
   for (size_t i = 0; i < old.size(); ++i) {
     if (taken[i]) continue;
     plan.leaving.push_back(old[i]);  // not taken by the new generation
-    if (left_out > 0) {
+    if (short_of_memory.count(old[i]) != 0) {
+      plan.standby.push_back(old[i]);
+    } else if (left_out > 0) {
       plan.standby.push_back(old[i]);
       --left_out;
     }

@@ -159,6 +159,12 @@ class GenerationManager {
   // them: the next call returns only what was noted since.
   std::vector<std::string> TakeReplacementHosts();
 
+  // OK when at least `workers` of `ids` have the memory `layout` needs (a resize that names it);
+  // else kResourceExhausted with the numbers: LayoutPolicy::CheckMemory's for the worker with the
+  // most memory short of it, and how many have enough.
+  Status CheckEnoughFit(const Layout& layout, size_t workers,
+                        const std::vector<std::string>& ids) const;
+
   // The smallest memory budget (WorkerInfo::memory_bytes) of `ids` and whose it is; {0, ""} when
   // every one is unlimited.
   std::pair<int64_t, std::string> SmallestBudget(const std::vector<std::string>& ids) const;
@@ -186,10 +192,18 @@ class GenerationManager {
   static std::vector<std::string> IdsOf(const std::vector<const WorkerInfo*>& infos);
   // The host of each of `ids` (the id itself for an unknown worker).
   std::vector<std::string> HostNames(const std::vector<std::string>& ids) const;
-  // A planned change's layout for the first `want` of `candidates` (on `hosts`): one that fits
-  // their memory (a regrow keeps the model parallelism); the current layout when none fits.
-  Layout ChangeLayout(const std::vector<std::string>& candidates,
-                      const std::vector<std::string>& hosts, size_t want) const;
+  // A planned change's layout, into `layout`, and the workers it may take, chosen as a recovery
+  // chooses (FitWorkers; a regrow keeps the model parallelism): of `candidates` (the first
+  // `staying` the current members, the rest usable standby workers), the current members with
+  // enough memory and as many standby workers with enough memory as make `want`. The goal's
+  // layout when it has `want` ranks and enough candidates have the memory it needs; the current
+  // layout, with every candidate, when no layout fits. The current members left out for their
+  // memory go into `short_of_memory` (they stay, standby).
+  std::vector<std::string> ChangeWorkers(const std::vector<std::string>& candidates, size_t staying,
+                                         size_t want, Layout* layout,
+                                         std::unordered_set<std::string>* short_of_memory) const;
+  // A worker's memory budget; INT64_MAX for one with no limit (0) or unknown.
+  int64_t BudgetOf(const std::string& id) const;
   // A recovery's members when the layout keeps the model parallelism of the committed one: whole
   // replicas stay in place, a lost rank is taken by a survivor that held the same position or a
   // standby (KeepReplicas). Empty when there are not enough workers.
@@ -198,13 +212,15 @@ class GenerationManager {
                                            const std::vector<std::string>& usable) const;
   // A layout that fits and the workers of `candidates` it may use: of every candidate at the
   // smallest budget, or, when that leaves fewer ranks, of those with at least a larger budget
-  // (workers with less memory than the others then stay out). nullopt when none fits.
+  // (workers with less memory than the others then stay out); of each budget's workers, the first
+  // `most`. nullopt when none fits.
   struct Fit {
     Layout layout;
     std::vector<std::string> workers;  // the candidates with enough memory, in their order
+    int64_t budget = INT64_MAX;        // each of `workers` has at least this (BudgetOf)
   };
   std::optional<Fit> FitWorkers(const std::vector<std::string>& candidates,
-                                bool keep_model_parallel) const;
+                                bool keep_model_parallel, size_t most = SIZE_MAX) const;
   // Before a build in flight is abandoned: adds the workers that reported it ready, and whose
   // part changed in it, to off_layout_.
   void NoteBuiltWorkers();

@@ -283,27 +283,28 @@ size_t GenerationManager::RecoveryWorkers(size_t survivors) const {
 }
 
 std::optional<GenerationManager::Fit> GenerationManager::FitWorkers(
-    const std::vector<std::string>& candidates, bool keep_model_parallel) const {
+    const std::vector<std::string>& candidates, bool keep_model_parallel, size_t most) const {
   // The distinct budgets, smallest first (0, unlimited, counts as the largest).
   std::vector<int64_t> budgets;
-  for (const auto& id : candidates) {
-    const WorkerInfo* w = membership_->Find(id);
-    budgets.push_back(w == nullptr || w->memory_bytes <= 0 ? INT64_MAX : w->memory_bytes);
-  }
+  budgets.reserve(candidates.size());
+  for (const auto& id : candidates) budgets.push_back(BudgetOf(id));
   std::vector<int64_t> thresholds = budgets;
   std::sort(thresholds.begin(), thresholds.end());
   thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
   std::optional<Fit> best;
   for (const int64_t threshold : thresholds) {
     Fit fit;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (budgets[i] >= threshold) fit.workers.push_back(candidates[i]);
+    int64_t smallest = INT64_MAX;  // of the workers taken: `threshold` unless `most` cut it off
+    for (size_t i = 0; i < candidates.size() && fit.workers.size() < most; ++i) {
+      if (budgets[i] < threshold) continue;
+      fit.workers.push_back(candidates[i]);
+      smallest = std::min(smallest, budgets[i]);
     }
-    const std::optional<Layout> layout =
-        layouts_->ChooseFitting(HostNames(fit.workers), threshold == INT64_MAX ? 0 : threshold,
-                                layout_, keep_model_parallel);
+    const std::optional<Layout> layout = layouts_->ChooseFitting(
+        HostNames(fit.workers), smallest == INT64_MAX ? 0 : smallest, layout_, keep_model_parallel);
     if (!layout || (best && layout->world() <= best->layout.world())) continue;
     fit.layout = *layout;
+    fit.budget = threshold;
     best = std::move(fit);
   }
   return best;
@@ -326,18 +327,70 @@ std::pair<int64_t, std::string> GenerationManager::SmallestBudget(
   return smallest;
 }
 
-Layout GenerationManager::ChangeLayout(const std::vector<std::string>& candidates,
-                                      const std::vector<std::string>& hosts, size_t want) const {
-  const std::vector<std::string> used(candidates.begin(), candidates.begin() + want);
-  const auto budget = SmallestBudget(used);
-  const bool regrow = pause_goal_.reason == proto::GenerationReason::kRegrow;
-  const std::optional<Layout> fitting = layouts_->ChooseFitting(
-      std::vector<std::string>(hosts.begin(), hosts.begin() + want), budget.first, layout_,
-      /*keep_model_parallel=*/regrow);
-  if (fitting) return *fitting;
-  LOG(WARNING) << "no layout of " << want << " workers fits their memory; keeping "
-               << layout_.ToString();
-  return layout_;
+std::vector<std::string> GenerationManager::ChangeWorkers(
+    const std::vector<std::string>& candidates, size_t staying, size_t want, Layout* layout,
+    std::unordered_set<std::string>* short_of_memory) const {
+  std::vector<int64_t> budgets;
+  budgets.reserve(candidates.size());
+  for (const auto& id : candidates) budgets.push_back(BudgetOf(id));
+  std::optional<int64_t> threshold;  // the memory each worker taken has
+  if (pause_goal_.has_layout && static_cast<size_t>(pause_goal_.layout.world()) == want) {
+    const int64_t need = layouts_->NeedBytes(pause_goal_.layout);
+    const size_t enough = static_cast<size_t>(
+        std::count_if(budgets.begin(), budgets.end(), [need](int64_t b) { return b >= need; }));
+    if (enough >= want) {
+      *layout = pause_goal_.layout;
+      threshold = need;
+    }
+  }
+  if (!threshold) {
+    const bool regrow = pause_goal_.reason == proto::GenerationReason::kRegrow;
+    std::optional<Fit> fit = FitWorkers(candidates, /*keep_model_parallel=*/regrow, want);
+    if (fit) {
+      *layout = fit->layout;
+      threshold = fit->budget;
+    } else {
+      LOG(WARNING) << "no layout of " << want << " workers fits their memory; keeping "
+                   << layout_.ToString();
+      *layout = layout_;
+      threshold = INT64_MIN;
+    }
+  }
+  std::vector<std::string> pool;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (budgets[i] < *threshold) {
+      if (i < staying) short_of_memory->insert(candidates[i]);
+      continue;
+    }
+    if (i >= staying && pool.size() >= want) break;
+    pool.push_back(candidates[i]);
+  }
+  return pool;
+}
+
+int64_t GenerationManager::BudgetOf(const std::string& id) const {
+  const WorkerInfo* w = membership_->Find(id);
+  return w == nullptr || w->memory_bytes <= 0 ? INT64_MAX : w->memory_bytes;
+}
+
+Status GenerationManager::CheckEnoughFit(const Layout& layout, size_t workers,
+                                         const std::vector<std::string>& ids) const {
+  const int64_t need = layouts_->NeedBytes(layout);
+  size_t enough = 0;
+  std::pair<int64_t, std::string> short_of{0, ""};  // the most memory short of `need`, whose
+  for (const auto& id : ids) {
+    const int64_t budget = BudgetOf(id);
+    if (budget >= need) {
+      ++enough;
+    } else if (short_of.second.empty() || budget > short_of.first) {
+      short_of = {budget, id};
+    }
+  }
+  if (enough >= workers) return OkStatus();
+  const Status fits = layouts_->CheckMemory(layout, short_of.first, short_of.second);
+  return ResourceExhaustedError(fits.message() + "; " + std::to_string(enough) + " of the " +
+                                std::to_string(ids.size()) + " live workers have that much, " +
+                                std::to_string(workers) + " needed");
 }
 
 std::vector<std::string> GenerationManager::RecoveryMembers(

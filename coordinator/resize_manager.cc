@@ -108,11 +108,11 @@ void ResizeManager::OnResize(const std::string& identity, const proto::Envelope&
   if (req.has_layout) {
     Status valid = layouts_->Validate(req.layout);
     if (!valid.ok()) return refuse(valid);
-    // Every live worker may take a rank of it: each must hold its share (docs/recovery.md).
+    // Enough live workers must hold their share of it; those with less memory stay standby
+    // (docs/recovery.md).
     std::vector<std::string> live = membership_->Members();
     for (auto& id : membership_->Standby()) live.push_back(std::move(id));
-    const auto budget = generations_->SmallestBudget(live);
-    Status fits = layouts_->CheckMemory(req.layout, budget.first, budget.second);
+    Status fits = generations_->CheckEnoughFit(req.layout, static_cast<size_t>(req.workers), live);
     if (!fits.ok()) return refuse(fits);
   }
   if (generations_->job_over()) return refuse(CheckCanChange());

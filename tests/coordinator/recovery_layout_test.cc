@@ -70,6 +70,40 @@ class RecoveryLayoutTest : public ManagerTest {
     return Sent<proto::NewGeneration>(T::kNewGeneration);
   }
 
+  // a and b (4 KiB each) form dp=2; s1 (600 B) and s2 (4 KiB) join as standbys. dp=3 and dp=4
+  // need 2 KiB a worker: only a, b and s2 have it.
+  void FormDp2WithMixedStandbys() {
+    layouts_.Learn(WithState("a"));
+    Join("a", "n1", 4096);
+    Join("b", "n1", 4096);
+    ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
+    ASSERT_EQ(generations_.layout(), (Layout{2, 1, 1}));
+    Join("s1", "n1", 600);
+    Join("s2", "n1", 4096);
+  }
+
+  // An admin asks for `workers` at `layout`, without waiting (ResizeManager::OnResize).
+  void Resize(int workers, const Layout& layout) {
+    proto::Envelope e;
+    e.type = T::kResize;
+    e.sender = "admin";
+    e.request_id = 7;
+    e.payload = proto::EncodePayload(proto::ResizeRequest{workers, true, layout, false});
+    resizes_.OnResize("id-admin", e);
+  }
+
+  // Every member answers the pause request `pauses` holds at step 10; the generation built.
+  std::vector<std::pair<std::string, proto::NewGeneration>> PauseAll(
+      const std::vector<std::pair<std::string, proto::PauseRequest>>& pauses) {
+    for (const auto& [identity, p] : pauses) {
+      EXPECT_TRUE(generations_
+                      .OnPaused(identity.substr(3),
+                                proto::PausedReport{p.target_generation, 10, {10}, false})
+                      .ok());
+    }
+    return Sent<proto::NewGeneration>(T::kNewGeneration);
+  }
+
   std::vector<std::string> before_;  // the members of dp=2 x tp=2, by rank
 };
 
@@ -254,6 +288,55 @@ TEST_F(RecoveryLayoutTest, ARecoveryThatFitsNoLayoutWaitsForWorkersAndGoesOn) {
   EXPECT_EQ(g.members[0].worker_id, "e");
   EXPECT_EQ(generations_.state(), proto::JobState::kBuilding);
   EXPECT_TRUE(generations_.waiting_reason().empty());
+}
+
+// A planned grow chooses as a recovery does: dp=3 of a, b and s1 fits no layout (s1 has 600 B),
+// so s1 stays standby and s2 takes the rank, rather than the job staying at dp=2.
+TEST_F(RecoveryLayoutTest, AGrowWithMixedBudgetsTakesTheWorkersThatFit) {
+  FormDp2WithMixedStandbys();
+  generations_.BeginPause(SizeGoal{3});
+  auto built = PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest));
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{3, 1, 1}));
+  std::vector<std::string> ids;
+  for (const auto& m : g.members) ids.push_back(m.worker_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "s2"}));
+  ReadyAll(built);
+  EXPECT_EQ(generations_.layout(), (Layout{3, 1, 1}));
+  EXPECT_EQ(membership_.Find("s1")->state, WorkerState::kStandby);
+  EXPECT_EQ(membership_.Find("s2")->state, WorkerState::kMember);
+}
+
+// A resize that names a layout only the larger workers fit is accepted when enough of them exist
+// (it was refused for s1's 600 B before); s1 stands by.
+TEST_F(RecoveryLayoutTest, AResizeToALayoutOnlyTheLargerWorkersFitLeavesTheOthersStandby) {
+  FormDp2WithMixedStandbys();
+  Resize(3, Layout{3, 1, 1});
+  ASSERT_TRUE(resizes_.pending().has_value()) << "accepted";
+  auto built = PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest));
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{3, 1, 1}));
+  std::vector<std::string> ids;
+  for (const auto& m : g.members) ids.push_back(m.worker_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "s2"}));
+  ReadyAll(built);
+  EXPECT_EQ(generations_.layout(), (Layout{3, 1, 1}));
+  EXPECT_EQ(membership_.Find("s1")->state, WorkerState::kStandby);
+  EXPECT_FALSE(resizes_.pending().has_value()) << "done";
+}
+
+// One that more workers need than have the memory is refused, with the numbers.
+TEST_F(RecoveryLayoutTest, AResizeToALayoutTooFewWorkersFitIsRefusedWithTheNumbers) {
+  FormDp2WithMixedStandbys();
+  Resize(4, Layout{4, 1, 1});
+  auto errors = Sent<proto::ErrorReply>(T::kError);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].second.code, static_cast<int32_t>(StatusCode::kResourceExhausted));
+  EXPECT_EQ(errors[0].second.message,
+            "layout dp=4,pp=1,tp=1 needs 2.0 KiB a worker, s1 has 600 B; 3 of the 4 live workers "
+            "have that much, 4 needed");
+  EXPECT_FALSE(resizes_.pending().has_value());
+  EXPECT_EQ(generations_.layout(), (Layout{2, 1, 1}));
 }
 
 }  // namespace
