@@ -36,8 +36,15 @@ void JournalRecorder::Wrote(const Status& s) {
 
 void JournalRecorder::MaybeCompact() {
   // Between two records, never inside one: the snapshot is of the state written so far.
+  const uint64_t before = journal_->compacted();
   const Status s = journal_->MaybeCompact();
-  if (s.ok()) return;
+  if (s.ok()) {
+    if (journal_->compacted() != before) {
+      LOG(INFO) << "journal compacted: the records before " << journal_->compacted()
+                << " are one snapshot now";
+    }
+    return;
+  }
   if (s.code() == StatusCode::kFailedPrecondition && s.message().rfind("not the leader", 0) == 0) {
     LogFailure(s);  // the fence refused it: another coordinator leads the job
     return;

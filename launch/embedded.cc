@@ -267,6 +267,7 @@ StatusOr<EmbeddedCoordinator> StartEmbeddedCoordinator(const EmbeddedOptions& op
   o.etcd_fence_key = options.etcd_fence_key;
   o.etcd_fence_revision = options.etcd_fence_revision;
   o.on_fenced = options.on_fenced;
+  o.journal_compact_records = options.journal_compact_records;
   ELASTRA_ASSIGN_OR_RETURN(std::optional<EtcdJob> prior, PriorJob(options, f));
   // A restart, or a takeover over etcd: the same job, address and keys as before, and clients
   // reconnect by themselves.

@@ -67,6 +67,9 @@ struct EmbeddedOptions {
   int64_t etcd_fence_revision = 0;
   // With a fence: what a journal write the fence refused calls (CoordinatorOptions::on_fenced).
   std::function<void(const Status&)> on_fenced;
+  // With etcd: compact the journal every this many records (CoordinatorOptions::
+  // journal_compact_records; docs/ha.md, "Compaction").
+  uint64_t journal_compact_records = 1000;
 };
 
 struct EmbeddedCoordinator {

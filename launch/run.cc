@@ -78,6 +78,7 @@ struct CoordinatorOptions {
   std::string http;  // the HTTP API, HOST:PORT or :PORT; empty: off
   std::string etcd;  // the etcd cluster that keeps the journal; empty: <state_dir>/journal.bin
   int leader_ttl = 3;  // with etcd: the leadership lease's TTL, in seconds
+  int journal_compact_records = 1000;  // with etcd: records between two compactions
 };
 
 // The coordinator child process of `elastra run`, started again with --restart on the same state
@@ -373,6 +374,7 @@ int RunCoordinator(const CoordinatorOptions& flags) {
   o.etcd = flags.etcd;
   o.etcd_fence_key = fence.key;
   o.etcd_fence_revision = fence.create_revision;
+  o.journal_compact_records = static_cast<uint64_t>(flags.journal_compact_records);
   if (election) {
     // A write the fence refused: another coordinator leads, whatever this one's lease says (its
     // clock may not have caught up yet). The same rule as on_lost, before the decision that
@@ -502,6 +504,11 @@ void AddCoordinatorCommand(CLI::App* app, int* exit_code) {
   AddIntFlag(coordinator, "--leader-ttl", &o->leader_ttl, 1, 3600, "SECONDS",
              "With --etcd: the lease of the job's leadership; a standby takes the job over this "
              "long after the leader's host died (docs/ha.md)")
+      ->capture_default_str();
+  AddIntFlag(coordinator, "--journal-compact-records", &o->journal_compact_records, 4, 1 << 30,
+             "N",
+             "With --etcd: replace the journal's records with a snapshot every N records, "
+             "between changes (docs/ha.md, \"Compaction\")")
       ->capture_default_str();
   coordinator->add_flag("--restart", o->restart,
                         "Take back the job journaled in --state-dir after its coordinator died");

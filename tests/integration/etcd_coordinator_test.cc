@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/job_harness.h"
 #include "tests/journal/etcd_server.h"
@@ -119,9 +120,11 @@ class EtcdCoordinator : public ::testing::Test {
   // `elastra coordinator --etcd` of the job, its state in `state_dir` and its output appended to
   // `log`, in a process group of its own (TearDown kills the group).
   pid_t SpawnCoordinator(const std::string& state_dir, const std::string& log) {
-    return SpawnLogged({ElastraBinary(), "coordinator", "--state-dir", state_dir, "--workers", "2",
-                        "--job", "etcdjob", "--etcd", etcd_.url(), "--leader-ttl", "1"},
-                       log, kHeartbeatEnv, ProcessGroup::kOwn);
+    std::vector<std::string> argv = {ElastraBinary(), "coordinator", "--state-dir", state_dir,
+                                     "--workers",     "2",           "--job",       "etcdjob",
+                                     "--etcd",        etcd_.url(),   "--leader-ttl", "1"};
+    argv.insert(argv.end(), coordinator_args_.begin(), coordinator_args_.end());
+    return SpawnLogged(argv, log, kHeartbeatEnv, ProcessGroup::kOwn);
   }
 
   // The same command each time; waits for its `n`th ready line.
@@ -218,6 +221,7 @@ class EtcdCoordinator : public ::testing::Test {
   std::string dir_;
   std::string leader_state_;  // the state directory Status() reads
   journal::EtcdServer etcd_;
+  std::vector<std::string> coordinator_args_;  // more flags for every coordinator of the test
   pid_t coordinator_ = -1;
   pid_t standby_ = -1;
   pid_t agent_ = -1;
@@ -266,9 +270,17 @@ TEST_F(EtcdCoordinator, ACoordinatorWithoutItsStateDirectoryTakesTheJobOverFromE
   StopAndCheck(&coordinator_, args);
 }
 
+// With the journal compacted every 4 records, so that the standby takes over from a snapshot.
 TEST_F(EtcdCoordinator, AStandbyTakesTheJobOverWhenTheLeaderDies) {
+  coordinator_args_ = {"--journal-compact-records", "4"};
   std::string address;
   ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&address));
+  // The first generation's commit ends the change: the records so far become a snapshot.
+  ASSERT_TRUE(WaitForText(
+      coordinator_log(),
+      [](const std::string& t) { return t.find("journal compacted: the records before") != t.npos; },
+      seconds(30)))
+      << Logs();
   const nlohmann::json before = Status();
   const std::vector<int64_t> pids = MemberPids(before);
   ASSERT_EQ(pids.size(), 2u) << before.dump();
