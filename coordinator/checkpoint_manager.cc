@@ -9,7 +9,7 @@
 
 namespace elastra::coordinator {
 
-Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
+Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r, bool defer) {
   if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks || r.ranks > 1 << 20) {
     return InvalidArgumentError("rank " + std::to_string(r.rank) + " of " +
                                 std::to_string(r.ranks));
@@ -35,23 +35,59 @@ Status CheckpointManager::OnWritten(const proto::CheckpointWritten& r) {
   if (reported < p.ranks) return OkStatus();
   // Every rank reported: the checkpoint is committed, or it never will be and its files go (the
   // other ranks' shards would otherwise stay until the job's end).
-  if (p.failed || !Commit(r, p)) {
+  const std::pair<uint64_t, int64_t> key{r.generation, r.step};
+  if (!p.failed && defer) {
+    if (ready_ && *ready_ != key) {
+      // Of two ready checkpoints only the newer is committed; the other's files go.
+      const std::pair<uint64_t, int64_t> moot = ready_->second < r.step ? *ready_ : key;
+      auto it = pending_.find(moot);
+      if (it != pending_.end()) {
+        Discard(it->second.root, moot.first, moot.second);
+        pending_.erase(it);
+      }
+      if (moot == key) return OkStatus();
+    }
+    ready_ = key;
+    return OkStatus();
+  }
+  if (!p.failed && ready_ && ready_->second < r.step) {
+    // A ready one older than this: this one is committed instead.
+    auto it = pending_.find(*ready_);
+    if (it != pending_.end()) {
+      Discard(it->second.root, ready_->first, ready_->second);
+      pending_.erase(it);
+    }
+    ready_.reset();
+  }
+  if (p.failed || !Commit(r.generation, r.step, p)) {
     Discard(p.root, r.generation, r.step);
-    pending_.erase({r.generation, r.step});
+    pending_.erase(key);
   }
   return OkStatus();
 }
 
-bool CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
+void CheckpointManager::CommitReady() {
+  if (!ready_) return;
+  const std::pair<uint64_t, int64_t> key = *ready_;
+  ready_.reset();
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return;
+  if (key.second <= latest_step_ || !Commit(key.first, key.second, it->second)) {
+    Discard(it->second.root, key.first, key.second);
+    pending_.erase(key);
+  }
+}
+
+bool CheckpointManager::Commit(uint64_t generation, int64_t step, Pending& p) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<checkpoint::ShardDescriptor> shards;
   for (const auto& [rank, bytes] : p.descriptors) {
     auto d = checkpoint::DecodeShardDescriptor(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
     if (!d.ok()) {
-      LOG(WARNING) << "checkpoint of step " << r.step << ": rank " << rank
+      LOG(WARNING) << "checkpoint of step " << step << ": rank " << rank
                    << " sent an unreadable descriptor: " << d.status();
-      Failed(r.step, "rank " + std::to_string(rank) + " sent an unreadable descriptor: " +
+      Failed(step, "rank " + std::to_string(rank) + " sent an unreadable descriptor: " +
                          d.status().ToString());
       p.failed = true;
       return false;
@@ -64,24 +100,24 @@ bool CheckpointManager::Commit(const proto::CheckpointWritten& r, Pending& p) {
   options.env = env_;
   options.root = p.root;
   options.keep_last = keep_;
-  checkpoint::CheckpointId id{job_, r.step, r.generation};
+  checkpoint::CheckpointId id{job_, step, generation};
   auto dir = checkpoint::CommitCheckpoint(options, id, p.layout, std::move(shards));
   if (!dir.ok()) {
-    LOG(WARNING) << "checkpoint of step " << r.step << " not committed: " << dir.status();
-    Failed(r.step, "commit: " + dir.status().ToString());
+    LOG(WARNING) << "checkpoint of step " << step << " not committed: " << dir.status();
+    Failed(step, "commit: " + dir.status().ToString());
     return false;
   }
   latest_dir_ = *dir;
-  latest_step_ = r.step;
+  latest_step_ = step;
   const double commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // A restart still knows it.
   journal_->LogFailure(
-      Record(r.step, r.generation, *dir, bytes, p.write_seconds + commit_seconds));
-  LOG(INFO) << "checkpoint of step " << r.step << " committed: " << *dir;
+      Record(step, generation, *dir, bytes, p.write_seconds + commit_seconds));
+  LOG(INFO) << "checkpoint of step " << step << " committed: " << *dir;
   // Older pending ones can never complete now.
   for (auto it = pending_.begin(); it != pending_.end();) {
-    it = it->first.second <= r.step ? pending_.erase(it) : std::next(it);
+    it = it->first.second <= step ? pending_.erase(it) : std::next(it);
   }
   return true;
 }
@@ -98,6 +134,7 @@ void CheckpointManager::Discard(const std::string& root, uint64_t generation, in
 }
 
 void CheckpointManager::EndJob() {
+  CommitReady();  // every rank wrote it: the job's last checkpoint may be this one
   pending_.clear();
   for (const std::string& root : roots_) {
     auto removed = checkpoint::RemoveUncommittedCheckpoints(env_, root);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -34,7 +35,15 @@ class CheckpointManager {
   // be right (a rank outside [0, ranks)): the caller counts it as malformed. OK otherwise, also
   // when a rank failed, a descriptor was unreadable or the commit's write failed: those are
   // logged, nothing is committed, and the latest checkpoint stays what it was.
-  Status OnWritten(const proto::CheckpointWritten& report);
+  // With `defer` (the coordinator has more messages queued behind this one), a checkpoint that
+  // every rank wrote is only marked ready: CommitReady() commits the newest ready one, and a newer
+  // one that becomes ready first makes an older one moot (its directory is removed). Each commit
+  // syncs files several times; committing every step of a job that checkpoints every few
+  // milliseconds left the coordinator seconds behind its queue (docs/hardening.md, "The two
+  // unexplained failures").
+  Status OnWritten(const proto::CheckpointWritten& report, bool defer = false);
+  // Commits the checkpoint OnWritten marked ready, if any (the coordinator's tick, and EndJob).
+  void CommitReady();
 
   // The job ended (finished, failed): no rank writes any more, so a checkpoint still pending can
   // never be committed. Removes every uncommitted checkpoint directory under the roots the job
@@ -82,8 +91,8 @@ class CheckpointManager {
     std::map<int32_t, std::string> descriptors;  // rank -> EncodeShardDescriptor bytes
     std::set<int32_t> failed_ranks;              // ranks whose write failed
   };
-  // Commits the checkpoint of `r` (every rank reported success); false when that failed.
-  bool Commit(const proto::CheckpointWritten& r, Pending& p);
+  // Commits the checkpoint of `step` (every rank reported success); false when that failed.
+  bool Commit(uint64_t generation, int64_t step, Pending& p);
   void Failed(int64_t step, std::string why);
   // Removes the directory of a checkpoint that will never be committed.
   void Discard(const std::string& root, uint64_t generation, int64_t step);
@@ -93,6 +102,8 @@ class CheckpointManager {
   Env* env_;
   JournalRecorder* journal_;
   std::map<std::pair<uint64_t, int64_t>, Pending> pending_;
+  // The (generation, step) in pending_ every rank wrote, left for CommitReady (OnWritten's defer).
+  std::optional<std::pair<uint64_t, int64_t>> ready_;
   std::string latest_dir_;
   int64_t latest_step_ = -1;
   std::vector<JournalCheckpoint> committed_;

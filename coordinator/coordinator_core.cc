@@ -223,6 +223,7 @@ void CoordinatorCore::PrefetchAhead(std::span<const proto::Envelope* const> next
 }
 
 std::vector<Outgoing> CoordinatorCore::Tick() {
+  checkpoints_.CommitReady();
   kv_.Tick();
   if (!generations_.job_over()) {
     host_manager_.Tick();
@@ -262,7 +263,7 @@ void CoordinatorCore::OnCheckpointWritten(const proto::Envelope& e) {
     outbox_.CountStale();
     return;
   }
-  if (!checkpoints_.OnWritten(*report).ok()) outbox_.CountMalformed();
+  if (!checkpoints_.OnWritten(*report, more_queued_).ok()) outbox_.CountMalformed();
 }
 
 // ---------------------------------------------------------------------------------------------

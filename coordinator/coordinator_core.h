@@ -75,6 +75,10 @@ class CoordinatorCore {
   // Answers a frame that did not decode (counted in malformed_frames) with an ErrorReply carrying
   // request id 0.
   std::vector<Outgoing> HandleMalformed(const std::string& identity, const Status& error);
+  // Whether more messages wait behind the next one Handle gets (the server's batch): then a
+  // checkpoint every rank wrote is committed at the next Tick, the newest of those that became
+  // ready meanwhile (CheckpointManager::OnWritten's defer). False (the default): at once.
+  void set_more_queued(bool more) { more_queued_ = more; }
   // Heartbeat deadlines, key-value wait deadlines, recovery and spawn deadlines.
   std::vector<Outgoing> Tick();
 
@@ -121,6 +125,7 @@ class CoordinatorCore {
   Outbox outbox_;
   JournalRecorder journal_;
   CheckpointManager checkpoints_;
+  bool more_queued_ = false;
   HealthMonitor health_;
   KvService kv_;
   LayoutPolicy layouts_;

@@ -24,6 +24,8 @@ namespace {
 constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
 // How often the loop wakes to tick deadlines and notice Stop().
 constexpr long kLoopPollMs = 10;
+// How often the ZAP thread wakes to notice Stop() when nobody is connecting.
+constexpr long kZapPollMs = 100;
 // Messages handled per wakeup before deadlines are checked again.
 constexpr int kMaxBatch = 256;
 // How long Stop() lets messages already sent leave before the socket closes.
@@ -89,6 +91,11 @@ class CoordinatorServer::Impl {
     zap_ = zmq_socket(ctx_, ZMQ_REP);
     zmq_setsockopt(zap_, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_bind(zap_, kZapEndpoint) != 0) return InternalError("ZAP bind: " + ZmqError());
+    // Its own thread: a connecting client's CURVE handshake waits for the ZAP reply, and the loop
+    // thread can be busy for seconds with one batch of messages (each checkpoint commit syncs
+    // files; docs/hardening.md, "The two unexplained failures"), which made `elastra status` and
+    // connecting workers give up with "no coordinator answered within 5000 ms".
+    zap_thread_ = std::thread([this] { ZapLoop(); });
 
     router_ = zmq_socket(ctx_, ZMQ_ROUTER);
     int one = 1;
@@ -128,6 +135,7 @@ class CoordinatorServer::Impl {
   void Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
+    if (zap_thread_.joinable()) zap_thread_.join();
     if (router_ != nullptr) {
       // What the loop sent last (the job's Shutdowns) still leaves; zmq_ctx_term waits for it.
       int linger = kStopLingerMs;
@@ -161,14 +169,13 @@ class CoordinatorServer::Impl {
   void Loop() {
     auto last_tick = std::chrono::steady_clock::now();
     while (!stop_) {
-      zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {zap_, 0, ZMQ_POLLIN, 0}};
-      int rc = zmq_poll(items, 2, kLoopPollMs);
+      zmq_pollitem_t items[1] = {{router_, 0, ZMQ_POLLIN, 0}};
+      int rc = zmq_poll(items, 1, kLoopPollMs);
       if (rc < 0) {
         if (zmq_errno() == EINTR) continue;
         LOG(ERROR) << "coordinator poll failed: " << ZmqError();
         return;
       }
-      if (items[1].revents & ZMQ_POLLIN) HandleZap();
       if (items[0].revents & ZMQ_POLLIN) HandleBatch();
       auto now = std::chrono::steady_clock::now();
       if (now - last_tick >= std::chrono::milliseconds(kLoopPollMs)) {
@@ -183,6 +190,21 @@ class CoordinatorServer::Impl {
         SendAll(out);
         if (over) MarkDone();
       }
+    }
+  }
+
+  // The ZAP thread: answers every handshake's ZAP request as it comes, whatever the loop does. It
+  // reads only the key sets, which never change after the constructor.
+  void ZapLoop() {
+    while (!stop_) {
+      zmq_pollitem_t item{zap_, 0, ZMQ_POLLIN, 0};
+      int rc = zmq_poll(&item, 1, kZapPollMs);
+      if (rc < 0) {
+        if (zmq_errno() == EINTR) continue;
+        LOG(ERROR) << "coordinator ZAP poll failed: " << ZmqError();
+        return;
+      }
+      if (item.revents & ZMQ_POLLIN) HandleZap();
     }
   }
 
@@ -278,12 +300,14 @@ class CoordinatorServer::Impl {
         const Received& n = window[k];
         if (n.envelope && n.envelope->ok() && n.role) next[ahead] = &**n.envelope;
       }
-      HandleOne(window.front(), std::span<const proto::Envelope* const>(next, ahead));
+      HandleOne(window.front(), std::span<const proto::Envelope* const>(next, ahead),
+                /*more=*/window.size() > 1);
       window.pop_front();
     }
   }
 
-  void HandleOne(const Received& m, std::span<const proto::Envelope* const> next) {
+  // `more`: messages wait behind this one (a checkpoint commit is then left for the tick).
+  void HandleOne(const Received& m, std::span<const proto::Envelope* const> next, bool more) {
     std::vector<Outgoing> out;
     bool over = false;
     {
@@ -299,6 +323,7 @@ class CoordinatorServer::Impl {
         out = core_.HandleMalformed(m.identity, UnauthenticatedError("the client has no role"));
       } else {
         core_.PrefetchAhead(next);
+        core_.set_more_queued(more);
         out = core_.Handle(m.identity, *m.role, **m.envelope);
       }
       over = Over(core_.state());
@@ -336,9 +361,10 @@ class CoordinatorServer::Impl {
   std::set<std::string> admins_;
   void* ctx_ = nullptr;
   void* router_ = nullptr;  // loop thread only
-  void* zap_ = nullptr;     // loop thread only
+  void* zap_ = nullptr;     // ZAP thread only
   std::string address_;
   std::thread thread_;
+  std::thread zap_thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> rejected_keys_{0};
   std::atomic<bool> done_{false};
