@@ -9,7 +9,8 @@
 // events (kEventsPerMinute a minute, as measured on the 2-core test machine). The schedule comes
 // from the seed alone and every event waits for the job's progress, never for time, so a failing
 // seed replays the same storm: `make soak MINUTES=N SEED=S`. The test prints the schedule first
-// and one summary line ("soak: seed=...") at the end.
+// and one summary line ("soak: seed=...") at the end. Every wait has a deadline and a message
+// naming what it waited for; the soak as a whole has one too (kCtestDeadlineS).
 //
 // The checkpoints live on an 8 MiB tmpfs mounted under the test's directory, so it needs root
 // (skipped otherwise, with the reason; ELASTRA_REQUIRE_ROOT=1 makes that a failure).
@@ -36,6 +37,7 @@
 
 #include "examples/log_check.h"
 #include "tests/integration/job_harness.h"
+#include "tests/soak/members.h"
 #include "tests/soak/storm.h"
 
 namespace elastra::testing {
@@ -56,6 +58,10 @@ constexpr int kEventsPerRound = 8;
 // What a wait for the job's own progress may take on a loaded 2-core machine before the soak
 // calls the job stuck.
 constexpr seconds kPatience{180};
+// The soak's own deadline (ELASTRA_SOAK_DEADLINE_S; make soak: 8 minutes an event-minute), below
+// ctest's TIMEOUT of 1200 s: a slow soak fails naming its wait and keeps its logs, where ctest's
+// kill leaves neither. Every wait's patience is cut to what is left of it.
+constexpr int64_t kCtestDeadlineS = 1100;
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -79,33 +85,6 @@ const std::vector<std::string> kEnv = {"ELASTRA_HEARTBEAT_MS=200",
                                        "ELASTRA_HEARTBEAT_TIMEOUT_MS=1500",
                                        "ELASTRA_CHECKPOINT_KEEP=3"};
 
-struct Member {
-  std::string id;
-  int rank = -1;
-  pid_t pid = -1;
-};
-
-std::vector<Member> Members(const nlohmann::json& status) {
-  std::vector<Member> m;
-  for (const auto& w : status.value("workers", nlohmann::json::array())) {
-    if (w.value("state", std::string()) != "member") continue;
-    m.push_back({w.value("id", std::string()), w.value("rank", -1),
-                 static_cast<pid_t>(w.value("pid", int64_t{-1}))});
-  }
-  std::sort(m.begin(), m.end(), [](const Member& a, const Member& b) { return a.rank < b.rank; });
-  return m;
-}
-
-// A process that is gone or a zombie (its parent, the launcher, has not reaped it yet).
-bool ProcessEnded(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return true;
-  std::string line;
-  std::getline(in, line);
-  size_t close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] == 'Z';
-}
-
 class SoakTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -126,6 +105,23 @@ class SoakTest : public ::testing::Test {
       GTEST_SKIP() << why;
     }
     mounted_ = true;
+    const int64_t minutes = EnvInt("ELASTRA_SOAK_MINUTES", 2);
+    deadline_s_ = EnvInt("ELASTRA_SOAK_DEADLINE_S", std::max(kCtestDeadlineS, minutes * 480));
+    deadline_ = std::chrono::steady_clock::now() + seconds(deadline_s_);
+  }
+
+  // kPatience, or what is left of the soak's deadline when that is less (at least 1 s).
+  seconds Patience() const {
+    const auto left =
+        std::chrono::duration_cast<seconds>(deadline_ - std::chrono::steady_clock::now());
+    return std::max(seconds(1), std::min(kPatience, left));
+  }
+  // For a failed wait's message: how long it waited, and whether the soak's deadline cut it short.
+  std::string Waited(const std::string& what) const {
+    const bool late = std::chrono::steady_clock::now() + seconds(1) >= deadline_;
+    return "waited up to " + std::to_string(kPatience.count()) + " s for " + what +
+           (late ? " (the soak's deadline of " + std::to_string(deadline_s_) + " s was reached)"
+                 : std::string());
   }
 
   void TearDown() override {
@@ -181,8 +177,8 @@ class SoakTest : public ::testing::Test {
           return j.value("state", std::string()) == "running" && !j.contains("pending_resize") &&
                  static_cast<int>(Members(j).size()) == world;
         },
-        kPatience);
-    ASSERT_TRUE(settled) << "the job did not settle after " << after << "; last status "
+        Patience());
+    ASSERT_TRUE(settled) << Waited("the job to settle after " + after) << "; last status "
                          << last.dump() << "\n"
                          << LauncherLog(*job_);
     settled_step_ = last.value("step", int64_t{0});
@@ -190,8 +186,8 @@ class SoakTest : public ::testing::Test {
   }
 
   void WaitForProgress(int64_t steps) {
-    ASSERT_TRUE(job_->WaitForStep(settled_step_ + steps, kPatience))
-        << "no progress to step " << settled_step_ + steps << "\n"
+    ASSERT_TRUE(job_->WaitForStep(settled_step_ + steps, Patience()))
+        << Waited("progress to step " + std::to_string(settled_step_ + steps)) << "\n"
         << LauncherLog(*job_);
   }
 
@@ -209,6 +205,8 @@ class SoakTest : public ::testing::Test {
 
   std::string root_, disk_, ckpt_;
   std::set<std::string> damaged_;  // checkpoints CorruptResume flipped a byte of
+  int64_t deadline_s_ = kCtestDeadlineS;
+  std::chrono::steady_clock::time_point deadline_;  // the soak's, from SetUp
   bool mounted_ = false;
   std::unique_ptr<Job> job_;
   int jobs_ = 0;
@@ -226,7 +224,7 @@ class SoakTest : public ::testing::Test {
 // A kill or a hang needs a survivor: a job of one worker first grows to two.
 void SoakTest::EnsureTwoMembers() {
   if (Members(settled_status_).size() >= 2) return;
-  auto r = job_->Resize("--workers 2 --wait");
+  auto r = job_->Resize("--workers 2 --wait --timeout " + std::to_string(Patience().count()));
   ASSERT_EQ(r.exit_code, 0) << r.out << "\n" << LauncherLog(*job_);
   WaitSettled("growing to two workers");
 }
@@ -244,9 +242,8 @@ void SoakTest::KillWorker(const StormStep& s) {
         return j.value("generation", uint64_t{0}) > generation &&
                j.value("state", std::string()) == "running";
       },
-      kPatience))
-      << "no generation without " << victim.id << "\n"
-      << LauncherLog(*job_);
+      Patience()))
+      << Waited("a generation without " + victim.id) << "\n" << LauncherLog(*job_);
 }
 
 void SoakTest::KillCoordinator() {
@@ -258,11 +255,12 @@ void SoakTest::KillCoordinator() {
         const pid_t now = job_->CoordinatorPid();
         return now > 0 && now != old_pid;
       },
-      kPatience))
-      << "no coordinator after the kill\n"
-      << LauncherLog(*job_);
+      Patience()))
+      << Waited("a new coordinator after the kill") << "\n" << LauncherLog(*job_);
   // The restarted coordinator took the job back: it trains on.
-  ASSERT_TRUE(job_->WaitForStep(settled_step_ + 3, kPatience)) << LauncherLog(*job_);
+  ASSERT_TRUE(job_->WaitForStep(settled_step_ + 3, Patience()))
+      << Waited("step " + std::to_string(settled_step_ + 3) + " after a coordinator's restart")
+      << "\n" << LauncherLog(*job_);
 }
 
 // A hung worker: stopped until the coordinator declared it lost and the job went on without it,
@@ -287,18 +285,26 @@ void SoakTest::HangWorker(const StormStep& s) {
         }
         return true;
       },
-      kPatience);
+      Patience());
   if (!evicted) kill(victim.pid, SIGCONT);
-  ASSERT_TRUE(evicted) << victim.id << " (pid " << victim.pid << ") stopped but not evicted\n"
+  ASSERT_TRUE(evicted) << Waited("the eviction of " + victim.id + " (pid " +
+                                 std::to_string(victim.pid) + "), stopped")
+                       << "\n"
                        << LauncherLog(*job_);
   // The job trains without it, then it wakes.
-  ASSERT_TRUE(job_->WaitForStep(job_->Status().value("step", int64_t{0}) + 3, kPatience));
+  const int64_t without = job_->Status().value("step", int64_t{0}) + 3;
+  if (!job_->WaitForStep(without, Patience())) {
+    kill(victim.pid, SIGCONT);
+    FAIL() << Waited("step " + std::to_string(without) + " without " + victim.id) << "\n"
+           << LauncherLog(*job_);
+  }
   const auto log_size = fs::file_size(job_->log_path());
   const auto woke = fs::file_time_type::clock::now();
   ASSERT_EQ(kill(victim.pid, SIGCONT), 0);
   ASSERT_TRUE(job_->WaitFor([&](const nlohmann::json&) { return ProcessEnded(victim.pid); },
-                            kPatience))
-      << victim.id << " (pid " << victim.pid << ") still runs after waking\n"
+                            Patience()))
+      << Waited(victim.id + " (pid " + std::to_string(victim.pid) + ") to end after waking")
+      << "\n"
       << LauncherLog(*job_);
   // Nothing of its old generation after it woke: no step in the log (only rank 0 logs; the
   // others' steps would show as a shard), no shard file of that generation published.
@@ -334,7 +340,8 @@ void SoakTest::HangWorker(const StormStep& s) {
         return log.find(pid + "exited with") != std::string::npos ||
                log.find(pid + "killed by signal") != std::string::npos;
       },
-      kPatience))
+      Patience()))
+      << Waited("the agent's account of " + victim.id + "'s exit") << "\n"
       << log;
   EXPECT_NE(log.find(pid + "exited with 1"), std::string::npos) << log;
   ++fenced_checks_;
@@ -350,8 +357,10 @@ void SoakTest::Resize(const StormStep& s) {
     auto it = std::find(layouts.begin(), layouts.end(), want);
     want = layouts[(static_cast<size_t>(it - layouts.begin()) + 1) % layouts.size()];
   }
+  // --timeout: the command's own wait is 10 minutes by default.
   auto r = job_->Resize("--workers " + std::to_string(want.world()) + " --layout " +
-                        want.ToString() + " --wait");
+                        want.ToString() + " --wait --timeout " +
+                        std::to_string(Patience().count()));
   ASSERT_EQ(r.exit_code, 0) << r.out << "\n" << LauncherLog(*job_);
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
@@ -365,7 +374,8 @@ void SoakTest::Resize(const StormStep& s) {
 // checkpoints commit again.
 void SoakTest::DiskFull() {
   ASSERT_TRUE(job_->WaitFor([&](const nlohmann::json&) { return !Committed().empty(); },
-                            kPatience));
+                            Patience()))
+      << Waited("a committed checkpoint before filling the disk") << "\n" << LauncherLog(*job_);
   const std::string filler = disk_ + "/filler";
   {
     int fd = open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -385,8 +395,8 @@ void SoakTest::DiskFull() {
         const auto c = j.value("checkpoints", nlohmann::json::object());
         return c.value("last_error_step", int64_t{-1}) > full_at;
       },
-      kPatience))
-      << "status never named the failing checkpoint: " << seen.dump() << "\n"
+      Patience()))
+      << Waited("status to name the failing checkpoint") << ": " << seen.dump() << "\n"
       << LauncherLog(*job_);
   const std::string error = seen["checkpoints"].value("last_error", std::string());
   EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
@@ -394,8 +404,10 @@ void SoakTest::DiskFull() {
   auto text = RunShell(ElastraBinary() + " status --state-dir " + job_->state_dir());
   EXPECT_NE(text.out.find("checkpoint FAILING: step"), std::string::npos) << text.out;
   // Training goes on; the newest committed checkpoint is whole.
-  ASSERT_TRUE(job_->WaitForStep(job_->Status().value("step", int64_t{0}) + 2 * kCheckpointEvery,
-                                kPatience));
+  const int64_t on_full = job_->Status().value("step", int64_t{0}) + 2 * kCheckpointEvery;
+  ASSERT_TRUE(job_->WaitForStep(on_full, Patience()))
+      << Waited("step " + std::to_string(on_full) + " on a full disk") << "\n"
+      << LauncherLog(*job_);
   const auto committed = Committed();
   ASSERT_FALSE(committed.empty());
   auto verify = RunShell(ElastraBinary() + " ckpt verify " + committed.front().string());
@@ -409,15 +421,16 @@ void SoakTest::DiskFull() {
         return j.value("checkpoints", nlohmann::json::object())
                    .value("committed_step", int64_t{-1}) > freed_at;
       },
-      kPatience))
-      << "no checkpoint committed once space was back: " << after.dump() << "\n"
+      Patience()))
+      << Waited("a checkpoint committed once space was back") << ": " << after.dump() << "\n"
       << LauncherLog(*job_);
 }
 
 void SoakTest::StopJob() {
   job_->StopTraining();
-  const int code = job_->Wait(kPatience);
-  ASSERT_EQ(code, 0) << LauncherLog(*job_);
+  const int code = job_->Wait(Patience());
+  ASSERT_EQ(code, 0) << "the job's exit (-1: " << Waited("it to stop") << ")\n"
+                     << LauncherLog(*job_);
   const std::string log = root_ + "/run" + std::to_string(jobs_) + ".jsonl";
   fs::copy_file(job_->log_path(), log);
   fs::copy_file(job_->dir() + "/launcher.log", root_ + "/launcher" + std::to_string(jobs_) + ".log");
@@ -432,7 +445,8 @@ void SoakTest::StopJob() {
 // checkpoint root and must start from the one before it.
 void SoakTest::CorruptResume(const StormStep& s) {
   ASSERT_TRUE(job_->WaitFor([&](const nlohmann::json&) { return Committed().size() >= 2; },
-                            kPatience));
+                            Patience()))
+      << Waited("two committed checkpoints") << "\n" << LauncherLog(*job_);
   StopJob();
   if (HasFatalFailure()) return;
   const auto dirs = Committed();
@@ -455,7 +469,9 @@ void SoakTest::CorruptResume(const StormStep& s) {
   auto verify = RunShell(ElastraBinary() + " ckpt verify " + dirs[0].string());
   EXPECT_EQ(verify.exit_code, 1) << verify.out;
   StartJob(s.layout.dp, /*resume=*/true);
-  ASSERT_TRUE(job_->WaitForStep(StepOf(dirs[1]) + 1, kPatience)) << LauncherLog(*job_);
+  ASSERT_TRUE(job_->WaitForStep(StepOf(dirs[1]) + 1, Patience()))
+      << Waited("the resumed job to pass step " + std::to_string(StepOf(dirs[1]) + 1)) << "\n"
+      << LauncherLog(*job_);
   auto resumed = examples::ReadTrainLog(job_->log_path());
   ASSERT_TRUE(resumed.ok());
   ASSERT_FALSE(resumed->applied.empty());
