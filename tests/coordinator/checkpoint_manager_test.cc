@@ -1,6 +1,7 @@
 // The checkpoint manager on its own, over a FaultInjectionEnv: it commits a step once every rank
 // reported it, keeps the newest K, and when the commit's own write fails or the power is cut
 // before the manifest's rename, nothing is committed and the previous checkpoint stays the latest.
+// With messages queued behind a report, a commit waits for the tick and the newest ready one wins.
 #include "coordinator/checkpoint_manager.h"
 
 #include <gtest/gtest.h>
@@ -190,6 +191,53 @@ TEST_F(CheckpointManagerTest, TheJobsEndRemovesEveryUncommittedCheckpoint) {
   EXPECT_EQ(left, (std::vector<std::string>{fs::path(m.latest_dir()).filename()}));
   EXPECT_EQ(OnDisk(), (std::vector<int64_t>{10}));
   EXPECT_EQ(m.latest_step(), 10);
+}
+
+// With messages queued behind a report (OnWritten's `defer`), a checkpoint every rank wrote waits
+// for CommitReady (the coordinator's tick); a newer one ready first makes it moot (its directory
+// goes), and the job's end commits the one still ready.
+TEST_F(CheckpointManagerTest, ADeferredCheckpointIsCommittedAtTheTickTheNewestWins) {
+  CheckpointManager m("job", 3, &env_, &journal_);
+  ASSERT_TRUE(m.OnWritten(Shard(0, 10), /*defer=*/true).ok());
+  ASSERT_TRUE(m.OnWritten(Shard(1, 10), /*defer=*/true).ok());
+  EXPECT_EQ(m.latest_step(), -1) << "committed while messages were queued";
+  EXPECT_TRUE(OnDisk().empty());
+  m.CommitReady();
+  EXPECT_EQ(m.latest_step(), 10);
+  EXPECT_EQ(OnDisk(), (std::vector<int64_t>{10}));
+  m.CommitReady();  // nothing ready: nothing changes
+  EXPECT_EQ(m.committed().size(), 1u);
+
+  // Steps 20 and 30 both become ready before a tick: only 30 is committed, 20's files go.
+  for (int64_t step : {20, 30}) {
+    auto a = Shard(0, step), b = Shard(1, step);
+    ASSERT_TRUE(m.OnWritten(a, /*defer=*/true).ok());
+    ASSERT_TRUE(m.OnWritten(b, /*defer=*/true).ok());
+  }
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointDir(root_, {"job", 20, 1})));
+  EXPECT_EQ(m.latest_step(), 10);
+  m.CommitReady();
+  EXPECT_EQ(m.latest_step(), 30);
+  EXPECT_EQ(OnDisk(), (std::vector<int64_t>{30, 10}));
+  EXPECT_EQ(m.committed().size(), 2u);
+
+  // A report handled with an empty queue commits at once, and replaces an older ready one.
+  auto a40 = Shard(0, 40), b40 = Shard(1, 40);
+  ASSERT_TRUE(m.OnWritten(a40, /*defer=*/true).ok());
+  ASSERT_TRUE(m.OnWritten(b40, /*defer=*/true).ok());
+  BothWrote(m, 50);
+  EXPECT_EQ(m.latest_step(), 50);
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointDir(root_, {"job", 40, 1})));
+  m.CommitReady();
+  EXPECT_EQ(m.latest_step(), 50);
+
+  // The job's end commits the checkpoint still ready: it is the job's last.
+  auto a60 = Shard(0, 60), b60 = Shard(1, 60);
+  ASSERT_TRUE(m.OnWritten(a60, /*defer=*/true).ok());
+  ASSERT_TRUE(m.OnWritten(b60, /*defer=*/true).ok());
+  m.EndJob();
+  EXPECT_EQ(m.latest_step(), 60);
+  EXPECT_EQ(OnDisk(), (std::vector<int64_t>{60, 50, 30}));
 }
 
 TEST_F(CheckpointManagerTest, AFailedManifestWriteKeepsThePreviousCheckpoint) {
