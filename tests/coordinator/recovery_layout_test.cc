@@ -307,6 +307,38 @@ TEST_F(RecoveryLayoutTest, AGrowWithMixedBudgetsTakesTheWorkersThatFit) {
   EXPECT_EQ(membership_.Find("s2")->state, WorkerState::kMember);
 }
 
+// A member short of the memory of the layout with the most ranks stays, standby: a (4 KiB) and b
+// (1.1 KiB) run tp=2 or pp=2; a grow to 3 with s1 and s2 (4 KiB) runs dp=3 of a, s1 and s2.
+TEST_F(RecoveryLayoutTest, AGrowLeavesAMemberShortOfMemoryStandby) {
+  layouts_.Learn(WithState("a"));
+  Join("a", "n1", 4096);
+  Join("b", "n1", 1100);
+  ReadyAll(Sent<proto::NewGeneration>(T::kNewGeneration));
+  ASSERT_EQ(generations_.layout().world(), 2);
+  ASSERT_EQ(generations_.layout().dp, 1) << "dp=2 needs 2 KiB";
+  Join("s1", "n1", 4096);
+  Join("s2", "n1", 4096);
+  generations_.BeginPause(SizeGoal{3});
+  auto built = PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest));
+  const proto::NewGeneration g = MergedOf(built);
+  EXPECT_EQ(g.layout, (Layout{3, 1, 1}));
+  std::vector<std::string> ids;
+  for (const auto& m : g.members) ids.push_back(m.worker_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "s1", "s2"}));
+  bool told_b = false;
+  for (const auto& [identity, ng] : built) {
+    if (identity != "id-b") continue;
+    told_b = true;
+    EXPECT_TRUE(ng.leave);
+    EXPECT_TRUE(ng.standby) << "b stays in the job, standby";
+  }
+  EXPECT_TRUE(told_b);
+  ReadyAll(built);
+  EXPECT_EQ(generations_.layout(), (Layout{3, 1, 1}));
+  // It leaves its rank, then joins again as a standby (the worker does that; not simulated).
+  EXPECT_EQ(membership_.Find("b")->state, WorkerState::kLeaving);
+}
+
 // A resize that names a layout only the larger workers fit is accepted when enough of them exist
 // (it was refused for s1's 600 B before); s1 stands by.
 TEST_F(RecoveryLayoutTest, AResizeToALayoutOnlyTheLargerWorkersFitLeavesTheOthersStandby) {
