@@ -307,6 +307,7 @@ void ResizeManager::Continue() {
     End();  // something else brought the job there
     return;
   }
+  if (want > staying && EndShortOfMemory(members, hosts_->UsableStandby(except).size())) return;
   if (want > staying) {
     // A regrow starts workers only where agents heartbeat (see HostInfo::heartbeats); a resize
     // or a drain was asked for and uses any live host. No agent: wait for workers started
@@ -345,7 +346,28 @@ int ResizeManager::OnTheirWay(const std::string& except) const {
   return on_their_way;
 }
 
+bool ResizeManager::EndShortOfMemory(size_t members, size_t standby) {
+  Pending& p = *pending_;
+  const size_t want = static_cast<size_t>(p.workers);
+  if (p.reason == GenerationReason::kDrain || p.paused_at == 0 ||
+      generations_->generation() <= p.paused_at || generations_->history().empty() ||
+      generations_->history().back().reason != p.reason || members + standby < want) {
+    return false;
+  }
+  const std::string why = "the job runs " + std::to_string(members) + " workers at " +
+                          generations_->layout().ToString() + ": the memory of the " +
+                          std::to_string(standby) + " standby worker(s) fits no larger layout";
+  LOG(WARNING) << proto::ToString(p.reason) << " to " << want << " workers: " << why;
+  if (p.reason == GenerationReason::kResize) {
+    Reply(p.has_layout ? proto::ResizePhase::kFailed : proto::ResizePhase::kDone, why);
+  }
+  short_of_memory_.emplace(members, standby, generations_->generation());
+  End();
+  return true;
+}
+
 void ResizeManager::BeginPause() {
+  pending_->paused_at = generations_->generation();
   const Pending& p = *pending_;
   SizeGoal goal;
   goal.workers = static_cast<size_t>(p.workers);
@@ -373,6 +395,10 @@ void ResizeManager::MaybeRegrow() {
   const int members = static_cast<int>(membership_->MemberCount());
   if (members >= target()) return;
   const int standby = static_cast<int>(hosts_->UsableStandby().size());
+  // The last change left these standby workers out for their memory: they would again.
+  const auto workers = std::make_tuple(static_cast<size_t>(members), static_cast<size_t>(standby),
+                                       generations_->generation());
+  if (short_of_memory_ == workers) return;
   const int free = hosts_->FreeSlotsTotal(clock_->Now(), /*watched_only=*/true);
   const int room = members + standby + free + hosts_->Outstanding();
   const int want = std::min(target(), room);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -51,6 +52,7 @@ class ResizeManager {
     TimePoint received{};
     bool waiting_for_workers = false;  // it waits for workers to start and join
     TimePoint spawn_deadline{};
+    uint64_t paused_at = 0;  // the committed generation when it last paused the job (0: never)
     // The last phase answered: how the change ended once it ends (journaled with resize_end).
     proto::ResizePhase answered = proto::ResizePhase::kAccepted;
   };
@@ -151,6 +153,11 @@ class ResizeManager {
   // standing as spares: up to spares(), fewer only when the workers it lacks cannot all start
   // in `startable` free slots and spawns on their way (the target comes first).
   size_t SparesKept(size_t want, size_t staying, size_t standby, size_t startable) const;
+  // A resize or regrow whose own generation committed short of its size while the standby
+  // workers it needed stand (their memory fits no layout with them, docs/recovery.md): answered
+  // (done at the size that fits; failed for a layout asked for), over, and no regrow starts again
+  // until the members, the standby workers or the generation change. False otherwise.
+  bool EndShortOfMemory(size_t members, size_t standby);
   // Answers a waiting caller; logs any outcome but done.
   void Reply(proto::ResizePhase phase, const std::string& message);
   // The change is over: forgets it and journals that (a resize).
@@ -170,6 +177,9 @@ class ResizeManager {
   std::optional<int> target_;  // unset: options.initial_workers
   std::optional<int> spares_;  // unset: options.spares
   int spares_to_stop_ = 0;     // standby workers a lowered spares() still owes (StopSparesBeyond)
+  // (members, usable standby workers, generation) when a change ended short of its size for the
+  // standby workers' memory: MaybeRegrow starts none while they are the same.
+  std::optional<std::tuple<size_t, size_t, uint64_t>> short_of_memory_;
   bool restoring_ = false;
 };
 

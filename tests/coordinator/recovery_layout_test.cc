@@ -339,6 +339,37 @@ TEST_F(RecoveryLayoutTest, AGrowLeavesAMemberShortOfMemoryStandby) {
   EXPECT_EQ(membership_.Find("b")->state, WorkerState::kLeaving);
 }
 
+// A grow whose standby workers' memory fits no larger layout ends at the layout that fits,
+// once: neither it nor a regrow pauses the job again for the same workers (it did, forever).
+TEST_F(RecoveryLayoutTest, AGrowTheStandbysMemoryCannotMakeEndsAtTheLayoutThatFits) {
+  FormDp2WithMixedStandbys();
+  membership_.Remove("s2");  // only s1 (600 B) stands: dp=3 needs 2 KiB a worker
+  proto::Envelope e;
+  e.type = T::kResize;
+  e.sender = "admin";
+  e.request_id = 9;
+  e.payload = proto::EncodePayload(proto::ResizeRequest{3, false, Layout{}, true});
+  resizes_.OnResize("id-admin", e);
+  ReadyAll(PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest)));
+  EXPECT_EQ(generations_.layout(), (Layout{2, 1, 1}));
+  const uint64_t reached = generations_.generation();
+  auto replies = Sent<proto::ResizeReply>(T::kResizeReply);
+  ASSERT_FALSE(replies.empty());
+  EXPECT_EQ(replies.back().second.phase, proto::ResizePhase::kDone);
+  EXPECT_EQ(replies.back().second.message,
+            "the job runs 2 workers at dp=2,pp=1,tp=1: the memory of the 1 standby worker(s) "
+            "fits no larger layout");
+  EXPECT_FALSE(resizes_.pending().has_value());
+  resizes_.MaybeRegrow();
+  EXPECT_FALSE(resizes_.pending().has_value()) << "no regrow for the same workers";
+  EXPECT_EQ(generations_.phase(), Phase::kIdle);
+  EXPECT_EQ(generations_.generation(), reached);
+  // A worker with the memory joins: the job grows back to its target, 3.
+  Join("s3", "n1", 4096);
+  ReadyAll(PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest)));
+  EXPECT_EQ(generations_.layout(), (Layout{3, 1, 1}));
+}
+
 // A resize that names a layout only the larger workers fit is accepted when enough of them exist
 // (it was refused for s1's 600 B before); s1 stands by.
 TEST_F(RecoveryLayoutTest, AResizeToALayoutOnlyTheLargerWorkersFitLeavesTheOthersStandby) {
