@@ -386,7 +386,10 @@ Status GenerationManager::CheckEnoughFit(const Layout& layout, size_t workers,
       short_of = {budget, id};
     }
   }
-  if (enough >= workers) return OkStatus();
+  // Workers beyond the live ones are still to start or join: their memory is checked as they do
+  // (one short of it stands by, docs/recovery.md), so they count as fitting here.
+  const size_t to_come = workers > ids.size() ? workers - ids.size() : 0;
+  if (enough + to_come >= workers) return OkStatus();
   const Status fits = layouts_->CheckMemory(layout, short_of.first, short_of.second);
   return ResourceExhaustedError(fits.message() + "; " + std::to_string(enough) + " of the " +
                                 std::to_string(ids.size()) + " live workers have that much, " +

@@ -388,6 +388,20 @@ TEST_F(RecoveryLayoutTest, AResizeToALayoutOnlyTheLargerWorkersFitLeavesTheOther
   EXPECT_FALSE(resizes_.pending().has_value()) << "done";
 }
 
+// A resize that names a layout of more workers than are live counts the ones still to join as
+// fitting (they are checked as they join): every live worker fits, so it is accepted and formed
+// once a fourth joins (it was refused with "3 of the 3 live workers have that much, 4 needed").
+TEST_F(RecoveryLayoutTest, AResizeBeyondTheLiveWorkersWaitsForTheOnesToCome) {
+  FormDp2WithMixedStandbys();
+  membership_.Remove("s1");  // a, b and s2: 4 KiB each
+  Resize(4, Layout{4, 1, 1});
+  EXPECT_TRUE(Sent<proto::ErrorReply>(T::kError).empty());
+  ASSERT_TRUE(resizes_.pending().has_value()) << "accepted";
+  Join("s3", "n1", 4096);
+  ReadyAll(PauseAll(Sent<proto::PauseRequest>(T::kPauseRequest)));
+  EXPECT_EQ(generations_.layout(), (Layout{4, 1, 1}));
+}
+
 // One that more workers need than have the memory is refused, with the numbers.
 TEST_F(RecoveryLayoutTest, AResizeToALayoutTooFewWorkersFitIsRefusedWithTheNumbers) {
   FormDp2WithMixedStandbys();
