@@ -307,7 +307,7 @@ void ResizeManager::Continue() {
     End();  // something else brought the job there
     return;
   }
-  if (want > staying && EndShortOfMemory(members, hosts_->UsableStandby(except).size())) return;
+  if (want > staying && EndShortOfMemory(members, hosts_->UsableStandby(except))) return;
   if (want > staying) {
     // A regrow starts workers only where agents heartbeat (see HostInfo::heartbeats); a resize
     // or a drain was asked for and uses any live host. No agent: wait for workers started
@@ -346,9 +346,15 @@ int ResizeManager::OnTheirWay(const std::string& except) const {
   return on_their_way;
 }
 
-bool ResizeManager::EndShortOfMemory(size_t members, size_t standby) {
+bool ResizeManager::EndShortOfMemory(size_t members, const std::vector<std::string>& standbys) {
   Pending& p = *pending_;
   const size_t want = static_cast<size_t>(p.workers);
+  const size_t standby = standbys.size();
+  // Memory can leave out only a standby that declared how much it has.
+  for (const auto& id : standbys) {
+    const WorkerInfo* w = membership_->Find(id);
+    if (w == nullptr || w->memory_bytes <= 0) return false;
+  }
   if (p.reason == GenerationReason::kDrain || p.paused_at == 0 ||
       generations_->generation() <= p.paused_at || generations_->history().empty() ||
       generations_->history().back().reason != p.reason || members + standby < want) {

@@ -156,8 +156,9 @@ class ResizeManager {
   // A resize or regrow whose own generation committed short of its size while the standby
   // workers it needed stand (their memory fits no layout with them, docs/recovery.md): answered
   // (done at the size that fits; failed for a layout asked for), over, and no regrow starts again
-  // until the members, the standby workers or the generation change. False otherwise.
-  bool EndShortOfMemory(size_t members, size_t standby);
+  // until the members, the standby workers or the generation change. False otherwise, and when
+  // a standby declared no memory (then memory is not why it was left out).
+  bool EndShortOfMemory(size_t members, const std::vector<std::string>& standbys);
   // Answers a waiting caller; logs any outcome but done.
   void Reply(proto::ResizePhase phase, const std::string& message);
   // The change is over: forgets it and journals that (a resize).
