@@ -19,6 +19,7 @@
 #include "protocol/keys.h"
 #include "protocol/status_json.h"
 #include "launch/cli.h"
+#include "launch/admin_connect.h"
 #include "launch/commands.h"
 #include "launch/status_table.h"
 
@@ -63,31 +64,6 @@ milliseconds ParseTimeout(const std::string& text) {
                     text + "'");
   }
   return milliseconds(n * unit_ms);
-}
-
-// Connects with the admin credentials from DIR/coordinator.json within `timeout`; prints why on
-// failure.
-std::unique_ptr<ControlClient> ConnectAdmin(const std::string& command,
-                                            const std::string& state_dir, milliseconds timeout) {
-  auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
-  if (!info.ok()) {
-    std::fprintf(stderr, "elastra %s: no job found in %s: %s\n", command.c_str(), state_dir.c_str(),
-                 info.status().ToString().c_str());
-    return nullptr;
-  }
-  ControlClientOptions o;
-  o.address = info->address;
-  o.server_public = info->server_public;
-  o.client_keys = info->admin;
-  o.job = info->job;
-  o.sender = "admin-" + std::to_string(getpid());
-  o.connect_timeout = timeout;
-  auto client = ControlClient::Connect(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "elastra %s: %s\n", command.c_str(), client.status().ToString().c_str());
-    return nullptr;
-  }
-  return std::move(client).value();
 }
 
 // The "done" reply of a resize read back from the job's status: no resize pending, and a
@@ -154,10 +130,11 @@ struct HttpFlags {
   std::string token_file;
 };
 
-// The flags the admin commands share (AddAdminFlags): where the job is (--state-dir, or --url
-// with --token-file) and, for a change (resize, drain), whether and how long to wait for it.
-struct AdminFlags {
-  std::string state_dir = kDefaultStateDir;
+// The flags the admin commands share (AddAdminFlags): where the job is (--state-dir, --etcd with
+// --job, or --url with --token-file) and, for a change (resize, drain), whether and how long to
+// wait for it.
+struct AdminFlags : AdminTarget {
+  AdminFlags() { state_dir = kDefaultStateDir; }
   HttpFlags http;
   bool wait = false;  // resize and drain only
   // --timeout: for a change, the wait for it, and (at most a minute) connecting and the first
@@ -331,7 +308,7 @@ int ResizeJob(const ResizeOptions& flags) {
     req.has_layout = true;
   }
   const milliseconds timeout = flags.timeout.value_or(kChangeTimeout);
-  auto client = ConnectAdmin("resize", flags.state_dir, FirstAnswerTimeout(timeout));
+  auto client = ConnectAdmin("resize", flags, FirstAnswerTimeout(timeout));
   if (client == nullptr) return 1;
   auto first =
       client->Call<proto::ResizeReply>(MessageType::kResize, req, FirstAnswerTimeout(timeout));
@@ -353,7 +330,7 @@ int DrainHost(const DrainOptions& flags) {
   }
   const proto::DrainRequest req{flags.host, flags.wait};
   const milliseconds timeout = flags.timeout.value_or(kChangeTimeout);
-  auto client = ConnectAdmin("drain", flags.state_dir, FirstAnswerTimeout(timeout));
+  auto client = ConnectAdmin("drain", flags, FirstAnswerTimeout(timeout));
   if (client == nullptr) return 1;
   auto first =
       client->Call<proto::ResizeReply>(MessageType::kDrain, req, FirstAnswerTimeout(timeout));
@@ -380,8 +357,10 @@ bool ProcessRuns(pid_t pid) {
 
 // The final status of a job whose coordinator has exited (it writes <state_dir>/status.json when
 // the job ends, then exits): the file's JSON; nullopt while the coordinator of coordinator.json
-// runs, or when there is no such file.
-std::optional<nlohmann::json> FinalStatus(const std::string& state_dir) {
+// runs, when there is no such file, or with --etcd.
+std::optional<nlohmann::json> FinalStatus(const StatusOptions& flags) {
+  if (!flags.etcd.empty()) return std::nullopt;  // a job on etcd has no state directory here
+  const std::string& state_dir = flags.state_dir;
   auto info = ReadConnectionInfo(state_dir + "/coordinator.json");
   if (info.ok() && info->pid > 0 && ProcessRuns(static_cast<pid_t>(info->pid))) return std::nullopt;
   std::ifstream in(state_dir + "/status.json");
@@ -429,17 +408,17 @@ int StatusOverHttp(const StatusOptions& flags) {
 
 int ShowStatus(const StatusOptions& flags) {
   if (!flags.http.url.empty()) return StatusOverHttp(flags);
-  if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
+  if (auto final = FinalStatus(flags)) return ShowFinalStatus(flags, *final);
   const milliseconds timeout = flags.timeout.value_or(kStatusTimeout);
-  auto client = ConnectAdmin("status", flags.state_dir, timeout);
+  auto client = ConnectAdmin("status", flags, timeout);
   if (client == nullptr) {
-    if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
+    if (auto final = FinalStatus(flags)) return ShowFinalStatus(flags, *final);
     return 1;
   }
   auto reply = client->Call<proto::StatusReply>(MessageType::kStatusRequest, proto::StatusRequest{},
                                                 timeout);
   if (!reply.ok()) {
-    if (auto final = FinalStatus(flags.state_dir)) return ShowFinalStatus(flags, *final);
+    if (auto final = FinalStatus(flags)) return ShowFinalStatus(flags, *final);
     std::fprintf(stderr, "elastra status: %s\n", reply.status().ToString().c_str());
     return 1;
   }
@@ -481,7 +460,8 @@ struct AdminFlagsHelp {
 
 // Adds the flags every admin command shares to `command`, and the command's own flags through
 // `add_own`, in the order its help lists them: --state-dir, the command's own, --wait (a change),
-// --url and --token-file (which replace --state-dir's ZeroMQ connection), --timeout.
+// --etcd and --job (the leader found on etcd instead of --state-dir), --url and --token-file
+// (which replace --state-dir's ZeroMQ connection), --timeout.
 void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& help,
                    const std::function<void()>& add_own) {
   command->add_option("--state-dir", out->state_dir, help.state_dir)
@@ -489,6 +469,17 @@ void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& hel
       ->capture_default_str();
   add_own();
   if (help.change != nullptr) command->add_flag("--wait", out->wait, help.wait);
+  CLI::Option* etcd =
+      command
+          ->add_option("--etcd", out->etcd,
+                       "Instead of --state-dir: the etcd cluster (comma-separated URLs) whose "
+                       "leader key names the job's coordinator (elastra coordinator --etcd)")
+          ->type_name("URLS");
+  CLI::Option* job =
+      command->add_option("--job", out->job, "With --etcd: the job's name (its --job)")
+          ->type_name("NAME");
+  etcd->needs(job);
+  job->needs(etcd);
   CLI::Option* url =
       command
           ->add_option("--url", out->http.url,
@@ -501,13 +492,15 @@ void AddAdminFlags(CLI::App* command, AdminFlags* out, const AdminFlagsHelp& hel
           ->type_name("FILE");
   url->needs(token);
   token->needs(url);
+  url->excludes(etcd);
   const std::string timeout_help =
       help.change == nullptr
-          ? std::string("Give up connecting or waiting for the answer after this long (default "
-                        "5 s; 300ms for milliseconds)")
+          ? std::string(
+                "Give up connecting (with --etcd: finding a leader too) or waiting for "
+                "the answer after this long (default 5 s; 300ms for milliseconds)")
           : std::string("With --wait: give up waiting after this long (the ") + help.change +
                 " goes on; default 600 s; 300ms for milliseconds); connecting and the first "
-                "answer wait as long, at most 60 s";
+                "answer wait as long, at most 60 s (with --etcd: finding a leader too)";
   command
       ->add_option_function<std::string>(
           "--timeout", [out](const std::string& text) { out->timeout = ParseTimeout(text); },
@@ -523,6 +516,8 @@ void AddResizeCommand(CLI::App* app, int* exit_code) {
   SetUsage(resize, {"elastra resize --state-dir DIR --workers N [--layout dp=D,pp=P,tp=T] "
                     "[--spares K] [--wait] [--timeout SECONDS]",
                     "elastra resize --state-dir DIR --spares K",
+                    "elastra resize --etcd URLS --job NAME --workers N [--layout dp=D,pp=P,tp=T] "
+                    "[--spares K] [--wait] [--timeout SECONDS]",
                     "elastra resize --url URL --token-file FILE --workers N [--layout "
                     "dp=D,pp=P,tp=T] [--spares K] [--wait] [--timeout SECONDS]"});
   AddAdminFlags(resize, o.get(),
@@ -547,6 +542,7 @@ void AddDrainCommand(CLI::App* app, int* exit_code) {
   CLI::App* drain =
       app->add_subcommand("drain", "Move a running job off one host (its agent then exits 0)");
   SetUsage(drain, {"elastra drain --state-dir DIR --host HOST [--wait] [--timeout SECONDS]",
+                   "elastra drain --etcd URLS --job NAME --host HOST [--wait] [--timeout SECONDS]",
                    "elastra drain --url URL --token-file FILE --host HOST [--wait] "
                    "[--timeout SECONDS]"});
   AddAdminFlags(drain, o.get(),
@@ -566,6 +562,7 @@ void AddStatusCommand(CLI::App* app, int* exit_code) {
   CLI::App* status =
       app->add_subcommand("status", "Show a job's state, workers, hosts and history");
   SetUsage(status, {"elastra status --state-dir DIR [--json] [--timeout SECONDS]",
+                    "elastra status --etcd URLS --job NAME [--json] [--timeout SECONDS]",
                     "elastra status --url URL --token-file FILE [--json] [--timeout SECONDS]"});
   AddAdminFlags(status, o.get(), {.state_dir = "The job's state directory (elastra run's)"}, [&] {
     status->add_flag("--json", o->json,

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/etcd_client.h"
+#include "journal/etcd_election.h"
 
 namespace elastra::launch {
 namespace {
@@ -72,6 +73,24 @@ Status WriteEtcdJob(const std::string& endpoints, const EtcdJob& e) {
   if (!e.read_token.empty()) j["read_token"] = e.read_token;
   ELASTRA_ASSIGN_OR_RETURN(auto client, Client(endpoints));
   return client->Put(EtcdJobKey(e.info.job), j.dump());
+}
+
+StatusOr<std::optional<ConnectionInfo>> ReadEtcdLeaderInfo(const std::string& endpoints,
+                                                           const std::string& job) {
+  ELASTRA_ASSIGN_OR_RETURN(auto client, Client(endpoints));
+  ELASTRA_ASSIGN_OR_RETURN(journal::EtcdRangeResult leader,
+                           client->Range(journal::EtcdElection::LeaderKey(job), ""));
+  if (leader.kvs.empty()) return std::optional<ConnectionInfo>();
+  ELASTRA_ASSIGN_OR_RETURN(std::optional<EtcdJob> e, ReadEtcdJob(endpoints, job));
+  if (!e) return std::optional<ConnectionInfo>();
+  // A leader key of an older coordinator, or one that has not bound yet, names no "control":
+  // the job's published address, which a leader that takes the job over binds.
+  const nlohmann::json v = nlohmann::json::parse(leader.kvs.front().value, nullptr, false);
+  if (v.is_object()) {
+    const std::string control = Text(v, "control");
+    if (!control.empty()) e->info.address = control;
+  }
+  return std::optional<ConnectionInfo>(std::move(e->info));
 }
 
 }  // namespace elastra::launch

@@ -33,4 +33,12 @@ StatusOr<std::optional<EtcdJob>> ReadEtcdJob(const std::string& endpoints, const
 // malformed endpoint list or key pair.
 Status WriteEtcdJob(const std::string& endpoints, const EtcdJob& job);
 
+// What an admin client (elastra status, resize, drain with --etcd) connects with to reach the
+// job's leader: the job's EtcdJob info, its address replaced by the leader key's "control" when
+// that has one (docs/ha.md, "Finding the leader"). nullopt while no coordinator leads (no leader
+// key, between a leader's death and the standby's takeover) or the job has no key yet. etcd's
+// errors as ReadEtcdJob's.
+StatusOr<std::optional<ConnectionInfo>> ReadEtcdLeaderInfo(const std::string& endpoints,
+                                                           const std::string& job);
+
 }  // namespace elastra::launch
