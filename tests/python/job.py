@@ -1,7 +1,9 @@
 """A real elastic job for the Python tests: `elastra run` as a child process whose workers are
 Python programs, driven through the real `elastra status --json`, `elastra resize` and signals
-(the Python twin of tests/integration/job_harness.h). Paths come from the environment CTest
-sets: ELASTRA_BINARY, COMPARE_LOGS, PYTHONPATH (the build's python/), ELASTRA_PYTHON."""
+(the Python twin of tests/integration/job_harness.h). MpirunJob and AgentJob are the same job
+launched by `mpirun` (tests/mpi/mpirun_job_test.cc) and by `elastra coordinator` + `elastra
+agent` (tests/cluster/cluster_job.cc). Paths come from the environment CTest sets:
+ELASTRA_BINARY, COMPARE_LOGS, PYTHONPATH (the build's python/), ELASTRA_PYTHON, MPIRUN."""
 
 from __future__ import annotations
 
@@ -18,6 +20,16 @@ from typing import Callable, List, Optional
 ELASTRA = os.environ.get("ELASTRA_BINARY", "elastra")
 PYTHON = os.environ.get("ELASTRA_PYTHON", sys.executable)
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MPIRUN = os.environ.get("MPIRUN", "mpirun")
+
+
+def _fresh_dir(files: Optional[dict]) -> str:
+    """A new directory holding `files` (name -> text)."""
+    path = tempfile.mkdtemp(prefix="elastra_py_")
+    for name, text in (files or {}).items():  # written before any worker starts
+        with open(os.path.join(path, name), "w") as f:
+            f.write(text)
+    return path
 
 
 class Job:
@@ -26,10 +38,7 @@ class Job:
 
     def __init__(self, nproc: int, program: List[str], env: Optional[dict] = None,
                  files: Optional[dict] = None, run_args: Optional[List[str]] = None) -> None:
-        self.dir = tempfile.mkdtemp(prefix="elastra_py_")
-        for name, text in (files or {}).items():  # written before any worker starts
-            with open(os.path.join(self.dir, name), "w") as f:
-                f.write(text)
+        self.dir = _fresh_dir(files)
         self.state_dir = os.path.join(self.dir, "state")
         self.launcher_log = os.path.join(self.dir, "launcher.log")
         argv = [ELASTRA, "run", "--nproc", str(nproc), "--state-dir", self.state_dir,
@@ -97,6 +106,12 @@ class Job:
         assert r.returncode == 0, f"resize {args}: {r.stdout}{r.stderr}\n{self.log()}"
         return json.loads(r.stdout.strip().splitlines()[-1])
 
+    def pid_of(self, worker_id: str) -> int:
+        for w in self.status().get("workers", []):
+            if w.get("id") == worker_id:
+                return int(w.get("pid", -1))
+        return -1
+
     def pid_of_rank(self, rank: int) -> int:
         for w in self.status().get("workers", []):
             if w.get("rank") == rank and w.get("state") == "member":
@@ -131,3 +146,84 @@ class Job:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class MpirunJob(Job):
+    """`mpirun --oversubscribe -np N MPIRUN_ARGS python3 PROGRAM ARGS` in a fresh directory, its
+    own process group, as tests/mpi/mpirun_job_test.cc starts train_mlp: MPI rank 0 starts the
+    coordinator, whose coordinator.json lands in .elastra there; workers are mpi-<rank>."""
+
+    def __init__(self, np: int, program: List[str], mpirun_args: Optional[List[str]] = None,
+                 files: Optional[dict] = None) -> None:
+        self.dir = _fresh_dir(files)
+        self.state_dir = os.path.join(self.dir, ".elastra")
+        self.launcher_log = os.path.join(self.dir, "mpirun.log")
+        argv = [MPIRUN, "--oversubscribe", "-np", str(np)] + (mpirun_args or []) + \
+            [PYTHON] + [a.replace("{dir}", self.dir) for a in program]
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   ELASTRA_BIN=ELASTRA)  # the coordinator rank 0 starts
+        for name in ("ELASTRA_COORDINATOR", "ELASTRA_STATE_DIR"):  # nothing points elsewhere
+            env.pop(name, None)
+        with open(self.launcher_log, "w") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            cwd=self.dir, start_new_session=True)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            _stop_group(self.process)
+        Job.close(self)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group `process` leads, SIGKILL 10 s later."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        process.wait()
+
+
+class AgentJob(Job):
+    """`elastra coordinator --workers N` and one `elastra agent --slots S -- python3 PROGRAM
+    ARGS` that joins it with its join.json (the multi-host launch path on one host), in a fresh
+    directory. `process` is the coordinator, `agent` the agent."""
+
+    def __init__(self, workers: int, program: List[str], slots: int = 4,
+                 files: Optional[dict] = None) -> None:
+        self.dir = _fresh_dir(files)
+        self.state_dir = os.path.join(self.dir, "state")
+        self.launcher_log = os.path.join(self.dir, "coordinator.log")
+        self.agent_log = os.path.join(self.dir, "agent.log")
+        with open(self.launcher_log, "w") as log:
+            self.process = subprocess.Popen(
+                [ELASTRA, "coordinator", "--state-dir", self.state_dir, "--workers", str(workers),
+                 "--max-workers", "8"], stdout=log, stderr=subprocess.STDOUT)
+        self.agent = None
+        self.wait_for_log('{"address"')  # the ready line: join.json is written
+        argv = [ELASTRA, "agent", "--join", os.path.join(self.state_dir, "join.json"),
+                "--name", "pyhost", "--slots", str(slots), "--coordinator-timeout", "60", "--",
+                PYTHON] + [a.replace("{dir}", self.dir) for a in program]
+        with open(self.agent_log, "w") as log:
+            self.agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        text = "--- coordinator\n" + Job.log(self)
+        if self.agent is not None:
+            with open(self.agent_log, errors="replace") as f:
+                text += "--- agent\n" + f.read()[-20000:]
+        return text
+
+    def wait_agent(self, timeout: float = 60) -> int:
+        try:
+            return self.agent.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"elastra agent did not exit in {timeout} s\n{self.log()}")
+
+    def close(self) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.kill()  # its workers get SIGTERM when it dies
+            self.agent.wait()
+        Job.close(self)
