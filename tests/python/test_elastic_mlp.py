@@ -76,7 +76,11 @@ def test_resized_and_killed_run_matches_reference():
 def test_a_spare_no_longer_needed_exits_0():
     with Job(2, [MLP, "--stop-file", "{dir}/stop", "--steps", "1000000"] + ARGS,
              run_args=["--spares", "1"]) as job:
-        s = job.wait_for(lambda s: any(w.get("state") == "standby" for w in s.get("workers", [])),
+        # Not before the first generation: a worker that joined first is listed as standby until
+        # it forms, and may become a member.
+        s = job.wait_for(lambda s: s.get("state") == "running" and
+                         sum(w.get("state") == "member" for w in s.get("workers", [])) == 2 and
+                         any(w.get("state") == "standby" for w in s.get("workers", [])),
                          what="a standby spare")
         spare = [w for w in s["workers"] if w.get("state") == "standby"][0]
         job.resize("--spares", "0")
