@@ -106,12 +106,6 @@ class Job:
         assert r.returncode == 0, f"resize {args}: {r.stdout}{r.stderr}\n{self.log()}"
         return json.loads(r.stdout.strip().splitlines()[-1])
 
-    def pid_of(self, worker_id: str) -> int:
-        for w in self.status().get("workers", []):
-            if w.get("id") == worker_id:
-                return int(w.get("pid", -1))
-        return -1
-
     def pid_of_rank(self, rank: int) -> int:
         for w in self.status().get("workers", []):
             if w.get("rank") == rank and w.get("state") == "member":

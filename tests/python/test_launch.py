@@ -73,14 +73,18 @@ def test_mpirun_parked_grown_and_killed_run_matches_reference():
         start = members(s)
         assert set(start) == {"mpi-0", "mpi-1"}, s
         assert job.resize("--workers", "1")["layout"]["dp"] == 1
-        job.wait_for(lambda s: sum(w.get("state") == "standby" for w in s["workers"]) == 1,
+        job.wait_for(lambda s: sum(w.get("state") == "standby" for w in s.get("workers", [])) == 1,
                      what="the removed rank parked")
-        job.wait_for_step(job.status()["step"] + 10)
+        job.wait_for_step(job.wait_for(lambda s: True)["step"] + 10)
         assert job.resize("--workers", "2")["layout"]["dp"] == 2
-        assert members(job.status()) == start, "the parked rank did not come back"
-        job.wait_for_step(job.status()["step"] + 10)
-        os.kill(job.pid_of("mpi-1"), signal.SIGKILL)
-        s = job.wait_for(lambda s: s.get("state") == "running" and s["layout"]["dp"] == 1 and
+        s = job.wait_for(lambda s: len(members(s)) == 2, what="2 members again")
+        assert members(s) == start, f"the parked rank did not come back: {s}"
+        s = job.wait_for_step(s["step"] + 10)
+        victim = members(s).get("mpi-1", -1)
+        assert victim > 0, s
+        os.kill(victim, signal.SIGKILL)
+        s = job.wait_for(lambda s: s.get("state") == "running" and
+                         s.get("layout", {}).get("dp") == 1 and s.get("history") and
                          s["history"][-1].get("reason") == "failure", what="failure recovery")
         job.wait_for_step(s["step"] + 5)
         open(job.path("stop"), "w").close()
@@ -97,7 +101,7 @@ def test_agent_grown_and_shrunk_run_matches_reference():
         assert [h.get("name") for h in s.get("hosts", [])] == ["pyhost"], s
         for workers in (3, 2):
             assert job.resize("--workers", str(workers))["layout"]["dp"] == workers
-            job.wait_for_step(job.status()["step"] + 10)
+            job.wait_for_step(job.wait_for(lambda s: True)["step"] + 10)
         open(job.path("stop"), "w").close()
         assert job.wait() == 0, job.log()
         assert job.wait_agent() == 0, job.log()
