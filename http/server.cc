@@ -18,6 +18,7 @@
 #include "protocol/status_json.h"
 #include "http/dashboard.h"
 #include "http/metrics.h"
+#include "http/listener.h"
 #include "http/routes.h"
 
 namespace elastra::http {
@@ -147,32 +148,12 @@ class HttpServer::Impl {
     client_ = std::move(client);
     auto listen = ParseHttpListen(options_.listen);
     if (!listen.ok()) return listen.status();
-    const int threads = std::max(1, options_.threads);
-    server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    const auto timeout = options_.read_timeout;
-    server_.set_read_timeout(timeout.count() / 1000, (timeout.count() % 1000) * 1000);
-    server_.set_write_timeout(timeout.count() / 1000, (timeout.count() % 1000) * 1000);
-    server_.set_keep_alive_timeout(2);
-    server_.set_payload_max_length(options_.max_body_bytes);
+    listener_.Configure({.threads = options_.threads,
+                         .read_timeout = options_.read_timeout,
+                         .keep_alive_seconds = 2,
+                         .max_body_bytes = options_.max_body_bytes});
     Routes();
-    const auto& [host, port] = *listen;
-    port_ =
-        port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
-    if (port_ < 0) {
-      return UnavailableError("cannot listen for HTTP on " + host + ":" + std::to_string(port));
-    }
-    url_ = "http://" + host + ":" + std::to_string(port_);
-    thread_ = std::thread([this] {
-      server_.listen_after_bind();
-      listen_returned_ = true;
-    });
-    // httplib's stop() does nothing until the listening loop runs (it checks is_running()), so a
-    // Stop() right after Start() would leave that loop, and the join, running forever: return
-    // only once it runs (or has already given up).
-    while (!server_.is_running() && !listen_returned_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return OkStatus();
+    return listener_.Start(listen->first, listen->second);
   }
 
   void Stop() {
@@ -182,15 +163,14 @@ class HttpServer::Impl {
       stopped_ = true;
     }
     cv_.notify_all();
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
+    listener_.Stop();
     for (auto& t : trackers_) t.join();
     trackers_.clear();
     if (client_) client_->Close();
   }
 
-  const std::string& url() const { return url_; }
-  int port() const { return port_; }
+  const std::string& url() const { return listener_.url(); }
+  int port() const { return listener_.port(); }
 
  private:
   void Routes() {
@@ -395,11 +375,8 @@ class HttpServer::Impl {
   HttpOptions options_;
   const ApiConfig config_;
   httplib::Server server_;
-  std::thread thread_;
-  std::atomic<bool> listen_returned_{false};
+  Listener listener_{&server_};  // after server_: it stops before server_ goes
   std::unique_ptr<ControlClient> client_;
-  std::string url_;
-  int port_ = -1;
 
   std::mutex mu_;
   std::condition_variable cv_;

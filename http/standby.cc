@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "http/listener.h"
 #include "http/routes.h"
 #include "http/server.h"
 
@@ -58,13 +59,10 @@ class StandbyServer::Impl {
 
   Status Start() {
     ELASTRA_ASSIGN_OR_RETURN(const auto listen, ParseHttpListen(options_.listen));
-    const int threads = std::max(1, options_.threads);
-    server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    const auto timeout = options_.read_timeout;
-    server_.set_read_timeout(timeout.count() / 1000, (timeout.count() % 1000) * 1000);
-    server_.set_write_timeout(timeout.count() / 1000, (timeout.count() % 1000) * 1000);
-    server_.set_keep_alive_timeout(1);
-    server_.set_payload_max_length(64 * 1024);
+    listener_.Configure({.threads = options_.threads,
+                         .read_timeout = options_.read_timeout,
+                         .keep_alive_seconds = 1,
+                         .max_body_bytes = 64 * 1024});
     const auto serve = [this](const httplib::Request& req, httplib::Response& res) {
       Serve(req, res);
     };
@@ -81,34 +79,17 @@ class StandbyServer::Impl {
       res.set_content(ErrorBody(res.status == 413 ? "request body too large" : "bad request"),
                       "application/json");
     });
-    const std::string host = listen.first;
-    const int port = listen.second;
-    const int bound =
-        port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
-    if (bound < 0) {
-      return UnavailableError("cannot listen for HTTP on " + host + ":" + std::to_string(port));
-    }
-    url_ = "http://" + host + ":" + std::to_string(bound);
-    thread_ = std::thread([this] {
-      server_.listen_after_bind();
-      listen_returned_ = true;
-    });
-    // As HttpServer: stop() does nothing before the listening loop runs.
-    while (!server_.is_running() && !listen_returned_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return OkStatus();
+    return listener_.Start(listen.first, listen.second);
   }
 
   void Stop() {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (stopped_) return;
     stopped_ = true;
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
+    listener_.Stop();
   }
 
-  const std::string& url() const { return url_; }
+  const std::string& url() const { return listener_.url(); }
 
  private:
   void Serve(const httplib::Request& req, httplib::Response& res) {
@@ -145,9 +126,7 @@ class StandbyServer::Impl {
 
   const StandbyOptions options_;
   httplib::Server server_;
-  std::string url_;
-  std::thread thread_;
-  std::atomic<bool> listen_returned_{false};
+  Listener listener_{&server_};  // after server_: it stops before server_ goes
   std::mutex stop_mu_;
   bool stopped_ = false;
 };
