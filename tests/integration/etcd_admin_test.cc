@@ -17,9 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/etcd_job_fixture.h"
 #include "tests/integration/job_harness.h"
-#include "tests/journal/etcd_server.h"
-#include "tests/journal/require_etcd.h"
 
 namespace elastra::testing {
 namespace {
@@ -54,27 +53,13 @@ bool Settled(const nlohmann::json& status, int64_t step) {
   return false;
 }
 
-class EtcdAdmin : public ::testing::Test {
+class EtcdAdmin : public EtcdJobTest {
  protected:
+  EtcdAdmin() : EtcdJobTest("/tmp/elastra_etcd_admin_XXXXXX", {&agent_, &leader_, &standby_}) {}
   void SetUp() override {
-    ELASTRA_SKIP_WITHOUT_ETCD();
-    char tmpl[] = "/tmp/elastra_etcd_admin_XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    ASSERT_NO_FATAL_FAILURE(EtcdJobTest::SetUp());
+    if (IsSkipped()) return;
     fs::create_directory(empty());
-    // etcd grants at least 1.5 election timeouts: 150 ms here, so --leader-ttl 1 stays 1 s.
-    ASSERT_EQ(etcd_.Start(dir_, {"--heartbeat-interval", "10", "--election-timeout", "100"}), "");
-  }
-  void TearDown() override {
-    for (pid_t pid : {agent_, leader_, standby_}) {
-      if (pid <= 0) continue;
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    etcd_.Stop();
-    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
   }
 
   // The directory the admin commands run in: no coordinator.json, no .elastra.
@@ -115,8 +100,6 @@ class EtcdAdmin : public ::testing::Test {
     return false;
   }
 
-  std::string dir_;
-  journal::EtcdServer etcd_;
   pid_t leader_ = -1;
   pid_t standby_ = -1;
   pid_t agent_ = -1;

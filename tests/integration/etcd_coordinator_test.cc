@@ -21,9 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/etcd_job_fixture.h"
 #include "tests/integration/job_harness.h"
-#include "tests/journal/etcd_server.h"
-#include "tests/journal/require_etcd.h"
 
 namespace elastra::testing {
 namespace {
@@ -85,27 +84,14 @@ const std::vector<std::string> kTrainArgs = {"--steps",        std::to_string(kU
                                              "--hidden",       "24",
                                              "--commit-every", "5"};
 
-class EtcdCoordinator : public ::testing::Test {
+class EtcdCoordinator : public EtcdJobTest {
  protected:
+  EtcdCoordinator()
+      : EtcdJobTest("/tmp/elastra_etcd_it_XXXXXX", {&agent_, &coordinator_, &standby_}) {}
   void SetUp() override {
-    ELASTRA_SKIP_WITHOUT_ETCD();
-    char tmpl[] = "/tmp/elastra_etcd_it_XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    ASSERT_NO_FATAL_FAILURE(EtcdJobTest::SetUp());
+    if (IsSkipped()) return;
     leader_state_ = state();
-    // etcd grants at least 1.5 election timeouts: 150 ms here, so --leader-ttl 1 stays 1 s.
-    ASSERT_EQ(etcd_.Start(dir_, {"--heartbeat-interval", "10", "--election-timeout", "100"}), "");
-  }
-  void TearDown() override {
-    for (pid_t pid : {agent_, coordinator_, standby_}) {
-      if (pid <= 0) continue;
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    etcd_.Stop();
-    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
   }
 
   std::string state() const { return dir_ + "/state"; }
@@ -218,9 +204,7 @@ class EtcdCoordinator : public ::testing::Test {
     }
   }
 
-  std::string dir_;
-  std::string leader_state_;  // the state directory Status() reads
-  journal::EtcdServer etcd_;
+  std::string leader_state_;                   // the state directory Status() reads
   std::vector<std::string> coordinator_args_;  // more flags for every coordinator of the test
   pid_t coordinator_ = -1;
   pid_t standby_ = -1;

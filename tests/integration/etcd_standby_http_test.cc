@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/journal/etcd_server.h"
+#include "tests/integration/etcd_job_fixture.h"
 
 namespace elastra::testing {
 namespace {
@@ -99,31 +99,9 @@ Answer PollGet(int port, const std::string& path, const std::function<bool(const
   return a;
 }
 
-class EtcdStandbyHttp : public ::testing::Test {
+class EtcdStandbyHttp : public EtcdJobTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (journal::EtcdServer::Binary(&why).empty()) {
-      if (std::getenv("ELASTRA_REQUIRE_ETCD") != nullptr) FAIL() << why;  // CI (.ci/run)
-      GTEST_SKIP() << why;
-    }
-    char tmpl[] = "/tmp/elastra_etcd_http_XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    // etcd grants at least 1.5 election timeouts: 150 ms here, so --leader-ttl 1 stays 1 s.
-    ASSERT_EQ(etcd_.Start(dir_, {"--heartbeat-interval", "10", "--election-timeout", "100"}), "");
-  }
-  void TearDown() override {
-    for (pid_t pid : {leader_, standby_}) {
-      if (pid <= 0) continue;
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    etcd_.Stop();
-    if (!dir_.empty() && std::getenv("ELASTRA_KEEP_TEST_DIRS") == nullptr) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
+  EtcdStandbyHttp() : EtcdJobTest("/tmp/elastra_etcd_http_XXXXXX", {&leader_, &standby_}) {}
 
   pid_t Coordinator(const std::string& name, int http_port) {
     return StartCoordinatorProcess(
@@ -145,8 +123,6 @@ class EtcdStandbyHttp : public ::testing::Test {
     return "--- a.log\n" + ReadText(dir_ + "/a.log") + "--- b.log\n" + ReadText(dir_ + "/b.log");
   }
 
-  std::string dir_;
-  journal::EtcdServer etcd_;
   pid_t leader_ = -1;
   pid_t standby_ = -1;
 };
