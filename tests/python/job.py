@@ -32,6 +32,19 @@ def _fresh_dir(files: Optional[dict]) -> str:
     return path
 
 
+def read_log(path: str) -> dict:
+    """step -> its last record in a train_mlp log (a step undone by a rollback is logged again)."""
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a writer killed mid-line
+            steps[r["step"]] = r
+    return steps
+
+
 class Job:
     """`elastra run --nproc N RUN_ARGS -- python3 PROGRAM ARGS` in a fresh directory; "{dir}" in
     PROGRAM ARGS is replaced by that directory, where `files` (name -> text) are written first."""

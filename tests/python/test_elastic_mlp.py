@@ -16,25 +16,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job import PYTHON, SOURCE, Job  # noqa: E402
+from job import PYTHON, SOURCE, Job, read_log  # noqa: E402
 
 MLP = os.path.join(SOURCE, "examples", "python", "train_mlp.py")
 COMPARE_LOGS = os.environ.get("COMPARE_LOGS", "compare_logs")
 # Small and quick; commits every 5 steps so that the kill rolls back a few steps at most.
 ARGS = ["--hidden", "16", "--layers", "2", "--global-batch", "48", "--commit-every", "5"]
-
-
-def read_log(path: str) -> dict:
-    """step -> its last record (a step undone by a rollback is logged again)."""
-    steps = {}
-    with open(path) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue  # a writer killed mid-line
-            steps[r["step"]] = r
-    return steps
 
 
 def test_resized_and_killed_run_matches_reference():

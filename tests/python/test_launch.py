@@ -20,7 +20,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from job import MPIRUN, PYTHON, SOURCE, AgentJob, MpirunJob  # noqa: E402
+from job import MPIRUN, PYTHON, SOURCE, AgentJob, MpirunJob, read_log  # noqa: E402
 
 MLP = os.path.join(SOURCE, "examples", "python", "train_mlp.py")
 COMPARE_LOGS = os.environ.get("COMPARE_LOGS", "compare_logs")
@@ -32,14 +32,7 @@ PROGRAM = [MLP, "--log", "{dir}/run.jsonl", "--stop-file", "{dir}/stop", "--step
 
 def applied_layouts(path: str) -> tuple:
     """(steps applied, the dp sizes they were applied at); a step logged again keeps its last."""
-    steps = {}
-    with open(path) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue  # a writer killed mid-line
-            steps[r["step"]] = r
+    steps = read_log(path)
     return max(steps) + 1, {r["dp"] for r in steps.values()}
 
 
