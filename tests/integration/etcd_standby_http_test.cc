@@ -6,12 +6,9 @@
 // leader's address. When the leader is SIGKILLed, the standby closes its standby server and
 // serves the job's API on the same port as the leader. Skipped when there is no etcd binary
 // (a failure where ELASTRA_REQUIRE_ETCD is set).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,19 +36,6 @@ using std::chrono::seconds;
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-// A free TCP port on 127.0.0.1 (as tests/journal/etcd_server.h picks etcd's).
-int PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // `elastra coordinator` with `args`, its output appended to `log`, in a process group of its own.
@@ -128,9 +112,9 @@ class EtcdStandbyHttp : public EtcdJobTest {
 };
 
 TEST_F(EtcdStandbyHttp, AStandbyAnswersHealthzWithTheLeaderAndRefusesTheRestUntilItLeads) {
-  const int a_port = PickFreePort();
-  int b_port = PickFreePort();
-  while (b_port == a_port) b_port = PickFreePort();
+  const int a_port = journal::EtcdServer::FreePort();
+  int b_port = journal::EtcdServer::FreePort();
+  while (b_port == a_port) b_port = journal::EtcdServer::FreePort();
   const std::string a_url = "http://127.0.0.1:" + std::to_string(a_port);
   leader_ = Coordinator("a", a_port);
   ASSERT_TRUE(WaitForLog("a", "{\"address\"")) << Logs();

@@ -106,7 +106,7 @@ class EtcdServer {
 
   const std::string& url() const { return url_; }
 
- private:
+  // A free TCP port on 127.0.0.1 (etcd's here; a test's coordinators' too).
   static int FreePort() {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -119,6 +119,7 @@ class EtcdServer {
     return ntohs(a.sin_port);
   }
 
+ private:
   // Polls the member with a range request until it answers or exits; 30 s at most (a loaded
   // machine), far above the second it takes.
   bool WaitUntilServing() {
